@@ -22,6 +22,33 @@ class Clock {
   // already has). Returns the lateness: modeled time at return minus `deadline` (>= 0; 0 when it
   // returned at once).
   virtual Nanos WaitUntil(Nanos deadline) = 0;
+
+  // --- Optional hooks (no-ops by default; added for rp::VirtualClock and cancellation) ---
+
+  // Code that blocks on something other than this clock (a message, a comm-stream completion)
+  // brackets that wait with BeginExternalWait()/EndExternalWait() (or rp::ScopedExternalWait), so
+  // a clock whose time advances only when every participant is blocked (rp::VirtualClock) counts
+  // the thread as blocked. No-ops on a real clock.
+  virtual void BeginExternalWait() {}
+  virtual void EndExternalWait() {}
+
+  // Releases every current and future WaitUntil at once (they return 0 without waiting). Used when
+  // a run is cancelled so no thread stays asleep on a long modeled op. Final: a run that needs
+  // time again builds a new clock.
+  virtual void Shutdown() {}
+  virtual bool is_shut_down() const { return false; }
+};
+
+// RAII for Clock::BeginExternalWait/EndExternalWait. `clock` must outlive the scope.
+class ScopedExternalWait {
+ public:
+  explicit ScopedExternalWait(Clock* clock) : clock_(clock) { clock_->BeginExternalWait(); }
+  ~ScopedExternalWait() { clock_->EndExternalWait(); }
+  ScopedExternalWait(const ScopedExternalWait&) = delete;
+  ScopedExternalWait& operator=(const ScopedExternalWait&) = delete;
+
+ private:
+  Clock* const clock_;
 };
 
 }  // namespace rp

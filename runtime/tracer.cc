@@ -1,0 +1,159 @@
+#include "runtime/tracer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace rp {
+namespace {
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+double Us(int64_t ns) { return static_cast<double>(ns) / 1e3; }
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::NotFoundError(absl::StrCat("cannot open '", path, "' for writing"));
+  out << text;
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat("failed writing '", path, "'"));
+  return absl::OkStatus();
+}
+}  // namespace
+
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kCompute: return "compute";
+    case OpKind::kSend: return "send";
+    case OpKind::kRecv: return "recv";
+    case OpKind::kCollective: return "collective";
+    case OpKind::kWait: return "wait";
+    case OpKind::kFault: return "fault";
+  }
+  return "unknown";
+}
+
+const char* StreamName(Stream stream) {
+  return stream == Stream::kCompute ? "compute" : "comm";
+}
+
+Tracer::Tracer(int num_devices, int devices_per_node)
+    : num_devices_(std::max(1, num_devices)),
+      devices_per_node_(std::max(1, devices_per_node)),
+      epoch_ns_(SteadyNs()),
+      buffers_(std::make_unique<Buffer[]>(static_cast<size_t>(num_devices_) * kStreams)) {}
+
+int64_t Tracer::WallNow() const { return SteadyNs() - epoch_ns_; }
+
+std::vector<TraceEvent> Tracer::Events() const {
+  std::vector<TraceEvent> all;
+  for (size_t b = 0; b < static_cast<size_t>(num_devices_) * kStreams; ++b) {
+    buffers_[b].ForEach([&](const TraceEvent& e) { all.push_back(e); });
+  }
+  std::stable_sort(all.begin(), all.end(), [](const TraceEvent& a, const TraceEvent& b) {
+    return std::tie(a.wall_start_ns, a.rank, a.stream) <
+           std::tie(b.wall_start_ns, b.rank, b.stream);
+  });
+  return all;
+}
+
+std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
+  using nlohmann::json;
+  const int num_nodes = (num_devices_ + devices_per_node_ - 1) / devices_per_node_;
+  json events = json::array();
+  const int layouts = options.modeled_tracks ? 2 : 1;
+  for (int layout = 0; layout < layouts; ++layout) {
+    for (int node = 0; node < num_nodes; ++node) {
+      const int pid = layout * num_nodes + node;
+      events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
+                        {"args", {{"name", absl::StrCat("node ", node, layout ? " (modeled)" : "")}}}});
+      events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
+                        {"args", {{"sort_index", pid}}}});
+    }
+    for (int r = 0; r < num_devices_; ++r) {
+      for (int s = 0; s < kStreams; ++s) {
+        events.push_back({{"ph", "M"}, {"name", "thread_name"},
+                          {"pid", layout * num_nodes + r / devices_per_node_},
+                          {"tid", r * kStreams + s},
+                          {"args", {{"name", absl::StrCat("rank ", r, " ",
+                                                          StreamName(static_cast<Stream>(s)))}}}});
+      }
+    }
+  }
+  for (const TraceEvent& e : Events()) {
+    const int node = e.rank / devices_per_node_;
+    const int tid = e.rank * kStreams + static_cast<int>(e.stream);
+    json args = {{"kind", OpKindName(e.kind)},
+                 {"rank", e.rank},
+                 {"stream", StreamName(e.stream)},
+                 {"modeled_start_us", Us(e.model_start_ns)},
+                 {"modeled_end_us", Us(e.model_end_ns)},
+                 {"measured_start_us", Us(e.wall_start_ns)},
+                 {"measured_end_us", Us(e.wall_end_ns)}};
+    if (e.bytes) args["bytes"] = e.bytes;
+    if (e.peer >= 0) args["peer"] = e.peer;
+    if (e.micro_batch >= 0) args["micro_batch"] = e.micro_batch;
+    if (e.step >= 0) args["step"] = e.step;
+    if (e.detail && *e.detail) args["detail"] = e.detail;
+    const std::string name = e.micro_batch >= 0 ? absl::StrCat(e.name, " mb", e.micro_batch)
+                                                : std::string(e.name);
+    for (int layout = 0; layout < layouts; ++layout) {
+      const int64_t start = layout ? e.model_start_ns : e.wall_start_ns;
+      const int64_t end = std::max(start, layout ? e.model_end_ns : e.wall_end_ns);
+      const int pid = layout * num_nodes + node;
+      if (e.kind == OpKind::kFault) {
+        events.push_back({{"ph", "i"}, {"s", "t"}, {"name", name}, {"cat", "fault"},
+                          {"ts", Us(start)}, {"pid", pid}, {"tid", tid}, {"args", args}});
+        continue;
+      }
+      events.push_back({{"ph", "X"}, {"name", name}, {"cat", OpKindName(e.kind)},
+                        {"ts", Us(start)}, {"dur", Us(end - start)}, {"pid", pid}, {"tid", tid},
+                        {"args", args}});
+      if (e.flow_id != 0 && (e.kind == OpKind::kSend || e.kind == OpKind::kRecv)) {
+        json flow = {{"name", "message"}, {"cat", "flow"}, {"id", e.flow_id},
+                     {"pid", pid}, {"tid", tid}};
+        if (e.kind == OpKind::kSend) {
+          flow["ph"] = "s";
+          flow["ts"] = Us(start);
+        } else {
+          flow["ph"] = "f";
+          flow["bp"] = "e";  // binds to the enclosing slice: this receive
+          flow["ts"] = std::max(Us(start), Us(end) - 0.001);
+        }
+        events.push_back(std::move(flow));
+      }
+    }
+  }
+  json root = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  return root.dump();
+}
+
+std::string Tracer::ToCsv() const {
+  std::string out =
+      "rank,node,stream,kind,name,detail,micro_batch,step,peer,bytes,flow_id,wall_start_ns,"
+      "wall_end_ns,model_start_ns,model_end_ns\n";
+  for (const TraceEvent& e : Events()) {
+    absl::StrAppendFormat(&out, "%d,%d,%s,%s,%s,%s,%d,%d,%d,%u,%u,%d,%d,%d,%d\n", e.rank,
+                          e.rank / devices_per_node_, StreamName(e.stream), OpKindName(e.kind),
+                          e.name, e.detail, e.micro_batch, e.step, e.peer, e.bytes, e.flow_id,
+                          e.wall_start_ns, e.wall_end_ns, e.model_start_ns, e.model_end_ns);
+  }
+  return out;
+}
+
+absl::Status Tracer::WriteChromeJson(const std::string& path,
+                                     const ChromeTraceOptions& options) const {
+  return WriteFile(path, ToChromeJson(options));
+}
+
+absl::Status Tracer::WriteCsv(const std::string& path) const { return WriteFile(path, ToCsv()); }
+
+}  // namespace rp

@@ -1,0 +1,139 @@
+// rp::Tracer: records every op of every device, exports Chrome trace-event JSON and CSV.
+//
+// Each (device, stream) has its own append-only buffer written only by the thread that runs that
+// stream, so recording takes no lock and touches no shared cache line: Record() is a copy into a
+// pre-allocated chunk (a new 4096-event chunk is allocated every 4096 events). Timestamps are
+// taken by the caller (WallNow(): steady_clock ns since the tracer's epoch) so an event's wall
+// start/end bracket exactly the work it describes.
+//
+// Export (Events, ToChromeJson, ToCsv) reads every buffer and must run when no thread records any
+// more (after rp::Cluster::Run returned: the joins order the writes before the reads).
+//
+// Chrome JSON (opens in Perfetto / chrome://tracing):
+//   * one process per node ("node n", pid n); one thread track per device stream
+//     ("rank r compute" tid 2r, "rank r comm" tid 2r+1);
+//   * each op is a complete event ("ph":"X") with measured ts/dur (µs) and, in args, modeled
+//     start/end (µs), kind, bytes, peer, micro_batch, step;
+//   * with ChromeTraceOptions::modeled_tracks, the same ops again on processes "node n (modeled)"
+//     (pid num_nodes + n) placed at their modeled times;
+//   * each send → receive pair sharing a flow_id gets flow events ("ph":"s" on the send,
+//     "ph":"f","bp":"e" on the receive, same "id");
+//   * faults are instant events ("ph":"i").
+//
+// Example:
+//   rp::Tracer tracer(/*num_devices=*/4, /*devices_per_node=*/8);
+//   int64_t t0 = tracer.WallNow();
+//   ... work ...
+//   tracer.Record({.wall_start_ns = t0, .wall_end_ns = tracer.WallNow(), .model_start_ns = 0,
+//                  .model_end_ns = 50'000'000, .name = "F", .rank = 0, .micro_batch = 3,
+//                  .kind = rp::OpKind::kCompute});
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace rp {
+
+enum class OpKind : uint8_t { kCompute, kSend, kRecv, kCollective, kWait, kFault };
+enum class Stream : uint8_t { kCompute = 0, kComm = 1 };
+const char* OpKindName(OpKind kind);
+const char* StreamName(Stream stream);
+
+struct TraceEvent {
+  int64_t wall_start_ns = 0;  // Tracer::WallNow() at start
+  int64_t wall_end_ns = 0;
+  int64_t model_start_ns = 0;  // modeled time (rp::Nanos count)
+  int64_t model_end_ns = 0;
+  uint64_t bytes = 0;
+  uint64_t flow_id = 0;       // 0: none. A send and its receive carry the same non-zero id.
+  const char* name = "";      // static storage (a literal): events outlive the caller's strings
+  const char* detail = "";    // static storage; e.g. the fault that shaped this op
+  int32_t rank = 0;
+  int32_t peer = -1;
+  int32_t micro_batch = -1;
+  int32_t step = -1;
+  OpKind kind = OpKind::kCompute;
+  Stream stream = Stream::kCompute;
+};
+
+struct ChromeTraceOptions {
+  bool modeled_tracks = true;  // add "node n (modeled)" processes laid out in modeled time
+};
+
+class Tracer {
+ public:
+  static constexpr int kStreams = 2;
+  static constexpr size_t kChunkEvents = 4096;
+
+  // `num_devices` >= 1 and `devices_per_node` >= 1 (smaller values are clamped to 1).
+  Tracer(int num_devices, int devices_per_node);
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  // steady_clock nanoseconds since this tracer was built. Any thread.
+  int64_t WallNow() const;
+  // A fresh non-zero flow id (relaxed atomic counter). Any thread.
+  uint64_t NewFlowId() { return next_flow_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Appends `e` to the buffer of (e.rank, e.stream). Only the thread that runs that stream may call
+  // it. Events with a rank outside [0, num_devices) are dropped and counted (dropped()).
+  void Record(const TraceEvent& e) {
+    if (e.rank < 0 || e.rank >= num_devices_) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    buffers_[static_cast<size_t>(e.rank) * kStreams + static_cast<size_t>(e.stream)].Append(e);
+  }
+
+  int num_devices() const { return num_devices_; }
+  int devices_per_node() const { return devices_per_node_; }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+  // --- Export: only after every recording thread has been joined. ---
+  // All events, ordered by (wall start, rank, stream).
+  std::vector<TraceEvent> Events() const;
+  std::string ToChromeJson(const ChromeTraceOptions& options = {}) const;
+  std::string ToCsv() const;
+  [[nodiscard]] absl::Status WriteChromeJson(const std::string& path,
+                                             const ChromeTraceOptions& options = {}) const;
+  [[nodiscard]] absl::Status WriteCsv(const std::string& path) const;
+
+ private:
+  // Single-writer append-only storage.
+  class alignas(64) Buffer {
+   public:
+    void Append(const TraceEvent& e) {
+      if (used_ == kChunkEvents || chunks_.empty()) {
+        chunks_.push_back(std::make_unique<std::array<TraceEvent, kChunkEvents>>());
+        used_ = 0;
+      }
+      (*chunks_.back())[used_++] = e;
+    }
+    template <typename F>
+    void ForEach(F&& f) const {
+      for (size_t c = 0; c < chunks_.size(); ++c) {
+        const size_t n = c + 1 == chunks_.size() ? used_ : kChunkEvents;
+        for (size_t i = 0; i < n; ++i) f((*chunks_[c])[i]);
+      }
+    }
+
+   private:
+    std::vector<std::unique_ptr<std::array<TraceEvent, kChunkEvents>>> chunks_;
+    size_t used_ = 0;
+  };
+
+  const int num_devices_;
+  const int devices_per_node_;
+  const int64_t epoch_ns_;
+  std::unique_ptr<Buffer[]> buffers_;
+  std::atomic<uint64_t> next_flow_{1};
+  std::atomic<uint64_t> dropped_{0};
+};
+
+}  // namespace rp
