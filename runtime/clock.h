@@ -37,6 +37,10 @@ class Clock {
   // time again builds a new clock.
   virtual void Shutdown() {}
   virtual bool is_shut_down() const { return false; }
+
+  // True for clocks whose time advances only by events (rp::VirtualClock): real work takes no
+  // modeled time there, so overruns are not counted.
+  virtual bool is_virtual() const { return false; }
 };
 
 // RAII for Clock::BeginExternalWait/EndExternalWait. `clock` must outlive the scope.

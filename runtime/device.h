@@ -14,6 +14,9 @@
 //     if the clock is already past `end`, the real work overran: counted (overruns, overrun_time)
 //     and the op still ends at `end` in modeled time — the next wait absorbs it, never hidden.
 // Wait lateness (clock WaitUntil's return) is recorded per device and stream (stats()).
+// On an rp::VirtualClock the Cluster does not register device threads as participants, so every
+// wait returns at once (as-fast-as-possible mode) while modeled timestamps stay exact and
+// deterministic; overruns are not counted there (real work takes no virtual time).
 //
 // Failure and cancellation: a body that returns an error fails the run (the Cluster's watchdog);
 // the clock is shut down (sleepers return), waiters in Watchdog::Wait return Cancelled within
@@ -178,7 +181,7 @@ struct ClusterOptions {
   Clock* clock = nullptr;
   // Optional. Not owned: must outlive the Cluster. Its num_devices must be >= num_devices.
   Tracer* tracer = nullptr;
-  FaultPlan faults;
+  FaultPlan faults = {};
   std::chrono::nanoseconds watchdog_timeout = std::chrono::seconds(30);
   // Start a comm-stream thread per device (PostComm needs it).
   bool comm_streams = true;

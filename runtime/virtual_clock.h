@@ -47,6 +47,7 @@ class VirtualClock final : public Clock {
   void EndExternalWait() override;
   void Shutdown() override;
   bool is_shut_down() const override;
+  bool is_virtual() const override { return true; }
 
   // Moves time forward to `t` (no-op if already later) and releases the waiters due by then.
   void AdvanceTo(Nanos t);

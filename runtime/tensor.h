@@ -1,0 +1,126 @@
+// rp::Tensor: a dense, row-major, owning float matrix; rp::MatrixView / rp::ConstMatrixView: spans
+// over one.
+//
+// The workload's data type. A Tensor owns `rows * cols` floats in one std::vector (row r starts at
+// r * cols); a view is a (pointer, rows, cols) triple that does not own. Every model activation,
+// gradient and weight block is one of these; a vector of samples is a matrix with one row per sample.
+//
+// Guarantees: elements are value-initialised (0.0f) on construction; Tensor is a regular value type
+// (copy = deep copy; move leaves the source empty 0x0). `storage()` / `Release()` hand the bytes to a
+// message buffer without copying.
+//
+// Thread safety: none of its own. Distinct tensors may be used from distinct threads; one tensor is
+// shared only read-only (const).
+//
+// Example:
+//   rp::Tensor x(/*rows=*/32, /*cols=*/64);
+//   x.at(0, 3) = 1.0f;
+//   rp::ConstMatrixView v = x;              // implicit view
+//   std::span<const float> row0 = v.row(0);
+//   std::vector<float> bytes = std::move(x).Release();  // x is now 0x0
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace rp {
+
+// Mutable non-owning view of a row-major rows x cols float matrix. The viewed memory must outlive it.
+struct MatrixView {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t size() const { return rows * cols; }
+  std::span<float> span() const { return {data, static_cast<size_t>(size())}; }
+  std::span<float> row(int64_t r) const { return {data + r * cols, static_cast<size_t>(cols)}; }
+  float& at(int64_t r, int64_t c) const { return data[r * cols + c]; }
+};
+
+// Read-only non-owning view; implicitly made from a MatrixView or a Tensor.
+struct ConstMatrixView {
+  const float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  ConstMatrixView() = default;
+  ConstMatrixView(const float* d, int64_t r, int64_t c) : data(d), rows(r), cols(c) {}
+  ConstMatrixView(MatrixView v) : data(v.data), rows(v.rows), cols(v.cols) {}  // NOLINT
+
+  int64_t size() const { return rows * cols; }
+  std::span<const float> span() const { return {data, static_cast<size_t>(size())}; }
+  std::span<const float> row(int64_t r) const {
+    return {data + r * cols, static_cast<size_t>(cols)};
+  }
+  float at(int64_t r, int64_t c) const { return data[r * cols + c]; }
+};
+
+// Owning row-major float matrix. Dimensions are non-negative; callers validate them (the library
+// code that builds tensors from user input checks sizes first and returns a Status).
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(int64_t rows, int64_t cols)
+      : rows_(rows), cols_(cols), data_(static_cast<size_t>(rows * cols), 0.0f) {}
+  // Adopts `data` (size must be rows * cols; the caller guarantees it).
+  Tensor(int64_t rows, int64_t cols, std::vector<float> data)
+      : rows_(rows), cols_(cols), data_(std::move(data)) {}
+
+  Tensor(const Tensor&) = default;
+  Tensor& operator=(const Tensor&) = default;
+  Tensor(Tensor&& o) noexcept
+      : rows_(std::exchange(o.rows_, 0)), cols_(std::exchange(o.cols_, 0)),
+        data_(std::move(o.data_)) {
+    o.data_.clear();
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    rows_ = std::exchange(o.rows_, 0);
+    cols_ = std::exchange(o.cols_, 0);
+    data_ = std::move(o.data_);
+    o.data_.clear();
+    return *this;
+  }
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t size() const { return rows_ * cols_; }
+  bool empty() const { return size() == 0; }
+  // Bytes of float payload (what memory accounting counts).
+  int64_t bytes() const { return size() * static_cast<int64_t>(sizeof(float)); }
+
+  float* data() { return data_.data(); }
+  const float* data() const { return data_.data(); }
+  std::span<float> span() { return data_; }
+  std::span<const float> span() const { return data_; }
+  std::span<float> row(int64_t r) { return {data_.data() + r * cols_, static_cast<size_t>(cols_)}; }
+  std::span<const float> row(int64_t r) const {
+    return {data_.data() + r * cols_, static_cast<size_t>(cols_)};
+  }
+  float& at(int64_t r, int64_t c) { return data_[static_cast<size_t>(r * cols_ + c)]; }
+  float at(int64_t r, int64_t c) const { return data_[static_cast<size_t>(r * cols_ + c)]; }
+
+  MatrixView view() { return {data_.data(), rows_, cols_}; }
+  ConstMatrixView view() const { return {data_.data(), rows_, cols_}; }
+  operator MatrixView() { return view(); }             // NOLINT
+  operator ConstMatrixView() const { return view(); }  // NOLINT
+
+  // Sets every element to 0 (keeps the shape).
+  void SetZero() { std::fill(data_.begin(), data_.end(), 0.0f); }
+
+  // The storage, e.g. to put on a channel without a copy. Leaves this tensor 0x0.
+  std::vector<float> Release() && {
+    rows_ = cols_ = 0;
+    return std::move(data_);
+  }
+
+ private:
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+  std::vector<float> data_;
+};
+
+}  // namespace rp
