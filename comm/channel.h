@@ -1,0 +1,253 @@
+// Point-to-point channels: single producer, single consumer, lock-free, with blocking waits that
+// never burn a core and always end (a wall-clock timeout turns a missing peer into a Status).
+//
+// Three layers, each usable on its own:
+//   * rp::comm::Wakeup       an eventcount over a futex word: "sleep until notified or deadline".
+//   * rp::comm::SpscQueue<T> boost::lockfree::spsc_queue<T> + two Wakeups (data, space): TryPush /
+//                            TryPop never block; Push / Pop spin briefly, then block on the futex.
+//   * rp::comm::Channel<T>   a SpscQueue of messages stamped with their modeled arrival time
+//                            (rp::Nanos) through an rp::LinkModel; Recv waits on an rp::Clock until
+//                            the arrival when the link is not ideal and a clock is given.
+//   * rp::comm::OwningChannel<T>  carries std::unique_ptr<T> by ownership (no payload copy).
+//
+// Why raw pointers inside OwningChannel: Boost 1.81's spsc_queue only accepts copyable element types
+// (push(T const&)), so a std::unique_ptr cannot be queued. OwningChannel releases the pointer on
+// Send and re-owns it on Recv; a message left in the queue when the channel dies is deleted by the
+// destructor. Ownership is therefore never shared and never leaked.
+//
+// Memory ordering: the spsc_queue publishes an element with a release store of its write index and
+// the consumer reads it with an acquire load (boost), so everything the producer wrote before Push
+// (the payload the message points to) happens-before everything the consumer does after Pop. The
+// Wakeup only decides whether to sleep; it carries no data.
+//
+// Thread safety: for each queue exactly one producer thread (Push/TryPush/Send) and one consumer
+// thread (Pop/TryPop/Recv). Cancel() may be called from any thread.
+//
+// Example:
+//   rp::comm::SpscQueue<int> q(2);
+//   std::thread producer([&] { for (int i = 0; i < 100; ++i) (void)q.Push(i, kTimeout); });
+//   int v;
+//   for (int i = 0; i < 100; ++i) RP_RETURN_IF_ERROR(q.Pop(&v, kTimeout));  // v == i
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "boost/lockfree/spsc_queue.hpp"
+#include "runtime/clock.h"
+#include "runtime/link.h"
+#include "runtime/time.h"
+
+namespace rp::comm {
+
+using WallDuration = std::chrono::nanoseconds;
+
+// Default number of busy-poll iterations before a blocking wait sleeps on the futex. Small on
+// purpose: ranks are threads on few cores, and a spinning waiter steals the core its peer needs.
+inline constexpr int kDefaultSpinIterations = 64;
+
+// An eventcount over a 32-bit futex word. Waiters call Prepare(), re-check their condition, then
+// Wait(key): Wait returns at once if any Notify() happened since Prepare(). Notify() issues the
+// futex wake syscall only when a thread is (about to be) asleep.
+//
+// Ordering: Wait's registration (waiters_++) and Notify's bump (seq_++) are both seq_cst, so either
+// the waiter sees the new seq_ and does not sleep, or the notifier sees the waiter and wakes it.
+class Wakeup {
+ public:
+  uint32_t Prepare() const { return seq_.load(std::memory_order_seq_cst); }
+  // Sleeps until a Notify() after Prepare() returned `key`, or until `deadline` (steady_clock).
+  // May return early (spuriously): callers loop on their condition. Returns false when the deadline
+  // has passed.
+  bool Wait(uint32_t key, std::chrono::steady_clock::time_point deadline);
+  void Notify();
+
+ private:
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                    std::atomic<uint32_t>::is_always_lock_free,
+                "the futex word must be a plain 32-bit atomic");
+  std::atomic<uint32_t> seq_{0};
+  std::atomic<uint32_t> waiters_{0};
+};
+
+namespace internal {
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace internal
+
+// Bounded SPSC queue of trivially copyable T with blocking, cancellable, time-limited waits.
+template <typename T>
+class SpscQueue {
+  static_assert(std::is_trivially_copyable_v<T>, "SpscQueue carries trivially copyable values");
+
+ public:
+  // `capacity` >= 1 messages. `spin_iterations` busy polls before sleeping.
+  explicit SpscQueue(size_t capacity, int spin_iterations = kDefaultSpinIterations)
+      : queue_(capacity), spin_iterations_(spin_iterations) {}
+  SpscQueue(const SpscQueue&) = delete;
+  SpscQueue& operator=(const SpscQueue&) = delete;
+
+  // Producer thread only. False when full.
+  bool TryPush(const T& v) {
+    if (!queue_.push(v)) return false;  // release of the write index; acquired by TryPop
+    data_.Notify();
+    return true;
+  }
+  // Consumer thread only. False when empty.
+  bool TryPop(T* v) {
+    if (!queue_.pop(*v)) return false;  // acquire of the write index; release of the read index
+    space_.Notify();
+    return true;
+  }
+  // Producer thread only. Blocks while full. DeadlineExceeded after `timeout` of waiting,
+  // Cancelled once Cancel() was called (a value is still pushed if there is room).
+  [[nodiscard]] absl::Status Push(const T& v, WallDuration timeout) {
+    return Await(space_, [&] { return TryPush(v); }, timeout);
+  }
+  // Consumer thread only. Blocks while empty; same errors as Push (a queued value is still
+  // delivered after Cancel()).
+  [[nodiscard]] absl::Status Pop(T* v, WallDuration timeout) {
+    return Await(data_, [&] { return TryPop(v); }, timeout);
+  }
+  // Any thread. Wakes both sides; every later wait that would block returns Cancelled.
+  void Cancel() {
+    cancelled_.store(true, std::memory_order_release);  // acquired in Await
+    data_.Notify();
+    space_.Notify();
+  }
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  // Consumer thread only (approximate from any other thread).
+  size_t read_available() const { return queue_.read_available(); }
+
+ private:
+  template <typename TryOp>
+  absl::Status Await(Wakeup& w, TryOp try_op, WallDuration timeout) {
+    for (int i = 0; i < spin_iterations_; ++i) {
+      if (try_op()) return absl::OkStatus();
+      internal::CpuRelax();
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      const uint32_t key = w.Prepare();
+      if (try_op()) return absl::OkStatus();
+      if (cancelled()) return absl::CancelledError("channel cancelled");
+      if (!w.Wait(key, deadline)) {
+        if (try_op()) return absl::OkStatus();
+        return absl::DeadlineExceededError(
+            absl::StrCat("no peer after ", timeout.count() / 1000000, " ms"));
+      }
+    }
+  }
+
+  boost::lockfree::spsc_queue<T> queue_;
+  const int spin_iterations_;
+  alignas(64) Wakeup data_;   // notified after each push (consumers wait here)
+  alignas(64) Wakeup space_;  // notified after each pop (producers wait here)
+  std::atomic<bool> cancelled_{false};
+};
+
+// Where a Channel's messages travel: the link model that stamps arrivals and the clock a receiver
+// waits on. Both are non-owning (they belong to the emulated machine, which outlives every channel).
+struct ChannelOptions {
+  int src_device = 0;           // global device id of the producer
+  int dst_device = 0;           // global device id of the consumer
+  size_t capacity = 8;          // messages in flight, >= 1
+  int spin_iterations = kDefaultSpinIterations;
+  LinkModel* link = nullptr;    // nullptr: ideal (arrival = ready_at)
+  Clock* clock = nullptr;       // nullptr: never wait for modeled arrival
+};
+
+// A message with its modeled arrival time at the consumer.
+template <typename T>
+struct Stamped {
+  T body;
+  Nanos arrival;
+};
+
+// A SpscQueue whose messages carry their modeled arrival (see the file comment).
+template <typename T>
+class Channel {
+ public:
+  explicit Channel(const ChannelOptions& options)
+      : options_(options), queue_(options.capacity, options.spin_iterations) {
+    ideal_ = options_.link == nullptr || options_.link->is_ideal();
+  }
+
+  // Producer thread only. Asks the link when `wire_bytes` ready at `ready_at` arrive, then pushes.
+  // Returns the arrival in *arrival (may be null). Errors as SpscQueue::Push.
+  [[nodiscard]] absl::Status Send(const T& body, uint64_t wire_bytes, Nanos ready_at,
+                                  WallDuration timeout, Nanos* arrival = nullptr) {
+    const Nanos at =
+        options_.link == nullptr
+            ? ready_at
+            : options_.link->Transmit(options_.src_device, options_.dst_device, ready_at,
+                                      wire_bytes);
+    if (arrival != nullptr) *arrival = at;
+    return queue_.Push(Stamped<T>{body, at}, timeout);
+  }
+  // Consumer thread only. Pops the next message; when the link is not ideal and a clock is set,
+  // waits on the clock until the message's modeled arrival before returning it.
+  [[nodiscard]] absl::Status Recv(Stamped<T>* out, WallDuration timeout) {
+    absl::Status s = queue_.Pop(out, timeout);
+    if (!s.ok()) return s;
+    if (!ideal_ && options_.clock != nullptr) options_.clock->WaitUntil(out->arrival);
+    return absl::OkStatus();
+  }
+  bool TryRecvNoWait(Stamped<T>* out) { return queue_.TryPop(out); }
+  void Cancel() { queue_.Cancel(); }
+  const ChannelOptions& options() const { return options_; }
+  bool ideal() const { return ideal_; }
+
+ private:
+  const ChannelOptions options_;
+  bool ideal_ = true;
+  SpscQueue<Stamped<T>> queue_;
+};
+
+// Carries std::unique_ptr<T> by ownership: Send releases the pointer into the queue, Recv re-owns
+// it. The payload itself is never copied.
+template <typename T>
+class OwningChannel {
+ public:
+  explicit OwningChannel(const ChannelOptions& options) : channel_(options) {}
+  ~OwningChannel() {
+    Stamped<T*> m;
+    while (channel_.TryRecvNoWait(&m)) delete m.body;  // re-own what nobody received
+  }
+  OwningChannel(const OwningChannel&) = delete;
+  OwningChannel& operator=(const OwningChannel&) = delete;
+
+  // Producer thread only. On error the buffer is destroyed (it never entered the queue).
+  [[nodiscard]] absl::Status Send(std::unique_ptr<T> value, uint64_t wire_bytes, Nanos ready_at,
+                                  WallDuration timeout, Nanos* arrival = nullptr) {
+    T* raw = value.release();
+    absl::Status s = channel_.Send(raw, wire_bytes, ready_at, timeout, arrival);
+    if (!s.ok()) delete raw;  // not queued: still ours
+    return s;
+  }
+  // Consumer thread only. On success *value owns the received object and *arrival (may be null)
+  // holds its modeled arrival.
+  [[nodiscard]] absl::Status Recv(std::unique_ptr<T>* value, Nanos* arrival,
+                                  WallDuration timeout) {
+    Stamped<T*> m;
+    absl::Status s = channel_.Recv(&m, timeout);
+    if (!s.ok()) return s;
+    value->reset(m.body);
+    if (arrival != nullptr) *arrival = m.arrival;
+    return absl::OkStatus();
+  }
+  void Cancel() { channel_.Cancel(); }
+
+ private:
+  Channel<T*> channel_;
+};
+
+}  // namespace rp::comm

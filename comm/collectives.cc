@@ -1,0 +1,492 @@
+// Ring collectives. Words (chunk, segment, step) as defined in comm/ring_steps.h.
+//
+// Protocol on each ring link r -> r + 1: a data channel of WireMsg (one per segment, in step-major
+// order on both sides) and an acknowledgement queue back r + 1 -> r. The receiver acknowledges a
+// message once it has consumed its bytes (reduced, decoded or copied them); the acknowledgement
+// returns the sender's pool buffer (lossy codecs) or ends the lend of the sender's FP32 buffer.
+// A sender drains acknowledgements before every send, so at most capacity + 2 acknowledgements
+// are ever queued (the ack queue holds 2 * capacity + 2).
+#include "comm/collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "comm/ring_steps.h"
+#include "runtime/status_macros.h"
+
+namespace rp::comm {
+
+absl::Status ValidateCollectiveOptions(const CollectiveOptions& options) {
+  if (static_cast<int>(options.codec) > 3) {
+    return absl::InvalidArgumentError("codec: unknown value");
+  }
+  if (options.segment_bytes < 4 || options.segment_bytes % 4 != 0 ||
+      options.segment_bytes > (size_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("segment_bytes: ", options.segment_bytes,
+                                                   " (must be a multiple of 4 in [4, 1 GiB])"));
+  }
+  if (options.timeout.count() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout: ", options.timeout.count(), " ns (must be > 0)"));
+  }
+  return absl::OkStatus();
+}
+
+namespace internal {
+
+using ring::Range;
+
+// Runs the phases of one collective on one rank. Lives for one Run().
+class RingRunner {
+ public:
+  RingRunner(RankComm* rc, OpKind kind, const CollectiveOptions& options, size_t count,
+             Nanos start)
+      : rc_(*rc),
+        group_(rc->group()),
+        kind_(kind),
+        codec_(options.codec),
+        timeout_(options.timeout),
+        count_(count),
+        seg_(options.segment_bytes / sizeof(float)),
+        n_(rc->size()),
+        r_(rc->rank()),
+        next_((r_ + 1) % n_),
+        prev_((r_ + n_ - 1) % n_),
+        start_(start) {
+    feedback_ = options.error_feedback && codec_ != Codec::kFp32;
+    result_.start = start;
+    result_.end = start;
+  }
+
+  // Checks the group, takes an op id, sizes the reusable state.
+  absl::Status Begin() {
+    if (group_.aborted()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Prefix(), ": communicator aborted earlier: ",
+                       group_.abort_status().ToString()));
+    }
+    op_id_ = rc_.next_op_id_++;
+    const size_t max_segments =
+        static_cast<size_t>(ring::NumSegments(ring::ChunkRange(count_, n_, 0).size, seg_));
+    if (rc_.ready_.size() < max_segments) rc_.ready_.resize(max_segments);
+    std::fill_n(rc_.ready_.begin(), max_segments, start_);
+    if (codec_ != Codec::kFp32 && n_ > 1) {
+      const size_t bytes = (SegmentWireBytes(codec_, seg_) + 63) / 64 * 64;
+      const size_t buffers = group_.options().channel_capacity + 2;
+      if (rc_.pool_buffer_bytes_ < bytes || rc_.pool_.size() < buffers) {
+        RP_CHECK(rc_.in_flight_ == 0) << "wire buffers still in flight";
+        rc_.pool_.clear();
+        rc_.free_buffers_.clear();
+        rc_.free_buffers_.reserve(buffers);
+        for (size_t i = 0; i < buffers; ++i) {
+          rc_.pool_.push_back(std::make_unique<std::byte[]>(bytes));
+          rc_.free_buffers_.push_back(rc_.pool_.back().get());
+        }
+        rc_.pool_buffer_bytes_ = bytes;
+      }
+    }
+    if (feedback_ && rc_.residual_.size() != count_) rc_.residual_.assign(count_, 0.0f);
+    return absl::OkStatus();
+  }
+
+  // Reduce-scatter over the ring. `in` is this rank's contribution (count elements), `work`
+  // receives partial sums (count elements; may equal `in`), `own_out` receives the reduced chunk
+  // r (chunk-sized; may point into `work`).
+  absl::Status ReduceScatterPhase(const float* in, float* work, float* own_out) {
+    for (int s = 0; s <= n_ - 2; ++s) {
+      const int send_chunk = ring::ReduceScatterSendChunk(n_, r_, s);
+      const int recv_chunk = ring::ReduceScatterRecvChunk(n_, r_, s);
+      const Range send = ring::ChunkRange(count_, n_, send_chunk);
+      const Range recv = ring::ChunkRange(count_, n_, recv_chunk);
+      const int ks = ring::NumSegments(send.size, seg_);
+      const int kr = ring::NumSegments(recv.size, seg_);
+      const float* src = s == 0 ? in : work;  // step 0 sends this rank's own data
+      for (int k = 0; k < std::max(ks, kr); ++k) {
+        if (k < ks) {
+          const Range g = ring::SegmentRange(send, seg_, k);
+          const Nanos ready = s == 0 ? start_ : rc_.ready_[static_cast<size_t>(k)];
+          RP_RETURN_IF_ERROR(SendSegment(src + g.begin, nullptr, g, s, send_chunk, k, ready,
+                                         feedback_));
+        }
+        if (k < kr) {
+          const Range g = ring::SegmentRange(recv, seg_, k);
+          Stamped<WireMsg> m;
+          RP_RETURN_IF_ERROR(RecvSegment(s, recv_chunk, k, g.size, &m));
+          float* dst = s == n_ - 2 ? own_out + (g.begin - recv.begin) : work + g.begin;
+          absl::Status st = DecodeAdd(codec_, in + g.begin, m.body.payload, g.size, dst, g.begin);
+          if (!st.ok()) return FailLocal(st, "reducing", s);
+          RP_RETURN_IF_ERROR(Release(m, s, k));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // All-gather over the ring; `out` (count elements) holds the reduced chunk r on entry. With a
+  // lossy codec this rank adopts the decoded value of its own chunk, as its receivers will.
+  absl::Status AllGatherPhase(float* out) {
+    const bool lossy = codec_ != Codec::kFp32;
+    for (int s = 0; s <= n_ - 2; ++s) {
+      const int send_chunk = ring::AllGatherSendChunk(n_, r_, s);
+      const int recv_chunk = ring::AllGatherRecvChunk(n_, r_, s);
+      const Range send = ring::ChunkRange(count_, n_, send_chunk);
+      const Range recv = ring::ChunkRange(count_, n_, recv_chunk);
+      const int ks = ring::NumSegments(send.size, seg_);
+      const int kr = ring::NumSegments(recv.size, seg_);
+      for (int k = 0; k < std::max(ks, kr); ++k) {
+        if (k < ks) {
+          const Range g = ring::SegmentRange(send, seg_, k);
+          const bool own = s == 0;
+          RP_RETURN_IF_ERROR(SendSegment(out + g.begin, own && lossy ? out + g.begin : nullptr, g,
+                                         s, send_chunk, k, rc_.ready_[static_cast<size_t>(k)],
+                                         own && feedback_));
+        }
+        if (k < kr) {
+          const Range g = ring::SegmentRange(recv, seg_, k);
+          Stamped<WireMsg> m;
+          RP_RETURN_IF_ERROR(RecvSegment(s, recv_chunk, k, g.size, &m));
+          Decode(codec_, m.body.payload, g.size, out + g.begin);
+          RP_RETURN_IF_ERROR(Release(m, s, k));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A pipelined chain root -> root + 1 -> ... -> root - 1 over the whole buffer.
+  absl::Status BroadcastChain(int root, const float* src, float* out) {
+    const Range all{0, count_};
+    const int segments = ring::NumSegments(count_, seg_);
+    const bool lossy = codec_ != Codec::kFp32;
+    const bool forward = next_ != root;
+    for (int k = 0; k < segments; ++k) {
+      const Range g = ring::SegmentRange(all, seg_, k);
+      if (r_ == root) {
+        RP_RETURN_IF_ERROR(SendSegment(src + g.begin, lossy ? out + g.begin : nullptr, g, 0, 0, k,
+                                       start_, false));
+        if (!lossy && src != out && g.size > 0) {
+          std::memcpy(out + g.begin, src + g.begin, g.size * sizeof(float));
+        }
+        continue;
+      }
+      Stamped<WireMsg> m;
+      RP_RETURN_IF_ERROR(RecvSegment(0, 0, k, g.size, &m));
+      Decode(codec_, m.body.payload, g.size, out + g.begin);
+      RP_RETURN_IF_ERROR(Release(m, 0, k));
+      if (forward) {
+        RP_RETURN_IF_ERROR(
+            SendSegment(out + g.begin, nullptr, g, 0, 0, k, std::max(start_, m.arrival), false));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits until the next rank acknowledged every message (every lend ended, every wire buffer
+  // home), so the caller may touch its buffers again.
+  absl::Status Finish() {
+    while (rc_.in_flight_ > 0) {
+      Ack a;
+      absl::Status s = rc_.acks_from_next_->Pop(&a, timeout_);
+      if (!s.ok()) return Fail(s, "waiting for the final acknowledgements of", next_, n_ - 2);
+      OnAck(a);
+    }
+    rc_.stats_.collective_bytes[static_cast<int>(codec_)] += result_.wire_bytes;
+    rc_.stats_.messages += result_.messages;
+    return absl::OkStatus();
+  }
+
+  const CollectiveResult& result() const { return result_; }
+
+  // The rank's reusable scratch buffer, at least `elems` long.
+  float* Scratch(size_t elems) {
+    if (rc_.scratch_.size() < elems) rc_.scratch_.resize(elems);
+    return rc_.scratch_.data();
+  }
+
+ private:
+  std::string Prefix() const {
+    return absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ", OpName(kind_), " #", op_id_);
+  }
+
+  // Formats `s` with this rank, op, peer and step; aborts the group unless `s` is the echo of an
+  // earlier abort.
+  absl::Status Fail(const absl::Status& s, const char* what, int peer, int step) {
+    const std::string where = absl::StrCat(Prefix(), " ", what, " rank ", peer, " (device ",
+                                           group_.device(peer), ") at ring step ", step);
+    if (s.code() == absl::StatusCode::kCancelled) {
+      return absl::AbortedError(absl::StrCat(where, ": aborted because the group failed: ",
+                                             group_.abort_status().ToString()));
+    }
+    absl::Status out(s.code(), absl::StrCat(where, ": ", s.message()));
+    group_.Abort(out);
+    return out;
+  }
+  absl::Status FailLocal(const absl::Status& s, const char* what, int step) {
+    absl::Status out(s.code(),
+                     absl::StrCat(Prefix(), " ", what, " at ring step ", step, ": ", s.message()));
+    group_.Abort(out);
+    return out;
+  }
+
+  void OnAck(const Ack& a) {
+    --rc_.in_flight_;
+    if (a.pool_buffer != nullptr) rc_.free_buffers_.push_back(a.pool_buffer);
+  }
+  void DrainAcks() {
+    Ack a;
+    while (rc_.acks_from_next_->TryPop(&a)) OnAck(a);
+  }
+
+  // Sends segment `g` (data at `src`, g.size elements). FP32 lends `src`; lossy codecs encode into
+  // a pool buffer (with error feedback if `feedback`) and, if `adopt` is set, decode it back into
+  // `adopt` (the owner adopting the value its receivers will see).
+  absl::Status SendSegment(const float* src, float* adopt, Range g, int step, int chunk, int k,
+                           Nanos ready, bool feedback) {
+    DrainAcks();
+    WireMsg m;
+    m.pool_buffer = nullptr;
+    m.payload = reinterpret_cast<const std::byte*>(src);
+    if (codec_ != Codec::kFp32 && g.size > 0) {
+      while (rc_.free_buffers_.empty()) {
+        Ack a;
+        absl::Status s = rc_.acks_from_next_->Pop(&a, timeout_);
+        if (!s.ok()) return Fail(s, "waiting for a wire buffer back from", next_, step);
+        OnAck(a);
+      }
+      std::byte* buf = rc_.free_buffers_.back();
+      rc_.free_buffers_.pop_back();
+      absl::Status st =
+          feedback ? EncodeWithFeedback(codec_, src, g.size, rc_.residual_.data() + g.begin, buf,
+                                        g.begin)
+                   : Encode(codec_, src, g.size, buf, g.begin);
+      if (!st.ok()) {
+        rc_.free_buffers_.push_back(buf);
+        return FailLocal(st, "encoding", step);
+      }
+      if (adopt != nullptr) Decode(codec_, buf, g.size, adopt);
+      m.pool_buffer = buf;
+      m.payload = buf;
+    }
+    m.op_id = op_id_;
+    m.count = count_;
+    m.elems = static_cast<uint32_t>(g.size);
+    m.step = step;
+    m.chunk = chunk;
+    m.segment = k;
+    m.kind = kind_;
+    m.codec = codec_;
+    const uint64_t bytes = SegmentWireBytes(codec_, g.size);
+    Nanos arrival{0};
+    absl::Status s = rc_.to_next_->Send(m, bytes, ready, timeout_, &arrival);
+    if (!s.ok()) {
+      if (m.pool_buffer != nullptr) rc_.free_buffers_.push_back(m.pool_buffer);
+      return Fail(s, "sending to", next_, step);
+    }
+    ++rc_.in_flight_;
+    result_.wire_bytes += bytes;
+    ++result_.messages;
+    result_.end = std::max(result_.end, ready);
+    return absl::OkStatus();
+  }
+
+  // Receives the next message and checks it is the expected segment of the same collective.
+  absl::Status RecvSegment(int step, int chunk, int k, size_t elems, Stamped<WireMsg>* m) {
+    absl::Status s = rc_.from_prev_->Recv(m, timeout_);
+    if (!s.ok()) return Fail(s, "waiting for", prev_, step);
+    const WireMsg& w = m->body;
+    if (w.op_id != op_id_ || w.kind != kind_ || w.count != count_ || w.codec != codec_) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
+                      "mismatched collectives: this rank runs ", OpName(kind_), " #", op_id_,
+                      " of ", count_, " elements with ", CodecName(codec_), ", the peer sent ",
+                      OpName(w.kind), " #", w.op_id, " of ", w.count, " elements with ",
+                      CodecName(w.codec))),
+                  "receiving from", prev_, step);
+    }
+    if (w.step != step || w.chunk != chunk || w.segment != k || w.elems != elems) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
+                      "mismatched segments (is segment_bytes equal on all ranks?): expected step ",
+                      step, " chunk ", chunk, " segment ", k, " of ", elems,
+                      " elements, got step ", w.step, " chunk ", w.chunk, " segment ", w.segment,
+                      " of ", w.elems, " elements")),
+                  "receiving from", prev_, step);
+    }
+    result_.end = std::max(result_.end, m->arrival);
+    rc_.ready_[static_cast<size_t>(k)] = std::max(start_, m->arrival);
+    return absl::OkStatus();
+  }
+
+  // Tells the previous rank this rank is done with the message's bytes.
+  absl::Status Release(const Stamped<WireMsg>& m, int step, int k) {
+    absl::Status s = rc_.acks_to_prev_->Push(Ack{m.body.pool_buffer}, timeout_);
+    if (!s.ok()) return Fail(s, "acknowledging to", prev_, step);
+    return absl::OkStatus();
+  }
+
+  RankComm& rc_;
+  Communicator& group_;
+  const OpKind kind_;
+  const Codec codec_;
+  const std::chrono::nanoseconds timeout_;
+  const size_t count_;
+  const size_t seg_;  // segment_elems
+  const int n_, r_, next_, prev_;
+  const Nanos start_;
+  bool feedback_ = false;
+  uint64_t op_id_ = 0;
+  CollectiveResult result_;
+};
+
+}  // namespace internal
+
+namespace {
+
+using internal::OpKind;
+using internal::RingRunner;
+
+absl::Status CheckComm(const RankComm* comm) {
+  if (comm == nullptr) return absl::InvalidArgumentError("comm: null");
+  return absl::OkStatus();
+}
+
+void CopyIfDistinct(const float* src, float* dst, size_t n) {
+  if (src != dst && n > 0) std::memcpy(dst, src, n * sizeof(float));
+}
+
+}  // namespace
+
+// ---- RingAllReduce ----
+
+absl::StatusOr<RingAllReduce> RingAllReduce::Create(RankComm* comm, std::span<const float> in,
+                                                    std::span<float> out,
+                                                    const CollectiveOptions& options) {
+  RP_RETURN_IF_ERROR(CheckComm(comm));
+  RP_RETURN_IF_ERROR(ValidateCollectiveOptions(options));
+  if (in.size() != out.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("out: all-reduce on rank ", comm->rank(),
+                                                   " has ", in.size(), " input elements but ",
+                                                   out.size(), " output elements"));
+  }
+  return RingAllReduce(comm, in, out, options);
+}
+
+absl::Status RingAllReduce::Run(Nanos start) {
+  RingRunner run(comm_, OpKind::kAllReduce, options_, in_.size(), start);
+  RP_RETURN_IF_ERROR(run.Begin());
+  const int n = comm_->size();
+  if (n == 1) {
+    CopyIfDistinct(in_.data(), out_.data(), in_.size());
+  } else {
+    const ring::Range own = ring::ChunkRange(in_.size(), n, comm_->rank());
+    RP_RETURN_IF_ERROR(run.ReduceScatterPhase(in_.data(), out_.data(), out_.data() + own.begin));
+    RP_RETURN_IF_ERROR(run.AllGatherPhase(out_.data()));
+  }
+  RP_RETURN_IF_ERROR(run.Finish());
+  result_ = run.result();
+  return absl::OkStatus();
+}
+
+// ---- RingReduceScatter ----
+
+absl::StatusOr<RingReduceScatter> RingReduceScatter::Create(RankComm* comm,
+                                                            std::span<const float> in,
+                                                            std::span<float> out,
+                                                            const CollectiveOptions& options) {
+  RP_RETURN_IF_ERROR(CheckComm(comm));
+  RP_RETURN_IF_ERROR(ValidateCollectiveOptions(options));
+  const ring::Range own = ring::ChunkRange(in.size(), comm->size(), comm->rank());
+  if (out.size() != own.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "out: reduce-scatter of ", in.size(), " elements gives rank ", comm->rank(), " ",
+        own.size, " elements, but out has ", out.size()));
+  }
+  return RingReduceScatter(comm, in, out, options);
+}
+
+absl::Status RingReduceScatter::Run(Nanos start) {
+  RingRunner run(comm_, OpKind::kReduceScatter, options_, in_.size(), start);
+  RP_RETURN_IF_ERROR(run.Begin());
+  const int n = comm_->size();
+  const ring::Range own = ring::ChunkRange(in_.size(), n, comm_->rank());
+  if (n == 1) {
+    CopyIfDistinct(in_.data(), out_.data(), in_.size());
+  } else {
+    const bool in_place = out_.data() == in_.data() + own.begin;
+    float* work;
+    if (in_place) {
+      work = const_cast<float*>(in_.data());  // the caller's buffer: out aliases it
+    } else {
+      work = run.Scratch(in_.size());
+    }
+    RP_RETURN_IF_ERROR(run.ReduceScatterPhase(in_.data(), work, out_.data()));
+  }
+  RP_RETURN_IF_ERROR(run.Finish());
+  result_ = run.result();
+  return absl::OkStatus();
+}
+
+// ---- RingAllGather ----
+
+absl::StatusOr<RingAllGather> RingAllGather::Create(RankComm* comm, std::span<const float> in,
+                                                    std::span<float> out,
+                                                    const CollectiveOptions& options) {
+  RP_RETURN_IF_ERROR(CheckComm(comm));
+  RP_RETURN_IF_ERROR(ValidateCollectiveOptions(options));
+  const ring::Range own = ring::ChunkRange(out.size(), comm->size(), comm->rank());
+  if (in.size() != own.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "in: all-gather of ", out.size(), " elements takes ", own.size, " elements from rank ",
+        comm->rank(), ", but in has ", in.size()));
+  }
+  return RingAllGather(comm, in, out, options);
+}
+
+absl::Status RingAllGather::Run(Nanos start) {
+  RingRunner run(comm_, OpKind::kAllGather, options_, out_.size(), start);
+  RP_RETURN_IF_ERROR(run.Begin());
+  const int n = comm_->size();
+  const ring::Range own = ring::ChunkRange(out_.size(), n, comm_->rank());
+  CopyIfDistinct(in_.data(), out_.data() + own.begin, own.size);
+  if (n > 1) RP_RETURN_IF_ERROR(run.AllGatherPhase(out_.data()));
+  RP_RETURN_IF_ERROR(run.Finish());
+  result_ = run.result();
+  return absl::OkStatus();
+}
+
+// ---- RingBroadcast ----
+
+absl::StatusOr<RingBroadcast> RingBroadcast::Create(RankComm* comm, int root,
+                                                    std::span<const float> in,
+                                                    std::span<float> out,
+                                                    const CollectiveOptions& options) {
+  RP_RETURN_IF_ERROR(CheckComm(comm));
+  RP_RETURN_IF_ERROR(ValidateCollectiveOptions(options));
+  if (root < 0 || root >= comm->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("root: ", root, " is not a rank of a group of ", comm->size()));
+  }
+  if (comm->rank() == root && !in.empty() && in.size() != out.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("in: broadcast root ", root, " has ",
+                                                   in.size(), " input elements but ", out.size(),
+                                                   " output elements"));
+  }
+  return RingBroadcast(comm, root, in, out, options);
+}
+
+absl::Status RingBroadcast::Run(Nanos start) {
+  RingRunner run(comm_, OpKind::kBroadcast, options_, out_.size(), start);
+  RP_RETURN_IF_ERROR(run.Begin());
+  const bool root = comm_->rank() == root_;
+  const float* src = root && !in_.empty() ? in_.data() : out_.data();
+  if (comm_->size() == 1) {
+    CopyIfDistinct(src, out_.data(), out_.size());
+  } else {
+    RP_RETURN_IF_ERROR(run.BroadcastChain(root_, src, out_.data()));
+  }
+  RP_RETURN_IF_ERROR(run.Finish());
+  result_ = run.result();
+  return absl::OkStatus();
+}
+
+}  // namespace rp::comm

@@ -1,0 +1,137 @@
+// Ring collectives on real FP32 buffers: one small class per algorithm.
+//
+//   RingAllReduce      reduce-scatter then all-gather; out = sum over ranks of in.
+//   RingReduceScatter  out = chunk rank() of the sum.
+//   RingAllGather      out[chunk c] = rank c's in.
+//   RingBroadcast      a pipelined chain root -> root + 1 -> ... -> root - 1; out = root's in.
+//
+// Each class: static Create(...) validates (InvalidArgument naming the field) and returns the
+// operation; Run(start) executes it on the calling rank's thread and must be called on every rank
+// of the group. Words (chunk, segment, step) as defined in comm/ring_steps.h.
+//
+// Pipelining: a rank sends segment k of its step-s chunk before it receives and reduces segment k
+// of its step-s receive chunk, and up to CommunicatorOptions::channel_capacity segments are in
+// flight per link, so segment k + 1 travels while segment k is reduced.
+//
+// Zero copy: with FP32 a message is a view of the sender's buffer (lent until the receiver
+// acknowledges it; Run returns only after every lend is acknowledged). Lossy codecs encode into
+// the sender's pool of wire buffers, which the receiver hands back in its acknowledgement.
+//
+// Bit-identical replicas: each chunk is reduced in one order (along the ring) and then copied; with
+// a lossy codec the owner of a reduced chunk encodes it and adopts the decoded value exactly as the
+// receivers do, and a forwarding rank re-encodes the decoded value, which yields the same bytes
+// (codec idempotence, comm/codec.h). With n == 1 nothing is sent and no codec is applied.
+//
+// Modeled time: a message is stamped with arrival = LinkModel::Transmit(src device, dst device,
+// ready, wire bytes), where ready is the modeled time its data became available (start for the
+// sender's own data, the arrival of the segment it depends on otherwise). Run's result.end =
+// max(start, every arrival); an ideal link gives end == start.
+//
+// Errors: OutOfRange (FP16/BF16 overflow, FP32 sum overflow; names rank and element),
+// FailedPrecondition (mismatched count/op/codec across ranks; names both sides), DeadlineExceeded
+// (a peer did not arrive within options.timeout; names waiting rank, peer and step), Aborted
+// (another rank failed first). Any error aborts the group (see comm/communicator.h).
+//
+// Example (in rank r's thread):
+//   RP_ASSIGN_OR_RETURN(auto op, RingAllReduce::Create(&comm->rank(r), in, out, options));
+//   RP_RETURN_IF_ERROR(op.Run(start));
+//   Nanos end = op.result().end;
+#pragma once
+
+#include <span>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "runtime/time.h"
+
+namespace rp::comm {
+
+class RingAllReduce {
+ public:
+  // in.size() == out.size(); in-place when in.data() == out.data(). `comm` must outlive the op.
+  static absl::StatusOr<RingAllReduce> Create(RankComm* comm, std::span<const float> in,
+                                              std::span<float> out,
+                                              const CollectiveOptions& options);
+  [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
+  const CollectiveResult& result() const { return result_; }
+
+ private:
+  RingAllReduce(RankComm* comm, std::span<const float> in, std::span<float> out,
+                const CollectiveOptions& options)
+      : comm_(comm), in_(in), out_(out), options_(options) {}
+  RankComm* comm_;
+  std::span<const float> in_;
+  std::span<float> out_;
+  CollectiveOptions options_;
+  CollectiveResult result_;
+};
+
+class RingReduceScatter {
+ public:
+  // out.size() == ring::ChunkRange(in.size(), n, rank).size. In-place when out.data() ==
+  // in.data() + ChunkRange(...).begin (then `in` is used as the work buffer and modified).
+  static absl::StatusOr<RingReduceScatter> Create(RankComm* comm, std::span<const float> in,
+                                                  std::span<float> out,
+                                                  const CollectiveOptions& options);
+  [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
+  const CollectiveResult& result() const { return result_; }
+
+ private:
+  RingReduceScatter(RankComm* comm, std::span<const float> in, std::span<float> out,
+                    const CollectiveOptions& options)
+      : comm_(comm), in_(in), out_(out), options_(options) {}
+  RankComm* comm_;
+  std::span<const float> in_;
+  std::span<float> out_;
+  CollectiveOptions options_;
+  CollectiveResult result_;
+};
+
+class RingAllGather {
+ public:
+  // in.size() == ring::ChunkRange(out.size(), n, rank).size. In-place when in.data() ==
+  // out.data() + ChunkRange(...).begin.
+  static absl::StatusOr<RingAllGather> Create(RankComm* comm, std::span<const float> in,
+                                              std::span<float> out,
+                                              const CollectiveOptions& options);
+  [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
+  const CollectiveResult& result() const { return result_; }
+
+ private:
+  RingAllGather(RankComm* comm, std::span<const float> in, std::span<float> out,
+                const CollectiveOptions& options)
+      : comm_(comm), in_(in), out_(out), options_(options) {}
+  RankComm* comm_;
+  std::span<const float> in_;
+  std::span<float> out_;
+  CollectiveOptions options_;
+  CollectiveResult result_;
+};
+
+class RingBroadcast {
+ public:
+  // 0 <= root < n. Root: in.size() == out.size(), or in empty (in-place: out holds the data).
+  // Other ranks: `in` is ignored.
+  static absl::StatusOr<RingBroadcast> Create(RankComm* comm, int root, std::span<const float> in,
+                                              std::span<float> out,
+                                              const CollectiveOptions& options);
+  [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
+  const CollectiveResult& result() const { return result_; }
+
+ private:
+  RingBroadcast(RankComm* comm, int root, std::span<const float> in, std::span<float> out,
+                const CollectiveOptions& options)
+      : comm_(comm), root_(root), in_(in), out_(out), options_(options) {}
+  RankComm* comm_;
+  int root_;
+  std::span<const float> in_;
+  std::span<float> out_;
+  CollectiveOptions options_;
+  CollectiveResult result_;
+};
+
+// InvalidArgument naming the field when `options` are not usable.
+[[nodiscard]] absl::Status ValidateCollectiveOptions(const CollectiveOptions& options);
+
+}  // namespace rp::comm

@@ -1,0 +1,201 @@
+#include "comm/communicator.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "comm/collectives.h"
+#include "runtime/status_macros.h"
+
+namespace rp::comm {
+
+namespace internal {
+const char* OpName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllReduce: return "all-reduce";
+    case OpKind::kReduceScatter: return "reduce-scatter";
+    case OpKind::kAllGather: return "all-gather";
+    case OpKind::kBroadcast: return "broadcast";
+  }
+  return "op";
+}
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
+    const CommunicatorOptions& options) {
+  if (options.devices.empty()) {
+    return absl::InvalidArgumentError("devices: a communicator needs at least one rank");
+  }
+  absl::flat_hash_set<int> seen;
+  for (size_t r = 0; r < options.devices.size(); ++r) {
+    const int d = options.devices[r];
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("devices[", r, "]: device id ", d, " is negative"));
+    }
+    if (!seen.insert(d).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("devices[", r, "]: device id ", d, " appears twice"));
+    }
+  }
+  if (options.channel_capacity < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "channel_capacity: ", options.channel_capacity, " (must be >= 2)"));
+  }
+  if (options.spin_iterations < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spin_iterations: ", options.spin_iterations, " (must be >= 0)"));
+  }
+  std::unique_ptr<Communicator> comm(new Communicator(options));
+  const int n = comm->size();
+  for (int r = 0; r < n; ++r) {
+    ChannelOptions co;
+    co.src_device = options.devices[static_cast<size_t>(r)];
+    co.dst_device = options.devices[static_cast<size_t>((r + 1) % n)];
+    co.capacity = options.channel_capacity;
+    co.spin_iterations = options.spin_iterations;
+    co.link = options.link;
+    co.clock = options.clock;
+    comm->ring_data_.push_back(std::make_unique<Channel<internal::WireMsg>>(co));
+    // Acks: at most capacity + 1 messages are unacknowledged between drains (see collectives.cc).
+    comm->ring_acks_.push_back(std::make_unique<SpscQueue<internal::Ack>>(
+        2 * options.channel_capacity + 2, options.spin_iterations));
+  }
+  for (int r = 0; r < n; ++r) {
+    auto rc = std::unique_ptr<RankComm>(new RankComm(comm.get(), r));
+    const int prev = (r + n - 1) % n;
+    rc->to_next_ = comm->ring_data_[static_cast<size_t>(r)].get();
+    rc->from_prev_ = comm->ring_data_[static_cast<size_t>(prev)].get();
+    rc->acks_from_next_ = comm->ring_acks_[static_cast<size_t>(r)].get();
+    rc->acks_to_prev_ = comm->ring_acks_[static_cast<size_t>(prev)].get();
+    comm->ranks_.push_back(std::move(rc));
+  }
+  return comm;
+}
+
+Communicator::~Communicator() = default;
+
+void Communicator::Abort(const absl::Status& status) {
+  {
+    MutexLock lock(&mu_);
+    if (abort_status_.ok()) abort_status_ = status;
+    for (auto& [key, ch] : p2p_) ch->Cancel();
+  }
+  aborted_.store(true, std::memory_order_release);  // acquired by aborted()
+  for (auto& ch : ring_data_) ch->Cancel();
+  for (auto& q : ring_acks_) q->Cancel();
+}
+
+absl::Status Communicator::abort_status() const {
+  MutexLock lock(&mu_);
+  return abort_status_;
+}
+
+OwningChannel<Buffer>* Communicator::GetP2P(int src, int dst) {
+  MutexLock lock(&mu_);
+  const int64_t key = static_cast<int64_t>(src) * size() + dst;
+  auto& slot = p2p_[key];
+  if (slot == nullptr) {
+    ChannelOptions co;
+    co.src_device = device(src);
+    co.dst_device = device(dst);
+    co.capacity = options_.channel_capacity;
+    co.spin_iterations = options_.spin_iterations;
+    co.link = options_.link;
+    co.clock = options_.clock;
+    slot = std::make_unique<OwningChannel<Buffer>>(co);
+    if (!abort_status_.ok()) slot->Cancel();
+  }
+  return slot.get();
+}
+
+int RankComm::size() const { return group_->size(); }
+int RankComm::device() const { return group_->device(rank_); }
+
+OwningChannel<Buffer>* RankComm::P2PChannel(int src, int dst) {
+  const int64_t key = static_cast<int64_t>(src) * size() + dst;
+  auto it = p2p_cache_.find(key);
+  if (it != p2p_cache_.end()) return it->second;
+  OwningChannel<Buffer>* ch = group_->GetP2P(src, dst);
+  p2p_cache_.emplace(key, ch);
+  return ch;
+}
+
+absl::StatusOr<Nanos> RankComm::Send(int peer, std::unique_ptr<Buffer> buffer, Nanos ready_at,
+                                     std::chrono::nanoseconds timeout) {
+  if (peer < 0 || peer >= size() || peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat("peer: rank ", rank_, " cannot send to rank ",
+                                                   peer, " (group of ", size(), ")"));
+  }
+  if (buffer == nullptr) return absl::InvalidArgumentError("buffer: null");
+  if (group_->aborted()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank_, ": communicator aborted earlier: ",
+                     group_->abort_status().ToString()));
+  }
+  const uint64_t bytes = buffer->size() * sizeof(float);
+  Nanos arrival{0};
+  absl::Status s = P2PChannel(rank_, peer)->Send(std::move(buffer), bytes, ready_at, timeout,
+                                                 &arrival);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("rank ", rank_, " (device ", device(),
+                                               ") send to rank ", peer, " (device ",
+                                               group_->device(peer), "): ", s.message()));
+  }
+  stats_.p2p_bytes += bytes;
+  ++stats_.messages;
+  return arrival;
+}
+
+absl::StatusOr<Received> RankComm::Recv(int peer, std::chrono::nanoseconds timeout) {
+  if (peer < 0 || peer >= size() || peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peer: rank ", rank_, " cannot receive from rank ", peer, " (group of ", size(), ")"));
+  }
+  Received r;
+  absl::Status s = P2PChannel(peer, rank_)->Recv(&r.buffer, &r.arrival, timeout);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("rank ", rank_, " (device ", device(),
+                                               ") waiting for rank ", peer, " (device ",
+                                               group_->device(peer), "): ", s.message()));
+  }
+  return r;
+}
+
+absl::StatusOr<CollectiveResult> RankComm::AllReduce(std::span<const float> in,
+                                                     std::span<float> out,
+                                                     const CollectiveOptions& options,
+                                                     Nanos start) {
+  RP_ASSIGN_OR_RETURN(auto op, RingAllReduce::Create(this, in, out, options));
+  RP_RETURN_IF_ERROR(op.Run(start));
+  return op.result();
+}
+
+absl::StatusOr<CollectiveResult> RankComm::ReduceScatter(std::span<const float> in,
+                                                         std::span<float> out,
+                                                         const CollectiveOptions& options,
+                                                         Nanos start) {
+  RP_ASSIGN_OR_RETURN(auto op, RingReduceScatter::Create(this, in, out, options));
+  RP_RETURN_IF_ERROR(op.Run(start));
+  return op.result();
+}
+
+absl::StatusOr<CollectiveResult> RankComm::AllGather(std::span<const float> in,
+                                                     std::span<float> out,
+                                                     const CollectiveOptions& options,
+                                                     Nanos start) {
+  RP_ASSIGN_OR_RETURN(auto op, RingAllGather::Create(this, in, out, options));
+  RP_RETURN_IF_ERROR(op.Run(start));
+  return op.result();
+}
+
+absl::StatusOr<CollectiveResult> RankComm::Broadcast(int root, std::span<const float> in,
+                                                     std::span<float> out,
+                                                     const CollectiveOptions& options,
+                                                     Nanos start) {
+  RP_ASSIGN_OR_RETURN(auto op, RingBroadcast::Create(this, root, in, out, options));
+  RP_RETURN_IF_ERROR(op.Run(start));
+  return op.result();
+}
+
+}  // namespace rp::comm

@@ -1,0 +1,245 @@
+// rp::comm::Communicator: a group of ranks that run collectives and point-to-point transfers on
+// real buffers, each rank driven by its own thread (think ncclComm_t).
+//
+// A Communicator is created once for a group (Create validates the options) and hands out one
+// RankComm per rank. Group rank r is mapped to the global device id options.devices[r]; link
+// models see device ids, so a schedule can build DP/TP groups out of a larger world. The ring
+// direction is r -> r + 1 (mod n).
+//
+// Guarantees:
+//   * Every blocking wait is bounded by the operation's timeout: a missing peer is a
+//     DeadlineExceeded Status naming the waiting rank, the peer and the ring step, never a hang.
+//   * The first failure of any rank aborts the group: ranks blocked in the same group return
+//     Aborted promptly, and every later operation returns FailedPrecondition. Create a new
+//     Communicator to continue.
+//   * Counters (RankComm::stats) count exactly the bytes put on the wire, codec metadata included.
+//
+// Thread safety: Communicator methods are thread-safe. A RankComm is used by one thread at a time
+// (normally its rank's thread); different RankComms are used concurrently. Collectives are matched
+// across ranks by call order: every rank of the group must issue the same sequence of collectives
+// with the same element count, codec and segment size (mismatches are detected and reported).
+//
+// Example (one thread per rank):
+//   RP_ASSIGN_OR_RETURN(auto comm, Communicator::Create({.devices = {0, 1, 2, 3}}));
+//   // in rank r's thread:
+//   RP_ASSIGN_OR_RETURN(CollectiveResult res,
+//                       comm->rank(r).AllReduce(grad, grad, {.codec = Codec::kFp16}));
+//   // grad now holds the sum over ranks, bit-identical on every rank.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/channel.h"
+#include "comm/codec.h"
+#include "runtime/clock.h"
+#include "runtime/link.h"
+#include "runtime/mutex.h"
+#include "runtime/time.h"
+
+namespace rp::comm {
+
+// Messages a ring link holds before its producer blocks.
+inline constexpr size_t kDefaultChannelCapacity = 8;
+// Default segment: 256 KiB of FP32 values (65536 elements) per message.
+inline constexpr size_t kDefaultSegmentBytes = size_t{256} << 10;
+// Default watchdog for any single blocking wait inside an operation.
+inline constexpr std::chrono::milliseconds kDefaultTimeout{30000};
+
+struct CommunicatorOptions {
+  // Global device id of each group rank (size = number of ranks, >= 1; ids >= 0 and distinct).
+  std::vector<int> devices;
+  // Link model every transfer passes through; nullptr = ideal. Non-owning: it belongs to the
+  // emulated machine, which outlives the communicator.
+  LinkModel* link = nullptr;
+  // Clock receivers wait on until a message's modeled arrival (only with a non-ideal link);
+  // nullptr = never wait. Non-owning, same lifetime as `link`.
+  Clock* clock = nullptr;
+  // Messages in flight per ring link, >= 2.
+  size_t channel_capacity = kDefaultChannelCapacity;
+  // Busy polls before a blocked rank sleeps on a futex, >= 0.
+  int spin_iterations = kDefaultSpinIterations;
+};
+
+// Options of one collective call. Must be equal on every rank of the call.
+struct CollectiveOptions {
+  Codec codec = Codec::kFp32;
+  // FP32 bytes per segment (one message): a multiple of 4, >= 4.
+  size_t segment_bytes = kDefaultSegmentBytes;
+  // Watchdog for each blocking wait (wall time), > 0.
+  std::chrono::nanoseconds timeout = kDefaultTimeout;
+  // Keep a per-rank residual of the quantization error and add it before the next encode
+  // (lossy codecs only; its memory is RankComm::residual_bytes()).
+  bool error_feedback = false;
+};
+
+// What one rank observed in one collective.
+struct CollectiveResult {
+  Nanos start{0};            // modeled start passed to Run
+  Nanos end{0};              // modeled end: max(start, arrival of every input); == start on an
+                             // ideal link
+  uint64_t wire_bytes = 0;   // bytes this rank put on the wire (codec metadata included)
+  uint64_t messages = 0;     // messages this rank sent
+};
+
+// Cumulative per-rank counters.
+struct WireStats {
+  uint64_t collective_bytes[4] = {0, 0, 0, 0};  // indexed by static_cast<int>(Codec)
+  uint64_t p2p_bytes = 0;
+  uint64_t messages = 0;
+  uint64_t total_bytes() const {
+    return collective_bytes[0] + collective_bytes[1] + collective_bytes[2] + collective_bytes[3] +
+           p2p_bytes;
+  }
+};
+
+// The payload of point-to-point transfers (activations): moved, never copied.
+using Buffer = std::vector<float>;
+
+// A received point-to-point buffer and its modeled arrival.
+struct Received {
+  std::unique_ptr<Buffer> buffer;
+  Nanos arrival{0};
+};
+
+namespace internal {
+enum class OpKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+const char* OpName(OpKind kind);
+
+// One ring message: a segment of a collective. Trivially copyable (see channel.h).
+struct WireMsg {
+  const std::byte* payload;  // wire bytes: a lent view of the sender's FP32 buffer or a pool buffer
+  std::byte* pool_buffer;    // the sender's pool buffer to hand back (nullptr for lent views)
+  uint64_t op_id;            // the sender's collective sequence number
+  uint64_t count;            // the sender's total element count
+  uint32_t elems;            // elements in this segment
+  int32_t step;
+  int32_t chunk;
+  int32_t segment;
+  OpKind kind;
+  Codec codec;
+};
+// Returned by the receiver after it consumed a message (the sender may reuse the bytes).
+struct Ack {
+  std::byte* pool_buffer;
+};
+class RingRunner;
+}  // namespace internal
+
+class Communicator;
+
+// One rank's handle. Used by one thread at a time (see the file comment).
+class RankComm {
+ public:
+  int rank() const { return rank_; }
+  int size() const;
+  int device() const;
+
+  // ---- Collectives (see comm/collectives.h for the per-algorithm classes these wrap) ----
+  // out = sum over ranks of in (in.size() == out.size(); in-place when in.data() == out.data()).
+  [[nodiscard]] absl::StatusOr<CollectiveResult> AllReduce(std::span<const float> in,
+                                                           std::span<float> out,
+                                                           const CollectiveOptions& options,
+                                                           Nanos start = kZeroTime);
+  // out = chunk `rank()` of the sum (out.size() == ring::ChunkRange(in.size(), n, rank()).size).
+  [[nodiscard]] absl::StatusOr<CollectiveResult> ReduceScatter(std::span<const float> in,
+                                                               std::span<float> out,
+                                                               const CollectiveOptions& options,
+                                                               Nanos start = kZeroTime);
+  // out[chunk c] = in of rank c (in.size() == ChunkRange(out.size(), n, rank()).size).
+  [[nodiscard]] absl::StatusOr<CollectiveResult> AllGather(std::span<const float> in,
+                                                           std::span<float> out,
+                                                           const CollectiveOptions& options,
+                                                           Nanos start = kZeroTime);
+  // out = root's in on every rank (root: in.size() == out.size(), or in empty = in-place in out;
+  // other ranks: in ignored).
+  [[nodiscard]] absl::StatusOr<CollectiveResult> Broadcast(int root, std::span<const float> in,
+                                                           std::span<float> out,
+                                                           const CollectiveOptions& options,
+                                                           Nanos start = kZeroTime);
+
+  // ---- Point to point ----
+  // Moves `buffer` to group rank `peer` (!= rank()). The arrival is stamped through the link model
+  // from `ready_at` and returned. Blocks while the pair's channel is full (DeadlineExceeded after
+  // `timeout`).
+  [[nodiscard]] absl::StatusOr<Nanos> Send(int peer, std::unique_ptr<Buffer> buffer,
+                                           Nanos ready_at,
+                                           std::chrono::nanoseconds timeout = kDefaultTimeout);
+  // Receives the next buffer group rank `peer` sent to this rank (FIFO per pair). Waits on the
+  // clock until its modeled arrival when the link is not ideal.
+  [[nodiscard]] absl::StatusOr<Received> Recv(int peer,
+                                              std::chrono::nanoseconds timeout = kDefaultTimeout);
+
+  const WireStats& stats() const { return stats_; }
+  // Bytes of error-feedback residual this rank holds.
+  uint64_t residual_bytes() const { return residual_.size() * sizeof(float); }
+  Communicator& group() { return *group_; }
+
+ private:
+  friend class Communicator;
+  friend class internal::RingRunner;
+  RankComm(Communicator* group, int rank) : group_(group), rank_(rank) {}
+
+  OwningChannel<Buffer>* P2PChannel(int src, int dst);
+
+  Communicator* const group_;  // owns this RankComm
+  const int rank_;
+  // Ring links (owned by the group).
+  Channel<internal::WireMsg>* to_next_ = nullptr;        // producer: this rank
+  Channel<internal::WireMsg>* from_prev_ = nullptr;      // consumer: this rank
+  SpscQueue<internal::Ack>* acks_from_next_ = nullptr;   // consumer: this rank
+  SpscQueue<internal::Ack>* acks_to_prev_ = nullptr;     // producer: this rank
+  // Collective state, reused across calls (no per-segment allocation).
+  uint64_t next_op_id_ = 0;
+  uint64_t in_flight_ = 0;  // messages sent to the next rank and not yet acknowledged
+  std::vector<std::unique_ptr<std::byte[]>> pool_;  // wire buffers for lossy codecs
+  std::vector<std::byte*> free_buffers_;
+  size_t pool_buffer_bytes_ = 0;
+  std::vector<float> scratch_;   // out-of-place reduce-scatter partial sums
+  std::vector<float> residual_;  // error feedback
+  std::vector<Nanos> ready_;     // modeled ready time per segment of the current chunk
+  absl::flat_hash_map<int64_t, OwningChannel<Buffer>*> p2p_cache_;
+  WireStats stats_;
+};
+
+class Communicator {
+ public:
+  // InvalidArgument naming the field on bad options.
+  static absl::StatusOr<std::unique_ptr<Communicator>> Create(const CommunicatorOptions& options);
+  ~Communicator();
+
+  int size() const { return static_cast<int>(options_.devices.size()); }
+  int device(int rank) const { return options_.devices[static_cast<size_t>(rank)]; }
+  const CommunicatorOptions& options() const { return options_; }
+  // The handle of group rank r in [0, size()).
+  RankComm& rank(int r) { return *ranks_[static_cast<size_t>(r)]; }
+
+  // Fails the group with `status` (the first call wins) and wakes every blocked rank.
+  void Abort(const absl::Status& status);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // The status that aborted the group (OK if none).
+  absl::Status abort_status() const;
+
+ private:
+  explicit Communicator(const CommunicatorOptions& options) : options_(options) {}
+  friend class RankComm;
+  OwningChannel<Buffer>* GetP2P(int src, int dst);
+
+  const CommunicatorOptions options_;
+  std::vector<std::unique_ptr<Channel<internal::WireMsg>>> ring_data_;  // [r]: r -> r + 1
+  std::vector<std::unique_ptr<SpscQueue<internal::Ack>>> ring_acks_;    // [r]: r + 1 -> r
+  std::vector<std::unique_ptr<RankComm>> ranks_;
+  std::atomic<bool> aborted_{false};  // release in Abort, acquire in aborted()
+  mutable Mutex mu_;
+  absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::unique_ptr<OwningChannel<Buffer>>> p2p_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rp::comm
