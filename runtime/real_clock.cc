@@ -38,6 +38,10 @@ absl::StatusOr<std::unique_ptr<RealClock>> RealClock::Create(const RealClockOpti
     return absl::InvalidArgumentError(absl::StrCat(
         "RealClockOptions.spin_window must be >= 0, got ", options.spin_window.count(), " ns"));
   }
+  if (options.crowd_threshold < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RealClockOptions.crowd_threshold must be >= 0, got ", options.crowd_threshold));
+  }
   if (options.max_spinners < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "RealClockOptions.max_spinners must be >= 0, got ", options.max_spinners));
@@ -62,12 +66,12 @@ SteadyClock::time_point RealClock::WallOf(Nanos t) const {
   return SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(Nanos(wall)));
 }
 
-void RealClock::UsePreciseTimerSlack() {
+void RealClock::UsePreciseTimerSlack(bool precise) {
 #ifdef __linux__
-  thread_local bool done = false;
-  if (!done) {
-    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-    done = true;
+  thread_local int current = -1;  // -1 unknown, 0 default, 1 precise
+  if (current != static_cast<int>(precise)) {
+    prctl(PR_SET_TIMERSLACK, precise ? 1UL : 0UL, 0UL, 0UL, 0UL);  // 0: the thread's default
+    current = static_cast<int>(precise);
   }
 #endif
 }
@@ -78,7 +82,24 @@ Nanos RealClock::WaitUntil(Nanos deadline) {
   const SteadyClock::time_point target = WallOf(deadline);
   SteadyClock::time_point now = SteadyClock::now();
   if (now >= target || is_shut_down()) return Nanos(0);
-  if (options_.precise_timer_slack) UsePreciseTimerSlack();
+  // Counts this thread among the waiters for the whole wait.
+  struct WaiterCount {
+    explicit WaiterCount(std::atomic<int>* c) : c_(c), n_(c->fetch_add(1, std::memory_order_relaxed) + 1) {}
+    ~WaiterCount() { c_->fetch_sub(1, std::memory_order_relaxed); }
+    std::atomic<int>* c_;
+    int n_;
+  } count(&waiters_);
+  if (options_.crowd_threshold > 0 && count.n_ > options_.crowd_threshold) {
+    if (options_.precise_timer_slack) UsePreciseTimerSlack(false);
+    while (now < target) {
+      std::this_thread::sleep_until(std::min(target, now + kMaxSleepSlice));
+      if (is_shut_down()) return Nanos(0);
+      now = SteadyClock::now();
+    }
+    const double late = static_cast<double>(std::chrono::duration_cast<Nanos>(now - target).count());
+    return Nanos(static_cast<int64_t>(std::llround(late / options_.time_scale)));
+  }
+  if (options_.precise_timer_slack) UsePreciseTimerSlack(true);
 
   // Phase 1: sleep until the spin window, in slices so Shutdown() is noticed.
   const SteadyClock::time_point spin_from =

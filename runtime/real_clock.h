@@ -14,6 +14,8 @@
 //      atomic counter); otherwise it sleeps straight to the deadline. Spinning is therefore bounded
 //      to a core's worth of threads no matter how many devices wait, and a spinner yields the core
 //      (sched_yield) while it spins so a woken peer is never starved.
+//   4. Crowded mode (more than crowd_threshold threads waiting at once): one sleep straight to
+//      the deadline with the default timer slack, no spin phase (see RealClockOptions).
 // Lateness is measured after the wait and returned in modeled time: (now − wall(deadline)) /
 // time_scale. A deadline already passed at the call returns 0 (that delay is the caller's
 // overrun, not wait lateness: see rp::Device).
@@ -45,6 +47,11 @@ struct RealClockOptions {
   int max_spinners = 1;
   // Set PR_SET_TIMERSLACK to 1 ns on each waiting thread (Linux). Disable only to measure.
   bool precise_timer_slack = true;
+  // Crowded mode: when more than this many threads are inside WaitUntil at once, a waiter sleeps
+  // once, straight to its deadline, with the default 50 µs timer slack (the kernel then batches
+  // wake-ups; a second wake-up per wait or 1 ns slack costs more CPU than 2 cores have for
+  // ~1000 sleepers). 0 disables crowded mode.
+  int crowd_threshold = 128;
 };
 
 class RealClock final : public Clock {
@@ -66,8 +73,9 @@ class RealClock final : public Clock {
   // The steady_clock instant of modeled time `t`.
   std::chrono::steady_clock::time_point WallOf(Nanos t) const;
 
-  // Sets the calling thread's timer slack to 1 ns (Linux; no-op elsewhere). Idempotent per thread.
-  static void UsePreciseTimerSlack();
+  // Sets the calling thread's timer slack to 1 ns, or back to the default 50 µs (Linux; no-op
+  // elsewhere). Makes the system call only when the thread's slack changes.
+  static void UsePreciseTimerSlack(bool precise = true);
 
  private:
   explicit RealClock(const RealClockOptions& options);
@@ -76,6 +84,7 @@ class RealClock final : public Clock {
   std::atomic<int64_t> epoch_ns_;  // steady_clock time since its epoch of modeled time 0
   std::atomic<bool> shut_down_{false};
   alignas(64) std::atomic<int> spinners_{0};
+  alignas(64) std::atomic<int> waiters_{0};
 };
 
 }  // namespace rp
