@@ -231,11 +231,15 @@ absl::Status EncodeInt8(const float* src, size_t n, std::byte* wire) {
     return absl::OkStatus();
   }
   const float inv = 1.0f / scale;  // exact: a power of two
+  int any = 0;
   for (size_t i = 0; i < n; ++i) {
     float r = RoundNearestEven(src[i] * inv);
     r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
     q[i] = static_cast<int8_t>(r);
+    any |= q[i];
   }
+  // Everything rounded to 0 (a segment below 2^-127): send scale 0, as re-encoding zeros would.
+  if (any == 0) std::memset(wire, 0, kInt8ScaleBytes);
   return absl::OkStatus();
 }
 

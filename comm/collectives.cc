@@ -68,8 +68,9 @@ class RingRunner {
                        group_.abort_status().ToString()));
     }
     op_id_ = rc_.next_op_id_++;
-    const size_t max_segments =
-        static_cast<size_t>(ring::NumSegments(ring::ChunkRange(count_, n_, 0).size, seg_));
+    // Chunk 0 is the largest chunk; a broadcast's segments span the whole buffer.
+    const size_t max_segments = static_cast<size_t>(ring::NumSegments(
+        kind_ == OpKind::kBroadcast ? count_ : ring::ChunkRange(count_, n_, 0).size, seg_));
     if (rc_.ready_.size() < max_segments) rc_.ready_.resize(max_segments);
     std::fill_n(rc_.ready_.begin(), max_segments, start_);
     if (codec_ != Codec::kFp32 && n_ > 1) {

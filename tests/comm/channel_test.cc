@@ -1,0 +1,141 @@
+#include "comm/channel.h"
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/mutex.h"
+
+namespace rp::comm {
+namespace {
+
+constexpr std::chrono::seconds kTimeout{20};
+
+TEST(SpscQueue, DeliversEveryItemExactlyOnceInOrderWithCapacityTwo) {
+  constexpr uint64_t kItems = 100000;
+  SpscQueue<uint64_t> q(2);
+  absl::Status producer_status;
+  std::thread producer([&] {
+    for (uint64_t i = 0; i < kItems && producer_status.ok(); ++i) {
+      producer_status = q.Push(i, kTimeout);
+    }
+  });
+  uint64_t wrong = 0;
+  for (uint64_t i = 0; i < kItems; ++i) {
+    uint64_t v = ~0ull;
+    ASSERT_TRUE(q.Pop(&v, kTimeout).ok());
+    wrong += v != i;
+  }
+  producer.join();
+  EXPECT_TRUE(producer_status.ok()) << producer_status;
+  EXPECT_EQ(wrong, 0u);
+  uint64_t extra;
+  EXPECT_FALSE(q.TryPop(&extra)) << "nothing delivered twice";
+}
+
+TEST(SpscQueue, PopOnAnEmptyQueueTimesOut) {
+  SpscQueue<int> q(2);
+  int v;
+  EXPECT_EQ(q.Pop(&v, std::chrono::milliseconds(20)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(SpscQueue, PushOnAFullQueueTimesOut) {
+  SpscQueue<int> q(1);
+  ASSERT_TRUE(q.TryPush(1));
+  EXPECT_EQ(q.Push(2, std::chrono::milliseconds(20)).code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(SpscQueue, CancelWakesABlockedConsumer) {
+  SpscQueue<int> q(2);
+  absl::Status s;
+  std::thread consumer([&] {
+    int v;
+    s = q.Pop(&v, kTimeout);
+  });
+  q.Cancel();
+  consumer.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+}
+
+TEST(OwningChannel, MovesBuffersWithoutCopyingInOrder) {
+  constexpr int kItems = 10000;
+  OwningChannel<std::vector<int>> ch(ChannelOptions{.capacity = 2});
+  std::vector<const int*> sent(kItems);
+  std::thread producer([&] {
+    for (int i = 0; i < kItems; ++i) {
+      auto buf = std::make_unique<std::vector<int>>(4, i);
+      sent[static_cast<size_t>(i)] = buf->data();
+      if (!ch.Send(std::move(buf), 16, Nanos(i), kTimeout).ok()) return;
+    }
+  });
+  int wrong = 0;
+  std::vector<const int*> received(kItems);
+  std::vector<std::unique_ptr<std::vector<int>>> keep;  // storage stays alive to compare addresses
+  for (int i = 0; i < kItems; ++i) {
+    std::unique_ptr<std::vector<int>> buf;
+    Nanos arrival;
+    ASSERT_TRUE(ch.Recv(&buf, &arrival, kTimeout).ok());
+    wrong += (*buf)[0] != i || arrival != Nanos(i);
+    received[static_cast<size_t>(i)] = buf->data();
+    keep.push_back(std::move(buf));
+  }
+  producer.join();
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(sent, received) << "the payload storage itself travelled";
+}
+
+// A link that adds a fixed latency, and a clock that records the deadlines it was asked for.
+class FixedLink final : public LinkModel {
+ public:
+  Nanos Transmit(int, int, Nanos ready_at, uint64_t bytes) override {
+    return ready_at + Nanos(1000 + static_cast<int64_t>(bytes));
+  }
+};
+class RecordingClock final : public Clock {
+ public:
+  Nanos Now() const override { return Nanos(0); }
+  Nanos WaitUntil(Nanos deadline) override {
+    MutexLock lock(&mu_);
+    last_ = deadline;
+    return Nanos(0);
+  }
+  Nanos last() {
+    MutexLock lock(&mu_);
+    return last_;
+  }
+
+ private:
+  Mutex mu_;
+  Nanos last_ ABSL_GUARDED_BY(mu_){-1};
+};
+
+TEST(Channel, StampsArrivalThroughTheLinkAndWaitsForItOnTheClock) {
+  FixedLink link;
+  RecordingClock clock;
+  Channel<int> ch(ChannelOptions{.capacity = 2, .link = &link, .clock = &clock});
+  Nanos arrival;
+  ASSERT_TRUE(ch.Send(7, 500, Nanos(100), kTimeout, &arrival).ok());
+  EXPECT_EQ(arrival, Nanos(1600));
+  Stamped<int> m;
+  ASSERT_TRUE(ch.Recv(&m, kTimeout).ok());
+  EXPECT_EQ(m.body, 7);
+  EXPECT_EQ(m.arrival, Nanos(1600));
+  EXPECT_EQ(clock.last(), Nanos(1600));
+}
+
+TEST(Channel, IdealLinkNeverWaitsOnTheClock) {
+  IdealLinkModel link;
+  RecordingClock clock;
+  Channel<int> ch(ChannelOptions{.capacity = 2, .link = &link, .clock = &clock});
+  ASSERT_TRUE(ch.Send(1, 500, Nanos(100), kTimeout).ok());
+  Stamped<int> m;
+  ASSERT_TRUE(ch.Recv(&m, kTimeout).ok());
+  EXPECT_EQ(m.arrival, Nanos(100));
+  EXPECT_EQ(clock.last(), Nanos(-1));
+}
+
+}  // namespace
+}  // namespace rp::comm

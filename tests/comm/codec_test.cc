@@ -1,0 +1,136 @@
+#include "comm/codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace rp::comm {
+namespace {
+
+std::vector<float> RandomFloats(size_t n, float scale, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// Per-quantization bound of comm/codec.h for one value, given the segment's max |x|.
+double Bound(Codec c, double x, double seg_max) {
+  switch (c) {
+    case Codec::kFp32: return 0;
+    case Codec::kFp16: return std::max(std::fabs(x) * std::ldexp(1.0, -11), std::ldexp(1.0, -25));
+    case Codec::kBf16: return std::fabs(x) * std::ldexp(1.0, -8);
+    case Codec::kInt8: return std::max(seg_max / 127.0, std::ldexp(1.0, -127));
+  }
+  return 0;
+}
+
+class CodecTest : public ::testing::TestWithParam<Codec> {};
+
+TEST_P(CodecTest, RoundTripIsWithinTheDocumentedBound) {
+  const Codec c = GetParam();
+  for (float scale : {1e-30f, 1e-3f, 1.0f, 1000.0f}) {
+    const size_t n = 1003;
+    const std::vector<float> x = RandomFloats(n, scale, 7);
+    std::vector<std::byte> wire(SegmentWireBytes(c, n) + 8);
+    ASSERT_TRUE(Encode(c, x.data(), n, wire.data()).ok());
+    std::vector<float> y(n);
+    Decode(c, wire.data(), n, y.data());
+    double seg_max = 0;
+    for (float v : x) seg_max = std::max(seg_max, std::fabs(double{v}));
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(std::isfinite(y[i]));
+      ASSERT_LE(std::fabs(double{y[i]} - x[i]), Bound(c, x[i], seg_max))
+          << CodecName(c) << " scale " << scale << " element " << i;
+    }
+  }
+}
+
+TEST_P(CodecTest, ReEncodingADecodedValueGivesTheSameBytes) {
+  const Codec c = GetParam();
+  for (float scale : {1e-40f, 1e-3f, 1.0f, 60000.0f}) {
+    const size_t n = 517;
+    const std::vector<float> x = RandomFloats(n, scale, 11);
+    const size_t bytes = SegmentWireBytes(c, n);
+    std::vector<std::byte> w1(bytes), w2(bytes);
+    ASSERT_TRUE(Encode(c, x.data(), n, w1.data()).ok());
+    std::vector<float> y(n);
+    Decode(c, w1.data(), n, y.data());
+    ASSERT_TRUE(Encode(c, y.data(), n, w2.data()).ok());
+    EXPECT_EQ(std::memcmp(w1.data(), w2.data(), bytes), 0) << CodecName(c) << " scale " << scale;
+  }
+}
+
+TEST_P(CodecTest, DecodeAddEqualsDecodeThenAdd) {
+  const Codec c = GetParam();
+  const size_t n = 333;
+  const std::vector<float> x = RandomFloats(n, 2.0f, 3), a = RandomFloats(n, 5.0f, 4);
+  std::vector<std::byte> wire(SegmentWireBytes(c, n));
+  ASSERT_TRUE(Encode(c, x.data(), n, wire.data()).ok());
+  std::vector<float> y(n), sum(n);
+  Decode(c, wire.data(), n, y.data());
+  ASSERT_TRUE(DecodeAdd(c, a.data(), wire.data(), n, sum.data()).ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(sum[i], a[i] + y[i]);
+}
+
+TEST_P(CodecTest, NonFiniteInputIsOutOfRangeNamingTheElement) {
+  const Codec c = GetParam();
+  std::vector<float> x(10, 1.0f);
+  x[6] = INFINITY;
+  std::vector<std::byte> wire(SegmentWireBytes(c, 10));
+  const absl::Status s = Encode(c, x.data(), 10, wire.data(), 100);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("element 106"), std::string::npos) << s;
+}
+
+TEST_P(CodecTest, FeedbackResidualCarriesTheQuantizationError) {
+  const Codec c = GetParam();
+  const size_t n = 257;
+  const std::vector<float> x = RandomFloats(n, 1.0f, 5);
+  std::vector<float> residual(n, 0.0f), y(n);
+  std::vector<std::byte> wire(SegmentWireBytes(c, n));
+  ASSERT_TRUE(EncodeWithFeedback(c, x.data(), n, residual.data(), wire.data()).ok());
+  Decode(c, wire.data(), n, y.data());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(residual[i], x[i] - y[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCodecs, CodecTest, ::testing::ValuesIn(kAllCodecs),
+                         [](const auto& info) { return std::string(CodecName(info.param)); });
+
+TEST(Codec, Fp16OverflowIsOutOfRange) {
+  const float x[3] = {1.0f, 65504.0f, 65520.0f};
+  std::byte wire[6];
+  const absl::Status s = Encode(Codec::kFp16, x, 3, wire);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("element 2"), std::string::npos) << s;
+  EXPECT_TRUE(Encode(Codec::kFp16, x, 2, wire).ok()) << "65504 is the largest fp16";
+}
+
+TEST(Codec, Fp32SumOverflowIsOutOfRange) {
+  const float a[2] = {1.0f, 3e38f}, b[2] = {1.0f, 3e38f};
+  float out[2];
+  const absl::Status s =
+      DecodeAdd(Codec::kFp32, a, reinterpret_cast<const std::byte*>(b), 2, out, 10);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("element 11"), std::string::npos) << s;
+}
+
+TEST(Codec, WireBytesCountTheInt8Scale) {
+  EXPECT_EQ(SegmentWireBytes(Codec::kFp32, 10), 40u);
+  EXPECT_EQ(SegmentWireBytes(Codec::kFp16, 10), 20u);
+  EXPECT_EQ(SegmentWireBytes(Codec::kBf16, 10), 20u);
+  EXPECT_EQ(SegmentWireBytes(Codec::kInt8, 10), 14u);
+  EXPECT_EQ(SegmentWireBytes(Codec::kInt8, 0), 0u);
+}
+
+TEST(Codec, ParseCodecRejectsUnknownNames) {
+  EXPECT_EQ(*ParseCodec("bf16"), Codec::kBf16);
+  EXPECT_EQ(ParseCodec("fp8").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rp::comm

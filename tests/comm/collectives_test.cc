@@ -1,0 +1,511 @@
+#include "comm/collectives.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "comm/ring_steps.h"
+#include "gtest/gtest.h"
+#include "runtime/mutex.h"
+
+namespace rp::comm {
+namespace {
+
+using ring::ChunkRange;
+
+// Spawns one thread per rank, runs `body(rank)` on each, gathers each rank's Status.
+class RankThreads {
+ public:
+  static std::unique_ptr<Communicator> MakeComm(int n, CommunicatorOptions options = {}) {
+    options.devices.clear();
+    for (int r = 0; r < n; ++r) options.devices.push_back(10 + r);  // group rank != device id
+    auto comm = Communicator::Create(options);
+    EXPECT_TRUE(comm.ok()) << comm.status();
+    return std::move(comm).value();
+  }
+  static std::vector<absl::Status> Run(int n, const std::function<absl::Status(int)>& body) {
+    std::vector<absl::Status> status(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] { status[static_cast<size_t>(r)] = body(r); });
+    }
+    for (auto& t : threads) t.join();
+    return status;
+  }
+  static void ExpectAllOk(const std::vector<absl::Status>& status) {
+    for (size_t r = 0; r < status.size(); ++r) {
+      EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    }
+  }
+};
+
+// Small integers: every partial sum is exact in FP32.
+std::vector<float> IntegerInput(size_t count, int r) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(static_cast<int>((i * 7 + r * 13) % 17) - 8);
+  return v;
+}
+std::vector<float> RandomInput(size_t count, int r, float scale = 1.0f) {
+  std::mt19937 gen(1234 + static_cast<uint32_t>(r));
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(count);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// The FP32 result the ring computes, bit for bit: chunk c is summed along the ring starting at
+// rank c + 1, each rank adding its own value to what it received (own + received).
+std::vector<float> RingOrderSum(const std::vector<std::vector<float>>& in) {
+  const int n = static_cast<int>(in.size());
+  const size_t count = in[0].size();
+  std::vector<float> out(count);
+  for (int c = 0; c < n; ++c) {
+    const ring::Range ch = ChunkRange(count, n, c);
+    for (size_t i = ch.begin; i < ch.end(); ++i) {
+      float v = in[static_cast<size_t>((c + 1) % n)][i];
+      for (int j = 2; j <= n; ++j) v = in[static_cast<size_t>((c + j) % n)][i] + v;
+      out[i] = v;
+    }
+  }
+  return out;
+}
+
+std::string Name(int n, size_t count, size_t seg, Codec codec, bool in_place) {
+  return absl::StrCat("n", n, "_count", count, "_seg", seg, "_", CodecName(codec),
+                      in_place ? "_inplace" : "_outofplace");
+}
+
+using GridParam = std::tuple<int, size_t, size_t, Codec, bool>;  // ranks, count, seg, codec, ip
+
+class RingAllReduceGrid : public ::testing::TestWithParam<GridParam> {};
+
+TEST_P(RingAllReduceGrid, AllRanksEndWithTheSameCorrectBits) {
+  const auto [n, count, seg, codec, in_place] = GetParam();
+  auto comm = RankThreads::MakeComm(n);
+  const bool exact = codec == Codec::kFp32;
+  std::vector<std::vector<float>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    in[static_cast<size_t>(r)] = exact && count % 2 == 0 ? IntegerInput(count, r)
+                                                         : RandomInput(count, r);
+    out[static_cast<size_t>(r)] = in_place ? in[static_cast<size_t>(r)]
+                                           : std::vector<float>(count, NAN);
+  }
+  const CollectiveOptions options{.codec = codec, .segment_bytes = seg};
+  std::vector<CollectiveResult> results(static_cast<size_t>(n));
+  auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+    const size_t ur = static_cast<size_t>(r);
+    std::span<const float> src = in_place ? std::span<const float>(out[ur]) : in[ur];
+    auto res = comm->rank(r).AllReduce(src, out[ur], options, Nanos(5000));
+    if (!res.ok()) return res.status();
+    results[ur] = *res;
+    return absl::OkStatus();
+  });
+  RankThreads::ExpectAllOk(status);
+  // Replicas: bit-identical.
+  for (int r = 1; r < n; ++r) {
+    ASSERT_EQ(std::memcmp(out[0].data(), out[static_cast<size_t>(r)].data(), count * 4), 0)
+        << "rank " << r << " differs from rank 0";
+  }
+  if (exact) {
+    // Bits equal the ring-order serial reference (for integer inputs also the exact sum).
+    const std::vector<float> ref = RingOrderSum(in);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += std::memcmp(&ref[i], &out[0][i], 4) != 0;
+    EXPECT_EQ(wrong, 0u);
+  } else if (n > 1) {
+    // Within the documented bound (docs/collectives.md) of the FP64 sum.
+    const double u = codec == Codec::kFp16 ? std::ldexp(1.0, -11)
+                     : codec == Codec::kBf16 ? std::ldexp(1.0, -8)
+                                             : 1.0 / 127;
+    const double a = 1.0;  // max |input|
+    const double bound = 1.01 * u * a * n * (n + 1) / 2 + n * a * std::ldexp(1.0, -22);
+    size_t bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+      double ref = 0;
+      for (int r = 0; r < n; ++r) ref += in[static_cast<size_t>(r)][i];
+      bad += !(std::fabs(out[0][i] - ref) <= bound);
+    }
+    EXPECT_EQ(bad, 0u) << "bound " << bound;
+  }
+  // Wire bytes: the closed form, element by element (see docs/collectives.md).
+  const size_t seg_elems = seg / 4;
+  for (int r = 0; r < n; ++r) {
+    uint64_t expect = 0;
+    if (n > 1) {
+      const size_t own = ChunkRange(count, n, r).size, next = ChunkRange(count, n, (r + 1) % n).size;
+      const uint64_t elems = 2 * count - own - next;
+      switch (codec) {
+        case Codec::kFp32: expect = 4 * elems; break;
+        case Codec::kFp16:
+        case Codec::kBf16: expect = 2 * elems; break;
+        case Codec::kInt8: {
+          uint64_t scales = 0;
+          for (int c = 0; c < n; ++c) {
+            const size_t sz = ChunkRange(count, n, c).size;
+            const uint64_t segs = (sz + seg_elems - 1) / seg_elems;
+            scales += (c != r ? segs : 0) + (c != (r + 1) % n ? segs : 0);
+          }
+          expect = elems + 4 * scales;
+        }
+      }
+    }
+    EXPECT_EQ(results[static_cast<size_t>(r)].wire_bytes, expect) << "rank " << r;
+    EXPECT_EQ(comm->rank(r).stats().collective_bytes[static_cast<int>(codec)], expect);
+    EXPECT_EQ(results[static_cast<size_t>(r)].end, Nanos(5000)) << "ideal link: end == start";
+  }
+}
+
+std::vector<GridParam> Grid() {
+  std::vector<GridParam> grid;
+  const size_t large = size_t{1} << 18, nondiv = 4099;
+  for (int n = 1; n <= 8; ++n) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1009}, nondiv, large}) {
+      for (size_t seg : {size_t{8}, size_t{4096}, size_t{256} << 10}) {
+        if (count == large && seg == 8) continue;  // 2^17 messages: covered by smaller counts
+        for (bool ip : {false, true}) grid.emplace_back(n, count, seg, Codec::kFp32, ip);
+      }
+    }
+  }
+  // Lossy codecs: a thinned grid.
+  for (Codec c : {Codec::kFp16, Codec::kBf16, Codec::kInt8}) {
+    for (int n : {1, 2, 3, 5, 8}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{1009}, large}) {
+        grid.emplace_back(n, count, count == large ? size_t{64} << 10 : size_t{64}, c,
+                          n % 2 == 1);
+      }
+    }
+  }
+  return grid;
+}
+
+std::string GridName(const ::testing::TestParamInfo<GridParam>& info) {
+  return Name(std::get<0>(info.param), std::get<1>(info.param), std::get<2>(info.param),
+              std::get<3>(info.param), std::get<4>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, RingAllReduceGrid, ::testing::ValuesIn(Grid()), GridName);
+
+TEST(RingAllReduce, ArbitraryFloatsAreIdenticalRunToRun) {
+  const int n = 5;
+  const size_t count = 10007;
+  auto run = [&]() {
+    auto comm = RankThreads::MakeComm(n);
+    std::vector<std::vector<float>> out(n);
+    auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+      out[static_cast<size_t>(r)] = RandomInput(count, r, 1e3f);
+      auto& v = out[static_cast<size_t>(r)];
+      return comm->rank(r).AllReduce(v, v, {.segment_bytes = 1024}).status();
+    });
+    RankThreads::ExpectAllOk(status);
+    return out[0];
+  };
+  const std::vector<float> a = run(), b = run();
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), count * 4), 0);
+}
+
+TEST(RingReduceScatter, GivesEachRankItsChunkOfTheSum) {
+  for (int n : {1, 3, 4}) {
+    for (bool in_place : {false, true}) {
+      const size_t count = 1001;
+      auto comm = RankThreads::MakeComm(n);
+      std::vector<std::vector<float>> in(n), out(n);
+      for (int r = 0; r < n; ++r) in[static_cast<size_t>(r)] = IntegerInput(count, r);
+      std::vector<float> ref(count, 0.0f);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) ref[i] += in[static_cast<size_t>(r)][i];
+      }
+      auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+        const size_t ur = static_cast<size_t>(r);
+        const ring::Range own = ChunkRange(count, n, r);
+        if (in_place) {
+          std::span<float> buf(in[ur]);
+          return comm->rank(r)
+              .ReduceScatter(buf, buf.subspan(own.begin, own.size), {.segment_bytes = 64})
+              .status();
+        }
+        out[ur].assign(own.size, NAN);
+        return comm->rank(r).ReduceScatter(in[ur], out[ur], {.segment_bytes = 64}).status();
+      });
+      RankThreads::ExpectAllOk(status);
+      for (int r = 0; r < n; ++r) {
+        const ring::Range own = ChunkRange(count, n, r);
+        for (size_t i = 0; i < own.size; ++i) {
+          const float got = in_place ? in[static_cast<size_t>(r)][own.begin + i]
+                                     : out[static_cast<size_t>(r)][i];
+          ASSERT_EQ(got, ref[own.begin + i]) << "n=" << n << " rank " << r << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(RingAllGather, ConcatenatesEveryRanksChunk) {
+  for (Codec codec : {Codec::kFp32, Codec::kInt8}) {
+    const int n = 4;
+    const size_t count = 1003;
+    auto comm = RankThreads::MakeComm(n);
+    std::vector<std::vector<float>> out(n, std::vector<float>(count, NAN));
+    const std::vector<float> full = RandomInput(count, 99);
+    auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+      const ring::Range own = ChunkRange(count, n, r);
+      std::span<const float> mine(full.data() + own.begin, own.size);
+      return comm->rank(r).AllGather(mine, out[static_cast<size_t>(r)],
+                                     {.codec = codec, .segment_bytes = 128})
+          .status();
+    });
+    RankThreads::ExpectAllOk(status);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(out[0].data(), out[static_cast<size_t>(r)].data(), count * 4), 0);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const double tol = codec == Codec::kFp32 ? 0.0 : 1.0 / 127;
+      ASSERT_LE(std::fabs(out[0][i] - full[i]), tol) << CodecName(codec) << " i " << i;
+    }
+  }
+}
+
+TEST(RingBroadcast, CopiesTheRootBufferToEveryRank) {
+  for (Codec codec : {Codec::kFp32, Codec::kFp16}) {
+    for (int root : {0, 2}) {
+      const int n = 3;
+      const size_t count = 5003;
+      auto comm = RankThreads::MakeComm(n);
+      const std::vector<float> src = RandomInput(count, 7);
+      std::vector<std::vector<float>> out(n, std::vector<float>(count, NAN));
+      auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+        return comm->rank(r)
+            .Broadcast(root, r == root ? std::span<const float>(src) : std::span<const float>(),
+                       out[static_cast<size_t>(r)], {.codec = codec, .segment_bytes = 1024})
+            .status();
+      });
+      RankThreads::ExpectAllOk(status);
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(std::memcmp(out[0].data(), out[static_cast<size_t>(r)].data(), count * 4), 0);
+      }
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_LE(std::fabs(out[0][i] - src[i]), codec == Codec::kFp32 ? 0.0 : 1e-3);
+      }
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(comm->rank(r).stats().collective_bytes[static_cast<int>(codec)],
+                  ring::BroadcastWireBytes(codec, count, n, r, root, 256));
+      }
+    }
+  }
+}
+
+// A link that serializes transfers per sender and takes alpha + bytes / beta.
+class SerialLink final : public LinkModel {
+ public:
+  explicit SerialLink(LinkParams p) : p_(p) {}
+  Nanos Transmit(int src, int, Nanos ready_at, uint64_t bytes) override {
+    MutexLock lock(&mu_);
+    Nanos& free_at = free_[src];
+    const Nanos begin = std::max(ready_at, free_at);
+    free_at = begin + p_.Duration(bytes);
+    return free_at;
+  }
+
+ private:
+  const LinkParams p_;
+  Mutex mu_;
+  std::map<int, Nanos> free_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(RingAllReduce, ModeledEndFollowsTheChunkedRingFormula) {
+  // S = 4 * n * K * m bytes; each link carries 2 (n - 1) K segments back to back.
+  const LinkParams p{.alpha = FromMicros(5), .bandwidth_gbps = 10};
+  for (int n : {2, 4}) {
+    const size_t seg_elems = 256, segments = 3;
+    const size_t count = static_cast<size_t>(n) * segments * seg_elems;
+    SerialLink link(p);
+    auto comm = RankThreads::MakeComm(n, {.link = &link});
+    std::vector<CollectiveResult> res(n);
+    auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+      std::vector<float> v = IntegerInput(count, r);
+      auto out = comm->rank(r).AllReduce(v, v, {.segment_bytes = seg_elems * 4}, Nanos(1000));
+      if (out.ok()) res[static_cast<size_t>(r)] = *out;
+      return out.status();
+    });
+    RankThreads::ExpectAllOk(status);
+    const Nanos expected =
+        Nanos(1000) + 2 * (n - 1) * static_cast<int64_t>(segments) * p.Duration(seg_elems * 4);
+    for (int r = 0; r < n; ++r) EXPECT_EQ(res[static_cast<size_t>(r)].end, expected) << "n=" << n;
+  }
+}
+
+TEST(RingAllReduce, MissingPeerIsDeadlineExceededNamingRankPeerAndStep) {
+  auto comm = RankThreads::MakeComm(2);
+  std::vector<float> v(100, 1.0f);
+  auto res = comm->rank(0).AllReduce(v, v, {.timeout = std::chrono::milliseconds(50)});
+  ASSERT_EQ(res.status().code(), absl::StatusCode::kDeadlineExceeded) << res.status();
+  EXPECT_NE(res.status().message().find(
+                "rank 0 (device 10) all-reduce #0 waiting for rank 1 (device 11) at ring step 0"),
+            std::string::npos)
+      << res.status();
+  // The group is aborted: later calls fail at once.
+  EXPECT_EQ(comm->rank(1).AllReduce(v, v, {}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RingAllReduce, MissingPeerInALargerGroupFailsEveryRank) {
+  const int n = 4;
+  auto comm = RankThreads::MakeComm(n);
+  auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+    if (r == 2) return absl::OkStatus();  // never arrives
+    std::vector<float> v(1000, 1.0f);
+    return comm->rank(r)
+        .AllReduce(v, v, {.segment_bytes = 64, .timeout = std::chrono::milliseconds(100)})
+        .status();
+  });
+  for (int r : {0, 1, 3}) {
+    const auto code = status[static_cast<size_t>(r)].code();
+    EXPECT_TRUE(code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kAborted)
+        << status[static_cast<size_t>(r)];
+  }
+  EXPECT_EQ(comm->abort_status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(comm->abort_status().message().find("at ring step"), std::string::npos);
+}
+
+TEST(RingAllReduce, MismatchedCountsAreReportedWithBothSides) {
+  auto comm = RankThreads::MakeComm(2);
+  auto status = RankThreads::Run(2, [&](int r) -> absl::Status {
+    std::vector<float> v(r == 0 ? 10 : 11, 1.0f);
+    return comm->rank(r).AllReduce(v, v, {.timeout = std::chrono::seconds(20)}).status();
+  });
+  const absl::Status& first = comm->abort_status();
+  EXPECT_EQ(first.code(), absl::StatusCode::kFailedPrecondition) << first;
+  EXPECT_NE(first.message().find("of 10 elements"), std::string::npos) << first;
+  EXPECT_NE(first.message().find("of 11 elements"), std::string::npos) << first;
+  for (const auto& s : status) EXPECT_FALSE(s.ok());
+}
+
+TEST(RingAllReduce, Fp32OverflowIsOutOfRangeNamingRankAndElement) {
+  auto comm = RankThreads::MakeComm(2);
+  auto status = RankThreads::Run(2, [&](int r) -> absl::Status {
+    std::vector<float> v(8, 1.0f);
+    v[5] = 3e38f;
+    return comm->rank(r).AllReduce(v, v, {}).status();
+  });
+  const absl::Status first = comm->abort_status();
+  EXPECT_EQ(first.code(), absl::StatusCode::kOutOfRange) << first;
+  EXPECT_NE(first.message().find("element 5"), std::string::npos) << first;
+  EXPECT_NE(first.message().find("rank 1 (device 11)"), std::string::npos) << first;
+}
+
+TEST(RingAllReduce, Fp16OverflowIsOutOfRange) {
+  auto comm = RankThreads::MakeComm(3);
+  auto status = RankThreads::Run(3, [&](int r) -> absl::Status {
+    std::vector<float> v(30, 1.0f);
+    v[17] = 40000.0f;  // two ranks' partial sum exceeds 65504
+    return comm->rank(r).AllReduce(v, v, {.codec = Codec::kFp16}).status();
+  });
+  EXPECT_EQ(comm->abort_status().code(), absl::StatusCode::kOutOfRange) << comm->abort_status();
+  EXPECT_NE(comm->abort_status().message().find("element 17"), std::string::npos);
+  for (const auto& s : status) EXPECT_FALSE(s.ok());
+}
+
+TEST(RingAllReduce, ErrorFeedbackKeepsReplicasIdenticalAndCarriesTheError) {
+  const int n = 3;
+  const size_t count = 2000;
+  auto comm = RankThreads::MakeComm(n);
+  constexpr int kIters = 16;
+  std::vector<std::vector<double>> mean(n, std::vector<double>(count, 0.0));
+  std::vector<std::vector<float>> last(n);
+  auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+    const std::vector<float> x = RandomInput(count, r);
+    std::vector<float> out(count);
+    for (int it = 0; it < kIters; ++it) {
+      auto res = comm->rank(r).AllReduce(
+          x, out, {.codec = Codec::kInt8, .segment_bytes = 4096, .error_feedback = true});
+      if (!res.ok()) return res.status();
+      for (size_t i = 0; i < count; ++i) mean[static_cast<size_t>(r)][i] += out[i] / kIters;
+    }
+    last[static_cast<size_t>(r)] = out;
+    return absl::OkStatus();
+  });
+  RankThreads::ExpectAllOk(status);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(comm->rank(r).residual_bytes(), count * 4);
+    ASSERT_EQ(std::memcmp(last[0].data(), last[static_cast<size_t>(r)].data(), count * 4), 0);
+  }
+  // Averaged over iterations, the error shrinks well below one call's bound (n(n+1)/2 / 127).
+  double worst = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double ref = 0;
+    for (int r = 0; r < n; ++r) ref += RandomInput(count, r)[i];
+    worst = std::max(worst, std::fabs(mean[0][i] - ref));
+    if (i > 50) break;  // RandomInput is O(count): sample the first elements
+  }
+  EXPECT_LT(worst, 6.0 / 127 / 4);
+}
+
+TEST(Communicator, BadOptionsAreInvalidArgumentNamingTheField) {
+  EXPECT_NE(Communicator::Create({}).status().message().find("devices"), std::string::npos);
+  EXPECT_NE(Communicator::Create({.devices = {1, 1}}).status().message().find("devices[1]"),
+            std::string::npos);
+  EXPECT_NE(Communicator::Create({.devices = {0, 1}, .channel_capacity = 1})
+                .status()
+                .message()
+                .find("channel_capacity"),
+            std::string::npos);
+  auto comm = RankThreads::MakeComm(2);
+  std::vector<float> v(4), w(5);
+  auto bad = [&](const CollectiveOptions& o) { return comm->rank(0).AllReduce(v, v, o).status(); };
+  EXPECT_EQ(bad({.segment_bytes = 6}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad({.segment_bytes = 6}).message().find("segment_bytes"), std::string::npos);
+  EXPECT_NE(bad({.timeout = std::chrono::nanoseconds(0)}).message().find("timeout"),
+            std::string::npos);
+  EXPECT_NE(comm->rank(0).AllReduce(v, w, {}).status().message().find("out"), std::string::npos);
+  EXPECT_EQ(comm->rank(0).Broadcast(5, v, v, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(comm->aborted()) << "validation errors do not abort the group";
+}
+
+TEST(Communicator, SendRecvMovesTheBufferItselfInOrder) {
+  auto comm = RankThreads::MakeComm(3);
+  std::vector<const float*> sent, received;
+  auto status = RankThreads::Run(3, [&](int r) -> absl::Status {
+    if (r == 0) {
+      for (int i = 0; i < 100; ++i) {
+        auto buf = std::make_unique<Buffer>(64, static_cast<float>(i));
+        sent.push_back(buf->data());
+        auto a = comm->rank(0).Send(2, std::move(buf), Nanos(i));
+        if (!a.ok()) return a.status();
+      }
+    } else if (r == 2) {
+      std::vector<std::unique_ptr<Buffer>> keep;
+      for (int i = 0; i < 100; ++i) {
+        auto got = comm->rank(2).Recv(0);
+        if (!got.ok()) return got.status();
+        if ((*got->buffer)[0] != static_cast<float>(i) || got->arrival != Nanos(i)) {
+          return absl::InternalError("out of order");
+        }
+        received.push_back(got->buffer->data());
+        keep.push_back(std::move(got->buffer));
+      }
+    }
+    return absl::OkStatus();
+  });
+  RankThreads::ExpectAllOk(status);
+  EXPECT_EQ(sent, received);
+  EXPECT_EQ(comm->rank(0).stats().p2p_bytes, 100u * 64 * 4);
+}
+
+TEST(Communicator, RecvFromAMissingPeerTimesOut) {
+  auto comm = RankThreads::MakeComm(2);
+  auto got = comm->rank(1).Recv(0, std::chrono::milliseconds(20));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(got.status().message().find("rank 1 (device 11) waiting for rank 0 (device 10)"),
+            std::string::npos)
+      << got.status();
+}
+
+}  // namespace
+}  // namespace rp::comm
