@@ -37,10 +37,10 @@
 namespace rp {
 
 struct DatasetConfig {
-  int input_dim = 32;
+  int input_dim = 16;
   int classes = 10;
-  int64_t train_size = 8192;
-  int64_t test_size = 2048;
+  int64_t train_size = 32768;
+  int64_t test_size = 4096;
   int teacher_hidden = 64;
   uint64_t seed = 7;
 };

@@ -62,7 +62,7 @@ namespace rp {
 
 // The model. Validate with ValidateMlpConfig (PartitionMlp and MlpStage::Create do).
 struct MlpConfig {
-  int input_dim = 32;
+  int input_dim = 16;  // matches DatasetConfig's default
   std::vector<int> hidden = {64, 64, 64, 64, 64};  // one entry per hidden layer (may be empty)
   int classes = 10;
   Activation activation = Activation::kRelu;
