@@ -1,0 +1,243 @@
+// comm/ benchmarks: ringpipe's ring all-reduce against two same-run baselines.
+//
+//   BM_RingAllReduce/ranks/bytes/segment[/codec]  rp::comm all-reduce, ideal link, in-place.
+//   BM_PlainRing/ranks/bytes                      the reference: a plain threaded ring written
+//        here (one thread per rank, each rank reduces straight out of its predecessor's buffer,
+//        hand-off by std::atomic wait/notify on per-rank progress counters, 256 KiB sub-chunks).
+//   BM_AddLoop/bytes                              one thread, dst[i] += src[i] over the same bytes:
+//        the machine's memory-bandwidth bound.
+// Counters: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (GB/s, 1e9). Real time.
+//
+// Ranks are threads: rank 0 runs on the benchmark thread, ranks 1..n-1 on pooled threads woken per
+// iteration (the same harness for ringpipe and the plain ring).
+//
+// Default grid is sparse (a few minutes). Full grid (ranks {2,4,8} x 4 KiB..256 MiB x segments
+// 4 KiB..4 MiB x codecs; hours): RINGPIPE_BENCH_FULL=1 ./comm_bench.
+// Medians:  ./comm_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "comm/collectives.h"
+#include "comm/communicator.h"
+
+namespace {
+
+using rp::comm::Codec;
+
+// Runs body(rank) on n ranks per iteration: rank 0 on the caller, the others on pooled threads.
+class RankPool {
+ public:
+  RankPool(int n, std::function<void(int)> body) : n_(n), body_(std::move(body)) {
+    for (int r = 1; r < n_; ++r) threads_.emplace_back([this, r] { Loop(r); });
+  }
+  ~RankPool() {
+    stop_.store(true, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_release);
+    gen_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void RunOnce() {
+    done_.store(0, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_release);  // acquired by Loop's gen_ load
+    gen_.notify_all();
+    body_(0);
+    for (int spins = 0;; ++spins) {
+      const int d = done_.load(std::memory_order_acquire);  // released by Loop's fetch_add
+      if (d == n_ - 1) break;
+      if (spins > 64) done_.wait(d, std::memory_order_acquire);
+    }
+  }
+
+ private:
+  void Loop(int r) {
+    uint32_t seen = 0;
+    while (true) {
+      for (int spins = 0;; ++spins) {
+        const uint32_t g = gen_.load(std::memory_order_acquire);
+        if (g != seen) {
+          seen = g;
+          break;
+        }
+        if (spins > 64) gen_.wait(g, std::memory_order_acquire);
+      }
+      if (stop_.load(std::memory_order_relaxed)) return;
+      body_(r);
+      done_.fetch_add(1, std::memory_order_release);
+      done_.notify_one();
+    }
+  }
+
+  const int n_;
+  std::function<void(int)> body_;
+  std::vector<std::thread> threads_;
+  std::atomic<uint32_t> gen_{0};
+  std::atomic<int> done_{0};
+  std::atomic<bool> stop_{false};
+};
+
+void SetCounters(benchmark::State& state, int n, double bytes) {
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["algbw"] = benchmark::Counter(bytes * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["busbw"] = benchmark::Counter(bytes * iters / 1e9 * 2.0 * (n - 1) / n,
+                                               benchmark::Counter::kIsRate);
+}
+
+void BM_RingAllReduce(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const size_t bytes = static_cast<size_t>(state.range(1));
+  const size_t segment = static_cast<size_t>(state.range(2));
+  const Codec codec = static_cast<Codec>(state.range(3));
+  const size_t count = bytes / sizeof(float);
+  rp::comm::CommunicatorOptions co;
+  for (int r = 0; r < n; ++r) co.devices.push_back(r);
+  auto comm = rp::comm::Communicator::Create(co);
+  if (!comm.ok()) {
+    state.SkipWithError(comm.status().ToString().c_str());
+    return;
+  }
+  std::vector<std::vector<float>> buf(static_cast<size_t>(n), std::vector<float>(count, 0.0f));
+  const rp::comm::CollectiveOptions options{.codec = codec, .segment_bytes = segment};
+  std::vector<absl::Status> status(static_cast<size_t>(n));
+  RankPool pool(n, [&](int r) {
+    auto& v = buf[static_cast<size_t>(r)];
+    status[static_cast<size_t>(r)] = (*comm)->rank(r).AllReduce(v, v, options).status();
+  });
+  for (auto _ : state) {
+    pool.RunOnce();
+    for (const auto& s : status) {
+      if (!s.ok()) {
+        state.SkipWithError(s.ToString().c_str());
+        return;
+      }
+    }
+  }
+  SetCounters(state, n, static_cast<double>(bytes));
+  state.SetLabel(rp::comm::CodecName(codec));
+}
+
+// ---- The plain threaded ring (reference) ----
+
+struct alignas(64) Progress {
+  std::atomic<uint32_t> units{0};
+};
+
+void BM_PlainRing(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const size_t bytes = static_cast<size_t>(state.range(1));
+  const size_t count = bytes / sizeof(float);
+  const size_t chunk = count / static_cast<size_t>(n);  // sizes are multiples of n * 4 bytes
+  const size_t sub = (size_t{256} << 10) / sizeof(float);
+  const uint32_t k_per_step = static_cast<uint32_t>((chunk + sub - 1) / sub);
+  const uint32_t steps = 2 * static_cast<uint32_t>(n - 1);
+  const uint32_t per_iter = steps * k_per_step;
+  std::vector<std::vector<float>> buf(static_cast<size_t>(n), std::vector<float>(count, 0.0f));
+  std::vector<Progress> progress(static_cast<size_t>(n));
+  uint32_t iter = 0;  // written by rank 0 between iterations only (ordered by the pool)
+  RankPool pool(n, [&](int r) {
+    const int prev = (r + n - 1) % n;
+    const uint32_t base = iter * per_iter;
+    float* mine = buf[static_cast<size_t>(r)].data();
+    const float* theirs = buf[static_cast<size_t>(prev)].data();
+    std::atomic<uint32_t>& prev_units = progress[static_cast<size_t>(prev)].units;
+    std::atomic<uint32_t>& my_units = progress[static_cast<size_t>(r)].units;
+    for (uint32_t s = 0; s < steps; ++s) {
+      const bool reduce = s < static_cast<uint32_t>(n - 1);
+      const int c = reduce ? ((r - 2 - static_cast<int>(s)) % n + 2 * n) % n
+                           : ((r - 1 - static_cast<int>(s - (n - 1))) % n + 2 * n) % n;
+      for (uint32_t k = 0; k < k_per_step; ++k) {
+        if (s > 0) {  // prev finished (s - 1, k): its copy of chunk c is ready
+          const uint32_t need = base + (s - 1) * k_per_step + k + 1;
+          for (int spins = 0;; ++spins) {
+            const uint32_t u = prev_units.load(std::memory_order_acquire);  // released below
+            if (u >= need) break;
+            if (spins > 64) prev_units.wait(u, std::memory_order_acquire);
+          }
+        }
+        const size_t begin = static_cast<size_t>(c) * chunk + k * sub;
+        const size_t len = std::min(sub, chunk - k * sub);
+        float* d = mine + begin;
+        const float* src = theirs + begin;
+        if (reduce) {
+          for (size_t i = 0; i < len; ++i) d[i] += src[i];
+        } else {
+          std::memcpy(d, src, len * sizeof(float));
+        }
+        my_units.fetch_add(1, std::memory_order_release);
+        my_units.notify_all();
+      }
+    }
+  });
+  for (auto _ : state) {
+    pool.RunOnce();
+    ++iter;
+  }
+  SetCounters(state, n, static_cast<double>(bytes));
+}
+
+void BM_AddLoop(benchmark::State& state) {
+  const size_t count = static_cast<size_t>(state.range(0)) / sizeof(float);
+  std::vector<float> dst(count, 0.0f), src(count, 0.0f);
+  for (auto _ : state) {
+    float* d = dst.data();
+    const float* s = src.data();
+    for (size_t i = 0; i < count; ++i) d[i] += s[i];
+    benchmark::DoNotOptimize(d);
+    benchmark::ClobberMemory();
+  }
+  state.counters["algbw"] = benchmark::Counter(
+      static_cast<double>(state.range(0)) * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+constexpr int64_t KiB = 1024, MiB = 1024 * 1024;
+
+bool FullGrid() {
+  const char* v = std::getenv("RINGPIPE_BENCH_FULL");
+  return v != nullptr && std::string(v) == "1";
+}
+
+void RingArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"ranks", "bytes", "segment", "codec"});
+  if (FullGrid()) {
+    for (int64_t n : {2, 4, 8}) {
+      for (int64_t bytes = 4 * KiB; bytes <= 256 * MiB; bytes *= 4) {
+        for (int64_t seg = 4 * KiB; seg <= 4 * MiB; seg *= 4) {
+          for (int64_t c = 0; c < 4; ++c) b->Args({n, bytes, seg, c});
+        }
+      }
+    }
+    return;
+  }
+  for (int64_t n : {2, 4, 8}) {
+    for (int64_t bytes : {4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB}) b->Args({n, bytes, 256 * KiB, 0});
+  }
+  for (int64_t seg : {4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB}) b->Args({4, 64 * MiB, seg, 0});
+  b->Args({4, 256 * MiB, 256 * KiB, 0});
+  for (int64_t c = 1; c < 4; ++c) b->Args({4, 64 * MiB, 256 * KiB, c});
+}
+
+void PlainArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"ranks", "bytes"});
+  for (int64_t n : {2, 4, 8}) {
+    for (int64_t bytes : {4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB}) b->Args({n, bytes});
+  }
+}
+
+BENCHMARK(BM_RingAllReduce)->Apply(RingArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlainRing)->Apply(PlainArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AddLoop)
+    ->ArgName("bytes")
+    ->Arg(4 * KiB)
+    ->Arg(64 * MiB)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
