@@ -1,0 +1,77 @@
+#include "schedule/render.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+#include "schedule/grid.h"
+
+namespace rp::schedule {
+namespace {
+std::string Label(const Op& op, int v) {
+  const char* k = op.kind == OpKind::kForward ? "F" : op.kind == OpKind::kWeightGrad ? "W" : "B";
+  std::string s = absl::StrCat(k, op.micro_batch);
+  if (v > 1) s.push_back(static_cast<char>('a' + op.chunk % 26));
+  return s;
+}
+}  // namespace
+
+absl::StatusOr<std::string> RenderTimeline(const Program& prog,
+                                           const std::vector<std::vector<OpTiming>>& timelines,
+                                           Nanos slot) {
+  if (slot <= Nanos(0)) return absl::InvalidArgumentError("RenderTimeline: slot must be > 0");
+  if (timelines.size() != prog.ranks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("RenderTimeline: ", timelines.size(),
+                                                   " timelines for ", prog.ranks.size(), " ranks"));
+  }
+  int64_t slots = 0;
+  size_t width = 2;
+  for (size_t s = 0; s < prog.ranks.size(); ++s) {
+    if (timelines[s].size() != prog.ranks[s].size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RenderTimeline: rank ", s, " has ", timelines[s].size(), " timings for ",
+                       prog.ranks[s].size(), " ops"));
+    }
+    for (size_t i = 0; i < prog.ranks[s].size(); ++i) {
+      if (!IsCompute(prog.ranks[s][i].kind)) continue;
+      slots = std::max<int64_t>(slots, (timelines[s][i].end.count() + slot.count() - 1) / slot.count());
+      width = std::max(width, Label(prog.ranks[s][i], prog.num_chunks).size());
+    }
+  }
+  if (slots > 100000) return absl::InvalidArgumentError("RenderTimeline: more than 100000 slots");
+  const std::string head = "rank\\slot";
+  auto pad = [](std::string s, size_t w) { return std::string(w > s.size() ? w - s.size() : 0, ' ') + s; };
+  std::string out = head;
+  for (int64_t c = 0; c < slots; ++c) absl::StrAppend(&out, " ", pad(absl::StrCat(c), width));
+  out.push_back('\n');
+  for (size_t s = 0; s < prog.ranks.size(); ++s) {
+    std::vector<std::string> cells(slots, ".");
+    for (size_t i = 0; i < prog.ranks[s].size(); ++i) {
+      const Op& op = prog.ranks[s][i];
+      if (!IsCompute(op.kind)) continue;
+      const int64_t a = timelines[s][i].start.count() / slot.count();
+      const int64_t b = (timelines[s][i].end.count() + slot.count() - 1) / slot.count();
+      for (int64_t c = a; c < b; ++c) cells[c] = Label(op, prog.num_chunks);
+    }
+    std::string row = absl::StrCat("rank ", s);
+    row = row + std::string(head.size() - std::min(head.size(), row.size()), ' ');
+    for (const auto& cell : cells) absl::StrAppend(&row, " ", pad(cell, width));
+    out += row;
+    out.push_back('\n');
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> RenderSlots(const Program& prog) {
+  RP_ASSIGN_OR_RETURN(ParallelGrid grid, ParallelGrid::Create({.dp = 1, .pp = prog.num_ranks, .tp = 1}));
+  const int64_t v = prog.num_chunks;
+  StageCost unit{.forward = Nanos(v), .backward = Nanos(prog.split_backward ? 2 * v : v),
+                 .weight_grad = Nanos(prog.split_backward ? v : 0)};
+  RP_ASSIGN_OR_RETURN(Prediction pred, Predict(prog, grid, CostModel::Uniform(unit)));
+  std::vector<std::vector<OpTiming>> tl;
+  for (int s = 0; s < prog.num_ranks; ++s) tl.push_back(pred.Timeline(grid, s));
+  return RenderTimeline(prog, tl, Nanos(1));
+}
+
+}  // namespace rp::schedule

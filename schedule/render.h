@@ -1,0 +1,36 @@
+// ASCII rendering of a pipeline program: one row per pipeline rank, one column per time slot.
+//
+// RenderSlots plays the program with unit costs (every F, B, Bi and W takes one slot; with v chunks
+// each chunk op one slot) and free links, so a cell is filled only when its inputs exist — unlike the S2
+// prototype's table (SCENARIOS.md), the last stage's first backward can never appear before its forward.
+// RenderTimeline draws predicted timings at any slot width (e.g. 10 ms per column).
+//
+// Cells: F<mb>, B<mb> (whole backward, or Bi), W<mb>; with v > 1 a chunk letter follows (F3a, F3b, ...);
+// '.' is idle. Pure; thread-compatible.
+//
+// Example (1F1B, p = 2, m = 2): RenderSlots(*BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 2}))
+//   rank\slot  0  1  2  3  4  5
+//   rank 0    F0 F1  . B0  . B1
+//   rank 1     . F0 B0 F1 B1  .
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/time.h"
+#include "schedule/predictor.h"
+#include "schedule/program.h"
+
+namespace rp::schedule {
+
+// `timelines[s]` are the OpTimings of pipeline rank s's ops (Prediction::Timeline). Compute ops are drawn
+// in the slots [start / slot, ⌈end / slot⌉); a slot shared by two ops shows the later one.
+// InvalidArgument if slot <= 0 or the timelines do not match the program's op lists.
+[[nodiscard]] absl::StatusOr<std::string> RenderTimeline(
+    const Program& prog, const std::vector<std::vector<OpTiming>>& timelines, Nanos slot);
+
+// Unit-cost rendering (see above). Errors: Validate's.
+[[nodiscard]] absl::StatusOr<std::string> RenderSlots(const Program& prog);
+
+}  // namespace rp::schedule

@@ -1,0 +1,53 @@
+// Validate: checks a Program without threads or time, and measures its activation footprint.
+//
+// Checks, in order (the first failure is returned):
+//   1. Structure (InvalidArgument): sizes >= 1, one op list per rank, micro-batch/chunk/peer ids in range,
+//      each send/recv names the rank of the neighbouring model stage, B vs Bi/W matches split_backward,
+//      gradient buckets numbered 0, 1, ... in order, exactly one kOptimizerStep and it is last.
+//   2. Exactly once (InvalidArgument): every (model stage, micro-batch) has one F and one B — or one Bi
+//      and one W when split_backward.
+//   3. Dry run (the ops played in order over the channels, as an executor would):
+//      - dependencies (InvalidArgument): F needs its input (earlier local F of model stage k−1, or an
+//        earlier kRecvAct); B/Bi needs its own F and the next stage's gradient (local or received);
+//        W needs its Bi; a send needs the op it sends; a gradient bucket needs every backward of its chunk.
+//      - channels (InvalidArgument): a receive must find the message it names at the head of its FIFO
+//        channel (sender, receiver, kind).
+//      - deadlock (FailedPrecondition): if ranks stop with ops left, the message lists each stuck rank
+//        with the op it waits at and the peer it waits for.
+//      Sends are buffered (never block) by default — the Executor's channels; `rendezvous_sends` makes a
+//      send block until its receiver reaches the matching receive (NCCL-like p2p), a stricter check.
+//
+// Complexity O(total ops + p·m·v). Pure; thread-compatible.
+//
+// Example:
+//   RP_ASSIGN_OR_RETURN(ValidationReport rep, Validate(prog));
+//   rep.peak_in_flight[0];  // 1F1B: min(p, m)
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "schedule/program.h"
+
+namespace rp::schedule {
+
+struct ValidateOptions {
+  bool rendezvous_sends = false;
+};
+
+struct ValidationReport {
+  // Per pipeline rank: the most micro-batch activations held at once, in chunk units, held from F until
+  // the last backward op that reads them (B, or W when split_backward): the activation memory.
+  // GPipe m, 1F1B min(p − s, m); ZB-H1 min(p, m) on every rank — 1F1B's peak (rank 0's) — since a rank
+  // keeps the activations of the weight gradients it defers.
+  std::vector<int> peak_in_flight;
+  // Per pipeline rank: the most micro-batches whose F has run and whose B (or Bi) has not.
+  // 1F1B and ZB-H1: min(p − s, m).
+  std::vector<int> peak_awaiting_backward;
+  std::vector<int> num_buckets;  // kAllReduce ops per rank
+};
+
+[[nodiscard]] absl::StatusOr<ValidationReport> Validate(const Program& prog,
+                                                        const ValidateOptions& opts = {});
+
+}  // namespace rp::schedule
