@@ -1,0 +1,276 @@
+// `ringpipe allreduce`: an nccl-tests-style driver for comm/'s chunked ring all-reduce.
+//
+// For each size from --min_bytes to --max_bytes (× --step_factor), one Communicator of --ranks rank
+// threads runs --warmup untimed and --iters timed all-reduces. A timed iteration starts when every
+// rank has passed a barrier and ends when the last rank returns; the row shows the median over
+// iterations. With --link=ideal the time is wall time on this host; with a link preset it is the
+// modeled time of the emulated cluster (ranks also really wait for it on a real clock). algbw =
+// bytes / time, busbw = algbw × 2(n−1)/n (nccl-tests' convention). Every row checks the result of
+// the last iteration on every rank against a serial reference on exactly-summable data (#wrong).
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "apps/cli.h"
+#include "apps/subcommands.h"
+#include "comm/codec.h"
+#include "comm/communicator.h"
+#include "nlohmann/json.hpp"
+#include "runtime/link_models.h"
+#include "runtime/mutex.h"
+#include "runtime/real_clock.h"
+#include "runtime/status_macros.h"
+
+ABSL_FLAG(int, ranks, 4, "Number of ranks (one thread each), 1..1024.");
+ABSL_FLAG(uint64_t, min_bytes, 4096, "Smallest message size in bytes (FP32 buffer), >= 4.");
+ABSL_FLAG(uint64_t, max_bytes, uint64_t{64} << 20, "Largest message size in bytes, >= min_bytes.");
+ABSL_FLAG(int, step_factor, 4, "Multiply the size by this between rows, >= 2.");
+ABSL_FLAG(uint64_t, segment_bytes, rp::comm::kDefaultSegmentBytes,
+          "FP32 bytes per ring segment (one message); a multiple of 4.");
+ABSL_FLAG(std::string, codec, "fp32", "Wire format: fp32, fp16, bf16 or int8.");
+ABSL_FLAG(int, iters, 20, "Timed iterations per size, >= 1.");
+ABSL_FLAG(int, warmup, 3, "Untimed iterations per size, >= 0.");
+ABSL_FLAG(std::string, link, "ideal",
+          "Link model: 'ideal' (no modeled time: host speed) or a preset: dgx-a100, dgx-h100.");
+ABSL_FLAG(std::string, json, "", "Also write the rows as a JSON list to this path.");
+
+namespace rp::apps {
+namespace {
+
+struct Row {
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  double time_us = 0;
+  double algbw = 0;
+  double busbw = 0;
+  uint64_t wrong = 0;
+  uint64_t wire_bytes_per_rank = 0;
+};
+
+struct Settings {
+  int ranks;
+  uint64_t min_bytes, max_bytes;
+  int step_factor;
+  uint64_t segment_bytes;
+  comm::Codec codec;
+  int iters, warmup;
+  std::string link;
+  std::string json;
+};
+
+absl::StatusOr<Settings> ReadFlags() {
+  Settings s;
+  s.ranks = absl::GetFlag(FLAGS_ranks);
+  s.min_bytes = absl::GetFlag(FLAGS_min_bytes);
+  s.max_bytes = absl::GetFlag(FLAGS_max_bytes);
+  s.step_factor = absl::GetFlag(FLAGS_step_factor);
+  s.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
+  s.iters = absl::GetFlag(FLAGS_iters);
+  s.warmup = absl::GetFlag(FLAGS_warmup);
+  s.link = absl::GetFlag(FLAGS_link);
+  s.json = absl::GetFlag(FLAGS_json);
+  auto bad = [](const char* flag, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
+  };
+  if (s.ranks < 1 || s.ranks > 1024) return bad("ranks", "must be in 1..1024");
+  if (s.min_bytes < 4) return bad("min_bytes", "must be >= 4");
+  if (s.max_bytes < s.min_bytes) return bad("max_bytes", "must be >= --min_bytes");
+  if (s.max_bytes > (uint64_t{4} << 30)) return bad("max_bytes", "must be <= 4 GiB");
+  if (s.step_factor < 2) return bad("step_factor", "must be >= 2");
+  if (s.segment_bytes < 4 || s.segment_bytes % 4 != 0) {
+    return bad("segment_bytes", "must be a positive multiple of 4");
+  }
+  if (s.iters < 1) return bad("iters", "must be >= 1");
+  if (s.warmup < 0) return bad("warmup", "must be >= 0");
+  auto codec = comm::ParseCodec(absl::GetFlag(FLAGS_codec));
+  if (!codec.ok()) return bad("codec", std::string(codec.status().message()));
+  s.codec = *codec;
+  if (s.link != "ideal") {
+    auto spec = LinkSpecByName(s.link);
+    if (!spec.ok()) return bad("link", std::string(spec.status().message()));
+  }
+  return s;
+}
+
+// Exactly-summable input: small integers, so every ordering of the FP32 sum is exact.
+float InputValue(uint64_t i, int rank) { return static_cast<float>((i + static_cast<uint64_t>(rank)) % 7); }
+
+// Largest deviation from the exact sum that the codec allows on this data (docs/collectives.md):
+// FP32, FP16 and BF16 carry sums of integers <= 6n <= 6144 exactly (FP16 and BF16 up to 2048 and 256
+// respectively, so for larger n those two get the relative bound); INT8 re-quantizes the running
+// partial sum at each of the n-1 reduce-scatter hops and once more at the owner, each time with an
+// error below max|partial| / 127 <= 6n / 127.
+double Tolerance(comm::Codec codec, int n) {
+  const double max_sum = 6.0 * n;
+  switch (codec) {
+    case comm::Codec::kFp32: return 0;
+    case comm::Codec::kFp16: return max_sum <= 2048 ? 0 : n * max_sum * std::ldexp(1.0, -11);
+    case comm::Codec::kBf16: return max_sum <= 256 ? 0 : n * max_sum * std::ldexp(1.0, -8);
+    case comm::Codec::kInt8: return n * max_sum / 127.0;
+  }
+  return 0;
+}
+
+absl::StatusOr<Row> RunSize(const Settings& s, uint64_t bytes, LinkModel* link, RealClock* clock) {
+  const int n = s.ranks;
+  const uint64_t count = bytes / sizeof(float);
+  std::vector<int> devices(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
+  RP_ASSIGN_OR_RETURN(auto comm, comm::Communicator::Create({.devices = devices, .link = link,
+                                                             .clock = clock}));
+  const comm::CollectiveOptions options{.codec = s.codec, .segment_bytes = s.segment_bytes};
+  const int total_iters = s.warmup + s.iters;
+
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  // [iter][rank]: wall start/end and modeled duration of each rank's call.
+  std::vector<std::vector<SteadyTime>> starts(total_iters, std::vector<SteadyTime>(n));
+  std::vector<std::vector<SteadyTime>> ends(total_iters, std::vector<SteadyTime>(n));
+  std::vector<std::vector<Nanos>> modeled(total_iters, std::vector<Nanos>(n));
+  std::vector<absl::Status> status(static_cast<size_t>(n));
+  std::vector<uint64_t> wrong(static_cast<size_t>(n), 0);
+  std::vector<uint64_t> wire(static_cast<size_t>(n), 0);
+  std::barrier sync(n);
+  const double tol = Tolerance(s.codec, n);
+
+  auto rank_main = [&](int r) {
+    std::vector<float> buf(count);
+    comm::RankComm& me = comm->rank(r);
+    Nanos t = kZeroTime;
+    for (int it = 0; it < total_iters; ++it) {
+      for (uint64_t i = 0; i < count; ++i) buf[i] = InputValue(i, r);
+      sync.arrive_and_wait();
+      if (clock != nullptr) t = std::max(t, clock->Now());
+      starts[it][r] = std::chrono::steady_clock::now();
+      auto res = me.AllReduce(buf, buf, options, t);
+      ends[it][r] = std::chrono::steady_clock::now();
+      if (!res.ok()) {
+        status[r] = res.status();
+        comm->Abort(res.status());
+        sync.arrive_and_drop();
+        return;
+      }
+      modeled[it][r] = res->end - res->start;
+      t = res->end;
+      wire[r] = res->wire_bytes;
+    }
+    for (uint64_t i = 0; i < count; ++i) {
+      double expect = 0;
+      for (int q = 0; q < n; ++q) expect += InputValue(i, q);
+      if (!(std::fabs(static_cast<double>(buf[i]) - expect) <= tol)) ++wrong[r];
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) threads.emplace_back(rank_main, r);
+  for (auto& th : threads) th.join();
+  for (const absl::Status& st : status) RP_RETURN_IF_ERROR(st);
+
+  std::vector<double> times;
+  for (int it = s.warmup; it < total_iters; ++it) {
+    double us;
+    if (link == nullptr) {
+      const SteadyTime t0 = *std::min_element(starts[it].begin(), starts[it].end());
+      const SteadyTime t1 = *std::max_element(ends[it].begin(), ends[it].end());
+      us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    } else {
+      us = static_cast<double>(std::max_element(modeled[it].begin(), modeled[it].end())->count()) / 1e3;
+    }
+    times.push_back(us);
+  }
+  std::nth_element(times.begin(), times.begin() + static_cast<ptrdiff_t>(times.size() / 2), times.end());
+  Row row;
+  row.bytes = count * sizeof(float);
+  row.count = count;
+  row.time_us = times[times.size() / 2];
+  row.algbw = row.time_us > 0 ? static_cast<double>(row.bytes) / (row.time_us * 1e3) : 0;
+  row.busbw = row.algbw * (n > 1 ? 2.0 * (n - 1) / n : 0.0);
+  for (uint64_t w : wrong) row.wrong += w;
+  row.wire_bytes_per_rank = *std::max_element(wire.begin(), wire.end());
+  return row;
+}
+
+int Run(const ParsedArgs& args) {
+  auto settings = ReadFlags();
+  if (!settings.ok()) {
+    std::fprintf(stderr, "ringpipe allreduce: %s\n", std::string(settings.status().message()).c_str());
+    return kExitBadInput;
+  }
+  const Settings& s = *settings;
+  std::unique_ptr<AlphaBetaLinkModel> link;
+  std::unique_ptr<RealClock> clock;
+  if (s.link != "ideal") {
+    auto spec = LinkSpecByName(s.link);
+    auto made = spec.ok() ? AlphaBetaLinkModel::Create(*spec, s.ranks)
+                          : absl::StatusOr<std::unique_ptr<AlphaBetaLinkModel>>(spec.status());
+    auto made_clock = RealClock::Create({});
+    if (!made.ok() || !made_clock.ok()) {
+      std::fprintf(stderr, "ringpipe allreduce: --link: %s\n",
+                   std::string((made.ok() ? made_clock.status() : made.status()).message()).c_str());
+      return kExitBadInput;
+    }
+    link = std::move(*made);
+    clock = std::move(*made_clock);
+  }
+  const char* type = comm::CodecName(s.codec);
+  std::printf("# ringpipe allreduce: ranks %d, codec %s, segment %llu B, link %s, %d iters (%d warmup)\n",
+              s.ranks, type, static_cast<unsigned long long>(s.segment_bytes), s.link.c_str(),
+              s.iters, s.warmup);
+  std::printf("# time: %s; busbw = algbw * 2(n-1)/n\n",
+              link ? "modeled time of the emulated links (median)" : "wall time on this host (median)");
+  std::printf("#%12s %12s %6s %12s %10s %10s %14s %8s\n", "size(B)", "count", "type", "time(us)",
+              "algbw", "busbw", "wire/rank(B)", "#wrong");
+  nlohmann::json rows = nlohmann::json::array();
+  uint64_t total_wrong = 0;
+  for (uint64_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= static_cast<uint64_t>(s.step_factor)) {
+    auto row = RunSize(s, bytes, link.get(), clock.get());
+    if (!row.ok()) {
+      std::fprintf(stderr, "ringpipe allreduce: %llu bytes: %s\n",
+                   static_cast<unsigned long long>(bytes), row.status().ToString().c_str());
+      return kExitRunFailed;
+    }
+    std::printf(" %12llu %12llu %6s %12.1f %10.3f %10.3f %14llu %8llu\n",
+                static_cast<unsigned long long>(row->bytes), static_cast<unsigned long long>(row->count),
+                type, row->time_us, row->algbw, row->busbw,
+                static_cast<unsigned long long>(row->wire_bytes_per_rank),
+                static_cast<unsigned long long>(row->wrong));
+    std::fflush(stdout);
+    total_wrong += row->wrong;
+    rows.push_back({{"bytes", row->bytes}, {"count", row->count}, {"type", type},
+                    {"ranks", s.ranks}, {"segment_bytes", s.segment_bytes}, {"link", s.link},
+                    {"time_us", row->time_us}, {"algbw_gbps", row->algbw},
+                    {"busbw_gbps", row->busbw}, {"wire_bytes_per_rank", row->wire_bytes_per_rank},
+                    {"wrong", row->wrong}});
+    if (bytes > s.max_bytes / static_cast<uint64_t>(s.step_factor)) break;  // no overflow
+  }
+  std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
+  if (!s.json.empty()) {
+    if (absl::Status st = WriteFileAtomically(s.json, rows.dump(2) + "\n"); !st.ok()) {
+      std::fprintf(stderr, "ringpipe allreduce: --json: %s\n", std::string(st.message()).c_str());
+      return kExitBadInput;
+    }
+  }
+  return total_wrong == 0 ? kExitOk : kExitRunFailed;
+}
+
+std::vector<std::string> Flags() {
+  return {"ranks", "min_bytes", "max_bytes", "step_factor", "segment_bytes", "codec",
+          "iters", "warmup",    "link",      "json"};
+}
+
+}  // namespace
+
+Subcommand AllReduceSubcommand() {
+  return {"allreduce", "nccl-tests-style benchmark of the chunked ring all-reduce", Flags, Run};
+}
+
+}  // namespace rp::apps

@@ -1,0 +1,163 @@
+// The `ringpipe` binary as a user sees it: exit codes, messages, outputs (and no partial outputs).
+#include "apps/cli.h"
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(int, cli_test_int, 3, "test flag");
+ABSL_FLAG(bool, cli_test_bool, false, "test flag");
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+
+Result RunBinary(const std::string& args) {
+  const std::string cmd = std::string(RINGPIPE_BIN) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+fs::path TempDir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("ringpipe_cli_test_" + name + "_" +
+                                              std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(ParseArgs, SetsFlagsInEveryFormAndRecordsWhichWereGiven) {
+  const char* argv[] = {"ringpipe", "allreduce", "--cli_test_int=7", "--cli_test_bool", "extra"};
+  auto args = ParseArgs(5, const_cast<char**>(argv));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->subcommand, "allreduce");
+  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_int), 7);
+  EXPECT_TRUE(absl::GetFlag(FLAGS_cli_test_bool));
+  EXPECT_TRUE(args->specified.contains("cli_test_int"));
+  ASSERT_EQ(args->positional.size(), 1u);
+
+  const char* argv2[] = {"ringpipe", "x", "--cli_test_int", "9", "--nocli_test_bool"};
+  args = ParseArgs(5, const_cast<char**>(argv2));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_int), 9);
+  EXPECT_FALSE(absl::GetFlag(FLAGS_cli_test_bool));
+}
+
+TEST(ParseArgs, RejectsUnknownFlagsBadValuesAndMissingValuesNamingTheFlag) {
+  const char* unknown[] = {"ringpipe", "x", "--no_such_flag=1"};
+  auto a = ParseArgs(3, const_cast<char**>(unknown));
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("--no_such_flag"), std::string::npos);
+  const char* bad[] = {"ringpipe", "x", "--cli_test_int=seven"};
+  a = ParseArgs(3, const_cast<char**>(bad));
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("--cli_test_int"), std::string::npos);
+  const char* missing[] = {"ringpipe", "x", "--cli_test_int"};
+  a = ParseArgs(3, const_cast<char**>(missing));
+  EXPECT_NE(a.status().message().find("missing value"), std::string::npos);
+}
+
+TEST(WriteFileAtomically, WritesWholeFileAndLeavesNothingOnFailure) {
+  const fs::path dir = TempDir("atomic");
+  const fs::path ok = dir / "out.json";
+  ASSERT_TRUE(WriteFileAtomically(ok.string(), "{\"a\": 1}\n").ok());
+  std::ifstream f(ok);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_EQ(ss.str(), "{\"a\": 1}\n");
+  const fs::path bad = dir / "no_such_dir" / "out.json";
+  EXPECT_FALSE(WriteFileAtomically(bad.string(), "x").ok());
+  EXPECT_FALSE(fs::exists(bad));
+  size_t files = 0;
+  for ([[maybe_unused]] auto& e : fs::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1u);  // no temporary left behind
+  fs::remove_all(dir);
+}
+
+TEST(RingpipeBinary, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) {
+  const fs::path dir = TempDir("bad");
+  const fs::path json = dir / "rows.json";
+  struct Case {
+    std::string args;
+    std::string field;
+  } cases[] = {
+      {"allreduce --ranks=0", "--ranks"},
+      {"allreduce --codec=fp8", "--codec"},
+      {"allreduce --segment_bytes=6", "--segment_bytes"},
+      {"allreduce --min_bytes=1024 --max_bytes=512", "--max_bytes"},
+      {"allreduce --link=nowhere", "--link"},
+      {"allreduce --bogus=1", "--bogus"},
+      {"allreduce --iters=x", "--iters"},
+      {"no_such_subcommand", "no_such_subcommand"},
+  };
+  for (const Case& c : cases) {
+    const Result r = RunBinary(c.args + " --json=" + json.string());
+    EXPECT_EQ(r.exit_code, kExitBadInput) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.field), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(json)) << c.args;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(RingpipeBinary, AllReduceDriverPrintsRowsAndWritesJsonWithNoWrongElements) {
+  const fs::path dir = TempDir("allreduce");
+  const fs::path json = dir / "rows.json";
+  for (const char* codec : {"fp32", "fp16", "bf16", "int8"}) {
+    const Result r = RunBinary(std::string("allreduce --ranks=3 --min_bytes=4 --max_bytes=65536 "
+                                           "--iters=2 --warmup=1 --segment_bytes=4096 --codec=") +
+                               codec + " --json=" + json.string());
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("busbw"), std::string::npos);
+    std::ifstream f(json);
+    const nlohmann::json rows = nlohmann::json::parse(f);
+    ASSERT_TRUE(rows.is_array());
+    ASSERT_EQ(rows.size(), 8u) << rows.dump();  // 4 B .. 64 KiB by x4
+    for (const auto& row : rows) {
+      for (const char* key : {"bytes", "count", "type", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}) {
+        EXPECT_TRUE(row.contains(key)) << key;
+      }
+      EXPECT_EQ(row["wrong"], 0) << codec << " " << row.dump();
+      EXPECT_EQ(row["type"], codec);
+      EXPECT_DOUBLE_EQ(row["busbw_gbps"].get<double>(),
+                       row["algbw_gbps"].get<double>() * 2.0 * 2 / 3);
+    }
+    EXPECT_EQ(rows[0]["count"], 1);
+    EXPECT_EQ(rows[7]["bytes"], 65536);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(RingpipeBinary, HelpListsEveryAllReduceFlag) {
+  const Result r = RunBinary("allreduce --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--ranks", "--min_bytes", "--max_bytes", "--step_factor", "--segment_bytes",
+                           "--codec", "--iters", "--warmup", "--link", "--json"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace rp::apps
