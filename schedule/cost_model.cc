@@ -69,10 +69,14 @@ struct ChunkSend {
 // One step's cost for a chunk of c elements.
 ChunkSend SendChunk(uint64_t c, const LinkParams& link, const RingModel& ring) {
   ChunkSend out;
-  if (c == 0) return out;
+  if (c == 0) {  // an empty chunk still sends one empty message (comm/ checks every peer's header)
+    out.link = out.reduced = link.Duration(0);
+    return out;
+  }
   const uint64_t w = WireBytesPerElement(ring.codec);
   const uint64_t meta = MetaBytesPerSegment(ring.codec);
-  const uint64_t e = ring.segment_bytes == 0 ? c : std::min<uint64_t>(c, ring.segment_bytes / w);
+  // Segments are counted in fp32 elements, as comm/ cuts them: segment_bytes / 4 per segment.
+  const uint64_t e = ring.segment_bytes == 0 ? c : std::min<uint64_t>(c, ring.segment_bytes / 4);
   const uint64_t k = (c + e - 1) / e;
   const uint64_t last = c - (k - 1) * e;
   const Nanos a_full = link.Duration(e * w + meta), a_last = link.Duration(last * w + meta);
@@ -97,14 +101,12 @@ ChunkSend SendChunk(uint64_t c, const LinkParams& link, const RingModel& ring) {
 absl::StatusOr<RingCost> RingAllReduceCost(int n, uint64_t elements, const LinkParams& link,
                                            const RingModel& ring) {
   if (n < 1) return absl::InvalidArgumentError(absl::StrCat("RingAllReduceCost: n must be >= 1, got ", n));
-  const uint64_t w = WireBytesPerElement(ring.codec);
-  if (ring.segment_bytes != 0 && ring.segment_bytes < w) {
+  if (ring.segment_bytes != 0 && ring.segment_bytes < 4) {
     return absl::InvalidArgumentError(absl::StrCat("RingAllReduceCost: segment_bytes ", ring.segment_bytes,
-                                                   " smaller than one ", CodecName(ring.codec),
-                                                   " element (", w, " bytes)"));
+                                                   " smaller than one fp32 element (4 bytes)"));
   }
   RingCost cost;
-  if (n == 1 || elements == 0) return cost;
+  if (n == 1) return cost;
   const uint64_t un = static_cast<uint64_t>(n);
   const uint64_t largest = (elements + un - 1) / un;
   const ChunkSend step = SendChunk(largest, link, ring);

@@ -40,15 +40,15 @@ TEST(RingAllReduceCost, CodecsShrinkTheWireAndInt8PaysAScalePerSegment) {
   ASSERT_TRUE(bf16.ok());
   EXPECT_EQ(bf16->time, 6 * (FromMicros(10) + Nanos(500)));
   EXPECT_EQ(bf16->wire_bytes, 6u * 2 * 1000);
-  // INT8, 100-byte segments: chunk 250 elements = segments of 100, 100, 50 (+4 bytes of scale each).
-  auto i8 = RingAllReduceCost(4, 1000, kLink, {.segment_bytes = 100, .codec = Codec::kInt8});
+  // INT8, 400-byte (100-element) segments: chunk 250 elements = 100, 100, 50 (+4 bytes of scale each).
+  auto i8 = RingAllReduceCost(4, 1000, kLink, {.segment_bytes = 400, .codec = Codec::kInt8});
   ASSERT_TRUE(i8.ok());
   EXPECT_EQ(i8->time, 6 * (3 * FromMicros(10) + Nanos(104 + 104 + 54)));
   EXPECT_EQ(i8->wire_bytes, 6u * 4 * (104 + 104 + 54));
 }
 
 TEST(RingAllReduceCost, ReductionPipelinesBehindTheNextSegment) {
-  // 2 ranks, 1000 elements: chunk 500 elements = 2000 B in 4 segments of 500 B (125 elements).
+  // 2 ranks, 1000 elements: chunk 500 elements = 2000 B in 4 segments of 500 B (125 elements, fp32).
   // Travel a = 10 µs + 500 ns per segment; reduce at 1 GB/s: 500 ns per segment (< a), so a
   // reduce-scatter step ends one reduction after the last segment arrives.
   const RingModel ring{.segment_bytes = 500, .reduce_gbps = 1};
@@ -64,7 +64,8 @@ TEST(RingAllReduceCost, ReductionPipelinesBehindTheNextSegment) {
 
 TEST(RingAllReduceCost, TrivialAndInvalidInputs) {
   EXPECT_EQ(RingAllReduceCost(1, 1000, kLink, {})->time, Nanos(0));
-  EXPECT_EQ(RingAllReduceCost(4, 0, kLink, {})->time, Nanos(0));
+  EXPECT_EQ(RingAllReduceCost(4, 0, kLink, {})->time, 6 * FromMicros(10));  // empty messages
+  EXPECT_EQ(RingAllReduceCost(4, 0, kLink, {})->wire_bytes, 0u);
   EXPECT_EQ(RingAllReduceCost(0, 10, kLink, {}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RingAllReduceCost(2, 10, kLink, {.segment_bytes = 3}).status().code(),
             absl::StatusCode::kInvalidArgument);
