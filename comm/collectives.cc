@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "comm/ring_steps.h"
@@ -60,8 +61,31 @@ class RingRunner {
     result_.end = start;
   }
 
+  // On any exit without Finish (an error), waits until no peer can still read this rank's lent
+  // buffers: every lend acknowledged, or the next rank out of its collective (it leaves promptly:
+  // the group is aborted). Bounded by the timeout.
+  ~RingRunner() {
+    if (!began_) return;
+    if (!finished_) {
+      const auto deadline = std::chrono::steady_clock::now() + timeout_;
+      RankComm& next = group_.rank(next_);
+      while (true) {
+        DrainAcks();
+        if (rc_.in_flight_ == 0 || !next.in_op_.load(std::memory_order_seq_cst)) break;
+        if (std::chrono::steady_clock::now() > deadline) break;
+        std::this_thread::yield();
+      }
+      rc_.in_flight_ = 0;  // the group is dead; buffers still out are abandoned with it
+    }
+    rc_.in_op_.store(false, std::memory_order_seq_cst);
+  }
+
   // Checks the group, takes an op id, sizes the reusable state.
   absl::Status Begin() {
+    // Announce before checking the abort flag (seq_cst both sides): a failing predecessor then
+    // either sees this rank in the op and waits for it, or this rank sees the abort.
+    rc_.in_op_.store(true, std::memory_order_seq_cst);
+    began_ = true;
     if (group_.aborted()) {
       return absl::FailedPreconditionError(
           absl::StrCat(Prefix(), ": communicator aborted earlier: ",
@@ -193,6 +217,7 @@ class RingRunner {
       if (!s.ok()) return Fail(s, "waiting for the final acknowledgements of", next_, n_ - 2);
       OnAck(a);
     }
+    finished_ = true;
     rc_.stats_.collective_bytes[static_cast<int>(codec_)] += result_.wire_bytes;
     rc_.stats_.messages += result_.messages;
     return absl::OkStatus();
@@ -335,6 +360,8 @@ class RingRunner {
   const int n_, r_, next_, prev_;
   const Nanos start_;
   bool feedback_ = false;
+  bool began_ = false;
+  bool finished_ = false;
   uint64_t op_id_ = 0;
   CollectiveResult result_;
 };

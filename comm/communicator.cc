@@ -81,7 +81,7 @@ void Communicator::Abort(const absl::Status& status) {
     if (abort_status_.ok()) abort_status_ = status;
     for (auto& [key, ch] : p2p_) ch->Cancel();
   }
-  aborted_.store(true, std::memory_order_release);  // acquired by aborted()
+  aborted_.store(true, std::memory_order_seq_cst);  // paired with RankComm::in_op_
   for (auto& ch : ring_data_) ch->Cancel();
   for (auto& q : ring_acks_) q->Cancel();
 }

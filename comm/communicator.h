@@ -196,6 +196,10 @@ class RankComm {
   Channel<internal::WireMsg>* from_prev_ = nullptr;      // consumer: this rank
   SpscQueue<internal::Ack>* acks_from_next_ = nullptr;   // consumer: this rank
   SpscQueue<internal::Ack>* acks_to_prev_ = nullptr;     // producer: this rank
+  // True while this rank is inside a collective and may read its predecessor's lent buffers.
+  // Written by this rank's thread (seq_cst, paired with Communicator::aborted_), read by the
+  // predecessor when it fails and must know whether its lends are still being read.
+  std::atomic<bool> in_op_{false};
   // Collective state, reused across calls (no per-segment allocation).
   uint64_t next_op_id_ = 0;
   uint64_t in_flight_ = 0;  // messages sent to the next rank and not yet acknowledged
@@ -223,7 +227,7 @@ class Communicator {
 
   // Fails the group with `status` (the first call wins) and wakes every blocked rank.
   void Abort(const absl::Status& status);
-  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  bool aborted() const { return aborted_.load(std::memory_order_seq_cst); }
   // The status that aborted the group (OK if none).
   absl::Status abort_status() const;
 
@@ -236,7 +240,7 @@ class Communicator {
   std::vector<std::unique_ptr<Channel<internal::WireMsg>>> ring_data_;  // [r]: r -> r + 1
   std::vector<std::unique_ptr<SpscQueue<internal::Ack>>> ring_acks_;    // [r]: r + 1 -> r
   std::vector<std::unique_ptr<RankComm>> ranks_;
-  std::atomic<bool> aborted_{false};  // release in Abort, acquire in aborted()
+  std::atomic<bool> aborted_{false};  // seq_cst: paired with RankComm::in_op_
   mutable Mutex mu_;
   absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::unique_ptr<OwningChannel<Buffer>>> p2p_ ABSL_GUARDED_BY(mu_);
