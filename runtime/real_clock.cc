@@ -1,10 +1,17 @@
 #include "runtime/real_clock.h"
 
 #include <sched.h>
+#include <time.h>
 #ifdef __linux__
+#include <linux/futex.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
+#include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
 #include <thread>
 
@@ -16,6 +23,7 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
+// steady_clock is CLOCK_MONOTONIC in libstdc++ on Linux; the futex timeout below relies on it.
 int64_t SteadyNowNs() {
   return std::chrono::duration_cast<Nanos>(SteadyClock::now().time_since_epoch()).count();
 }
@@ -26,6 +34,14 @@ inline void CpuRelax() {
 #endif
 }
 
+// Initial learned lead, before any sleep has been observed.
+constexpr int64_t kInitialLeadNs = 20'000;
+// Step of the quantile tracker: the lead moves by up to this much per observed sleep.
+constexpr double kLeadStepNs = 2'000;
+// A spinner calls sched_yield every this many polls (~2-5 µs), so a thread woken on its core is
+// never kept waiting behind it for long.
+constexpr int kPollsPerYield = 64;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RealClock>> RealClock::Create(const RealClockOptions& options) {
@@ -34,9 +50,17 @@ absl::StatusOr<std::unique_ptr<RealClock>> RealClock::Create(const RealClockOpti
         absl::StrCat("RealClockOptions.time_scale must be > 0 and finite, got ",
                      options.time_scale));
   }
-  if (options.spin_window < Nanos(0)) {
+  if (options.max_lead < Nanos(0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "RealClockOptions.spin_window must be >= 0, got ", options.spin_window.count(), " ns"));
+        "RealClockOptions.max_lead must be >= 0, got ", options.max_lead.count(), " ns"));
+  }
+  if (!(options.lead_quantile > 0 && options.lead_quantile < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RealClockOptions.lead_quantile must be in (0, 1), got ", options.lead_quantile));
+  }
+  if (options.timer_slack < Nanos(0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RealClockOptions.timer_slack must be >= 0, got ", options.timer_slack.count(), " ns"));
   }
   if (options.crowd_threshold < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -50,7 +74,9 @@ absl::StatusOr<std::unique_ptr<RealClock>> RealClock::Create(const RealClockOpti
 }
 
 RealClock::RealClock(const RealClockOptions& options)
-    : options_(options), epoch_ns_(SteadyNowNs()) {}
+    : options_(options),
+      epoch_ns_(SteadyNowNs()),
+      lead_ns_(std::min<int64_t>(kInitialLeadNs, options.max_lead.count())) {}
 
 void RealClock::ResetEpoch() { epoch_ns_.store(SteadyNowNs(), std::memory_order_relaxed); }
 
@@ -66,50 +92,93 @@ SteadyClock::time_point RealClock::WallOf(Nanos t) const {
   return SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(Nanos(wall)));
 }
 
-void RealClock::UsePreciseTimerSlack(bool precise) {
+Nanos RealClock::ToModeledLateness(int64_t late_wall_ns) const {
+  if (late_wall_ns <= 0) return Nanos(0);
+  return Nanos(static_cast<int64_t>(
+      std::llround(static_cast<double>(late_wall_ns) / options_.time_scale)));
+}
+
+void RealClock::SetThreadTimerSlack(Nanos slack) {
 #ifdef __linux__
-  thread_local int current = -1;  // -1 unknown, 0 default, 1 precise
-  if (current != static_cast<int>(precise)) {
-    prctl(PR_SET_TIMERSLACK, precise ? 1UL : 0UL, 0UL, 0UL, 0UL);  // 0: the thread's default
-    current = static_cast<int>(precise);
+  thread_local int64_t current = -1;  // -1: unknown
+  if (current != slack.count()) {
+    // 0 restores the thread's default slack.
+    prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack.count()), 0UL, 0UL, 0UL);
+    current = slack.count();
   }
+#else
+  (void)slack;
 #endif
 }
 
-void RealClock::Shutdown() { shut_down_.store(true, std::memory_order_release); }
+void RealClock::Shutdown() {
+  shut_down_.store(1, std::memory_order_release);  // pairs with the acquire in is_shut_down()
+#ifdef __linux__
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&shut_down_), FUTEX_WAKE_PRIVATE, INT_MAX,
+          nullptr, nullptr, 0);
+#endif
+}
+
+bool RealClock::SleepUntil(int64_t until_ns) const {
+  while (!is_shut_down()) {
+    if (SteadyNowNs() >= until_ns) return true;
+#ifdef __linux__
+    // One absolute CLOCK_MONOTONIC wait on the shutdown word: returns at the deadline (subject to
+    // the thread's timer slack), on Shutdown's wake, or at once if the word is already 1.
+    const timespec ts{static_cast<time_t>(until_ns / 1'000'000'000),
+                      static_cast<long>(until_ns % 1'000'000'000)};
+    syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&shut_down_),
+            FUTEX_WAIT_BITSET_PRIVATE, 0u, &ts, nullptr, FUTEX_BITSET_MATCH_ANY);
+#else
+    const int64_t slice = std::min<int64_t>(until_ns - SteadyNowNs(), 20'000'000);
+    std::this_thread::sleep_for(Nanos(std::max<int64_t>(slice, 0)));
+#endif
+  }
+  return false;
+}
+
+void RealClock::LearnLead(int64_t delay_ns) {
+  // Stochastic quantile tracking: up by step·q when the delay exceeds the estimate, down by
+  // step·(1 − q) otherwise; the estimate settles where P(delay > lead) = 1 − q. Concurrent updates
+  // may lose one another's step, which only slows the tracking.
+  const int64_t lead = lead_ns_.load(std::memory_order_relaxed);
+  const double q = options_.lead_quantile;
+  const int64_t next =
+      delay_ns > lead ? lead + static_cast<int64_t>(kLeadStepNs * q + 0.5)
+                      : lead - static_cast<int64_t>(kLeadStepNs * (1 - q) + 0.5);
+  lead_ns_.store(std::clamp<int64_t>(next, 0, options_.max_lead.count()),
+                 std::memory_order_relaxed);
+}
 
 Nanos RealClock::WaitUntil(Nanos deadline) {
-  const SteadyClock::time_point target = WallOf(deadline);
-  SteadyClock::time_point now = SteadyClock::now();
+  const int64_t target = WallOf(deadline).time_since_epoch().count();
+  static_assert(std::is_same_v<SteadyClock::duration, Nanos>);
+  int64_t now = SteadyNowNs();
   if (now >= target || is_shut_down()) return Nanos(0);
   // Counts this thread among the waiters for the whole wait.
   struct WaiterCount {
-    explicit WaiterCount(std::atomic<int>* c) : c_(c), n_(c->fetch_add(1, std::memory_order_relaxed) + 1) {}
+    explicit WaiterCount(std::atomic<int>* c)
+        : c_(c), n_(c->fetch_add(1, std::memory_order_relaxed) + 1) {}
     ~WaiterCount() { c_->fetch_sub(1, std::memory_order_relaxed); }
     std::atomic<int>* c_;
     int n_;
   } count(&waiters_);
-  if (options_.crowd_threshold > 0 && count.n_ > options_.crowd_threshold) {
-    if (options_.precise_timer_slack) UsePreciseTimerSlack(false);
-    while (now < target) {
-      std::this_thread::sleep_until(std::min(target, now + kMaxSleepSlice));
-      if (is_shut_down()) return Nanos(0);
-      now = SteadyClock::now();
-    }
-    const double late = static_cast<double>(std::chrono::duration_cast<Nanos>(now - target).count());
-    return Nanos(static_cast<int64_t>(std::llround(late / options_.time_scale)));
-  }
-  if (options_.precise_timer_slack) UsePreciseTimerSlack(true);
 
-  // Phase 1: sleep until the spin window, in slices so Shutdown() is noticed.
-  const SteadyClock::time_point spin_from =
-      target - std::chrono::duration_cast<SteadyClock::duration>(options_.spin_window);
-  while (now < spin_from) {
-    std::this_thread::sleep_until(std::min(spin_from, now + kMaxSleepSlice));
-    if (is_shut_down()) return Nanos(0);
-    now = SteadyClock::now();
+  if (options_.crowd_threshold > 0 && count.n_ > options_.crowd_threshold) {
+    if (options_.timer_slack > Nanos(0)) SetThreadTimerSlack(Nanos(0));
+    if (!SleepUntil(target)) return Nanos(0);
+    return ToModeledLateness(SteadyNowNs() - target);
   }
-  // Phase 2: spin for the last stretch if a spin slot is free, else sleep to the deadline.
+  if (options_.timer_slack > Nanos(0)) SetThreadTimerSlack(options_.timer_slack);
+
+  // Sleep until `lead` before the deadline, and learn from how late that sleep woke.
+  const int64_t wake_at = target - lead_ns_.load(std::memory_order_relaxed);
+  if (now < wake_at) {
+    if (!SleepUntil(wake_at)) return Nanos(0);
+    now = SteadyNowNs();
+    if (options_.max_lead > Nanos(0)) LearnLead(now - wake_at);
+  }
   if (now < target) {
     int spinners = spinners_.load(std::memory_order_relaxed);
     bool got_slot = false;
@@ -121,22 +190,21 @@ Nanos RealClock::WaitUntil(Nanos deadline) {
     }
     if (got_slot) {
       int polls = 0;
-      while ((now = SteadyClock::now()) < target) {
+      while ((now = SteadyNowNs()) < target) {
         CpuRelax();
-        // Let a freshly woken peer have the core now and then; a spinner never monopolises it.
-        if (++polls % 64 == 0) sched_yield();
+        if (++polls % kPollsPerYield == 0) {
+          if (is_shut_down()) break;
+          sched_yield();
+        }
       }
       spinners_.fetch_sub(1, std::memory_order_relaxed);
+      if (now < target) return Nanos(0);  // shut down while spinning
     } else {
-      while (now < target) {
-        std::this_thread::sleep_until(std::min(target, now + kMaxSleepSlice));
-        if (is_shut_down()) return Nanos(0);
-        now = SteadyClock::now();
-      }
+      if (!SleepUntil(target)) return Nanos(0);
+      now = SteadyNowNs();
     }
   }
-  const double late_wall = static_cast<double>(std::chrono::duration_cast<Nanos>(now - target).count());
-  return Nanos(static_cast<int64_t>(std::llround(late_wall / options_.time_scale)));
+  return ToModeledLateness(now - target);
 }
 
 }  // namespace rp

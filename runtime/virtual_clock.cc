@@ -66,6 +66,39 @@ void VirtualClock::Unregister() {
   MaybeAdvanceLocked();
 }
 
+int VirtualClock::blocked_participants() const {
+  MutexLock lock(&mu_);
+  return blocked_;
+}
+
+uint64_t VirtualClock::ExternalWaiter::PrepareWait() {
+  MutexLock lock(&clock_->mu_);
+  return wakes_;
+}
+
+void VirtualClock::ExternalWaiter::BeginWait(uint64_t ticket) {
+  MutexLock lock(&clock_->mu_);
+  if (blocked_ || wakes_ != ticket) return;  // woken since PrepareWait: the consumer runs on
+  blocked_ = true;
+  ++clock_->blocked_;
+  clock_->MaybeAdvanceLocked();
+}
+
+void VirtualClock::ExternalWaiter::EndWait() {
+  MutexLock lock(&clock_->mu_);
+  if (!blocked_) return;
+  blocked_ = false;
+  --clock_->blocked_;
+}
+
+void VirtualClock::ExternalWaiter::Wake() {
+  MutexLock lock(&clock_->mu_);
+  ++wakes_;
+  if (!blocked_) return;
+  blocked_ = false;
+  --clock_->blocked_;  // runnable from now on: time waits for it
+}
+
 void VirtualClock::Shutdown() {
   MutexLock lock(&mu_);
   shut_down_ = true;

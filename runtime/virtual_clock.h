@@ -11,11 +11,24 @@
 // an advance count as running from that moment (the advancing thread marks them), so time cannot
 // skip past them before they wake.
 //
-// Caveat, documented rather than hidden: a thread blocked in an external wait counts as blocked
-// until it calls EndExternalWait itself, even after its message was posted. Time may therefore
-// advance past a message's arrival before the receiver wakes; its WaitUntil(arrival) then returns
-// at once with a positive lateness. Modeled timestamps do not depend on this (every op's times are
-// computed from modeled timestamps, DESIGN.md "Time discipline"), only the wait lateness does.
+// Producer → consumer hand-off: a thread in BeginExternalWait() counts as blocked until it calls
+// EndExternalWait itself, even after the message it waits for was posted, so time may advance
+// past the message's arrival before the receiver wakes (its WaitUntil(arrival) then returns at
+// once with a positive lateness; modeled timestamps are unaffected, they are computed from
+// message stamps — DESIGN.md "Time discipline"). Waits that a producer ends use an
+// ExternalWaiter instead: the producer calls Wake() right after publishing, and the consumer
+// counts as running from that moment, under the clock's lock, so time cannot pass it:
+//
+//   VirtualClock::ExternalWaiter waiter(&clock);    // one per consumer (e.g. per receive slot)
+//   // consumer:                                    // producer:
+//   uint64_t ticket = waiter.PrepareWait();          //   Publish(msg);  (release)
+//   if (!HasMessage()) {                             //   waiter.Wake();
+//     waiter.BeginWait(ticket);
+//     BlockUntilMessage();   // its own condvar / futex
+//     waiter.EndWait();
+//   }
+// PrepareWait/BeginWait is an event count: a Wake() between them makes BeginWait a no-op, so a
+// message published before the consumer blocks is never missed.
 //
 // With no registered participant, every WaitUntil advances at once (single-thread mode): do not
 // mix registered and unregistered waiting threads.
@@ -55,6 +68,34 @@ class VirtualClock final : public Clock {
   // Adds / removes one participating thread (see header comment).
   void Register();
   void Unregister();
+  // Participants counted as blocked right now (diagnostics and tests).
+  int blocked_participants() const;
+
+  // A consumer's external wait that a producer can end (see the header comment). Not copyable;
+  // must not outlive the clock. Consumer methods: one consumer thread at a time; Wake: any thread.
+  class ExternalWaiter {
+   public:
+    explicit ExternalWaiter(VirtualClock* clock) : clock_(clock) {}
+    ExternalWaiter(const ExternalWaiter&) = delete;
+    ExternalWaiter& operator=(const ExternalWaiter&) = delete;
+
+    // Consumer, before checking its condition: a ticket for BeginWait.
+    uint64_t PrepareWait();
+    // Consumer, after its condition was false: counts it as blocked (time may then advance),
+    // unless Wake() was called since the PrepareWait that returned `ticket`.
+    void BeginWait(uint64_t ticket);
+    // Consumer, once its wait is over: counts it as running again (no-op if Wake() already did,
+    // or if BeginWait did not block).
+    void EndWait();
+    // Producer, after publishing what the consumer waits for: the consumer counts as running
+    // from now on, so time cannot advance past the producer's current time before it wakes.
+    void Wake();
+
+   private:
+    VirtualClock* const clock_;
+    uint64_t wakes_ ABSL_GUARDED_BY(clock_->mu_) = 0;
+    bool blocked_ ABSL_GUARDED_BY(clock_->mu_) = false;
+  };
 
   // RAII registration for the scope of a participating thread.
   class Participant {

@@ -1,5 +1,7 @@
 // Tests of rp::RealClock, rp::VirtualClock and rp::LatenessStats.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -40,10 +42,78 @@ TEST(RealClock, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RealClock::Create({.time_scale = -1}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RealClock::Create({.spin_window = Nanos(-1)}).status().code(),
+  EXPECT_EQ(RealClock::Create({.max_lead = Nanos(-1)}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RealClock::Create({.max_spinners = -1}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RealClock::Create({.lead_quantile = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RealClock::Create({.lead_quantile = 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RealClock::Create({.timer_slack = Nanos(-1)}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RealClock::Create({.crowd_threshold = -1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Many threads on staggered periodic deadlines, in the precise regime (crowd_threshold above the
+// thread count) and the crowded one (threshold 2): no wait ever returns before its deadline's
+// wall time, every lateness is recorded and >= 0, and the learned lead stays within max_lead.
+void ExpectNeverEarly(const RealClockOptions& options) {
+  auto clock = RealClock::Create(options).value();
+  constexpr int kThreads = 6;
+  constexpr int kWaits = 40;
+  std::vector<LatenessStats> stats(kThreads);
+  std::atomic<int> early{0};
+  std::vector<std::thread> threads;
+  const Nanos start = clock->Now() + FromMillis(1);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kWaits; ++k) {
+        const Nanos deadline = start + FromMicros(37.0 * t) + FromMicros(250.0 * k);
+        const Nanos late = clock->WaitUntil(deadline);
+        if (std::chrono::steady_clock::now() < clock->WallOf(deadline)) early.fetch_add(1);
+        stats[static_cast<size_t>(t)].Record(late);
+        if (late < Nanos(0)) early.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(early.load(), 0);
+  LatenessStats all;
+  for (const auto& s : stats) all.Merge(s);
+  EXPECT_EQ(all.count(), static_cast<uint64_t>(kThreads * kWaits));
+  EXPECT_GE(clock->learned_lead(), Nanos(0));
+  EXPECT_LE(clock->learned_lead(), options.max_lead);
+}
+
+TEST(RealClock, NeverEarlyWithManyWaitersPreciseRegime) {
+  ExpectNeverEarly({.time_scale = 0.5, .crowd_threshold = 64});
+}
+
+TEST(RealClock, NeverEarlyWithManyWaitersCrowdedRegime) {
+  ExpectNeverEarly({.time_scale = 0.5, .crowd_threshold = 2});
+}
+
+TEST(RealClock, NeverEarlyWithoutAnticipationOrSpinning) {
+  ExpectNeverEarly({.max_lead = Nanos(0), .max_spinners = 0});
+}
+
+TEST(RealClock, ShutdownReleasesManySleepersInBothRegimes) {
+  for (int crowd : {0, 2}) {
+    auto clock = RealClock::Create({.crowd_threshold = crowd}).value();
+    std::atomic<int> returned{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) {
+      threads.emplace_back([&] {
+        EXPECT_EQ(clock->WaitUntil(std::chrono::hours(1)), Nanos(0));
+        returned.fetch_add(1);
+      });
+    }
+    clock->Shutdown();
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(returned.load(), 4) << "crowd_threshold " << crowd;
+  }
 }
 
 TEST(RealClock, WaitUntilReachesDeadlineAndRecordsLateness) {
@@ -143,6 +213,75 @@ TEST(VirtualClock, ExternalWaitLetsTimeAdvance) {
   flag.notify_all();
   waiter.join();
   clock.Unregister();
+}
+
+TEST(VirtualClockExternalWaiter, WakeBetweenPrepareAndBeginKeepsConsumerRunning) {
+  VirtualClock clock;
+  VirtualClock::ExternalWaiter waiter(&clock);
+  const uint64_t ticket = waiter.PrepareWait();
+  waiter.Wake();  // the producer published after the consumer checked
+  waiter.BeginWait(ticket);
+  EXPECT_EQ(clock.blocked_participants(), 0);
+  waiter.EndWait();
+  EXPECT_EQ(clock.blocked_participants(), 0);
+  // A wake before PrepareWait is stale: the next wait blocks normally.
+  const uint64_t fresh = waiter.PrepareWait();
+  waiter.BeginWait(fresh);
+  EXPECT_EQ(clock.blocked_participants(), 1);
+  waiter.EndWait();
+  EXPECT_EQ(clock.blocked_participants(), 0);
+}
+
+TEST(VirtualClockExternalWaiter, WakeCountsConsumerRunning) {
+  VirtualClock clock;
+  VirtualClock::ExternalWaiter waiter(&clock);
+  waiter.BeginWait(waiter.PrepareWait());
+  EXPECT_EQ(clock.blocked_participants(), 1);
+  waiter.Wake();
+  EXPECT_EQ(clock.blocked_participants(), 0);
+  waiter.EndWait();  // no double decrement
+  EXPECT_EQ(clock.blocked_participants(), 0);
+}
+
+// Producer P posts a message stamped t = 5 ms, wakes consumer C, then waits until 10 ms. C does
+// not get to run until P is blocked in WaitUntil(10 ms). Time must not pass C: C sees 0, its
+// WaitUntil(5 ms) returns with lateness 0 at exactly 5 ms, and only then does P reach 10 ms.
+// (With a plain ScopedExternalWait in C, time would jump to 10 ms before C wakes.)
+TEST(VirtualClockExternalWaiter, TimeDoesNotRunAheadOfAWokenConsumer) {
+  for (int run = 0; run < 5; ++run) {
+    VirtualClock clock;
+    clock.Register();  // P
+    clock.Register();  // C
+    VirtualClock::ExternalWaiter waiter(&clock);
+    std::atomic<int64_t> message{-1};  // arrival stamp; -1: none yet
+    Nanos c_saw_now{-1};
+    Nanos c_late{-1};
+    Nanos c_after{-1};
+    std::thread consumer([&] {
+      const uint64_t ticket = waiter.PrepareWait();
+      if (message.load(std::memory_order_acquire) < 0) {
+        waiter.BeginWait(ticket);
+        message.wait(-1, std::memory_order_acquire);
+        waiter.EndWait();
+      }
+      // Hold C back until P is blocked in WaitUntil (the only blocked participant).
+      while (clock.blocked_participants() != 1) std::this_thread::yield();
+      c_saw_now = clock.Now();
+      c_late = clock.WaitUntil(Nanos(message.load(std::memory_order_acquire)));
+      c_after = clock.Now();
+      clock.Unregister();
+    });
+    message.store(FromMillis(5).count(), std::memory_order_release);  // pairs with C's acquire
+    waiter.Wake();
+    message.notify_all();
+    EXPECT_EQ(clock.WaitUntil(FromMillis(10)), Nanos(0));
+    EXPECT_EQ(clock.Now(), FromMillis(10));
+    clock.Unregister();
+    consumer.join();
+    EXPECT_EQ(c_saw_now, Nanos(0));
+    EXPECT_EQ(c_late, Nanos(0));
+    EXPECT_EQ(c_after, FromMillis(5));
+  }
 }
 
 TEST(VirtualClock, ShutdownReleasesBlockedWaiters) {
