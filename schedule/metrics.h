@@ -6,7 +6,7 @@
 //   kRecv           a receive: [start, end) = reached .. got the data; `comm` = the message's link
 //                   time. Exposed: min(end − start, comm) (the wait the link time explains).
 //   kTpAllReduce    the TP group all-reduce on the compute stream: [start, end) includes the
-//                   rendezvous; all of it is exposed; `comm` = the ring cost.
+//                   rendezvous with the group; `comm` = the ring cost, all of it exposed.
 //   kGradAllReduce  a DP gradient bucket on the comm stream: `comm` = its ring cost; not exposed
 //                   by itself (it overlaps compute).
 //   kGradWait       the optimizer's wait for the gradient buckets: all of it is exposed.
@@ -81,6 +81,12 @@ Scaling ComputeScaling(Nanos t1, Nanos step_time, int world);
 
 // measured / predicted − 1 (0 when predicted is 0).
 double Fidelity(Nanos measured, Nanos predicted);
+
+// The ring all-reduce time of `bytes` (fp32) over `group` (global ranks, ring order) at its slowest
+// link class, as schedule::Predict computes it (RingAllReduceCost). 0 for a group of one.
+[[nodiscard]] absl::StatusOr<Nanos> RingCostOverGroup(const ParallelGrid& grid,
+                                                      const std::vector<int>& group, uint64_t bytes,
+                                                      const LinkSpec& links, const RingModel& ring);
 
 // The intervals of global rank `rank` in `pred` (from Predict(prog, grid, cost, opts)).
 [[nodiscard]] absl::StatusOr<std::vector<OpInterval>> PredictedIntervals(
