@@ -1,6 +1,8 @@
 // comm/ benchmarks: ringpipe's ring all-reduce against two same-run baselines.
 //
 //   BM_RingAllReduce/ranks/bytes/segment[/codec]  rp::comm all-reduce, ideal link, in-place.
+//   BM_RingAllReduceLendOnly/...                  the same with the first protocol (no inline
+//        small-message path, no yield phase in waits): the previous version, same run.
 //   BM_PlainRing/ranks/bytes                      the reference: a plain threaded ring written
 //        here (one thread per rank, each rank reduces straight out of its predecessor's buffer,
 //        hand-off by std::atomic wait/notify on per-rank progress counters, 256 KiB sub-chunks).
@@ -88,13 +90,14 @@ void SetCounters(benchmark::State& state, int n, double bytes) {
                                                benchmark::Counter::kIsRate);
 }
 
-void BM_RingAllReduce(benchmark::State& state) {
+// Runs rp::comm's all-reduce with communicator options `co` (devices are filled in here).
+void RunRingAllReduce(benchmark::State& state, rp::comm::CommunicatorOptions co) {
   const int n = static_cast<int>(state.range(0));
   const size_t bytes = static_cast<size_t>(state.range(1));
   const size_t segment = static_cast<size_t>(state.range(2));
   const Codec codec = static_cast<Codec>(state.range(3));
   const size_t count = bytes / sizeof(float);
-  rp::comm::CommunicatorOptions co;
+  co.devices.clear();
   for (int r = 0; r < n; ++r) co.devices.push_back(r);
   auto comm = rp::comm::Communicator::Create(co);
   if (!comm.ok()) {
@@ -119,6 +122,17 @@ void BM_RingAllReduce(benchmark::State& state) {
   }
   SetCounters(state, n, static_cast<double>(bytes));
   state.SetLabel(rp::comm::CodecName(codec));
+}
+
+void BM_RingAllReduce(benchmark::State& state) { RunRingAllReduce(state, {.devices = {}}); }
+
+// The first protocol, for same-run comparisons: every message lent and acknowledged (no inline
+// small-message path), blocked ranks spin then sleep (no yield phase).
+void BM_RingAllReduceLendOnly(benchmark::State& state) {
+  rp::comm::CommunicatorOptions co;
+  co.inline_bytes = 0;
+  co.yield_iterations = 0;
+  RunRingAllReduce(state, co);
 }
 
 // ---- The plain threaded ring (reference) ----
@@ -230,6 +244,10 @@ void PlainArgs(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_RingAllReduce)->Apply(RingArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RingAllReduceLendOnly)
+    ->Apply(RingArgs)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PlainRing)->Apply(PlainArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AddLoop)
     ->ArgName("bytes")

@@ -4,7 +4,8 @@
 // Three layers, each usable on its own:
 //   * rp::comm::Wakeup       an eventcount over a futex word: "sleep until notified or deadline".
 //   * rp::comm::SpscQueue<T> boost::lockfree::spsc_queue<T> + two Wakeups (data, space): TryPush /
-//                            TryPop never block; Push / Pop spin briefly, then block on the futex.
+//                            TryPop never block; Push / Pop spin briefly, then yield the core a
+//                            bounded number of times, then block on the futex.
 //   * rp::comm::Channel<T>   a SpscQueue of messages stamped with their modeled arrival time
 //                            (rp::Nanos) through an rp::LinkModel; Recv waits on an rp::Clock until
 //                            the arrival when the link is not ideal and a clock is given.
@@ -35,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <type_traits>
 
 #include "absl/status/status.h"
@@ -48,9 +50,14 @@ namespace rp::comm {
 
 using WallDuration = std::chrono::nanoseconds;
 
-// Default number of busy-poll iterations before a blocking wait sleeps on the futex. Small on
+// Default number of busy-poll iterations before a blocking wait starts yielding. Small on
 // purpose: ranks are threads on few cores, and a spinning waiter steals the core its peer needs.
 inline constexpr int kDefaultSpinIterations = 64;
+// Default number of sched_yield() polls after the spin and before the futex sleep. A yield hands
+// the core to a runnable peer (often the very thread this waiter waits for, when ranks outnumber
+// cores) and costs far less than a futex sleep + wake-up; bounded, so an absent peer ends in a
+// futex sleep, never in a busy loop.
+inline constexpr int kDefaultYieldIterations = 16;
 
 // An eventcount over a 32-bit futex word. Waiters call Prepare(), re-check their condition, then
 // Wait(key): Wait returns at once if any Notify() happened since Prepare(). Notify() issues the
@@ -89,9 +96,11 @@ class SpscQueue {
   static_assert(std::is_trivially_copyable_v<T>, "SpscQueue carries trivially copyable values");
 
  public:
-  // `capacity` >= 1 messages. `spin_iterations` busy polls before sleeping.
-  explicit SpscQueue(size_t capacity, int spin_iterations = kDefaultSpinIterations)
-      : queue_(capacity), spin_iterations_(spin_iterations) {}
+  // `capacity` >= 1 messages. A blocking wait polls `spin_iterations` times with a pause, then
+  // `yield_iterations` times with a sched_yield, then sleeps on the futex.
+  explicit SpscQueue(size_t capacity, int spin_iterations = kDefaultSpinIterations,
+                     int yield_iterations = kDefaultYieldIterations)
+      : queue_(capacity), spin_iterations_(spin_iterations), yield_iterations_(yield_iterations) {}
   SpscQueue(const SpscQueue&) = delete;
   SpscQueue& operator=(const SpscQueue&) = delete;
 
@@ -117,6 +126,12 @@ class SpscQueue {
   [[nodiscard]] absl::Status Pop(T* v, WallDuration timeout) {
     return Await(data_, [&] { return TryPop(v); }, timeout);
   }
+  // Producer thread only. Blocks until the next Push would not block (same errors as Push). On OK
+  // the consumer has popped every value but the last capacity - 1 (acquire of the read index:
+  // whatever the consumer did before those pops happens-before the return).
+  [[nodiscard]] absl::Status WaitWritable(WallDuration timeout) {
+    return Await(space_, [&] { return queue_.write_available() > 0; }, timeout);
+  }
   // Any thread. Wakes both sides; every later wait that would block returns Cancelled.
   void Cancel() {
     cancelled_.store(true, std::memory_order_release);  // acquired in Await
@@ -134,6 +149,10 @@ class SpscQueue {
       if (try_op()) return absl::OkStatus();
       internal::CpuRelax();
     }
+    for (int i = 0; i < yield_iterations_; ++i) {
+      if (try_op()) return absl::OkStatus();
+      std::this_thread::yield();
+    }
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (true) {
       const uint32_t key = w.Prepare();
@@ -149,6 +168,7 @@ class SpscQueue {
 
   boost::lockfree::spsc_queue<T> queue_;
   const int spin_iterations_;
+  const int yield_iterations_;
   alignas(64) Wakeup data_;   // notified after each push (consumers wait here)
   alignas(64) Wakeup space_;  // notified after each pop (producers wait here)
   std::atomic<bool> cancelled_{false};
@@ -161,6 +181,7 @@ struct ChannelOptions {
   int dst_device = 0;           // global device id of the consumer
   size_t capacity = 8;          // messages in flight, >= 1
   int spin_iterations = kDefaultSpinIterations;
+  int yield_iterations = kDefaultYieldIterations;
   LinkModel* link = nullptr;    // nullptr: ideal (arrival = ready_at)
   Clock* clock = nullptr;       // nullptr: never wait for modeled arrival
 };
@@ -177,7 +198,8 @@ template <typename T>
 class Channel {
  public:
   explicit Channel(const ChannelOptions& options)
-      : options_(options), queue_(options.capacity, options.spin_iterations) {
+      : options_(options),
+        queue_(options.capacity, options.spin_iterations, options.yield_iterations) {
     ideal_ = options_.link == nullptr || options_.link->is_ideal();
   }
 
@@ -202,6 +224,11 @@ class Channel {
     return absl::OkStatus();
   }
   bool TryRecvNoWait(Stamped<T>* out) { return queue_.TryPop(out); }
+  // Producer thread only. See SpscQueue::WaitWritable (a producer that writes a message's bytes
+  // into a slot the consumer reads after Recv waits here before writing the slot).
+  [[nodiscard]] absl::Status WaitWritable(WallDuration timeout) {
+    return queue_.WaitWritable(timeout);
+  }
   void Cancel() { queue_.Cancel(); }
   const ChannelOptions& options() const { return options_; }
   bool ideal() const { return ideal_; }

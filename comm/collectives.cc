@@ -6,6 +6,12 @@
 // returns the sender's pool buffer (lossy codecs) or ends the lend of the sender's FP32 buffer.
 // A sender drains acknowledgements before every send, so at most capacity + 2 acknowledgements
 // are ever queued (the ack queue holds 2 * capacity + 2).
+//
+// Inline messages (at most CommunicatorOptions::inline_bytes wire bytes, the small-message path)
+// are copied or encoded into one of the link's capacity + 1 slots and are not acknowledged: the
+// sender rewrites a slot only after Channel::WaitWritable, when the receiver has popped the message
+// after the one that used it and is therefore done reading it (acquire of the queue's read index,
+// released by that pop). A small all-reduce then costs 2(n - 1) forward hand-offs and nothing else.
 #include "comm/collectives.h"
 
 #include <algorithm>
@@ -265,35 +271,54 @@ class RingRunner {
     while (rc_.acks_from_next_->TryPop(&a)) OnAck(a);
   }
 
-  // Sends segment `g` (data at `src`, g.size elements). FP32 lends `src`; lossy codecs encode into
-  // a pool buffer (with error feedback if `feedback`) and, if `adopt` is set, decode it back into
-  // `adopt` (the owner adopting the value its receivers will see).
+  // Sends segment `g` (data at `src`, g.size elements). A message of at most inline_bytes wire
+  // bytes is copied (encoded) into the link's next inline slot and not acknowledged; otherwise
+  // FP32 lends `src` and lossy codecs encode into a pool buffer. Lossy codecs apply error feedback
+  // if `feedback`, and, if `adopt` is set, decode the wire bytes back into `adopt` (the owner
+  // adopting the value its receivers will see).
   absl::Status SendSegment(const float* src, float* adopt, Range g, int step, int chunk, int k,
                            Nanos ready, bool feedback) {
     DrainAcks();
+    const uint64_t bytes = SegmentWireBytes(codec_, g.size);
     WireMsg m;
     m.pool_buffer = nullptr;
     m.payload = reinterpret_cast<const std::byte*>(src);
-    if (codec_ != Codec::kFp32 && g.size > 0) {
+    m.needs_ack = true;
+    std::byte* wire = nullptr;  // where to encode (lossy codecs and inline messages)
+    if (bytes <= rc_.slot_bytes_ && rc_.slots_to_next_ != nullptr &&
+        bytes <= group_.options().inline_bytes) {
+      // The slot is free once the next rank popped the message after the one that used it.
+      absl::Status s = rc_.to_next_->WaitWritable(timeout_);
+      if (!s.ok()) return Fail(s, "sending to", next_, step);
+      wire = rc_.slots_to_next_ + rc_.next_slot_ * rc_.slot_bytes_;
+      m.needs_ack = false;
+    } else if (codec_ != Codec::kFp32 && g.size > 0) {
       while (rc_.free_buffers_.empty()) {
         Ack a;
         absl::Status s = rc_.acks_from_next_->Pop(&a, timeout_);
         if (!s.ok()) return Fail(s, "waiting for a wire buffer back from", next_, step);
         OnAck(a);
       }
-      std::byte* buf = rc_.free_buffers_.back();
+      wire = rc_.free_buffers_.back();
       rc_.free_buffers_.pop_back();
-      absl::Status st =
-          feedback ? EncodeWithFeedback(codec_, src, g.size, rc_.residual_.data() + g.begin, buf,
-                                        g.begin)
-                   : Encode(codec_, src, g.size, buf, g.begin);
+      m.pool_buffer = wire;
+    }
+    if (wire != nullptr) {
+      absl::Status st;
+      if (codec_ == Codec::kFp32) {
+        if (g.size > 0) std::memcpy(wire, src, bytes);  // as lent: the receiver checks sums
+      } else if (feedback) {
+        st = EncodeWithFeedback(codec_, src, g.size, rc_.residual_.data() + g.begin, wire,
+                                g.begin);
+      } else {
+        st = Encode(codec_, src, g.size, wire, g.begin);
+      }
       if (!st.ok()) {
-        rc_.free_buffers_.push_back(buf);
+        if (m.pool_buffer != nullptr) rc_.free_buffers_.push_back(m.pool_buffer);
         return FailLocal(st, "encoding", step);
       }
-      if (adopt != nullptr) Decode(codec_, buf, g.size, adopt);
-      m.pool_buffer = buf;
-      m.payload = buf;
+      if (adopt != nullptr) Decode(codec_, wire, g.size, adopt);
+      m.payload = wire;
     }
     m.op_id = op_id_;
     m.count = count_;
@@ -303,14 +328,17 @@ class RingRunner {
     m.segment = k;
     m.kind = kind_;
     m.codec = codec_;
-    const uint64_t bytes = SegmentWireBytes(codec_, g.size);
     Nanos arrival{0};
     absl::Status s = rc_.to_next_->Send(m, bytes, ready, timeout_, &arrival);
     if (!s.ok()) {
       if (m.pool_buffer != nullptr) rc_.free_buffers_.push_back(m.pool_buffer);
       return Fail(s, "sending to", next_, step);
     }
-    ++rc_.in_flight_;
+    if (m.needs_ack) {
+      ++rc_.in_flight_;
+    } else {
+      rc_.next_slot_ = (rc_.next_slot_ + 1) % rc_.slots_to_next_count_;
+    }
     result_.wire_bytes += bytes;
     ++result_.messages;
     result_.end = std::max(result_.end, ready);
@@ -343,8 +371,10 @@ class RingRunner {
     return absl::OkStatus();
   }
 
-  // Tells the previous rank this rank is done with the message's bytes.
+  // Tells the previous rank this rank is done with the message's bytes (inline messages need no
+  // acknowledgement: popping the next message frees their slot).
   absl::Status Release(const Stamped<WireMsg>& m, int step, int k) {
+    if (!m.body.needs_ack) return absl::OkStatus();
     absl::Status s = rc_.acks_to_prev_->Push(Ack{m.body.pool_buffer}, timeout_);
     if (!s.ok()) return Fail(s, "acknowledging to", prev_, step);
     return absl::OkStatus();

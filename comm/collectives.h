@@ -13,9 +13,11 @@
 // of its step-s receive chunk, and up to CommunicatorOptions::channel_capacity segments are in
 // flight per link, so segment k + 1 travels while segment k is reduced.
 //
-// Zero copy: with FP32 a message is a view of the sender's buffer (lent until the receiver
-// acknowledges it; Run returns only after every lend is acknowledged). Lossy codecs encode into
-// the sender's pool of wire buffers, which the receiver hands back in its acknowledgement.
+// Zero copy for large messages: with FP32 a message is a view of the sender's buffer (lent until
+// the receiver acknowledges it; Run returns only after every lend is acknowledged). Lossy codecs
+// encode into the sender's pool of wire buffers, which the receiver hands back in its
+// acknowledgement. Small messages (<= CommunicatorOptions::inline_bytes on the wire) are copied or
+// encoded into a fixed slot of the link and need no acknowledgement (the small-message path).
 //
 // Bit-identical replicas: each chunk is reduced in one order (along the ring) and then copied; with
 // a lossy codec the owner of a reduced chunk encodes it and adopts the decoded value exactly as the

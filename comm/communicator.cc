@@ -46,7 +46,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("spin_iterations: ", options.spin_iterations, " (must be >= 0)"));
   }
+  if (options.yield_iterations < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("yield_iterations: ", options.yield_iterations, " (must be >= 0)"));
+  }
+  if (options.inline_bytes > kMaxInlineBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("inline_bytes: ", options.inline_bytes,
+                                                   " (must be <= ", kMaxInlineBytes, ")"));
+  }
   std::unique_ptr<Communicator> comm(new Communicator(options));
+  // Inline slots: 64-byte aligned (codecs need 4), capacity + 1 per link (see RankComm).
+  const size_t slot_bytes = (options.inline_bytes + 63) / 64 * 64;
+  const size_t slots =
+      options.inline_bytes > 0 && options.devices.size() > 1 ? options.channel_capacity + 1 : 0;
   const int n = comm->size();
   for (int r = 0; r < n; ++r) {
     ChannelOptions co;
@@ -54,12 +66,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     co.dst_device = options.devices[static_cast<size_t>((r + 1) % n)];
     co.capacity = options.channel_capacity;
     co.spin_iterations = options.spin_iterations;
+    co.yield_iterations = options.yield_iterations;
     co.link = options.link;
     co.clock = options.clock;
     comm->ring_data_.push_back(std::make_unique<Channel<internal::WireMsg>>(co));
     // Acks: at most capacity + 1 messages are unacknowledged between drains (see collectives.cc).
     comm->ring_acks_.push_back(std::make_unique<SpscQueue<internal::Ack>>(
-        2 * options.channel_capacity + 2, options.spin_iterations));
+        2 * options.channel_capacity + 2, options.spin_iterations, options.yield_iterations));
+    // 64 bytes of slack so the first slot can be aligned.
+    // Not zeroed: a page is touched only when a message is written into it.
+    comm->ring_slots_.push_back(
+        slots > 0 ? std::make_unique_for_overwrite<std::byte[]>(slots * slot_bytes + 64) : nullptr);
   }
   for (int r = 0; r < n; ++r) {
     auto rc = std::unique_ptr<RankComm>(new RankComm(comm.get(), r));
@@ -68,6 +85,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     rc->from_prev_ = comm->ring_data_[static_cast<size_t>(prev)].get();
     rc->acks_from_next_ = comm->ring_acks_[static_cast<size_t>(r)].get();
     rc->acks_to_prev_ = comm->ring_acks_[static_cast<size_t>(prev)].get();
+    if (slots > 0) {
+      std::byte* raw = comm->ring_slots_[static_cast<size_t>(r)].get();
+      const auto misalign = reinterpret_cast<uintptr_t>(raw) % 64;
+      rc->slots_to_next_ = raw + (misalign == 0 ? 0 : 64 - misalign);
+      rc->slots_to_next_count_ = slots;
+      rc->slot_bytes_ = slot_bytes;
+    }
     comm->ranks_.push_back(std::move(rc));
   }
   return comm;
@@ -101,6 +125,7 @@ OwningChannel<Buffer>* Communicator::GetP2P(int src, int dst) {
     co.dst_device = device(dst);
     co.capacity = options_.channel_capacity;
     co.spin_iterations = options_.spin_iterations;
+    co.yield_iterations = options_.yield_iterations;
     co.link = options_.link;
     co.clock = options_.clock;
     slot = std::make_unique<OwningChannel<Buffer>>(co);

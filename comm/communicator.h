@@ -50,6 +50,11 @@ namespace rp::comm {
 inline constexpr size_t kDefaultChannelCapacity = 8;
 // Default segment: 256 KiB of FP32 values (65536 elements) per message.
 inline constexpr size_t kDefaultSegmentBytes = size_t{256} << 10;
+// Default inline limit: a ring message of at most this many wire bytes is copied into a slot of
+// the link (see CommunicatorOptions::inline_bytes) instead of being lent.
+inline constexpr size_t kDefaultInlineBytes = size_t{16} << 10;
+// Largest accepted CommunicatorOptions::inline_bytes.
+inline constexpr size_t kMaxInlineBytes = size_t{1} << 20;
 // Default watchdog for any single blocking wait inside an operation.
 inline constexpr std::chrono::milliseconds kDefaultTimeout{30000};
 
@@ -64,8 +69,16 @@ struct CommunicatorOptions {
   Clock* clock = nullptr;
   // Messages in flight per ring link, >= 2.
   size_t channel_capacity = kDefaultChannelCapacity;
-  // Busy polls before a blocked rank sleeps on a futex, >= 0.
+  // Busy polls before a blocked rank starts yielding, >= 0.
   int spin_iterations = kDefaultSpinIterations;
+  // Ring messages (segments) of at most this many wire bytes travel inline: the sender copies
+  // (encodes) them into one of capacity + 1 fixed slots of the link, the receiver reads the slot,
+  // and no acknowledgement goes back (the queue's own read index frees the slot). Larger messages
+  // are lent (FP32) or sent from a pool buffer (lossy codecs) and acknowledged. 0 = never inline.
+  // <= kMaxInlineBytes; each ring link holds (capacity + 1) * inline_bytes bytes of slots.
+  size_t inline_bytes = kDefaultInlineBytes;
+  // sched_yield() polls after the spin and before a blocked rank sleeps on a futex, >= 0.
+  int yield_iterations = kDefaultYieldIterations;
 };
 
 // Options of one collective call. Must be equal on every rank of the call.
@@ -115,7 +128,8 @@ const char* OpName(OpKind kind);
 
 // One ring message: a segment of a collective. Trivially copyable (see channel.h).
 struct WireMsg {
-  const std::byte* payload;  // wire bytes: a lent view of the sender's FP32 buffer or a pool buffer
+  const std::byte* payload;  // wire bytes: a lent view of the sender's FP32 buffer, a pool buffer
+                             // or an inline slot of the link
   std::byte* pool_buffer;    // the sender's pool buffer to hand back (nullptr for lent views)
   uint64_t op_id;            // the sender's collective sequence number
   uint64_t count;            // the sender's total element count
@@ -125,6 +139,7 @@ struct WireMsg {
   int32_t segment;
   OpKind kind;
   Codec codec;
+  bool needs_ack;  // false for inline messages: the receiver sends no acknowledgement
 };
 // Returned by the receiver after it consumed a message (the sender may reuse the bytes).
 struct Ack {
@@ -196,6 +211,14 @@ class RankComm {
   Channel<internal::WireMsg>* from_prev_ = nullptr;      // consumer: this rank
   SpscQueue<internal::Ack>* acks_from_next_ = nullptr;   // consumer: this rank
   SpscQueue<internal::Ack>* acks_to_prev_ = nullptr;     // producer: this rank
+  // Inline slots of the link to the next rank (owned by the group): slots_to_next_count_ slots of
+  // slot_bytes_ each, used round robin by this rank (the link's producer). Slot i is rewritten
+  // only after Channel::WaitWritable, i.e. after the next rank popped the message that followed
+  // the one using slot i, so it finished reading the slot (count = capacity + 1).
+  std::byte* slots_to_next_ = nullptr;
+  size_t slots_to_next_count_ = 0;
+  size_t slot_bytes_ = 0;
+  size_t next_slot_ = 0;
   // True while this rank is inside a collective and may read its predecessor's lent buffers.
   // Written by this rank's thread (seq_cst, paired with Communicator::aborted_), read by the
   // predecessor when it fails and must know whether its lends are still being read.
@@ -239,6 +262,7 @@ class Communicator {
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<Channel<internal::WireMsg>>> ring_data_;  // [r]: r -> r + 1
   std::vector<std::unique_ptr<SpscQueue<internal::Ack>>> ring_acks_;    // [r]: r + 1 -> r
+  std::vector<std::unique_ptr<std::byte[]>> ring_slots_;                // [r]: inline slots r -> r+1
   std::vector<std::unique_ptr<RankComm>> ranks_;
   std::atomic<bool> aborted_{false};  // seq_cst: paired with RankComm::in_op_
   mutable Mutex mu_;

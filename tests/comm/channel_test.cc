@@ -48,6 +48,46 @@ TEST(SpscQueue, PushOnAFullQueueTimesOut) {
   EXPECT_EQ(q.Push(2, std::chrono::milliseconds(20)).code(), absl::StatusCode::kDeadlineExceeded);
 }
 
+// The inline-slot protocol of the ring (comm/collectives.cc): with capacity c and c + 1 slots, a
+// producer that writes slot i % (c + 1) only after WaitWritable never overwrites a slot the
+// consumer is still reading. Under TSan this also checks the happens-before of the slot bytes.
+TEST(SpscQueue, WaitWritableLetsAProducerReuseSlotsTheConsumerFinished) {
+  constexpr uint64_t kItems = 20000;
+  constexpr size_t kCapacity = 2, kSlots = kCapacity + 1, kWords = 16;
+  SpscQueue<uint64_t> q(kCapacity);
+  std::vector<uint64_t> slots(kSlots * kWords);  // plain memory, ordered only by the queue
+  absl::Status producer_status;
+  std::thread producer([&] {
+    for (uint64_t i = 0; i < kItems && producer_status.ok(); ++i) {
+      producer_status = q.WaitWritable(kTimeout);
+      if (!producer_status.ok()) break;
+      uint64_t* slot = &slots[(i % kSlots) * kWords];
+      for (size_t w = 0; w < kWords; ++w) slot[w] = i;
+      if (!q.TryPush(i)) producer_status = absl::InternalError("push failed after WaitWritable");
+    }
+  });
+  uint64_t torn = 0;
+  for (uint64_t i = 0; i < kItems; ++i) {
+    uint64_t v = ~0ull;
+    ASSERT_TRUE(q.Pop(&v, kTimeout).ok());
+    const uint64_t* slot = &slots[(v % kSlots) * kWords];
+    for (size_t w = 0; w < kWords; ++w) torn += slot[w] != i;
+    if (i % 64 == 0) std::this_thread::yield();  // let the producer run ahead into a full queue
+    for (size_t w = 0; w < kWords; ++w) torn += slot[w] != i;  // still ours until the next Pop
+  }
+  producer.join();
+  EXPECT_TRUE(producer_status.ok()) << producer_status;
+  EXPECT_EQ(torn, 0u);
+}
+
+TEST(SpscQueue, WaitWritableOnAFullQueueTimesOut) {
+  SpscQueue<int> q(1);
+  EXPECT_TRUE(q.WaitWritable(std::chrono::milliseconds(20)).ok());
+  ASSERT_TRUE(q.TryPush(1));
+  EXPECT_EQ(q.WaitWritable(std::chrono::milliseconds(20)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST(SpscQueue, CancelWakesABlockedConsumer) {
   SpscQueue<int> q(2);
   absl::Status s;

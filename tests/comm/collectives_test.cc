@@ -192,6 +192,74 @@ std::string GridName(const ::testing::TestParamInfo<GridParam>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Grid, RingAllReduceGrid, ::testing::ValuesIn(Grid()), GridName);
 
+// The message protocols: every segment lent/pooled and acknowledged (inline_bytes 0), a mix
+// (inline_bytes 128 with 256-byte FP32 segments: full segments lent, short tails inline; lossy
+// codecs all inline) and everything inline (default), with the smallest channel so slots wrap.
+// Three calls back to back on the same communicator: slots and pool buffers are reused across
+// operations.
+using ProtocolParam = std::tuple<int, size_t, size_t, Codec>;  // ranks, inline_bytes, capacity
+class RingAllReduceProtocols : public ::testing::TestWithParam<ProtocolParam> {};
+
+TEST_P(RingAllReduceProtocols, BackToBackCallsGiveTheRingOrderBits) {
+  const auto [n, inline_bytes, capacity, codec] = GetParam();
+  const size_t count = 4099;
+  CommunicatorOptions co;
+  co.channel_capacity = capacity;
+  co.inline_bytes = inline_bytes;
+  auto comm = RankThreads::MakeComm(n, co);
+  const CollectiveOptions options{.codec = codec, .segment_bytes = 256};
+  for (int call = 0; call < 3; ++call) {
+    std::vector<std::vector<float>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      in[static_cast<size_t>(r)] = RandomInput(count, r + 7 * call);
+      out[static_cast<size_t>(r)] = in[static_cast<size_t>(r)];
+    }
+    auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+      auto& v = out[static_cast<size_t>(r)];
+      return comm->rank(r).AllReduce(v, v, options).status();
+    });
+    RankThreads::ExpectAllOk(status);
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(out[0].data(), out[static_cast<size_t>(r)].data(), count * 4), 0)
+          << "call " << call << ": rank " << r << " differs from rank 0";
+    }
+    if (codec == Codec::kFp32) {
+      const std::vector<float> ref = RingOrderSum(in);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += std::memcmp(&ref[i], &out[0][i], 4) != 0;
+      EXPECT_EQ(wrong, 0u) << "call " << call;
+    } else {
+      const double bound = 1.01 / 127 * n * (n + 1) / 2 + n * std::ldexp(1.0, -22);  // INT8
+      size_t bad = 0;
+      for (size_t i = 0; i < count; ++i) {
+        double ref = 0;
+        for (int r = 0; r < n; ++r) ref += in[static_cast<size_t>(r)][i];
+        bad += !(std::fabs(out[0][i] - ref) <= bound);
+      }
+      EXPECT_EQ(bad, 0u) << "call " << call;
+    }
+  }
+  if (codec == Codec::kFp32) {
+    for (int r = 0; r < n; ++r) {
+      const size_t own = ChunkRange(count, n, r).size, next = ChunkRange(count, n, (r + 1) % n).size;
+      EXPECT_EQ(comm->rank(r).stats().collective_bytes[0], 3 * 4 * (2 * count - own - next));
+    }
+  }
+}
+
+std::string ProtocolName(const ::testing::TestParamInfo<ProtocolParam>& info) {
+  return absl::StrCat("n", std::get<0>(info.param), "_inline", std::get<1>(info.param), "_cap",
+                      std::get<2>(info.param), "_", CodecName(std::get<3>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Protocols, RingAllReduceProtocols,
+    ::testing::Combine(::testing::Values(2, 3, 8),
+                       ::testing::Values(size_t{0}, size_t{128}, kDefaultInlineBytes),
+                       ::testing::Values(size_t{2}, size_t{8}),
+                       ::testing::Values(Codec::kFp32, Codec::kInt8)),
+    ProtocolName);
+
 TEST(RingAllReduce, ArbitraryFloatsAreIdenticalRunToRun) {
   const int n = 5;
   const size_t count = 10007;
@@ -325,7 +393,7 @@ TEST(RingAllReduce, ModeledEndFollowsTheChunkedRingFormula) {
     const size_t seg_elems = 256, segments = 3;
     const size_t count = static_cast<size_t>(n) * segments * seg_elems;
     SerialLink link(p);
-    auto comm = RankThreads::MakeComm(n, {.link = &link});
+    auto comm = RankThreads::MakeComm(n, {.devices = {}, .link = &link});
     std::vector<CollectiveResult> res(n);
     auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
       std::vector<float> v = IntegerInput(count, r);
@@ -454,6 +522,16 @@ TEST(Communicator, BadOptionsAreInvalidArgumentNamingTheField) {
                 .status()
                 .message()
                 .find("channel_capacity"),
+            std::string::npos);
+  EXPECT_NE(Communicator::Create({.devices = {0, 1}, .inline_bytes = kMaxInlineBytes + 1})
+                .status()
+                .message()
+                .find("inline_bytes"),
+            std::string::npos);
+  EXPECT_NE(Communicator::Create({.devices = {0, 1}, .yield_iterations = -1})
+                .status()
+                .message()
+                .find("yield_iterations"),
             std::string::npos);
   auto comm = RankThreads::MakeComm(2);
   std::vector<float> v(4), w(5);
