@@ -12,7 +12,9 @@ namespace {
 
 using rp::apps::Subcommand;
 
-std::vector<Subcommand> AllSubcommands() { return {rp::apps::AllReduceSubcommand()}; }
+std::vector<Subcommand> AllSubcommands() {
+  return {rp::apps::RunSubcommand(), rp::apps::PredictSubcommand(), rp::apps::AllReduceSubcommand()};
+}
 
 void PrintTopHelp(const std::vector<Subcommand>& subs) {
   std::string text =

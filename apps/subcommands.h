@@ -17,5 +17,9 @@ struct Subcommand {
 
 // `ringpipe allreduce`: nccl-tests-style all-reduce driver (apps/allreduce_cmd.cc).
 Subcommand AllReduceSubcommand();
+// `ringpipe run`: hybrid DP x PP x TP training on emulated devices (apps/run_cmd.cc).
+Subcommand RunSubcommand();
+// `ringpipe predict`: run's report from the predictor alone (apps/predict_cmd.cc).
+Subcommand PredictSubcommand();
 
 }  // namespace rp::apps

@@ -1,0 +1,60 @@
+// `ringpipe predict`: the report of `ringpipe run` from the predictor alone (schedule/predictor.h):
+// no threads, no clock, instant even for tens of thousands of devices. Same config (preset < file <
+// flags), same JSON schema minus the measured fields (docs/report.md).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "apps/cli.h"
+#include "apps/config.h"
+#include "apps/report.h"
+#include "apps/subcommands.h"
+#include "schedule/predictor.h"
+
+namespace rp::apps {
+namespace {
+
+int Run(const ParsedArgs& args) {
+  auto fail = [](int code, const absl::Status& st) {
+    std::fprintf(stderr, "ringpipe predict: %s\n", std::string(st.message()).c_str());
+    return code;
+  };
+  auto cfg = LoadConfig(args, /*for_run=*/false);
+  if (!cfg.ok()) return fail(kExitBadInput, cfg.status());
+  auto plan = BuildPlan(*cfg);
+  if (!plan.ok()) return fail(kExitBadInput, plan.status());
+  auto pred = schedule::Predict(plan->executor.program, plan->grid, plan->executor.cost, plan->predict);
+  if (!pred.ok()) return fail(kExitBadInput, pred.status());
+  const nlohmann::json report = BuildReport(*cfg, *plan, *pred, nullptr);
+  std::string text = RenderReport(report);
+  absl::StrAppend(&text, "\npredicted step, first replica (", ScheduleName(cfg->schedule),
+                  "; F/B/b/W compute, O optimizer, T TP all-reduce, = gradient all-reduce, . idle)\n",
+                  RenderPredictedGantt(*plan, *pred, 96));
+  if (!cfg->report_json.empty()) {
+    if (absl::Status st = WriteFileAtomically(cfg->report_json, report.dump(2) + "\n"); !st.ok()) {
+      return fail(kExitBadInput, absl::InvalidArgumentError(absl::StrCat("--report_json: ", st.message())));
+    }
+  }
+  std::fputs(text.c_str(), stdout);
+  return kExitOk;
+}
+
+std::vector<std::string> Flags() {
+  std::vector<std::string> out;
+  for (const std::string& name : ConfigFieldNames()) {
+    if (name != "trace" && name != "virtual_time" && name != "eval_every" && name != "eval_samples" &&
+        name != "reference") {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Subcommand PredictSubcommand() {
+  return {"predict", "the report of `run` from the predictor alone (instant; any layout size)", Flags, Run};
+}
+
+}  // namespace rp::apps

@@ -1,0 +1,57 @@
+// The report of `ringpipe run` and `ringpipe predict`: one JSON document (schema in docs/report.md)
+// and its text rendering, plus ASCII Gantt charts of a step.
+//
+// The JSON is the source of truth: RenderReport draws the text from it, so a saved report renders the
+// same text. `run` reports measured figures next to predicted ones; `predict` the same schema minus
+// the measured fields ("mode": "predict"): no fidelity, steps, replica divergence, host figures, and
+// devices[] carry only their coordinates and "predicted" object.
+//
+// Thread safety: pure functions.
+//
+// Example:
+//   nlohmann::json report = BuildReport(cfg, plan, prediction, &run_result);
+//   std::string text = RenderReport(report);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apps/config.h"
+#include "nlohmann/json.hpp"
+#include "runtime/tracer.h"
+#include "schedule/executor.h"
+#include "schedule/predictor.h"
+
+namespace rp::apps {
+
+inline constexpr const char* kReportSchema = "ringpipe-report/1";
+
+// Per-device predicted figures the predictor does not give directly: bytes each device puts on the
+// wire in one step (p2p messages, its share of the TP and DP rings, codec metadata included).
+struct PredictedWire {
+  uint64_t p2p = 0, tp = 0, dp = 0;
+  uint64_t total() const { return p2p + tp + dp; }
+};
+// One entry per pipeline rank (every replica and TP shard of a pipeline rank sends the same).
+std::vector<PredictedWire> PredictWireBytes(const Plan& plan);
+
+// `run` == nullptr: a predict-only report.
+nlohmann::json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,
+                           const schedule::RunResult* run);
+
+// The text report. At most `max_device_rows` rows of the per-device table (the rest summarised).
+std::string RenderReport(const nlohmann::json& report, size_t max_device_rows = 32);
+
+// ASCII Gantt of step `step`'s compute and comm streams from trace events, in modeled time, `width`
+// columns, one row per device for at most `max_rows` devices (ranks in order). Cells: F forward,
+// B backward, b input-gradient backward, W weight gradient, O optimizer, T TP all-reduce, = gradient
+// all-reduce (comm row), '.' idle; a micro-batch number follows the letter where it fits.
+std::string RenderMeasuredGantt(const std::vector<TraceEvent>& events, int step, int num_devices, int width,
+                                int max_rows);
+
+// The predicted step of the first replica (pipeline ranks, TP shard 0) in the same style
+// (schedule::RenderTimeline at step / width per column).
+std::string RenderPredictedGantt(const Plan& plan, const schedule::Prediction& prediction, int width);
+
+}  // namespace rp::apps
