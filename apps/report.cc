@@ -219,7 +219,10 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
                       {"exposed_comm_ms", Ms(p.exposed_comm)},
                       {"overlap", p.overlap},
                       {"peak_activation_bytes", p.peak_activation_bytes},
-                      {"wire_bytes", wire[static_cast<size_t>(c.pp)].total()}};
+                      {"wire_bytes", wire[static_cast<size_t>(c.pp)].total()},
+                      {"p2p_bytes", wire[static_cast<size_t>(c.pp)].p2p},
+                      {"tp_bytes", wire[static_cast<size_t>(c.pp)].tp},
+                      {"dp_bytes", wire[static_cast<size_t>(c.pp)].dp}};
     if (run != nullptr && static_cast<size_t>(rank) < run->devices.size()) {
       const schedule::DeviceReport& m = run->devices[static_cast<size_t>(rank)];
       const uint64_t steps = static_cast<uint64_t>(std::max(1, cfg.steps));
