@@ -117,6 +117,7 @@ struct BucketSlice {
 struct DeviceStep {
   Nanos measured_start{0}, measured_end{0}, modeled_end{0};
   DeviceMetrics metrics;
+  std::vector<OpInterval> timeline;  // relative to the step start
 };
 
 }  // namespace
@@ -409,7 +410,12 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
   };
   const int rows = layout.microbatch_size;
 
-  for (const Op& op : o.program.ranks[static_cast<size_t>(c.pp)]) {
+  const auto& ops = o.program.ranks[static_cast<size_t>(c.pp)];
+  std::vector<int32_t> bucket_op;
+  for (size_t op_index = 0; op_index < ops.size(); ++op_index) {
+    const Op& op = ops[op_index];
+    const int32_t oi = static_cast<int32_t>(op_index);
+    const size_t first_interval = d.intervals.size();
     const int k = o.program.ModelStage(c.pp, op.chunk);
     const int peer_rank = op.peer >= 0 ? grid->StageRank(d.rank, op.peer) : -1;
     auto site_err = [&](const absl::Status& s) { return WithSite(s, c, d.rank, step, op, peer_rank); };
@@ -565,6 +571,7 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
       case OpKind::kAllReduce: {
         const Nanos enq = dev.cursor();
         const int b = op.bucket;
+        bucket_op.push_back(oi);
         tickets.push_back(
             dev.PostComm([this, &dev, &d, step, b, enq] { return RunBucket(dev, d, step, b, enq); }));
         break;
@@ -576,7 +583,8 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
               tickets[b], {.rank = d.rank, .op = "OptimizerStep (awaits all-reduce)", .step = step}));
           ar_end = std::max(ar_end, d.bucket_iv[b].end);
           d.intervals.push_back({IntervalKind::kGradAllReduce, d.bucket_iv[b].start,
-                                 d.bucket_iv[b].end, d.bucket_iv[b].end - d.bucket_iv[b].start});
+                                 d.bucket_iv[b].end, d.bucket_iv[b].end - d.bucket_iv[b].start,
+                                 bucket_op[b]});
         }
         const Nanos reached = dev.cursor();
         d.intervals.push_back({IntervalKind::kGradWait, reached, std::max(reached, ar_end)});
@@ -591,6 +599,9 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         d.intervals.push_back({IntervalKind::kCompute, start, *end});
         break;
       }
+    }
+    for (size_t i = first_interval; i < d.intervals.size(); ++i) {
+      if (d.intervals[i].op < 0) d.intervals[i].op = oi;
     }
   }
   d.last_end = dev.cursor();
@@ -685,6 +696,7 @@ absl::Status Executor::Impl::Bookkeep(int step) {
       iv.end -= step_start;
     }
     x.steps.back().metrics = ComputeDeviceMetrics(rel, modeled);
+    x.steps.back().timeline = std::move(rel);
   }
   rec.modeled_ms = ToMillis(modeled);
   rec.measured_ms = o.virtual_time ? rec.modeled_ms : ToMillis(m_end - m_start);
@@ -868,9 +880,11 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
               [&](size_t a, size_t b) { return records[a].measured_ms < records[b].measured_ms; });
     med = idx[idx.size() / 2];
   }
+  res.timeline_step = static_cast<int>(med);
   for (int r = 0; r < world; ++r) {
     const Dev& x = devs[static_cast<size_t>(r)];
     const Device& dv = cluster->device(r);
+    res.timelines.push_back(x.steps[med].timeline);
     DeviceReport rep;
     rep.rank = r;
     rep.coord = x.coord;

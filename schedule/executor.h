@@ -203,6 +203,11 @@ struct RunResult {
   // Max over steps of |loss − reference FP32 loss| / reference (NaN without run_reference).
   double max_loss_rel_diff = std::numeric_limits<double>::quiet_NaN();
   Prediction prediction;  // the predictor's full answer (per-device stats, timelines)
+  // The median step's measured timeline (modeled time relative to the step start), by rank:
+  // compute, send, receive, TP and gradient all-reduce intervals with their program op index
+  // (OpInterval::op), e.g. for a Gantt chart. Virtual clock: exact modeled times.
+  int timeline_step = 0;
+  std::vector<std::vector<OpInterval>> timelines;
   // Host figures.
   LatenessStats lateness;  // merged over devices and streams (modeled ns)
   uint64_t overruns = 0;

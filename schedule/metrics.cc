@@ -115,6 +115,7 @@ absl::StatusOr<std::vector<OpInterval>> PredictedIntervals(const Program& prog,
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     const OpTiming& t = tl[i];
+    const size_t first = out.size();
     switch (op.kind) {
       case OpKind::kForward:
       case OpKind::kBackward:
@@ -149,6 +150,7 @@ absl::StatusOr<std::vector<OpInterval>> PredictedIntervals(const Program& prog,
         break;
       }
     }
+    for (size_t j = first; j < out.size(); ++j) out[j].op = static_cast<int32_t>(i);
   }
   return out;
 }

@@ -51,6 +51,7 @@ struct OpInterval {
   Nanos start{0};
   Nanos end{0};
   Nanos comm{0};  // link / ring time (kRecv, kTpAllReduce, kGradAllReduce)
+  int32_t op = -1;  // index of the op in program.ranks[pp] (-1 if none); for timelines
 };
 
 struct DeviceMetrics {
