@@ -155,7 +155,7 @@ TEST(Config, S1PlanIsTheWriteUpsModel) {
   EXPECT_EQ(plan->executor.cost.stages[1].backward, FromMillis(80));
   EXPECT_EQ(plan->predict.dp_ring.segment_bytes, 0u);  // one message per ring step
   EXPECT_EQ(plan->predict.links.inter_node.alpha, FromMillis(20));
-  EXPECT_EQ(plan->predict.links.intra_node.alpha, Nanos(0));
+  EXPECT_EQ(plan->predict.links.intra_node.alpha, FromMillis(20));  // every transfer: 20 ms
   // Same rule as the executor's.
   const schedule::PredictOptions ex = schedule::PredictOptionsFor(plan->executor);
   EXPECT_EQ(ex.dp_ring.segment_bytes, plan->predict.dp_ring.segment_bytes);
