@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target ringpipe -j "$(nproc)" >/dev/null
-if [[ $# -eq 0 ]]; then set -- ${RINGPIPE_DEFAULT_JOB:-allreduce}; fi
+if [[ $# -eq 0 ]]; then set -- ${RINGPIPE_DEFAULT_JOB:-run}; fi
 exec ./build/release/apps/ringpipe "$@"
