@@ -11,8 +11,10 @@
 //     start = max(cursor, ready_at)           (ready_at: the inputs' modeled arrival)
 //     end   = start + duration × faults        (straggler factor, seeded jitter)
 //     runs kernel() for real, then waits on the clock until `end`;
-//     if the clock is already past `end`, the real work overran: counted (overruns, overrun_time)
-//     and the op still ends at `end` in modeled time — the next wait absorbs it, never hidden.
+//     if the real work itself took longer than `duration` (measured on the clock), it overran:
+//     counted (overruns, overrun_time); the op still ends at `end` in modeled time and the next
+//     wait absorbs the delay — never hidden. Starting late (an earlier wait woke late) is wait
+//     lateness, reported apart, not an overrun.
 // Wait lateness (clock WaitUntil's return) is recorded per device and stream (stats()).
 // On an rp::VirtualClock the Cluster does not register device threads as participants, so every
 // wait returns at once (as-fast-as-possible mode) while modeled timestamps stay exact and
@@ -80,7 +82,7 @@ struct DeviceStats {
   LatenessStats lateness[Tracer::kStreams];  // modeled lateness of clock waits, per stream
   uint64_t compute_ops = 0;
   uint64_t overruns = 0;     // compute ops whose real work outlasted their modeled duration
-  Nanos overrun_time{0};     // sum of (clock at end of real work − modeled end) over overruns
+  Nanos overrun_time{0};     // sum of (real work's time − modeled duration) over overruns
   Nanos compute_time{0};     // sum of modeled compute durations (faults included)
 };
 
