@@ -74,6 +74,7 @@ absl::StatusOr<ParsedArgs> ParseArgs(int argc, char** argv) {
           absl::StrCat("--", name, ": cannot parse '", value, "': ", error));
     }
     out.specified.insert(name);
+    out.occurrences.emplace_back(name, value);
   }
   if (out.subcommand == "help") {
     out.help = true;

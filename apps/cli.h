@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -25,6 +26,9 @@ struct ParsedArgs {
   std::string subcommand;                       // first positional argument ("" if none)
   std::vector<std::string> positional;          // the rest
   absl::flat_hash_set<std::string> specified;   // flag names set on the command line
+  // Every flag occurrence in command-line order (name, value text), for repeatable flags such as
+  // `sweep --axis` (absl keeps only the last value of a flag).
+  std::vector<std::pair<std::string, std::string>> occurrences;
   bool help = false;                            // --help / -h / help subcommand
 };
 

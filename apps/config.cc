@@ -735,6 +735,15 @@ absl::Status ValidateConfig(RunConfig& cfg, bool for_run) {
 }
 
 absl::StatusOr<RunConfig> LoadConfig(const ParsedArgs& args, bool for_run) {
+  auto cfg = LoadConfigWithOverrides(args, for_run, {});
+  if (!cfg.ok() && cfg.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return absl::InvalidArgumentError(cfg.status().message());
+  }
+  return cfg;
+}
+
+absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool for_run,
+                                                  const std::vector<FieldOverride>& overrides) {
   // The flags given, as JSON values (parsed first, so a bad flag is reported even with a bad file).
   std::vector<std::pair<const Field*, json>> given;
   for (const Field& f : Fields()) {
@@ -764,7 +773,13 @@ absl::StatusOr<RunConfig> LoadConfig(const ParsedArgs& args, bool for_run) {
     text = ss.str();
   }
   std::string preset = "default";
-  if (const json* p = flag_value("preset")) {
+  const json* preset_override = nullptr;
+  for (const FieldOverride& o : overrides) {
+    if (o.field == "preset") preset_override = &o.value;
+  }
+  if (preset_override != nullptr) {
+    RP_ASSIGN_OR_RETURN(preset, AsString("preset", *preset_override));
+  } else if (const json* p = flag_value("preset")) {
     preset = p->get<std::string>();
   } else if (!file.empty()) {
     RunConfig probe;
@@ -785,19 +800,27 @@ absl::StatusOr<RunConfig> LoadConfig(const ParsedArgs& args, bool for_run) {
       return absl::InvalidArgumentError(absl::StrCat("--", st.message()));
     }
   }
+  for (const FieldOverride& o : overrides) {
+    if (o.field == "preset") continue;
+    if (o.field == "config") return Bad("config", "cannot be a sweep axis");
+    if (absl::Status st = SetField(cfg, o.field, o.value); !st.ok()) return st;
+  }
   cfg.preset = preset;
   if (absl::Status st = ValidateConfig(cfg, for_run); !st.ok()) {
-    // Say where the offending value came from: the command line, the file (with its line), or the
-    // preset (then the flag is what the user would change).
+    // Say where the offending value came from: a sweep axis (as is), the command line, the file (with
+    // its line), or the preset (then the flag is what the user would change).
     const std::string msg(st.message());
     const std::string field = msg.substr(0, msg.find(':'));
+    for (const FieldOverride& o : overrides) {
+      if (o.field == field) return absl::FailedPreconditionError(msg);
+    }
     if (flag_value(field.c_str()) == nullptr && !file.empty()) {
       if (const int line = LineOfKey(text, field); line > 0) {
-        return absl::InvalidArgumentError(absl::StrCat(file, ":", line, ": ", msg));
+        return absl::FailedPreconditionError(absl::StrCat(file, ":", line, ": ", msg));
       }
     }
     const bool from_preset = flag_value(field.c_str()) == nullptr && FindField(field) != nullptr;
-    return absl::InvalidArgumentError(
+    return absl::FailedPreconditionError(
         absl::StrCat("--", msg, from_preset ? absl::StrCat(" (value from preset '", preset, "')") : ""));
   }
   return cfg;

@@ -157,6 +157,21 @@ const std::vector<std::string>& ConfigFieldNames();
 // flags the user set.
 [[nodiscard]] absl::StatusOr<RunConfig> LoadConfig(const ParsedArgs& args, bool for_run);
 
+// One axis value of a `ringpipe sweep` point: a config field (its flag name) and the value to set.
+struct FieldOverride {
+  std::string field;
+  nlohmann::json value;  // as in a config file (a number, a string, a list)
+};
+
+// LoadConfig, with `overrides` set after the flags and before validation (a sweep point's axis values).
+// An override of "preset" replaces the preset the config starts from (the file and flags still apply on
+// top). Errors: InvalidArgument for bad flags, config file or override values (they do not parse: the
+// same for every point, e.g. "microbatches: must be in 1..1048576, got 0"); FailedPrecondition when
+// every value parses but ValidateConfig rejects the combination (e.g. "pp: 99 model stages ... but the
+// model has only 6 layers") — one bad point of a sweep.
+[[nodiscard]] absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool for_run,
+                                                                const std::vector<FieldOverride>& overrides);
+
 // The config as JSON (every field by its name; the "config" section of the report).
 nlohmann::json ConfigToJson(const RunConfig& cfg);
 

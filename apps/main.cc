@@ -13,7 +13,8 @@ namespace {
 using rp::apps::Subcommand;
 
 std::vector<Subcommand> AllSubcommands() {
-  return {rp::apps::RunSubcommand(), rp::apps::PredictSubcommand(), rp::apps::AllReduceSubcommand()};
+  return {rp::apps::RunSubcommand(), rp::apps::PredictSubcommand(), rp::apps::SweepSubcommand(),
+          rp::apps::TimelineSubcommand(), rp::apps::AllReduceSubcommand()};
 }
 
 void PrintTopHelp(const std::vector<Subcommand>& subs) {

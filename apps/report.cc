@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "schedule/cost_model.h"
+#include "schedule/metrics.h"
 #include "schedule/program.h"
 
 namespace rp::apps {
@@ -87,6 +88,73 @@ char LetterOfEvent(const TraceEvent& e) {
   if (name.rfind("Opt", 0) == 0 || name.rfind("opt", 0) == 0 || name.rfind("O", 0) == 0) return 'O';
   if (name.rfind("Tp", 0) == 0 || name.rfind("TP", 0) == 0) return 'T';
   return name.empty() ? '#' : name[0];
+}
+
+// One device's step as report entries (docs/report.md "timeline"): compute ops, TP and gradient
+// all-reduces, and the exposed part of communication waits; sends are not device time.
+json TimelineOps(const schedule::Program& prog, int pp, const std::vector<schedule::OpInterval>& ivs) {
+  json ops = json::array();
+  const auto& list = prog.ranks[static_cast<size_t>(pp)];
+  for (const schedule::OpInterval& iv : ivs) {
+    const schedule::Op* op =
+        iv.op >= 0 && static_cast<size_t>(iv.op) < list.size() ? &list[static_cast<size_t>(iv.op)] : nullptr;
+    Nanos start = iv.start;
+    const char* kind = "compute";
+    switch (iv.kind) {
+      case schedule::IntervalKind::kCompute: kind = "compute"; break;
+      case schedule::IntervalKind::kSend: continue;
+      case schedule::IntervalKind::kRecv:
+        // Only the wait the link time explains is exposed communication; the rest is bubble.
+        start = std::max(iv.start, iv.end - iv.comm);
+        kind = "wait";
+        break;
+      case schedule::IntervalKind::kGradWait: kind = "wait"; break;
+      case schedule::IntervalKind::kTpAllReduce: kind = "tp_allreduce"; break;
+      case schedule::IntervalKind::kGradAllReduce: kind = "grad_allreduce"; break;
+    }
+    if (iv.end <= start) continue;
+    json e = {{"kind", kind},
+              {"op", op != nullptr ? schedule::OpKindName(op->kind) : ""},
+              {"start_ms", Ms(start)},
+              {"end_ms", Ms(iv.end)}};
+    if (op != nullptr && op->micro_batch >= 0) e["mb"] = op->micro_batch;
+    if (op != nullptr && prog.num_chunks > 1) e["chunk"] = op->chunk;
+    ops.push_back(std::move(e));
+  }
+  return ops;
+}
+
+// The "timeline" section: the first replica's devices (dp = 0), at most kMaxTimelineRows of them.
+json TimelineJson(const Plan& plan, const schedule::Prediction& pred, const schedule::RunResult* run) {
+  const schedule::ParallelGrid& grid = plan.grid;
+  const schedule::Program& prog = plan.executor.program;
+  const int n = std::min(grid.world_size() / std::max(1, plan.executor.grid.dp), kMaxTimelineRows);
+  json t;
+  t["ranks"] = json::array();
+  for (int rank = 0; rank < n; ++rank) t["ranks"].push_back(rank);
+  json predicted = {{"step_ms", Ms(pred.step_time)}, {"devices", json::array()}};
+  for (int rank = 0; rank < n; ++rank) {
+    const schedule::Coord c = grid.CoordOf(rank);
+    json d = {{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}};
+    auto ivs = schedule::PredictedIntervals(prog, grid, plan.executor.cost, plan.predict, pred, rank);
+    d["ops"] = ivs.ok() ? TimelineOps(prog, c.pp, *ivs) : json::array();
+    predicted["devices"].push_back(std::move(d));
+  }
+  t["predicted"] = std::move(predicted);
+  if (run != nullptr && !run->timelines.empty()) {
+    json measured = {{"step", run->timeline_step}, {"devices", json::array()}};
+    int64_t end = 0;
+    for (int rank = 0; rank < n && static_cast<size_t>(rank) < run->timelines.size(); ++rank) {
+      const schedule::Coord c = grid.CoordOf(rank);
+      json d = {{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}};
+      d["ops"] = TimelineOps(prog, c.pp, run->timelines[static_cast<size_t>(rank)]);
+      for (const auto& iv : run->timelines[static_cast<size_t>(rank)]) end = std::max<int64_t>(end, iv.end.count());
+      measured["devices"].push_back(std::move(d));
+    }
+    measured["step_ms"] = static_cast<double>(end) / 1e6;
+    t["measured"] = std::move(measured);
+  }
+  return t;
 }
 
 }  // namespace
@@ -246,6 +314,7 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
     devices.push_back(std::move(d));
   }
   r["devices"] = std::move(devices);
+  r["timeline"] = TimelineJson(plan, pred, run);
   return r;
 }
 

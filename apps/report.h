@@ -27,6 +27,10 @@ namespace rp::apps {
 
 inline constexpr const char* kReportSchema = "ringpipe-report/1";
 
+// Devices of the first replica whose per-op step timelines the report's "timeline" section holds
+// (docs/report.md; `ringpipe timeline --from_report` draws them).
+inline constexpr int kMaxTimelineRows = 64;
+
 // Per-device predicted figures the predictor does not give directly: bytes each device puts on the
 // wire in one step (p2p messages, its share of the TP and DP rings, codec metadata included).
 struct PredictedWire {

@@ -21,5 +21,9 @@ Subcommand AllReduceSubcommand();
 Subcommand RunSubcommand();
 // `ringpipe predict`: run's report from the predictor alone (apps/predict_cmd.cc).
 Subcommand PredictSubcommand();
+// `ringpipe sweep`: a grid of configurations, measured and predicted; CSV, JSON, SVG (apps/sweep_cmd.cc).
+Subcommand SweepSubcommand();
+// `ringpipe timeline`: SVG Gantt chart of one step, from a run or a report (apps/timeline_cmd.cc).
+Subcommand TimelineSubcommand();
 
 }  // namespace rp::apps

@@ -1,0 +1,392 @@
+#include "apps/svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace rp::apps::svg {
+namespace {
+
+constexpr const char* kFont = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
+
+std::string Num(double x) { return absl::StrFormat("%.2f", x); }
+
+std::string Header(int width, int height) {
+  return absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
+                      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"", width,
+                      "\" height=\"", height, "\" viewBox=\"0 0 ", width, " ", height, "\" ", kFont,
+                      ">\n<rect x=\"0\" y=\"0\" width=\"", width, "\" height=\"", height,
+                      "\" fill=\"#ffffff\"/>\n");
+}
+
+std::string Text(double x, double y, std::string_view text, int size, const char* anchor,
+                 const char* extra = "") {
+  return absl::StrCat("<text x=\"", Num(x), "\" y=\"", Num(y), "\" font-size=\"", size, "\" text-anchor=\"",
+                      anchor, "\"", extra, ">", Escape(text), "</text>\n");
+}
+
+std::string Line(double x1, double y1, double x2, double y2, const char* stroke, double width,
+                 const char* extra = "") {
+  return absl::StrCat("<line x1=\"", Num(x1), "\" y1=\"", Num(y1), "\" x2=\"", Num(x2), "\" y2=\"", Num(y2),
+                      "\" stroke=\"", stroke, "\" stroke-width=\"", Num(width), "\"", extra, "/>\n");
+}
+
+bool Finite(double v) { return std::isfinite(v); }
+
+// The body of one chart (no <svg> wrapper), drawn in [0, width] × [0, height].
+std::string ChartBody(const Chart& c, int width, int height) {
+  std::string out;
+  const size_t n = !c.x_values.empty() ? c.x_values.size() : c.x_labels.size();
+  // Legend column on the right; its width follows the longest name.
+  size_t longest = 0;
+  for (const Series& s : c.series) longest = std::max(longest, s.name.size());
+  const double legend_w = std::min(220.0, 40.0 + 6.2 * static_cast<double>(longest));
+  const double left = 68, right = width - legend_w - 12, top = 34, bottom = height - 46;
+  absl::StrAppend(&out, Text(width / 2.0, 20, c.title, 15, "middle", " font-weight=\"bold\""));
+
+  // --- x positions ---
+  const bool numeric = !c.x_values.empty();
+  const bool log_x = numeric && c.log_x &&
+                     std::all_of(c.x_values.begin(), c.x_values.end(), [](double v) { return v > 0; });
+  std::vector<double> pos(n);
+  for (size_t i = 0; i < n; ++i) {
+    pos[i] = numeric ? (log_x ? std::log2(c.x_values[i]) : c.x_values[i]) : static_cast<double>(i);
+  }
+  double xlo = n > 0 ? *std::min_element(pos.begin(), pos.end()) : 0;
+  double xhi = n > 0 ? *std::max_element(pos.begin(), pos.end()) : 1;
+  if (c.bars || !numeric) {
+    xlo -= 0.5;
+    xhi += 0.5;
+  } else {
+    const double pad = xhi > xlo ? (xhi - xlo) * 0.06 : 0.5;
+    xlo -= pad;
+    xhi += pad;
+  }
+  auto X = [&](double p) { return left + (p - xlo) / (xhi - xlo) * (right - left); };
+
+  // --- y range ---
+  double ylo = std::numeric_limits<double>::infinity(), yhi = -ylo;
+  for (const Series& s : c.series) {
+    for (double v : s.y) {
+      if (!Finite(v) || (c.log_y && v <= 0)) continue;
+      ylo = std::min(ylo, v);
+      yhi = std::max(yhi, v);
+    }
+  }
+  const bool have_data = Finite(ylo);
+  std::vector<double> ticks;
+  bool log_y = c.log_y;
+  if (!have_data) {
+    ylo = 0;
+    yhi = 1;
+    log_y = false;
+  }
+  if (log_y) {
+    ylo = std::pow(10.0, std::floor(std::log10(ylo)));
+    yhi = std::pow(10.0, std::ceil(std::log10(yhi)));
+    if (yhi <= ylo) yhi = ylo * 10;
+    for (double t = ylo; t <= yhi * 1.0001; t *= 10) ticks.push_back(t);
+  } else {
+    ylo = std::min(0.0, ylo);
+    if (yhi <= ylo) yhi = ylo + 1;
+    ticks = NiceTicks(ylo, yhi * 1.04, 6);
+    yhi = std::max(yhi, ticks.back());
+    ylo = std::min(ylo, ticks.front());
+  }
+  auto Y = [&](double v) {
+    if (log_y) return bottom - (std::log10(v) - std::log10(ylo)) / (std::log10(yhi) - std::log10(ylo)) * (bottom - top);
+    return bottom - (v - ylo) / (yhi - ylo) * (bottom - top);
+  };
+
+  // --- grid, axes, ticks ---
+  for (double t : ticks) {
+    const double y = Y(t);
+    absl::StrAppend(&out, Line(left, y, right, y, "#e3e3e3", 1));
+    absl::StrAppend(&out, Text(left - 6, y + 4, FormatTick(t, c.y_bytes), 11, "end"));
+  }
+  absl::StrAppend(&out, Line(left, top, left, bottom, "#333333", 1.2));
+  absl::StrAppend(&out, Line(left, bottom, right, bottom, "#333333", 1.2));
+  for (size_t i = 0; i < n; ++i) {
+    const double x = X(pos[i]);
+    absl::StrAppend(&out, Line(x, bottom, x, bottom + 5, "#333333", 1));
+    const std::string label = i < c.x_labels.size() ? c.x_labels[i] : FormatTick(numeric ? c.x_values[i] : i, false);
+    absl::StrAppend(&out, Text(x, bottom + 18, label, 11, "middle"));
+  }
+  absl::StrAppend(&out, Text((left + right) / 2, height - 10, c.x_label, 12, "middle"));
+  absl::StrAppend(&out, absl::StrCat("<text x=\"16\" y=\"", Num((top + bottom) / 2),
+                                     "\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 16 ",
+                                     Num((top + bottom) / 2), ")\">", Escape(c.y_label), "</text>\n"));
+  if (!have_data) absl::StrAppend(&out, Text((left + right) / 2, (top + bottom) / 2, "no data", 13, "middle"));
+
+  // --- series ---
+  const size_t ns = c.series.size();
+  for (size_t k = 0; k < ns; ++k) {
+    const Series& s = c.series[k];
+    const char* dash = s.dashed ? " stroke-dasharray=\"6 4\"" : "";
+    absl::StrAppend(&out, "<g class=\"series\" data-name=\"", Escape(s.name), "\">\n");
+    if (c.bars) {
+      const double group = (X(1) - X(0)) * 0.8;
+      const double bw = group / static_cast<double>(std::max<size_t>(ns, 1));
+      for (size_t i = 0; i < n && i < s.y.size(); ++i) {
+        const double v = s.y[i];
+        if (!Finite(v) || (log_y && v <= 0)) continue;
+        const double x0 = X(pos[i]) - group / 2 + bw * static_cast<double>(k);
+        const double base = log_y ? bottom : Y(std::max(0.0, ylo));
+        const double y = Y(v);
+        absl::StrAppend(&out, "<rect x=\"", Num(x0 + 1), "\" y=\"", Num(std::min(y, base)), "\" width=\"",
+                        Num(std::max(1.0, bw - 2)), "\" height=\"", Num(std::abs(base - y)), "\" fill=\"", s.color,
+                        "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,
+                        "\" stroke-width=\"1.5\"", dash, "/>\n");
+      }
+    } else {
+      // Polylines broken at missing points.
+      std::string pts;
+      auto flush = [&] {
+        if (!pts.empty()) {
+          absl::StrAppend(&out, "<polyline fill=\"none\" stroke=\"", s.color, "\" stroke-width=\"2\"", dash,
+                          " points=\"", pts, "\"/>\n");
+        }
+        pts.clear();
+      };
+      for (size_t i = 0; i < n; ++i) {
+        const double v = i < s.y.size() ? s.y[i] : std::numeric_limits<double>::quiet_NaN();
+        if (!Finite(v) || (log_y && v <= 0)) {
+          flush();
+          continue;
+        }
+        absl::StrAppend(&pts, pts.empty() ? "" : " ", Num(X(pos[i])), ",", Num(Y(v)));
+      }
+      flush();
+      for (size_t i = 0; i < n && i < s.y.size(); ++i) {
+        const double v = s.y[i];
+        if (!Finite(v) || (log_y && v <= 0)) continue;
+        absl::StrAppend(&out, "<circle cx=\"", Num(X(pos[i])), "\" cy=\"", Num(Y(v)), "\" r=\"",
+                        s.dashed ? "3.5" : "4", "\" fill=\"", s.dashed ? "#ffffff" : s.color, "\" stroke=\"",
+                        s.color, "\" stroke-width=\"1.5\"/>\n");
+      }
+    }
+    absl::StrAppend(&out, "</g>\n");
+  }
+
+  // --- legend ---
+  const double lx = width - legend_w;
+  for (size_t k = 0; k < ns; ++k) {
+    const Series& s = c.series[k];
+    const double ly = top + 8 + 18.0 * static_cast<double>(k);
+    if (c.bars) {
+      absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 6), "\" width=\"22\" height=\"11\" fill=\"",
+                      s.color, "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,
+                      "\" stroke-width=\"1.5\"", s.dashed ? " stroke-dasharray=\"4 3\"" : "", "/>\n");
+    } else {
+      absl::StrAppend(&out, Line(lx, ly, lx + 24, ly, s.color.c_str(), 2, s.dashed ? " stroke-dasharray=\"6 4\"" : ""));
+    }
+    absl::StrAppend(&out, Text(lx + 30, ly + 4, s.name, 11, "start"));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        // Control characters are not allowed in XML 1.0 (except tab, newline, carriage return).
+        if (static_cast<unsigned char>(ch) < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') {
+          out += ' ';
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out;
+}
+
+const char* Color(size_t i) {
+  static constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                             "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  return kPalette[i % (sizeof(kPalette) / sizeof(kPalette[0]))];
+}
+
+std::vector<double> NiceTicks(double lo, double hi, int target) {
+  if (!(hi > lo)) hi = lo + 1;
+  const double raw = (hi - lo) / std::max(1, target);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    step = m * mag;
+    if (step >= raw) break;
+  }
+  std::vector<double> out;
+  const double first = std::floor(lo / step) * step;
+  for (double t = first; t <= hi + step * 0.999 && out.size() < 64; t += step) {
+    out.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+    if (t >= hi) break;
+  }
+  return out;
+}
+
+std::string FormatTick(double v, bool bytes) {
+  if (!std::isfinite(v)) return "n/a";
+  auto trim = [](double x) {
+    if (std::abs(x) < 1e6 && x == std::floor(x)) return absl::StrFormat("%.0f", x);
+    return absl::StrFormat("%.3g", x);
+  };
+  const double a = std::abs(v);
+  if (bytes) {
+    if (a >= 1e9) return absl::StrCat(trim(v / 1e9), " GB");
+    if (a >= 1e6) return absl::StrCat(trim(v / 1e6), " MB");
+    if (a >= 1e3) return absl::StrCat(trim(v / 1e3), " kB");
+    return absl::StrCat(trim(v), " B");
+  }
+  if (a >= 1e9) return absl::StrCat(trim(v / 1e9), "G");
+  if (a >= 1e6) return absl::StrCat(trim(v / 1e6), "M");
+  if (a >= 1e4) return absl::StrCat(trim(v / 1e3), "k");
+  return trim(v);
+}
+
+std::string RenderChart(const Chart& chart, int width, int height) {
+  return absl::StrCat(Header(width, height), ChartBody(chart, width, height), "</svg>\n");
+}
+
+std::string RenderFigure(const std::string& title, const std::vector<Chart>& charts, int columns, int width,
+                         int height) {
+  columns = std::max(1, std::min(columns, static_cast<int>(std::max<size_t>(charts.size(), 1))));
+  const int rows = (static_cast<int>(charts.size()) + columns - 1) / columns;
+  const int title_h = title.empty() ? 0 : 34;
+  const int W = columns * width, H = title_h + std::max(rows, 1) * height;
+  std::string out = Header(W, H);
+  if (!title.empty()) absl::StrAppend(&out, Text(W / 2.0, 24, title, 17, "middle", " font-weight=\"bold\""));
+  for (size_t i = 0; i < charts.size(); ++i) {
+    const int cx = static_cast<int>(i) % columns, cy = static_cast<int>(i) / columns;
+    absl::StrAppend(&out, "<g transform=\"translate(", cx * width, ",", title_h + cy * height, ")\">\n",
+                    ChartBody(charts[i], width, height), "</g>\n");
+  }
+  absl::StrAppend(&out, "</svg>\n");
+  return out;
+}
+
+// --- Gantt ---
+
+namespace {
+
+const char* FillOf(BarClass c) {
+  switch (c) {
+    case BarClass::kForward: return "#4e79a7";
+    case BarClass::kBackward: return "#59a14f";
+    case BarClass::kBackwardInput: return "#8cd17d";
+    case BarClass::kWeightGrad: return "#b6992d";
+    case BarClass::kOptimizer: return "#79706e";
+    case BarClass::kTpComm: return "#f28e2b";
+    case BarClass::kDpComm: return "#e15759";
+    case BarClass::kWait: return "#ffd6d6";
+  }
+  return "#000000";
+}
+
+}  // namespace
+
+const char* BarClassName(BarClass c) {
+  switch (c) {
+    case BarClass::kForward: return "forward (F)";
+    case BarClass::kBackward: return "backward (B)";
+    case BarClass::kBackwardInput: return "input gradient (b)";
+    case BarClass::kWeightGrad: return "weight gradient (W)";
+    case BarClass::kOptimizer: return "optimizer (O)";
+    case BarClass::kTpComm: return "TP all-reduce";
+    case BarClass::kDpComm: return "gradient all-reduce (comm stream)";
+    case BarClass::kWait: return "waiting on communication";
+  }
+  return "?";
+}
+
+std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>& panels, int width) {
+  constexpr double kRowH = 26, kComputeH = 17, kPanelTitle = 26, kAxisH = 24;
+  size_t label_chars = 8;
+  double span = 0;
+  for (const GanttPanel& p : panels) {
+    span = std::max(span, p.span_ms);
+    for (const std::string& r : p.rows) label_chars = std::max(label_chars, r.size());
+  }
+  if (!(span > 0)) span = 1;
+  const double left = 14 + 6.6 * static_cast<double>(label_chars), right = width - 16;
+  auto X = [&](double ms) { return left + ms / span * (right - left); };
+  const std::vector<double> ticks = NiceTicks(0, span, 10);
+
+  // Which classes appear (legend).
+  bool used[8] = {};
+  double height = 40;
+  for (const GanttPanel& p : panels) {
+    height += kPanelTitle + kAxisH + kRowH * static_cast<double>(p.rows.size()) + 12;
+    for (const GanttBar& b : p.bars) used[static_cast<int>(b.cls)] = true;
+  }
+  height += 50;
+  std::string out = Header(width, static_cast<int>(height));
+  absl::StrAppend(&out, Text(width / 2.0, 24, title, 16, "middle", " font-weight=\"bold\""));
+  double y = 40;
+  for (const GanttPanel& p : panels) {
+    absl::StrAppend(&out, Text(14, y + 18, p.title, 13, "start", " font-weight=\"bold\""));
+    y += kPanelTitle;
+    // Time axis.
+    for (double t : ticks) {
+      if (t > span * 1.0001) break;
+      absl::StrAppend(&out, Line(X(t), y + kAxisH - 4, X(t), y + kAxisH + kRowH * p.rows.size(), "#d0d0d0", 0.8));
+      absl::StrAppend(&out, Text(X(t), y + kAxisH - 8, absl::StrCat(FormatTick(t, false), " ms"), 10, "middle"));
+    }
+    y += kAxisH;
+    for (size_t r = 0; r < p.rows.size(); ++r) {
+      const double ry = y + kRowH * static_cast<double>(r);
+      absl::StrAppend(&out, Text(left - 8, ry + 13, p.rows[r], 11, "end"));
+      absl::StrAppend(&out, "<rect x=\"", Num(left), "\" y=\"", Num(ry + 1), "\" width=\"",
+                      Num(X(p.span_ms) - left), "\" height=\"", Num(kRowH - 3), "\" fill=\"#eeeeee\"/>\n");
+    }
+    absl::StrAppend(&out, "<g class=\"bars\">\n");
+    for (const GanttBar& b : p.bars) {
+      if (b.row < 0 || static_cast<size_t>(b.row) >= p.rows.size() || !(b.end_ms > b.start_ms)) continue;
+      const double ry = y + kRowH * static_cast<double>(b.row);
+      const bool comm_strip = b.cls == BarClass::kDpComm;
+      const double top = comm_strip ? ry + 1 + kComputeH + 1 : ry + 1;
+      const double h = comm_strip ? kRowH - 3 - kComputeH - 1 : kComputeH;
+      const double x0 = X(b.start_ms), x1 = X(b.end_ms);
+      absl::StrAppend(&out, "<rect x=\"", Num(x0), "\" y=\"", Num(top), "\" width=\"", Num(std::max(0.5, x1 - x0)),
+                      "\" height=\"", Num(h), "\" fill=\"", FillOf(b.cls), "\" stroke=\"#ffffff\" stroke-width=\"0.5\">",
+                      "<title>", Escape(absl::StrCat(BarClassName(b.cls), b.label.empty() ? "" : " ", b.label, ": ",
+                                                     absl::StrFormat("%.3f", b.start_ms), " .. ",
+                                                     absl::StrFormat("%.3f", b.end_ms), " ms")),
+                      "</title></rect>\n");
+      if (!b.label.empty() && !comm_strip && x1 - x0 >= 6.5 * static_cast<double>(b.label.size()) + 3) {
+        absl::StrAppend(&out, Text((x0 + x1) / 2, top + 12.5, b.label, 10, "middle",
+                                   b.cls == BarClass::kWait ? "" : " fill=\"#ffffff\""));
+      }
+    }
+    absl::StrAppend(&out, "</g>\n");
+    y += kRowH * static_cast<double>(p.rows.size()) + 12;
+  }
+  // Legend.
+  double lx = 14;
+  const double ly = y + 18;
+  absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"#eeeeee\"/>\n",
+                  Text(lx + 18, ly, "idle", 11, "start"));
+  lx += 18 + 6.2 * 4 + 16;
+  for (int c = 0; c < 8; ++c) {
+    if (!used[c]) continue;
+    const std::string name = BarClassName(static_cast<BarClass>(c));
+    absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"",
+                    FillOf(static_cast<BarClass>(c)), "\"/>\n", Text(lx + 18, ly, name, 11, "start"));
+    lx += 18 + 6.2 * static_cast<double>(name.size()) + 16;
+  }
+  absl::StrAppend(&out, "</svg>\n");
+  return out;
+}
+
+}  // namespace rp::apps::svg

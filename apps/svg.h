@@ -1,0 +1,105 @@
+// rp::apps::svg: a small self-contained SVG writer for ringpipe's charts — line and grouped-bar charts
+// of sweep results (measured vs predicted) and Gantt charts of one step. No library: the output is a
+// plain string of well-formed SVG 1.1 (every text and attribute value escaped with Escape), viewable
+// in any browser and convertible with rsvg-convert.
+//
+// Conventions the charts follow:
+//   * measured series are solid (lines with filled markers, filled bars), predicted series dashed
+//     (dashed lines with hollow markers, outlined bars with a light fill) — Series::dashed;
+//   * a series value of NaN is "no point" (a failed sweep point): lines break there, no bar is drawn;
+//   * x positions are the chart's x_values (numeric, optionally log2-spaced) or, if none are given,
+//     evenly spaced categories; ticks sit at the data positions and carry x_labels;
+//   * y axis: "nice" 1-2-5 ticks from 0 (linear), or decades (log_y; non-positive values are skipped);
+//     y_bytes formats tick labels as B / kB / MB / GB.
+//
+// Thread safety: pure functions.
+//
+// Example:
+//   svg::Chart c{.title = "step time", .x_label = "micro-batches", .y_label = "ms",
+//                .x_values = {2, 4, 8, 16}, .x_labels = {"2", "4", "8", "16"}, .log_x = true};
+//   c.series.push_back({.name = "measured", .y = {430, 690, 1210, 2250}, .color = "#1f77b4"});
+//   c.series.push_back({.name = "predicted", .y = {430, 690, 1210, 2250}, .color = "#1f77b4",
+//                       .dashed = true});
+//   std::string svg_text = svg::RenderChart(c);
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rp::apps::svg {
+
+// `text` with & < > " ' replaced by XML entities (safe in text nodes and attribute values).
+std::string Escape(std::string_view text);
+
+// A qualitative palette (Tableau 10); Color(i) cycles through it.
+const char* Color(size_t i);
+
+struct Series {
+  std::string name;       // legend entry
+  std::vector<double> y;  // one value per x position; NaN = no point
+  std::string color = "#1f77b4";
+  bool dashed = false;    // predicted: dashed line / outlined bar
+};
+
+struct Chart {
+  std::string title;
+  std::string x_label;
+  std::string y_label;
+  std::vector<double> x_values;       // numeric x; empty: categories 0 .. n−1
+  std::vector<std::string> x_labels;  // tick label of each x position (defines n when categorical)
+  bool log_x = false;                 // numeric x > 0 only: log2 spacing
+  bool log_y = false;                 // log10 y (for sizes spanning decades)
+  bool y_bytes = false;               // tick labels as bytes (kB, MB, GB)
+  bool bars = false;                  // grouped bars (one group per x position) instead of lines
+  std::vector<Series> series;
+};
+
+// One chart as a complete SVG document of `width` × `height` pixels.
+std::string RenderChart(const Chart& chart, int width = 640, int height = 380);
+
+// Several charts in a grid of `columns` panels, each `width` × `height`, under a figure title.
+std::string RenderFigure(const std::string& title, const std::vector<Chart>& charts, int columns,
+                         int width = 520, int height = 340);
+
+// --- Gantt charts of one step ---
+
+enum class BarClass {
+  kForward,        // F
+  kBackward,       // B (whole backward)
+  kBackwardInput,  // b (zero-bubble input gradient)
+  kWeightGrad,     // W
+  kOptimizer,      // O
+  kTpComm,         // TP all-reduce (compute stream, blocking)
+  kDpComm,         // gradient all-reduce (comm stream: drawn in the row's lower strip)
+  kWait,           // waiting on a message / the gradients with nothing to compute (exposed comm)
+};
+const char* BarClassName(BarClass c);  // legend text, e.g. "forward (F)"
+
+struct GanttBar {
+  int row = 0;
+  double start_ms = 0;
+  double end_ms = 0;
+  BarClass cls = BarClass::kForward;
+  std::string label;  // e.g. the micro-batch number; drawn inside the bar when it fits
+};
+
+struct GanttPanel {
+  std::string title;              // e.g. "measured (step 2, median)"
+  std::vector<std::string> rows;  // row labels, top to bottom, e.g. "rank 0 (0/0/0)"
+  std::vector<GanttBar> bars;
+  double span_ms = 0;             // the step time: the time axis runs 0 .. span_ms
+};
+
+// Panels stacked vertically (sharing the time scale of the longest span), a legend at the bottom; the
+// background of each row is the idle colour. `width` in pixels.
+std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>& panels, int width = 1100);
+
+// --- Axis helpers (exposed for tests) ---
+
+// About `target` "nice" (1, 2, 5 × 10^k) tick values covering [lo, hi].
+std::vector<double> NiceTicks(double lo, double hi, int target);
+// Short tick text: "0", "1.5", "250", "12k", "3.5M"; with bytes: "512 B", "1.5 kB", "2 MB", "1 GB".
+std::string FormatTick(double value, bool bytes);
+
+}  // namespace rp::apps::svg
