@@ -16,6 +16,9 @@ RunConfig Default() {
   c.schedule = schedule::ScheduleKind::kOneFOneB;
   c.forward_ms = {2};
   c.backward_ms = {4};
+  // A modeled optimizer step: the real one takes tens of microseconds, so a 0 ms model would make
+  // every optimizer step an overrun in the host figures.
+  c.optimizer_ms = 0.5;
   c.link = "dgx-a100";
   c.devices_per_node = 4;  // two nodes: the gradient ring crosses InfiniBand
   c.steps = 80;
