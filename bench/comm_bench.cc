@@ -1,8 +1,8 @@
 // comm/ benchmarks: ringpipe's ring all-reduce against two same-run baselines.
 //
 //   BM_RingAllReduce/ranks/bytes/segment[/codec]  rp::comm all-reduce, ideal link, in-place.
-//   BM_RingAllReduceLendOnly/...                  the same with the first protocol (no inline
-//        small-message path, no yield phase in waits): the previous version, same run.
+//   BM_RingAllReduceLendOnly/...                  the same without the inline small-message path
+//        and without the yield phase in waits (inline_bytes = 0, yield_iterations = 0).
 //   BM_PlainRing/ranks/bytes                      the reference: a plain threaded ring written
 //        here (one thread per rank, each rank reduces straight out of its predecessor's buffer,
 //        hand-off by std::atomic wait/notify on per-rank progress counters, 256 KiB sub-chunks).
@@ -126,8 +126,8 @@ void RunRingAllReduce(benchmark::State& state, rp::comm::CommunicatorOptions co)
 
 void BM_RingAllReduce(benchmark::State& state) { RunRingAllReduce(state, {.devices = {}}); }
 
-// The first protocol, for same-run comparisons: every message lent and acknowledged (no inline
-// small-message path), blocked ranks spin then sleep (no yield phase).
+// Without the small-message path and the yield phase, for same-run comparisons: every message
+// lent and acknowledged, blocked ranks spin then sleep on the futex (the first protocol's waits).
 void BM_RingAllReduceLendOnly(benchmark::State& state) {
   rp::comm::CommunicatorOptions co;
   co.inline_bytes = 0;

@@ -126,6 +126,9 @@ class SpscQueue {
   [[nodiscard]] absl::Status Pop(T* v, WallDuration timeout) {
     return Await(data_, [&] { return TryPop(v); }, timeout);
   }
+  // Producer thread only. True when the next Push would not block (it stays true until this
+  // producer pushes).
+  bool writable() const { return queue_.write_available() > 0; }
   // Producer thread only. Blocks until the next Push would not block (same errors as Push). On OK
   // the consumer has popped every value but the last capacity - 1 (acquire of the read index:
   // whatever the consumer did before those pops happens-before the return).
@@ -229,6 +232,8 @@ class Channel {
   [[nodiscard]] absl::Status WaitWritable(WallDuration timeout) {
     return queue_.WaitWritable(timeout);
   }
+  // Producer thread only. True when the next Send would not block.
+  bool writable() const { return queue_.writable(); }
   void Cancel() { queue_.Cancel(); }
   const ChannelOptions& options() const { return options_; }
   bool ideal() const { return ideal_; }

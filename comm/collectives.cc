@@ -126,64 +126,21 @@ class RingRunner {
   // receives partial sums (count elements; may equal `in`), `own_out` receives the reduced chunk
   // r (chunk-sized; may point into `work`).
   absl::Status ReduceScatterPhase(const float* in, float* work, float* own_out) {
-    for (int s = 0; s <= n_ - 2; ++s) {
-      const int send_chunk = ring::ReduceScatterSendChunk(n_, r_, s);
-      const int recv_chunk = ring::ReduceScatterRecvChunk(n_, r_, s);
-      const Range send = ring::ChunkRange(count_, n_, send_chunk);
-      const Range recv = ring::ChunkRange(count_, n_, recv_chunk);
-      const int ks = ring::NumSegments(send.size, seg_);
-      const int kr = ring::NumSegments(recv.size, seg_);
-      const float* src = s == 0 ? in : work;  // step 0 sends this rank's own data
-      for (int k = 0; k < std::max(ks, kr); ++k) {
-        if (k < ks) {
-          const Range g = ring::SegmentRange(send, seg_, k);
-          const Nanos ready = s == 0 ? start_ : rc_.ready_[static_cast<size_t>(k)];
-          RP_RETURN_IF_ERROR(SendSegment(src + g.begin, nullptr, g, s, send_chunk, k, ready,
-                                         feedback_));
-        }
-        if (k < kr) {
-          const Range g = ring::SegmentRange(recv, seg_, k);
-          Stamped<WireMsg> m;
-          RP_RETURN_IF_ERROR(RecvSegment(s, recv_chunk, k, g.size, &m));
-          float* dst = s == n_ - 2 ? own_out + (g.begin - recv.begin) : work + g.begin;
-          absl::Status st = DecodeAdd(codec_, in + g.begin, m.body.payload, g.size, dst, g.begin);
-          if (!st.ok()) return FailLocal(st, "reducing", s);
-          RP_RETURN_IF_ERROR(Release(m, s, k));
-        }
-      }
-    }
-    return absl::OkStatus();
+    return RunSteps(n_ - 1, [&](int t) { return ReduceScatterStep(t, in, work, own_out); });
   }
 
   // All-gather over the ring; `out` (count elements) holds the reduced chunk r on entry. With a
   // lossy codec this rank adopts the decoded value of its own chunk, as its receivers will.
   absl::Status AllGatherPhase(float* out) {
-    const bool lossy = codec_ != Codec::kFp32;
-    for (int s = 0; s <= n_ - 2; ++s) {
-      const int send_chunk = ring::AllGatherSendChunk(n_, r_, s);
-      const int recv_chunk = ring::AllGatherRecvChunk(n_, r_, s);
-      const Range send = ring::ChunkRange(count_, n_, send_chunk);
-      const Range recv = ring::ChunkRange(count_, n_, recv_chunk);
-      const int ks = ring::NumSegments(send.size, seg_);
-      const int kr = ring::NumSegments(recv.size, seg_);
-      for (int k = 0; k < std::max(ks, kr); ++k) {
-        if (k < ks) {
-          const Range g = ring::SegmentRange(send, seg_, k);
-          const bool own = s == 0;
-          RP_RETURN_IF_ERROR(SendSegment(out + g.begin, own && lossy ? out + g.begin : nullptr, g,
-                                         s, send_chunk, k, rc_.ready_[static_cast<size_t>(k)],
-                                         own && feedback_));
-        }
-        if (k < kr) {
-          const Range g = ring::SegmentRange(recv, seg_, k);
-          Stamped<WireMsg> m;
-          RP_RETURN_IF_ERROR(RecvSegment(s, recv_chunk, k, g.size, &m));
-          Decode(codec_, m.body.payload, g.size, out + g.begin);
-          RP_RETURN_IF_ERROR(Release(m, s, k));
-        }
-      }
-    }
-    return absl::OkStatus();
+    return RunSteps(n_ - 1, [&](int t) { return AllGatherStep(t, out); });
+  }
+
+  // Reduce-scatter then all-gather as one sequence of 2(n - 1) steps, so the all-gather's first
+  // segments leave while the reduce-scatter's last ones are still being reduced.
+  absl::Status AllReducePhases(const float* in, float* out, float* own_out) {
+    return RunSteps(2 * (n_ - 1), [&](int t) {
+      return t < n_ - 1 ? ReduceScatterStep(t, in, out, own_out) : AllGatherStep(t - (n_ - 1), out);
+    });
   }
 
   // A pipelined chain root -> root + 1 -> ... -> root - 1 over the whole buffer.
@@ -271,22 +228,139 @@ class RingRunner {
     while (rc_.acks_from_next_->TryPop(&a)) OnAck(a);
   }
 
+  // One ring step as this rank runs it: what it sends and what it does with what it receives.
+  struct StepPlan {
+    int step;  // the step within its phase (as carried by messages and named in errors)
+    int send_chunk, recv_chunk;
+    Range send, recv;
+    int ks, kr;               // segments sent / received (>= 1 each)
+    const float* send_src;    // sent segment g is send_src[g.begin, g.end())
+    float* adopt;             // lossy own chunk: decoded wire bytes go to adopt + g.begin
+    bool feedback;            // encode with the error-feedback residual
+    bool reduce;              // received segment g: dst[g - dst_offset] = add[g] + decoded
+    const float* add;         //   (reduce) or out[g] = decoded (!reduce, dst = out, offset 0)
+    float* dst;
+    size_t dst_offset;
+  };
+
+  StepPlan ReduceScatterStep(int s, const float* in, float* work, float* own_out) const {
+    StepPlan p;
+    p.step = s;
+    p.send_chunk = ring::ReduceScatterSendChunk(n_, r_, s);
+    p.recv_chunk = ring::ReduceScatterRecvChunk(n_, r_, s);
+    p.send = ring::ChunkRange(count_, n_, p.send_chunk);
+    p.recv = ring::ChunkRange(count_, n_, p.recv_chunk);
+    p.ks = ring::NumSegments(p.send.size, seg_);
+    p.kr = ring::NumSegments(p.recv.size, seg_);
+    p.send_src = s == 0 ? in : work;  // step 0 sends this rank's own data
+    p.adopt = nullptr;
+    p.feedback = feedback_;
+    p.reduce = true;
+    p.add = in;
+    const bool last = s == n_ - 2;  // the reduced chunk r goes to own_out
+    p.dst = last ? own_out : work;
+    p.dst_offset = last ? p.recv.begin : 0;
+    return p;
+  }
+
+  StepPlan AllGatherStep(int s, float* out) const {
+    StepPlan p;
+    p.step = s;
+    p.send_chunk = ring::AllGatherSendChunk(n_, r_, s);
+    p.recv_chunk = ring::AllGatherRecvChunk(n_, r_, s);
+    p.send = ring::ChunkRange(count_, n_, p.send_chunk);
+    p.recv = ring::ChunkRange(count_, n_, p.recv_chunk);
+    p.ks = ring::NumSegments(p.send.size, seg_);
+    p.kr = ring::NumSegments(p.recv.size, seg_);
+    p.send_src = out;
+    const bool own = s == 0;
+    p.adopt = own && codec_ != Codec::kFp32 ? out : nullptr;
+    p.feedback = own && feedback_;
+    p.reduce = false;
+    p.add = nullptr;
+    p.dst = out;
+    p.dst_offset = 0;
+    return p;
+  }
+
+  // Runs steps 0 .. num_steps - 1 (plan(t) describes step t; the chunk sent at step t + 1 is the
+  // chunk received at step t). Messages leave in step-major order, as the receiver expects them,
+  // but as early as possible: segment k of step t + 1 is ready once segment k of step t has been
+  // received, and a ready segment is sent, without blocking, whenever the link has room. So the
+  // next rank may work up to channel_capacity segments ahead, across step boundaries, instead of
+  // waiting for this rank's whole step. Progress: before blocking on segment k of step t this rank
+  // has sent (blocking if need be) every segment up to k of step t, which is the order of the
+  // first protocol and cannot deadlock (a rank blocked on a full link has a successor that holds
+  // unread messages).
+  template <typename PlanFn>
+  absl::Status RunSteps(int num_steps, const PlanFn& plan) {
+    if (num_steps <= 0) return absl::OkStatus();
+    int st = 0, sk = 0;  // the next message to send: segment sk of step st
+    StepPlan sp = plan(0);
+    auto send_next = [&](bool* sent) -> absl::Status {
+      const Range g = ring::SegmentRange(sp.send, seg_, sk);
+      RP_RETURN_IF_ERROR(SendSegment(sp.send_src + g.begin,
+                                     sp.adopt != nullptr ? sp.adopt + g.begin : nullptr, g,
+                                     sp.step, sp.send_chunk, sk, rc_.ready_[static_cast<size_t>(sk)],
+                                     sp.feedback, sent));
+      if (sent != nullptr && !*sent) return absl::OkStatus();
+      if (++sk == sp.ks) {
+        sk = 0;
+        if (++st < num_steps) sp = plan(st);
+      }
+      return absl::OkStatus();
+    };
+    for (int rt = 0; rt < num_steps; ++rt) {
+      const StepPlan rp = rt == st ? sp : plan(rt);
+      for (int rk = 0; rk < rp.kr; ++rk) {
+        // Sends through segment min(rk, ks - 1) of step rt (blocking).
+        while (st < rt || (st == rt && sk <= rk)) RP_RETURN_IF_ERROR(send_next(nullptr));
+        // Sends ahead what is ready (segment sk of step st needs segment sk of step st - 1).
+        while (st < num_steps && (st - 1 < rt || (st - 1 == rt && sk < rk))) {
+          bool sent = false;
+          RP_RETURN_IF_ERROR(send_next(&sent));
+          if (!sent) break;
+        }
+        const Range g = ring::SegmentRange(rp.recv, seg_, rk);
+        Stamped<WireMsg> m;
+        RP_RETURN_IF_ERROR(RecvSegment(rp.step, rp.recv_chunk, rk, g.size, &m));
+        if (rp.reduce) {
+          absl::Status st_add = DecodeAdd(codec_, rp.add + g.begin, m.body.payload, g.size,
+                                          rp.dst + (g.begin - rp.dst_offset), g.begin);
+          if (!st_add.ok()) return FailLocal(st_add, "reducing", rp.step);
+        } else {
+          Decode(codec_, m.body.payload, g.size, rp.dst + g.begin);
+        }
+        RP_RETURN_IF_ERROR(Release(m, rp.step, rk));
+      }
+    }
+    while (st < num_steps) RP_RETURN_IF_ERROR(send_next(nullptr));  // tails when ks > kr
+    return absl::OkStatus();
+  }
+
   // Sends segment `g` (data at `src`, g.size elements). A message of at most inline_bytes wire
   // bytes is copied (encoded) into the link's next inline slot and not acknowledged; otherwise
   // FP32 lends `src` and lossy codecs encode into a pool buffer. Lossy codecs apply error feedback
   // if `feedback`, and, if `adopt` is set, decode the wire bytes back into `adopt` (the owner
-  // adopting the value its receivers will see).
+  // adopting the value its receivers will see). With `sent` non-null the call never blocks:
+  // *sent = false (and nothing happens) when the link or the wire-buffer pool is full.
   absl::Status SendSegment(const float* src, float* adopt, Range g, int step, int chunk, int k,
-                           Nanos ready, bool feedback) {
+                           Nanos ready, bool feedback, bool* sent = nullptr) {
     DrainAcks();
     const uint64_t bytes = SegmentWireBytes(codec_, g.size);
+    const bool inline_msg = rc_.slots_to_next_ != nullptr && bytes <= rc_.slot_bytes_ &&
+                            bytes <= group_.options().inline_bytes;
+    if (sent != nullptr) {
+      const bool needs_pool = !inline_msg && codec_ != Codec::kFp32 && g.size > 0;
+      *sent = rc_.to_next_->writable() && !(needs_pool && rc_.free_buffers_.empty());
+      if (!*sent) return absl::OkStatus();
+    }
     WireMsg m;
     m.pool_buffer = nullptr;
     m.payload = reinterpret_cast<const std::byte*>(src);
     m.needs_ack = true;
     std::byte* wire = nullptr;  // where to encode (lossy codecs and inline messages)
-    if (bytes <= rc_.slot_bytes_ && rc_.slots_to_next_ != nullptr &&
-        bytes <= group_.options().inline_bytes) {
+    if (inline_msg) {
       // The slot is free once the next rank popped the message after the one that used it.
       absl::Status s = rc_.to_next_->WaitWritable(timeout_);
       if (!s.ok()) return Fail(s, "sending to", next_, step);
@@ -437,8 +511,7 @@ absl::Status RingAllReduce::Run(Nanos start) {
     CopyIfDistinct(in_.data(), out_.data(), in_.size());
   } else {
     const ring::Range own = ring::ChunkRange(in_.size(), n, comm_->rank());
-    RP_RETURN_IF_ERROR(run.ReduceScatterPhase(in_.data(), out_.data(), out_.data() + own.begin));
-    RP_RETURN_IF_ERROR(run.AllGatherPhase(out_.data()));
+    RP_RETURN_IF_ERROR(run.AllReducePhases(in_.data(), out_.data(), out_.data() + own.begin));
   }
   RP_RETURN_IF_ERROR(run.Finish());
   result_ = run.result();
