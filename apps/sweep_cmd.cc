@@ -355,9 +355,12 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
     }
   }
   if (!numeric) xs.clear();
-  if (numeric && x.fields.size() > 1) {
-    labels.clear();
-    for (const auto& v : x.values) labels.push_back(v[0]);
+  if (x.fields.size() > 1) {  // linked: label by the first field when its values tell the points apart
+    std::vector<std::string> firsts;
+    for (const auto& v : x.values) firsts.push_back(v[0]);
+    std::vector<std::string> sorted = firsts;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) labels = firsts;
   }
   const double xmin = numeric ? *std::min_element(xs.begin(), xs.end()) : 0;
   const double xmax = numeric ? *std::max_element(xs.begin(), xs.end()) : 0;
@@ -375,7 +378,7 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
   for (const ChartSpec& spec : kCharts) {
     svg::Chart c;
     c.title = spec.title;
-    c.x_label = x.name();
+    c.x_label = x.fields.size() > 1 ? absl::StrCat(x.fields[0], " (with ", absl::StrJoin(x.fields.begin() + 1, x.fields.end(), ", "), ")") : x.name();
     c.y_label = spec.y_label;
     c.x_values = xs;
     c.x_labels = labels;

@@ -1,0 +1,148 @@
+// apps/svg.h: the charts are well-formed XML (checked by a small parser), escape their text, and draw
+// what they are given: one polyline per unbroken run of a series, one marker or bar per finite value,
+// decade ticks on a log axis, a legend entry per series, Gantt bars with their labels.
+#include "apps/svg.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/apps/xml_check.h"
+
+namespace rp::apps::svg {
+namespace {
+
+using testing::AttributeValues;
+using testing::ParseXml;
+using testing::XmlDoc;
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool HasText(const XmlDoc& doc, const std::string& text) {
+  for (const std::string& t : doc.texts) {
+    if (t == text) return true;
+  }
+  return false;
+}
+
+TEST(XmlCheck, RejectsWhatIsNotWellFormed) {
+  EXPECT_TRUE(ParseXml("<a x=\"1\"><b/>t &amp; u</a>").ok);
+  for (const char* bad : {"<a><b></a></b>", "<a>x < y</a>", "<a x=1/>", "<a>&nbsp;</a>", "<a></a><b/>",
+                          "<a x=\"<\"/>", "<a x=\"1\" x=\"2\"/>", "<a>", "text"}) {
+    EXPECT_FALSE(ParseXml(bad).ok) << bad;
+  }
+}
+
+TEST(Svg, EscapeReplacesTheFiveXmlSpecialCharacters) {
+  EXPECT_EQ(Escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
+  EXPECT_EQ(Escape("tab\there\x01"), "tab\there ");
+}
+
+TEST(SvgChart, IsWellFormedWithEscapedNamesAndOneLegendEntryPerSeries) {
+  Chart c{.title = "step <time> & \"more\"", .x_label = "m", .y_label = "ms", .x_values = {2, 4, 8, 16},
+          .x_labels = {"2", "4", "8", "16"}, .log_x = true};
+  c.series.push_back({.name = "measured (codec=<fp16>)", .y = {430, 690, 1210, 2250}, .color = Color(0)});
+  c.series.push_back({.name = "predicted (codec=<fp16>)", .y = {430, 690, 1210, 2250}, .color = Color(0),
+                      .dashed = true});
+  const XmlDoc doc = ParseXml(RenderChart(c));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  EXPECT_EQ(doc.root, "svg");
+  EXPECT_TRUE(HasText(doc, "step <time> & \"more\""));
+  EXPECT_TRUE(HasText(doc, "measured (codec=<fp16>)"));
+  EXPECT_TRUE(HasText(doc, "predicted (codec=<fp16>)"));
+  EXPECT_EQ(doc.elements.at("polyline"), 2);
+  EXPECT_EQ(doc.elements.at("circle"), 8);
+  const auto names = AttributeValues(doc, "data-name");
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[1], "predicted (codec=<fp16>)");
+  // The predicted line is dashed, the measured one is not.
+  int dashed = 0;
+  for (const std::string& v : AttributeValues(doc, "stroke-dasharray")) dashed += !v.empty();
+  EXPECT_EQ(dashed, 2);  // the predicted polyline and its legend swatch
+  for (const char* tick : {"2", "4", "8", "16"}) EXPECT_TRUE(HasText(doc, tick)) << tick;
+}
+
+TEST(SvgChart, AMissingPointBreaksTheLineAndDrawsNoMarker) {
+  Chart c{.title = "t", .x_values = {1, 2, 3, 4, 5}};
+  c.series.push_back({.name = "measured", .y = {1, 2, kNaN, 4, 5}});
+  const XmlDoc doc = ParseXml(RenderChart(c));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  EXPECT_EQ(doc.elements.at("polyline"), 2);
+  EXPECT_EQ(doc.elements.at("circle"), 4);
+}
+
+TEST(SvgChart, CategoricalBarsDrawOneBarPerFiniteValue) {
+  Chart c{.title = "schedules", .x_labels = {"gpipe", "1f1b", "interleaved", "zb-h1"}, .bars = true};
+  c.series.push_back({.name = "measured", .y = {10, 8, kNaN, 7}});
+  c.series.push_back({.name = "predicted", .y = {10, 8, 7.5, 7}, .dashed = true});
+  const XmlDoc doc = ParseXml(RenderChart(c));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  // Background + 7 bars + 2 legend swatches.
+  EXPECT_EQ(doc.elements.at("rect"), 1 + 7 + 2);
+  EXPECT_EQ(doc.elements.count("polyline"), 0u);
+  for (const char* label : {"gpipe", "1f1b", "interleaved", "zb-h1"}) EXPECT_TRUE(HasText(doc, label)) << label;
+}
+
+TEST(SvgChart, LogScaleOfBytesHasDecadeTicks) {
+  Chart c{.title = "wire", .x_values = {1, 2, 4}, .log_y = true, .y_bytes = true};
+  c.series.push_back({.name = "predicted", .y = {2e3, 5e4, 3e5}, .dashed = true});
+  const XmlDoc doc = ParseXml(RenderChart(c));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  for (const char* tick : {"1 kB", "10 kB", "100 kB", "1 MB"}) EXPECT_TRUE(HasText(doc, tick)) << tick;
+}
+
+TEST(SvgChart, NoDataStillRendersAWellFormedChart) {
+  Chart c{.title = "empty", .x_values = {1, 2}};
+  c.series.push_back({.name = "measured", .y = {kNaN, kNaN}});
+  const XmlDoc doc = ParseXml(RenderChart(c));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  EXPECT_TRUE(HasText(doc, "no data"));
+}
+
+TEST(SvgFigure, HoldsEveryPanelInOneDocument) {
+  std::vector<Chart> charts(6);
+  for (size_t i = 0; i < charts.size(); ++i) {
+    charts[i].title = "panel " + std::to_string(i);
+    charts[i].x_values = {1, 2};
+    charts[i].series.push_back({.name = "predicted", .y = {1, 2}, .dashed = true});
+  }
+  const XmlDoc doc = ParseXml(RenderFigure("six", charts, 3));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  EXPECT_EQ(doc.elements.at("svg"), 1);
+  EXPECT_EQ(doc.elements.at("g"), 6 + 6);  // a panel group and a series group each
+  for (size_t i = 0; i < charts.size(); ++i) EXPECT_TRUE(HasText(doc, "panel " + std::to_string(i)));
+}
+
+TEST(SvgTicks, NiceTicksCoverTheRangeInOneTwoFiveSteps) {
+  const std::vector<double> t = NiceTicks(0, 1370, 6);
+  ASSERT_GE(t.size(), 3u);
+  EXPECT_EQ(t.front(), 0);
+  EXPECT_GE(t.back(), 1370);
+  const double step = t[1] - t[0];
+  EXPECT_DOUBLE_EQ(step, 250);
+  EXPECT_EQ(FormatTick(1500, false), "1500");
+  EXPECT_EQ(FormatTick(25000, false), "25k");
+  EXPECT_EQ(FormatTick(2.5e6, true), "2.5 MB");
+  EXPECT_EQ(FormatTick(0.25, false), "0.25");
+}
+
+TEST(SvgGantt, DrawsEveryBarWithItsLabelAndALegendOfTheClassesUsed) {
+  GanttPanel p{.title = "predicted", .rows = {"rank 0", "rank 1"}, .span_ms = 100};
+  p.bars = {{.row = 0, .start_ms = 0, .end_ms = 40, .cls = BarClass::kForward, .label = "0"},
+            {.row = 1, .start_ms = 40, .end_ms = 80, .cls = BarClass::kBackward, .label = "0"},
+            {.row = 1, .start_ms = 80, .end_ms = 100, .cls = BarClass::kDpComm, .label = ""},
+            {.row = 5, .start_ms = 0, .end_ms = 1, .cls = BarClass::kForward, .label = "x"}};  // no such row
+  const XmlDoc doc = ParseXml(RenderGantt("a <step>", {p}));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  EXPECT_EQ(doc.elements.at("title"), 3);  // one tooltip per drawn bar
+  EXPECT_TRUE(HasText(doc, "a <step>"));
+  EXPECT_TRUE(HasText(doc, "rank 1"));
+  EXPECT_TRUE(HasText(doc, "forward (F)"));
+  EXPECT_TRUE(HasText(doc, "gradient all-reduce (comm stream)"));
+  EXPECT_FALSE(HasText(doc, "TP all-reduce"));  // not used: not in the legend
+  EXPECT_TRUE(HasText(doc, "idle"));
+}
+
+}  // namespace
+}  // namespace rp::apps::svg

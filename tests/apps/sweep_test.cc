@@ -1,0 +1,291 @@
+// `ringpipe sweep` and `ringpipe timeline` as a user sees them: the CSV header is exactly the list
+// documented in docs/studies.md, a sweep survives an impossible point (reported, exit 3), bad axes exit
+// 2 writing nothing, grids and linked axes give the closed-form numbers, the charts are well-formed SVG
+// with the measured and predicted series, and a timeline drawn from a saved report is the same file.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/apps/xml_check.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::ParseXml;
+using testing::XmlDoc;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+Result RunBinary(const std::string& args, const fs::path& dir) {
+  const fs::path err = dir / "stderr.txt";
+  const std::string cmd = std::string(RINGPIPE_BIN) + " " + args + " 2>" + err.string();
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream f(err);
+  r.err.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  fs::remove(err);
+  return r;
+}
+
+fs::path TempDir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("ringpipe_sweep_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// CSV rows split on commas (the tests' values hold no quoted commas except `error`, which is last
+// among the columns they read by index before it... so they read columns by header name).
+std::vector<std::vector<std::string>> ReadCsv(const fs::path& p) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(ReadFile(p));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::string cell;
+    bool quoted = false;
+    for (char c : line) {
+      if (c == '"') {
+        quoted = !quoted;
+      } else if (c == ',' && !quoted) {
+        cells.push_back(cell);
+        cell.clear();
+      } else {
+        cell += c;
+      }
+    }
+    cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+std::string Cell(const std::vector<std::vector<std::string>>& csv, size_t row, const std::string& column) {
+  for (size_t c = 0; c < csv[0].size(); ++c) {
+    if (csv[0][c] == column) return c < csv[row].size() ? csv[row][c] : "<missing>";
+  }
+  return "<no column " + column + ">";
+}
+
+// The column list documented in docs/studies.md: the line after "<!-- sweep-csv-columns -->".
+std::vector<std::string> DocumentedColumns() {
+  const std::string doc = ReadFile(fs::path(RINGPIPE_SOURCE_DIR) / "docs" / "studies.md");
+  const std::string marker = "<!-- sweep-csv-columns -->";
+  size_t at = doc.find(marker);
+  if (at == std::string::npos) return {};
+  at = doc.find("```", at);
+  at = doc.find('\n', at) + 1;
+  const std::string line = doc.substr(at, doc.find('\n', at) - at);
+  return absl::StrSplit(line, ',');
+}
+
+TEST(SweepCommand, CsvHeaderIsTheDocumentedColumnList) {
+  const fs::path dir = TempDir("header");
+  const Result r = RunBinary("sweep --preset=s1 --predict_only --axis=microbatches=2,4 --out_dir=" + dir.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto csv = ReadCsv(dir / "sweep.csv");
+  ASSERT_EQ(csv.size(), 3u);
+  const std::vector<std::string> documented = DocumentedColumns();
+  ASSERT_FALSE(documented.empty()) << "docs/studies.md lost its column list";
+  EXPECT_EQ(csv[0], documented);
+  const json j = json::parse(ReadFile(dir / "sweep.json"));
+  EXPECT_EQ(j["schema"], "ringpipe-sweep/1");
+  EXPECT_EQ(j["columns"].get<std::vector<std::string>>(), documented);
+  // Predict-only: the measured columns are empty, the predicted ones are the S1 preset's numbers.
+  EXPECT_EQ(Cell(csv, 1, "step_ms_measured"), "");
+  EXPECT_EQ(Cell(csv, 2, "step_ms_predicted"), "770");  // m = 4: 5 x 130 + 3 transfers of 20 + 40
+}
+
+TEST(SweepCommand, AnImpossiblePointIsReportedAndTheSweepGoesOn) {
+  const fs::path dir = TempDir("failing");
+  const fs::path out = dir / "out";
+  // 3 widths = 4 layers: pp=99 cannot be cut; the virtual clock makes the measured runs exact.
+  const Result r = RunBinary("sweep --preset=s1 --hidden=64x3 --steps=1 --reference=false --virtual_time=true "
+                             "--axis=pp=1,2,99 --out_dir=" + out.string(), dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const auto csv = ReadCsv(out / "sweep.csv");
+  ASSERT_EQ(csv.size(), 4u);
+  EXPECT_EQ(Cell(csv, 1, "status"), "ok");
+  EXPECT_EQ(Cell(csv, 2, "status"), "ok");
+  EXPECT_EQ(Cell(csv, 3, "status"), "invalid");
+  EXPECT_NE(Cell(csv, 3, "error").find("pp: 99 model stages"), std::string::npos) << Cell(csv, 3, "error");
+  EXPECT_EQ(Cell(csv, 3, "step_ms_predicted"), "");
+  // S1 links (20 ms per transfer): pp=1 is 8 x 130 + a 2-step ring of 20 ms; pp=2 the preset's 1370.
+  EXPECT_EQ(Cell(csv, 1, "step_ms_measured"), "1080");
+  EXPECT_EQ(Cell(csv, 1, "step_ms_predicted"), "1080");
+  EXPECT_EQ(Cell(csv, 2, "step_ms_measured"), "1370");
+  EXPECT_EQ(Cell(csv, 2, "step_ms_predicted"), "1370");
+  const json j = json::parse(ReadFile(out / "sweep.json"));
+  ASSERT_EQ(j["points"].size(), 3u);
+  EXPECT_EQ(j["points"][2]["status"], "invalid");
+  EXPECT_EQ(j["points"][2]["axes"]["pp"], 99);
+  EXPECT_DOUBLE_EQ(j["points"][1]["measured"]["step_ms"].get<double>(), 1370);
+  // Not a terminal: one plain progress line per point.
+  EXPECT_NE(r.err.find("[1/3] pp=1: ok"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[3/3] pp=99: invalid"), std::string::npos) << r.err;
+  // Every chart is well-formed, with the measured and predicted series.
+  for (const char* name : {"step_time.svg", "speedup.svg", "bubble.svg", "exposed_comm.svg", "peak_memory.svg",
+                           "wire_bytes.svg", "overview.svg"}) {
+    const XmlDoc doc = ParseXml(ReadFile(out / name));
+    ASSERT_TRUE(doc.ok) << name << ": " << doc.error;
+    const auto series = testing::AttributeValues(doc, "data-name");
+    ASSERT_GE(series.size(), 2u) << name;
+    EXPECT_EQ(series[0], "measured") << name;
+    EXPECT_EQ(series[1], "predicted") << name;
+    EXPECT_GE(doc.elements.at("circle"), 4) << name;  // 2 valid points x 2 series
+  }
+}
+
+TEST(SweepCommand, BadAxesExitTwoWithOneLineNamingTheFieldAndWriteNothing) {
+  const fs::path dir = TempDir("bad");
+  const fs::path out = dir / "out";
+  struct Case {
+    std::string args;
+    std::string names;
+  } cases[] = {
+      {"--axis=bogus=1,2", "--axis=bogus"},
+      {"--axis=report_json=a,b", "--axis=report_json"},
+      {"--axis=microbatches=0,4", "microbatches"},
+      {"--axis=schedule=1f1b,pipedream", "schedule"},
+      {"--axis=pp=3..1", "--axis=pp"},
+      {"--axis=pp", "--axis"},
+      {"--axis=pp:forward_ms=1:100,2", "--axis=pp:forward_ms"},
+      {"--axis=pp=1,2 --axis=pp=4", "already an axis"},
+      {"--axis=pp=1,2 --microbatches=zero", "--microbatches"},
+      {"--axis=pp=50,60", "--axis: no point has a valid config"},
+      {"", "--axis"},
+  };
+  for (const Case& c : cases) {
+    const Result r = RunBinary("sweep --preset=s1 --predict_only " + c.args + " --out_dir=" + out.string(), dir);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.names), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+  const Result no_dir = RunBinary("sweep --preset=s1 --axis=pp=1,2", dir);
+  EXPECT_EQ(no_dir.exit_code, 2);
+  EXPECT_NE(no_dir.err.find("--out_dir"), std::string::npos) << no_dir.err;
+}
+
+TEST(SweepCommand, GridOfLinkedAxesGivesTheClosedFormPipeline) {
+  const fs::path dir = TempDir("grid");
+  // One model (F 100 / B 160 ms in all) cut into 1 or 2 stages, on 1 or 2 replicas; free links.
+  const Result r = RunBinary(
+      "sweep --preset=s1 --predict_only --intra_alpha_us=0 --inter_alpha_us=0 "
+      "--axis=pp:forward_ms:backward_ms=1:100:160,2:50:80 --axis=dp=1,2 --out_dir=" + dir.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto csv = ReadCsv(dir / "sweep.csv");
+  ASSERT_EQ(csv.size(), 5u);
+  // Row order: the last axis varies fastest.
+  EXPECT_EQ(Cell(csv, 1, "label"), "pp=1 forward_ms=100 backward_ms=160 dp=1");
+  EXPECT_EQ(Cell(csv, 4, "label"), "pp=2 forward_ms=50 backward_ms=80 dp=2");
+  // pp=1: m (F + B) = 8 x 260; pp=2: (m + p - 1)(F + B) = 9 x 130; T1 = dp x 8 x 260.
+  EXPECT_EQ(Cell(csv, 1, "step_ms_predicted"), "2080");
+  EXPECT_EQ(Cell(csv, 2, "step_ms_predicted"), "2080");
+  EXPECT_EQ(Cell(csv, 3, "step_ms_predicted"), "1170");
+  EXPECT_EQ(Cell(csv, 4, "step_ms_predicted"), "1170");
+  EXPECT_EQ(Cell(csv, 3, "t1_ms"), "2080");
+  EXPECT_EQ(Cell(csv, 4, "t1_ms"), "4160");
+  EXPECT_EQ(Cell(csv, 4, "world"), "4");
+  // The charts hold one series per value of the second axis (predict-only: predicted only).
+  const XmlDoc doc = ParseXml(ReadFile(dir / "step_time.svg"));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  const auto series = testing::AttributeValues(doc, "data-name");
+  ASSERT_EQ(series.size(), 2u);
+  EXPECT_EQ(series[0], "predicted (dp=1)");
+  EXPECT_EQ(series[1], "predicted (dp=2)");
+}
+
+TEST(SweepCommand, ScheduleAxisDrawsGroupedBars) {
+  const fs::path dir = TempDir("schedules");
+  const Result r = RunBinary("sweep --preset=s1 --predict_only --hidden=64x7 --pp=4 "
+                             "--axis=schedule=gpipe,1f1b,interleaved,zb-h1 --virtual_stages=1 --out_dir=" +
+                                 dir.string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const XmlDoc doc = ParseXml(ReadFile(dir / "bubble.svg"));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  EXPECT_EQ(doc.elements.at("rect"), 1 + 4 + 1);  // background, one predicted bar per schedule, legend
+  EXPECT_NE(r.out.find("zb-h1"), std::string::npos) << r.out;
+}
+
+TEST(TimelineCommand, DrawsTheRunAndTheSameChartFromItsSavedReport) {
+  const fs::path dir = TempDir("timeline");
+  const fs::path svg1 = dir / "run.svg", svg2 = dir / "report.svg", report = dir / "report.json";
+  const Result r = RunBinary("timeline --preset=s1 --steps=1 --reference=false --virtual_time=true --out=" +
+                                 svg1.string() + " --report_json=" + report.string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("measured step 1370.000 ms, predicted step 1370.000 ms"), std::string::npos) << r.out;
+  const json rep = json::parse(ReadFile(report));
+  ASSERT_TRUE(rep.contains("timeline"));
+  EXPECT_EQ(rep["timeline"]["measured"]["devices"].size(), 2u);
+  const Result again = RunBinary("timeline --from_report=" + report.string() + " --out=" + svg2.string(), dir);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const std::string text = ReadFile(svg1);
+  EXPECT_EQ(text, ReadFile(svg2));
+  const XmlDoc doc = ParseXml(text);
+  ASSERT_TRUE(doc.ok) << doc.error;
+  // 2 panels x 2 stages x 8 micro-batches of F and of B, each with a tooltip naming it.
+  int forward = 0, backward = 0;
+  for (const std::string& t : doc.texts) {
+    forward += t.rfind("forward (F) ", 0) == 0;
+    backward += t.rfind("backward (B) ", 0) == 0;
+  }
+  EXPECT_EQ(forward, 2 * 2 * 8);
+  EXPECT_EQ(backward, 2 * 2 * 8);
+  for (const char* label : {"rank 0  (pp 0, tp 0)", "rank 1  (pp 1, tp 0)", "7", "idle"}) {
+    bool found = false;
+    for (const std::string& t : doc.texts) found = found || t == label;
+    EXPECT_TRUE(found) << label;
+  }
+}
+
+TEST(TimelineCommand, BadInputExitsTwoAndWritesNothing) {
+  const fs::path dir = TempDir("timeline_bad");
+  const fs::path svg = dir / "t.svg", old_report = dir / "old.json";
+  std::ofstream(old_report) << "{\"schema\": \"ringpipe-report/1\", \"mode\": \"predict\"}\n";
+  for (const std::string& args : std::vector<std::string>{
+        "timeline --from_report=" + old_report.string() + " --out=" + svg.string(),
+        "timeline --from_report=" + (dir / "missing.json").string() + " --out=" + svg.string(),
+        "timeline --from_report=" + old_report.string() + " --pp=2 --out=" + svg.string(),
+        "timeline --preset=s1 --pp=7 --out=" + svg.string(), "timeline --preset=s1",
+        "timeline --preset=s1 --out=" + (dir / "no" / "t.svg").string()}) {
+    const Result r = RunBinary(args, dir);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(svg)) << args;
+  }
+}
+
+}  // namespace
+}  // namespace rp::apps
