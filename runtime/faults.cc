@@ -1,6 +1,7 @@
 #include "runtime/faults.h"
 
 #include <cmath>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,23 @@ absl::StatusOr<FaultInjector> FaultInjector::Create(const FaultPlan& plan, int n
     }
     f.stop_at_[static_cast<size_t>(s.rank)] = s.op_index;
   }
+  for (const OpFault& o : plan.op_faults) {
+    const std::string what = absl::StrCat("op fault ", OpFaultKindName(o.kind));
+    if (auto st = CheckRank(o.rank, num_devices, what.c_str()); !st.ok()) return st;
+    if (o.step < 0 || o.op < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " rank ", o.rank,
+                                                     ": step and op must be >= 0, got step ",
+                                                     o.step, " op ", o.op));
+    }
+    if (o.kind == OpFaultKind::kSlowLink) {
+      if (auto st = CheckRank(o.dst, num_devices, "op fault slow_link dst"); !st.ok()) return st;
+      if (o.dst == o.rank || !(o.factor >= 1.0) || !std::isfinite(o.factor)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "op fault slow_link ", o.rank, "->", o.dst,
+            ": needs src != dst and a finite factor >= 1, got factor ", o.factor));
+      }
+    }
+  }
   // Degraded links are validated the same way AlphaBetaLinkModel::Create does.
   for (const DegradedLink& d : plan.degraded_links) {
     if (auto st = CheckRank(d.src, num_devices, "degraded link src"); !st.ok()) return st;
@@ -96,6 +114,34 @@ bool FaultInjector::StopsAt(int rank, int64_t op_index) const {
   return stop_at_[static_cast<size_t>(rank)] == op_index;
 }
 
+const char* OpFaultKindName(OpFaultKind kind) {
+  switch (kind) {
+    case OpFaultKind::kThrow: return "throw";
+    case OpFaultKind::kStall: return "stall";
+    case OpFaultKind::kSlowLink: return "slow_link";
+  }
+  return "?";
+}
+
+const OpFault* FaultInjector::OpFaultAt(int rank, int step, int op) const {
+  for (const OpFault& f : plan_.op_faults) {
+    if (f.kind != OpFaultKind::kSlowLink && f.rank == rank && f.step == step && f.op == op) {
+      return &f;
+    }
+  }
+  return nullptr;
+}
+
+double FaultInjector::SlowLinkFactor(int src, int dst, int step) const {
+  double factor = 1.0;
+  for (const OpFault& f : plan_.op_faults) {
+    if (f.kind == OpFaultKind::kSlowLink && f.rank == src && f.dst == dst && f.step <= step) {
+      factor *= f.factor;
+    }
+  }
+  return factor;
+}
+
 std::vector<std::string> FaultInjector::DescribeRank(int rank) const {
   std::vector<std::string> out;
   for (const Straggler& s : plan_.stragglers)
@@ -107,6 +153,16 @@ std::vector<std::string> FaultInjector::DescribeRank(int rank) const {
     if (d.src == rank) out.push_back(absl::StrCat("link ", d.src, "->", d.dst, ": degraded x", d.factor));
   for (const DeviceStop& s : plan_.stops)
     if (s.rank == rank) out.push_back(absl::StrCat("rank ", rank, ": stops at compute op ", s.op_index));
+  for (const OpFault& f : plan_.op_faults) {
+    if (f.rank != rank) continue;
+    if (f.kind == OpFaultKind::kSlowLink) {
+      out.push_back(absl::StrCat("link ", f.rank, "->", f.dst, ": slow x", f.factor, " from step ",
+                                 f.step));
+    } else {
+      out.push_back(absl::StrCat("rank ", rank, ": ", OpFaultKindName(f.kind), " at step ", f.step,
+                                 " op ", f.op));
+    }
+  }
   return out;
 }
 

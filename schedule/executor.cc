@@ -5,13 +5,19 @@
 #include "schedule/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <map>
 #include <optional>
+#include <stdexcept>
+#include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/device.h"
 #include "runtime/kernels.h"
 #include "runtime/real_clock.h"
@@ -47,41 +53,78 @@ namespace {
 // two devices (no contention, as schedule::Predict). The sender sets the modeled bytes for its thread
 // right before comm's Send, which calls Transmit on the sender's thread (comm/channel.h).
 thread_local uint64_t tl_model_bytes = 0;
+// The sender's step, for kSlowLink faults (set with tl_model_bytes).
+thread_local int tl_step = 0;
+
+// A kSlowLink fault in device ids.
+struct SlowLinkFault {
+  int src = 0, dst = 0, step = 0;
+  double factor = 1.0;
+};
 
 class PlanLinkModel final : public LinkModel {
  public:
-  PlanLinkModel(LinkSpec spec, std::vector<DegradedLink> degraded)
-      : spec_(spec), degraded_(std::move(degraded)) {}
+  PlanLinkModel(LinkSpec spec, std::vector<DegradedLink> degraded, std::vector<SlowLinkFault> slow)
+      : spec_(spec), degraded_(std::move(degraded)), slow_(std::move(slow)) {}
   Nanos Transmit(int src, int dst, Nanos ready_at, uint64_t) override {
-    return ready_at + Duration(src, dst, tl_model_bytes);
+    return ready_at + Duration(src, dst, tl_model_bytes, tl_step);
   }
-  Nanos Duration(int src, int dst, uint64_t bytes) const {
-    const Nanos d = spec_.ParamsOf(src, dst).Duration(bytes);
+  // The healthy link class's time for `bytes`.
+  Nanos ClassDuration(int src, int dst, uint64_t bytes) const {
+    return spec_.ParamsOf(src, dst).Duration(bytes);
+  }
+  // The time factor of src → dst during `step` (degraded links × slow-link faults).
+  double Factor(int src, int dst, int step) const {
+    double f = 1.0;
     for (const DegradedLink& g : degraded_) {
       if (g.src == src && g.dst == dst) {
-        return Nanos(static_cast<int64_t>(static_cast<double>(d.count()) * g.factor));
+        f = g.factor;
+        break;
       }
     }
-    return d;
+    for (const SlowLinkFault& x : slow_) {
+      if (x.src == src && x.dst == dst && x.step <= step) f *= x.factor;
+    }
+    return f;
+  }
+  Nanos Duration(int src, int dst, uint64_t bytes, int step) const {
+    const Nanos d = ClassDuration(src, dst, bytes);
+    const double f = Factor(src, dst, step);
+    if (f == 1.0) return d;
+    return Nanos(static_cast<int64_t>(static_cast<double>(d.count()) * f));
   }
   bool is_ideal() const override { return false; }
 
  private:
   const LinkSpec spec_;
   const std::vector<DegradedLink> degraded_;  // device ids
+  const std::vector<SlowLinkFault> slow_;     // device ids
 };
 
 // A modeled-time rendezvous of a fixed group: round r returns the max of the members' values once
-// all have arrived. Members call rounds in the same order. Watchdog-bounded.
+// all have arrived. Members call rounds in the same order. Watchdog-bounded; on failure `missing`
+// receives the members (global ranks) that had not arrived in that round.
 class Rendezvous {
  public:
-  explicit Rendezvous(int n) : n_(n) {}
-  absl::StatusOr<Nanos> Arrive(Watchdog& wd, int64_t round, Nanos value, const WaitSite& site) {
+  explicit Rendezvous(std::vector<int> members)
+      : n_(static_cast<int>(members.size())), members_(std::move(members)) {}
+  absl::StatusOr<Nanos> Arrive(Watchdog& wd, int64_t round, Nanos value, const WaitSite& site,
+                               int member, std::vector<int>* missing) {
     MutexLock lock(&mu_);
     Entry& e = rounds_[round];
     e.max = std::max(e.max, value);
+    if (e.in.empty()) e.in.assign(static_cast<size_t>(n_), false);
+    e.in[static_cast<size_t>(member)] = true;
     if (++e.arrived == n_) cv_.SignalAll();
-    RP_RETURN_IF_ERROR(wd.Wait(&mu_, &cv_, [&] { return rounds_[round].arrived == n_; }, site));
+    if (absl::Status s = wd.Wait(&mu_, &cv_, [&] { return rounds_[round].arrived == n_; }, site);
+        !s.ok()) {
+      missing->clear();
+      const Entry& now = rounds_[round];
+      for (int i = 0; i < n_; ++i) {
+        if (!now.in[static_cast<size_t>(i)]) missing->push_back(members_[static_cast<size_t>(i)]);
+      }
+      return s;
+    }
     Entry& done = rounds_[round];
     const Nanos result = done.max;
     if (++done.left == n_) rounds_.erase(round);
@@ -93,8 +136,10 @@ class Rendezvous {
     int arrived = 0;
     int left = 0;
     Nanos max{0};
+    std::vector<bool> in;  // per member: arrived
   };
   const int n_;
+  const std::vector<int> members_;  // global ranks
   Mutex mu_;
   CondVar cv_;
   std::map<int64_t, Entry> rounds_ ABSL_GUARDED_BY(mu_);
@@ -141,6 +186,28 @@ class Executor::Impl {
     int64_t act_accounted = 0;
     Nanos last_end{0};
     std::vector<DeviceStep> steps;
+    // Where the compute thread is (for RunFailure): step, op index (-1 between ops) and the ranks
+    // its current wait waits for. Written by the compute thread; read after the cluster joined.
+    int cur_step = -1;
+    int cur_op = -1;
+    std::vector<int> waiting;
+    std::vector<int> comm_waiting;  // the same for the comm stream's current bucket
+    // Commit protocol: the parameters and optimizer state before this device's last optimizer
+    // update (of step backup_step), restored after a failed run if that step was not committed.
+    int backup_step = -1;
+    std::vector<std::vector<float>> backup_params;      // per chunk
+    std::vector<std::unique_ptr<Optimizer>> backup_opt;  // per chunk
+    // Links into this device seen slower than their class: (src rank) → (first step, factor).
+    std::map<int, std::pair<int, double>> slow_in;
+  };
+
+  // An error a device thread or comm task returned (RunFailure's candidates).
+  struct ErrorRecord {
+    int rank = -1, step = -1, op = -1;
+    std::string op_name;
+    std::vector<int> waiting;
+    absl::Status status;
+    bool awaits_comm = false;  // the compute thread waited for its comm stream (OptimizerStep)
   };
 
   ExecutorOptions o;
@@ -153,6 +220,9 @@ class Executor::Impl {
   std::vector<std::vector<BucketSlice>> buckets;  // per pp
   std::vector<Dev> devs;
   bool ran = false;
+  FaultInjector injector;
+  int committed = 0;                     // written by the barrier's last arriver; read after Run
+  std::optional<RunFailure> failure;     // after a failed Run
 
   absl::Status Build();
   absl::StatusOr<RunResult> Run();
@@ -163,6 +233,11 @@ class Executor::Impl {
   absl::Status RunBucket(Device& dev, Dev& d, int step, int b, Nanos enqueued);
   absl::StatusOr<Nanos> Barrier(Device& dev, Dev& d, int step);
   absl::Status Bookkeep(int step);
+  void NoteError(ErrorRecord rec);
+  absl::Status Fail(const absl::Status& run, std::chrono::steady_clock::time_point w0);
+  absl::Status InjectedFault(Device& dev, Dev& d, int step, const Op& op, int32_t oi,
+                             const OpFault& f);
+  std::string OpName(const Dev& d, int op) const;
   absl::Status Evaluate(int step);
   void AccountActivations(Device& dev, Dev& d);
   Nanos OpCost(const Op& op, int pp) const;
@@ -175,11 +250,16 @@ class Executor::Impl {
   std::vector<std::unique_ptr<comm::Communicator>> tp_comm;          // per (dp, pp)
   std::vector<std::unique_ptr<comm::Communicator>> dp_comm;          // per (pp, tp)
   std::vector<std::unique_ptr<Rendezvous>> tp_rv, dp_rv;
+  Mutex err_mu;
+  std::vector<ErrorRecord> errors ABSL_GUARDED_BY(err_mu);
+  // steady_clock ns when the first injected OpFault fired (-1: none).
+  std::atomic<int64_t> fault_fired_ns{-1};
 
   // Step barrier (all devices).
   Mutex bar_mu;
   CondVar bar_cv;
   int bar_arrived ABSL_GUARDED_BY(bar_mu) = 0;
+  std::vector<bool> bar_in ABSL_GUARDED_BY(bar_mu);  // per rank: arrived at the current barrier
   int64_t bar_generation ABSL_GUARDED_BY(bar_mu) = 0;
   Nanos bar_release ABSL_GUARDED_BY(bar_mu){0};
   absl::Status bar_status ABSL_GUARDED_BY(bar_mu);
@@ -264,6 +344,20 @@ absl::Status Executor::Impl::Build() {
   }
   if (absl::StatusOr<FaultInjector> f = FaultInjector::Create(o.faults, world); !f.ok()) {
     return Invalid("faults", std::string(f.status().message()));
+  } else {
+    injector = *std::move(f);
+  }
+  for (const OpFault& f : o.faults.op_faults) {
+    if (f.step >= o.steps) {
+      return Invalid("faults", absl::StrCat("op fault ", OpFaultKindName(f.kind), " rank ", f.rank,
+                                            ": step ", f.step, " >= steps ", o.steps));
+    }
+    const size_t n = o.program.ranks[static_cast<size_t>(grid->CoordOf(f.rank).pp)].size();
+    if (f.kind != OpFaultKind::kSlowLink && static_cast<size_t>(f.op) >= n) {
+      return Invalid("faults", absl::StrCat("op fault ", OpFaultKindName(f.kind), " rank ", f.rank,
+                                            ": op ", f.op, " out of range (its op list has ", n,
+                                            " ops)"));
+    }
   }
   {
     absl::StatusOr<ModelPartition> pr = PartitionMlp(o.model, K, T, o.layers_per_stage);
@@ -364,7 +458,10 @@ absl::Status Executor::Impl::RunBucket(Device& dev, Dev& d, int step, int b, Nan
   const WaitSite site{.rank = d.rank, .op = "AllReduce", .step = step};
   RP_ASSIGN_OR_RETURN(const Nanos ready,
                       dp_rv[static_cast<size_t>(group)]->Arrive(
-                          dev.watchdog(), int64_t{step} * nb + b, enqueued, site));
+                          dev.watchdog(), int64_t{step} * nb + b, enqueued, site, d.coord.dp,
+                          &d.comm_waiting));
+  // comm's ring receives from the predecessor: that is whom a failed all-reduce waited for.
+  d.comm_waiting = {grid->RankOf({(d.coord.dp + D - 1) % D, d.coord.pp, d.coord.tp})};
   const Nanos start = std::max(ready, d.comm_prev_end);
   std::span<float> g =
       d.stages[static_cast<size_t>(bs.chunk)]->grads().subspan(bs.offset, bs.count);
@@ -383,6 +480,7 @@ absl::Status Executor::Impl::RunBucket(Device& dev, Dev& d, int step, int b, Nan
   const Nanos end = start + bs.cost;
   d.comm_prev_end = end;
   d.bucket_iv[static_cast<size_t>(b)] = {start, end};
+  d.comm_waiting.clear();
   RP_RETURN_IF_ERROR(dev.WaitUntil(end, site));
   dev.Trace({.name = "AllReduce", .kind = rp::OpKind::kCollective, .step = step,
              .bytes = bs.model_bytes},
@@ -422,6 +520,25 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
     const OpInfo info{.name = OpKindName(op.kind), .micro_batch = op.micro_batch, .step = step,
                       .peer = peer_rank, .bytes = op.bytes};
     MlpStage& stage = *d.stages[static_cast<size_t>(op.chunk)];
+    d.cur_op = oi;
+    d.waiting.clear();
+    // Injected op faults (runtime/faults.h OpFault): a stall blocks here; a throw fires inside the
+    // kernel of a compute op (as a failing kernel would), else right here.
+    const OpFault* fault = injector.OpFaultAt(d.rank, step, oi);
+    const bool compute_op = op.kind == OpKind::kForward || op.kind == OpKind::kBackward ||
+                            op.kind == OpKind::kBackwardInput || op.kind == OpKind::kWeightGrad ||
+                            op.kind == OpKind::kOptimizerStep;
+    const bool throw_in_kernel = fault != nullptr && fault->kind == OpFaultKind::kThrow && compute_op;
+    if (fault != nullptr && !throw_in_kernel) {
+      RP_RETURN_IF_ERROR(site_err(InjectedFault(dev, d, step, op, oi, *fault)));
+    }
+    auto kernel_fault = [&] {
+      if (throw_in_kernel) (void)InjectedFault(dev, d, step, op, oi, *fault);  // throws
+    };
+    // TP all-reduces run inside F/B kernels; comm's ring waits for the TP predecessor.
+    if (T > 1 && compute_op && op.kind != OpKind::kOptimizerStep && op.kind != OpKind::kWeightGrad) {
+      d.waiting = {grid->RankOf({c.dp, c.pp, (c.tp + T - 1) % T})};
+    }
     switch (op.kind) {
       case OpKind::kForward: {
         Pending in;
@@ -443,6 +560,7 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         Tensor out;
         const Nanos start = std::max(dev.cursor(), in.ready);
         absl::StatusOr<Nanos> end = dev.Compute(info, OpCost(op, c.pp), in.ready, [&]() -> absl::Status {
+          kernel_fault();
           RP_ASSIGN_OR_RETURN(out, stage.Forward(op.micro_batch, in.value, tp_fn));
           if (last) {
             Tensor dl(out.rows(), out.cols());
@@ -480,6 +598,7 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         Tensor dx;
         const Nanos start = std::max(dev.cursor(), dy.ready);
         absl::StatusOr<Nanos> end = dev.Compute(info, OpCost(op, c.pp), dy.ready, [&]() -> absl::Status {
+          kernel_fault();
           if (op.kind == OpKind::kBackward) {
             RP_ASSIGN_OR_RETURN(dx, stage.Backward(op.micro_batch, dy.value, tp_fn));
           } else {
@@ -496,6 +615,7 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
       case OpKind::kWeightGrad: {
         const Nanos start = dev.cursor();
         absl::StatusOr<Nanos> end = dev.Compute(info, OpCost(op, c.pp), kZeroTime, [&] {
+          kernel_fault();
           return stage.BackwardWeight(op.micro_batch);
         });
         if (!end.ok()) return site_err(end.status());
@@ -517,6 +637,8 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         const Nanos ready = dev.cursor();
         const int64_t w0 = dev.WallNow();
         tl_model_bytes = op.bytes;
+        tl_step = step;
+        d.waiting = {peer_rank};  // a full channel waits for the receiver
         absl::StatusOr<Nanos> arrival =
             (grad ? grad_comm : act_comm).Send(op.peer, std::move(buf), ready, o.watchdog_timeout);
         if (!arrival.ok()) return site_err(arrival.status());
@@ -531,6 +653,7 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         const bool grad = op.kind == OpKind::kRecvGrad;
         const Nanos reached = dev.cursor();
         const int64_t w0 = dev.WallNow();
+        d.waiting = {peer_rank};
         absl::StatusOr<comm::Received> r =
             (grad ? grad_comm : act_comm).Recv(op.peer, o.watchdog_timeout);
         if (!r.ok()) return site_err(r.status());
@@ -542,8 +665,12 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         const int64_t n = static_cast<int64_t>(r->buffer->size());
         Tensor t(rows, rows > 0 ? n / rows : 0, std::move(*r->buffer));
         (grad ? d.grads : d.acts)[{op.micro_batch, k}] = Pending{std::move(t), r->arrival};
-        const Nanos link_time =
-            link->Duration(grid->DeviceOf(peer_rank), grid->DeviceOf(d.rank), op.bytes);
+        const int src_dev = grid->DeviceOf(peer_rank), dst_dev = grid->DeviceOf(d.rank);
+        const Nanos link_time = link->Duration(src_dev, dst_dev, op.bytes, step);
+        if (const double f = link->Factor(src_dev, dst_dev, step);
+            f != 1.0 && !d.slow_in.contains(peer_rank)) {
+          d.slow_in[peer_rank] = {step, f};
+        }
         d.intervals.push_back({IntervalKind::kRecv, reached, end, link_time});
         dev.Trace({.name = info.name, .kind = rp::OpKind::kRecv, .micro_batch = op.micro_batch,
                    .step = step, .peer = peer_rank, .bytes = op.bytes},
@@ -561,7 +688,8 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
                                                                 popts.tp_ring));
         absl::StatusOr<Nanos> group_start = tp_rv[static_cast<size_t>(c.dp * P + c.pp)]->Arrive(
             dev.watchdog(), d.tp_round++, reached,
-            {.rank = d.rank, .op = "TpAllReduce", .step = step, .micro_batch = op.micro_batch});
+            {.rank = d.rank, .op = "TpAllReduce", .step = step, .micro_batch = op.micro_batch},
+            c.tp, &d.waiting);
         if (!group_start.ok()) return site_err(group_start.status());
         const Nanos end = *group_start + cost;
         dev.AdvanceCursor(end);
@@ -572,8 +700,25 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         const Nanos enq = dev.cursor();
         const int b = op.bucket;
         bucket_op.push_back(oi);
-        tickets.push_back(
-            dev.PostComm([this, &dev, &d, step, b, enq] { return RunBucket(dev, d, step, b, enq); }));
+        tickets.push_back(dev.PostComm([this, &dev, &d, step, b, enq, oi]() -> absl::Status {
+          // Nothing escapes the comm stream's thread: an exception becomes an Internal error.
+          absl::Status s;
+          try {
+            s = RunBucket(dev, d, step, b, enq);
+          } catch (const std::exception& e) {
+            s = absl::InternalError(absl::StrCat("rank ", d.rank, " step ", step, " gradient bucket ",
+                                                 b, ": exception on the comm stream: ", e.what()));
+          } catch (...) {
+            s = absl::InternalError(absl::StrCat("rank ", d.rank, " step ", step, " gradient bucket ",
+                                                 b, ": unknown exception on the comm stream"));
+          }
+          if (!s.ok()) {
+            NoteError({.rank = d.rank, .step = step, .op = oi,
+                       .op_name = absl::StrCat("AllReduce bucket ", b), .waiting = d.comm_waiting,
+                       .status = s});
+          }
+          return s;
+        }));
         break;
       }
       case OpKind::kOptimizerStep: {
@@ -590,6 +735,20 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         d.intervals.push_back({IntervalKind::kGradWait, reached, std::max(reached, ar_end)});
         const Nanos start = std::max(reached, ar_end);
         absl::StatusOr<Nanos> end = dev.Compute(info, OpCost(op, c.pp), ar_end, [&]() -> absl::Status {
+          // Commit protocol: keep the state before the update until the step is committed.
+          d.backup_params.resize(d.stages.size());
+          d.backup_opt.resize(d.stages.size());
+          for (size_t ch = 0; ch < d.stages.size(); ++ch) {
+            const std::span<const float> w = d.stages[ch]->params();
+            d.backup_params[ch].assign(w.begin(), w.end());
+            if (d.backup_opt[ch]) {
+              *d.backup_opt[ch] = *d.optimizers[ch];
+            } else {
+              d.backup_opt[ch] = std::make_unique<Optimizer>(*d.optimizers[ch]);
+            }
+          }
+          d.backup_step = step;
+          kernel_fault();
           for (size_t ch = 0; ch < d.stages.size(); ++ch) {
             RP_RETURN_IF_ERROR(d.optimizers[ch]->Step(d.stages[ch]->params(), d.stages[ch]->grads()));
           }
@@ -615,6 +774,8 @@ absl::StatusOr<Nanos> Executor::Impl::Barrier(Device& dev, Dev& d, int step) {
   ScopedExternalWait external(clock);
   MutexLock lock(&bar_mu);
   const int64_t gen = bar_generation;
+  if (bar_in.empty()) bar_in.assign(static_cast<size_t>(world), false);
+  bar_in[static_cast<size_t>(d.rank)] = true;
   if (++bar_arrived == world) {
     bar_mu.Unlock();
     // Every other device waits on the barrier: its state is ours to read (the mutex orders it).
@@ -628,18 +789,27 @@ absl::StatusOr<Nanos> Executor::Impl::Barrier(Device& dev, Dev& d, int step) {
       release = std::max(release, clock->Now() + margin);
     }
     step_start = release;
+    committed = step;  // every device passed the barrier after step − 1: steps < step committed
     bar_mu.Lock();
     bar_arrived = 0;
+    bar_in.assign(static_cast<size_t>(world), false);
     bar_release = release;
     bar_status = s;
     ++bar_generation;
     bar_cv.SignalAll();
   } else {
-    RP_RETURN_IF_ERROR(dev.watchdog().Wait(&bar_mu, &bar_cv,
-                                           [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bar_mu) {
-                                             return bar_generation != gen;
-                                           },
-                                           site));
+    if (absl::Status s = dev.watchdog().Wait(&bar_mu, &bar_cv,
+                                             [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bar_mu) {
+                                               return bar_generation != gen;
+                                             },
+                                             site);
+        !s.ok()) {
+      d.waiting.clear();
+      for (int r = 0; r < world; ++r) {
+        if (!bar_in[static_cast<size_t>(r)]) d.waiting.push_back(r);
+      }
+      return s;
+    }
   }
   RP_RETURN_IF_ERROR(bar_status);
   return bar_release;
@@ -742,6 +912,9 @@ absl::Status Executor::Impl::Evaluate(int step) {
 absl::Status Executor::Impl::Body(Device& dev) {
   Dev& d = devs[static_cast<size_t>(dev.rank())];
   for (int step = 0; step < o.steps; ++step) {
+    d.cur_step = step;
+    d.cur_op = -1;
+    d.waiting.clear();
     RP_ASSIGN_OR_RETURN(const Nanos t0, Barrier(dev, d, step));
     dev.AdvanceCursor(t0);
     RP_RETURN_IF_ERROR(dev.WaitUntil(t0, {.rank = d.rank, .op = "step start", .step = step}));
@@ -752,7 +925,125 @@ absl::Status Executor::Impl::Body(Device& dev) {
     d.steps.back().modeled_end = d.last_end;
     d.steps.back().measured_end = o.virtual_time ? d.last_end : clock->Now();
   }
+  d.cur_step = o.steps;
+  d.cur_op = -1;
+  d.waiting.clear();
   return Barrier(dev, d, o.steps).status();
+}
+
+void Executor::Impl::NoteError(ErrorRecord rec) {
+  MutexLock lock(&err_mu);
+  errors.push_back(std::move(rec));
+}
+
+absl::Status Executor::Impl::Fail(const absl::Status& run,
+                                  std::chrono::steady_clock::time_point w0) {
+  // Every thread has joined: the devices' state is ours.
+  RunFailure f;
+  f.status = run;
+  f.committed_steps = committed;
+  for (Dev& d : devs) {
+    if (d.backup_step < 0 || d.backup_step < committed) continue;
+    for (size_t ch = 0; ch < d.stages.size(); ++ch) {
+      const std::span<float> w = d.stages[ch]->params();
+      std::copy(d.backup_params[ch].begin(), d.backup_params[ch].end(), w.begin());
+      *d.optimizers[ch] = *d.backup_opt[ch];
+    }
+    d.backup_step = -1;
+    ++f.rolled_back;
+  }
+  std::vector<ErrorRecord> errs;
+  {
+    MutexLock lock(&err_mu);
+    errs = errors;
+  }
+  // The record that carries the run's first failure: same code and its message contains the
+  // watchdog's (followers wrap it too, in longer messages: take the first, then the shortest).
+  const ErrorRecord* root = nullptr;
+  for (const ErrorRecord& e : errs) {
+    if (e.status.code() == run.code() && absl::StrContains(e.status.message(), run.message()) &&
+        (root == nullptr || e.status.message().size() < root->status.message().size())) {
+      root = &e;
+    }
+  }
+  if (root == nullptr) {
+    for (const ErrorRecord& e : errs) {
+      if (!absl::IsCancelled(e.status) && !absl::IsAborted(e.status)) {
+        root = &e;
+        break;
+      }
+    }
+  }
+  if (root == nullptr && !errs.empty()) root = &errs.front();
+  std::string where = "first failure: unknown rank";
+  if (root != nullptr) {
+    f.rank = root->rank;
+    f.step = root->step;
+    f.op = root->op;
+    f.op_name = root->op_name;
+    // A compute thread awaiting its all-reduce waited for whom its comm stream waited (read after
+    // the comm threads joined).
+    const std::vector<int>& waiting =
+        root->awaits_comm && root->waiting.empty()
+            ? devs[static_cast<size_t>(root->rank)].comm_waiting
+            : root->waiting;
+    for (int r : waiting) {
+      if (r != root->rank) f.missing_peers.push_back(r);
+    }
+    const Coord c = grid->CoordOf(root->rank);
+    where = absl::StrCat("first failure: rank ", root->rank, " (dp ", c.dp, ", pp ", c.pp, ", tp ",
+                         c.tp, ") step ", root->step, " op ",
+                         root->op >= 0 ? absl::StrCat(root->op, " ") : "", "'", root->op_name,
+                         "'; missing peers: ",
+                         f.missing_peers.empty() ? "none" : absl::StrJoin(f.missing_peers, ", "));
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t fired = fault_fired_ns.load(std::memory_order_acquire);
+  if (fired >= 0) {
+    f.seconds_after_fault =
+        static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                now.time_since_epoch()).count() - fired) * 1e-9;
+  }
+  (void)w0;
+  absl::Status out(run.code(),
+                   absl::StrCat(run.message(), " [", where, "; committed steps: ", committed,
+                                "; uncommitted updates rolled back on ", f.rolled_back,
+                                " devices]"));
+  f.status = out;
+  failure = std::move(f);
+  return out;
+}
+
+std::string Executor::Impl::OpName(const Dev& d, int op) const {
+  if (op < 0) return "step barrier";
+  return ToString(o.program.ranks[static_cast<size_t>(d.coord.pp)][static_cast<size_t>(op)], V);
+}
+
+absl::Status Executor::Impl::InjectedFault(Device& dev, Dev& d, int step, const Op& op,
+                                           int32_t oi, const OpFault& f) {
+  int64_t none = -1;
+  fault_fired_ns.compare_exchange_strong(
+      none, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::steady_clock::now().time_since_epoch())
+                .count());
+  const int64_t w = dev.WallNow();
+  dev.Trace({.name = f.kind == OpFaultKind::kThrow ? "fault: throw" : "fault: stall",
+             .kind = rp::OpKind::kFault, .micro_batch = op.micro_batch, .step = step},
+            w, w, dev.cursor(), dev.cursor());
+  const std::string what = absl::StrCat("injected fault: ", OpFaultKindName(f.kind), " at step ",
+                                        step, " op ", oi, " (", ToString(op, V), ")");
+  if (f.kind == OpFaultKind::kThrow) throw std::runtime_error(what);
+  // A hung device: no progress. Peers waiting on it expire after the watchdog timeout; if nobody
+  // waits on it, it fails the run itself a little later (still within timeout + 1 s).
+  const std::chrono::nanoseconds limit =
+      o.watchdog_timeout + std::min<std::chrono::nanoseconds>(o.watchdog_timeout / 2,
+                                                              std::chrono::milliseconds(250));
+  d.waiting.clear();
+  if (dev.watchdog().WaitForFailure(limit)) {
+    return dev.watchdog().Cancelled({.rank = d.rank, .op = "stalled by injected fault", .step = step});
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      what, ": no progress for ", std::chrono::duration<double, std::milli>(limit).count(), " ms"));
 }
 
 absl::StatusOr<RunResult> Executor::Impl::Run() {
@@ -773,7 +1064,13 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   for (const DegradedLink& g : o.faults.degraded_links) {
     degraded.push_back({grid->DeviceOf(g.src), grid->DeviceOf(g.dst), g.factor});
   }
-  link = std::make_unique<PlanLinkModel>(spec, std::move(degraded));
+  std::vector<SlowLinkFault> slow;
+  for (const OpFault& f : o.faults.op_faults) {
+    if (f.kind == OpFaultKind::kSlowLink) {
+      slow.push_back({grid->DeviceOf(f.rank), grid->DeviceOf(f.dst), f.step, f.factor});
+    }
+  }
+  link = std::make_unique<PlanLinkModel>(spec, std::move(degraded), std::move(slow));
 
   // Communicators: p2p per (dp, tp) pipeline (activations, gradients), TP per (dp, pp), DP per
   // (pp, tp). Device ids are placement ids; the p2p ones stamp arrivals with the plan link model.
@@ -797,7 +1094,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
       for (int tp = 0; tp < T; ++tp) ids.push_back(grid->DeviceOf(grid->RankOf({dp, pp, tp})));
       RP_ASSIGN_OR_RETURN(auto c, comm::Communicator::Create({.devices = ids}));
       tp_comm.push_back(std::move(c));
-      tp_rv.push_back(std::make_unique<Rendezvous>(T));
+      tp_rv.push_back(std::make_unique<Rendezvous>(grid->TpGroup(grid->RankOf({dp, pp, 0}))));
     }
   }
   for (int pp = 0; pp < P; ++pp) {
@@ -806,7 +1103,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
       for (int dp = 0; dp < D; ++dp) ids.push_back(grid->DeviceOf(grid->RankOf({dp, pp, tp})));
       RP_ASSIGN_OR_RETURN(auto c, comm::Communicator::Create({.devices = ids}));
       dp_comm.push_back(std::move(c));
-      dp_rv.push_back(std::make_unique<Rendezvous>(D));
+      dp_rv.push_back(std::make_unique<Rendezvous>(grid->DpGroup(grid->RankOf({0, pp, tp}))));
     }
   }
 
@@ -833,11 +1130,36 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   });
   if (real_clock) real_clock->ResetEpoch();
   const auto w0 = std::chrono::steady_clock::now();
-  absl::Status run = cluster->Run([&](Device& dev) { return Body(dev); });
+  absl::Status run = cluster->Run([&](Device& dev) -> absl::Status {
+    Dev& d = devs[static_cast<size_t>(dev.rank())];
+    // Nothing escapes a device thread: an exception (a failing kernel) becomes an Internal error
+    // naming the rank, step and op.
+    absl::Status s;
+    try {
+      s = Body(dev);
+    } catch (const std::exception& e) {
+      s = absl::InternalError(absl::StrCat("rank ", d.rank, " step ", d.cur_step, " op ",
+                                           OpName(d, d.cur_op), ": exception in the device thread: ",
+                                           e.what()));
+    } catch (...) {
+      s = absl::InternalError(absl::StrCat("rank ", d.rank, " step ", d.cur_step, " op ",
+                                           OpName(d, d.cur_op),
+                                           ": unknown exception in the device thread"));
+    }
+    if (!s.ok()) {
+      const bool awaits_comm =
+          d.cur_op >= 0 &&
+          o.program.ranks[static_cast<size_t>(d.coord.pp)][static_cast<size_t>(d.cur_op)].kind ==
+              OpKind::kOptimizerStep;
+      NoteError({.rank = d.rank, .step = d.cur_step, .op = d.cur_op, .op_name = OpName(d, d.cur_op),
+                 .waiting = d.waiting, .status = s, .awaits_comm = awaits_comm});
+    }
+    return s;
+  });
   const auto w1 = std::chrono::steady_clock::now();
   done.store(true, std::memory_order_release);
   monitor.join();
-  RP_RETURN_IF_ERROR(run);
+  if (!run.ok()) return Fail(run, w0);
 
   RunResult res;
   res.steps = records;
@@ -846,6 +1168,12 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   res.wall_seconds = std::chrono::duration<double>(w1 - w0).count();
   res.prediction = pred;
   res.faults = cluster->faults().Describe();
+  for (const Dev& x : devs) {
+    for (const auto& [src, v] : x.slow_in) {
+      res.slow_links.push_back({.src = src, .dst = x.rank, .first_step = v.first,
+                                .factor = v.second});
+    }
+  }
   auto median = [](std::vector<double> v) {
     if (v.empty()) return 0.0;
     std::sort(v.begin(), v.end());
@@ -950,5 +1278,22 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const ExecutorOptions
 absl::StatusOr<RunResult> Executor::Run() { return impl_->Run(); }
 const ExecutorOptions& Executor::options() const { return impl_->o; }
 const ParallelGrid& Executor::grid() const { return *impl_->grid; }
+int Executor::committed_steps() const { return impl_->committed; }
+const RunFailure* Executor::failure() const {
+  return impl_->failure.has_value() ? &*impl_->failure : nullptr;
+}
+absl::StatusOr<std::vector<float>> Executor::Parameters(int rank, int chunk) const {
+  if (rank < 0 || rank >= impl_->world) {
+    return absl::OutOfRangeError(absl::StrCat("executor: Parameters: rank ", rank,
+                                              " out of range [0, ", impl_->world, ")"));
+  }
+  const auto& stages = impl_->devs[static_cast<size_t>(rank)].stages;
+  if (chunk < 0 || static_cast<size_t>(chunk) >= stages.size()) {
+    return absl::OutOfRangeError(absl::StrCat("executor: Parameters: chunk ", chunk,
+                                              " out of range [0, ", stages.size(), ")"));
+  }
+  const std::span<const float> w = std::as_const(*stages[static_cast<size_t>(chunk)]).params();
+  return std::vector<float>(w.begin(), w.end());
+}
 
 }  // namespace rp::schedule

@@ -41,8 +41,15 @@
 // rp::ReferenceTrainer (bit-identical to the partitioned serial emulation when dp <= 2 and
 // tp <= 2); replicas are bit-identical after every step with every codec.
 //
-// Failure: any error (bad kernel shapes, codec overflow, a missing peer, a DeviceStop fault)
-// ends the run within watchdog_timeout + 1 s with a Status naming rank, op, peer, step.
+// Failure: any error (bad kernel shapes, codec overflow, a missing peer, a DeviceStop fault, an
+// injected OpFault, an exception thrown inside a device thread) ends the run within
+// watchdog_timeout + 1 s with a Status naming rank, op, peer, step; every thread is joined.
+// Exceptions never escape a device thread: they become Internal errors naming the op.
+// No partial step is committed: a step counts once every device passed the barrier that follows
+// it (Executor::committed_steps()); after a failure, every device that applied its optimizer
+// update for an uncommitted step is rolled back (parameters and optimizer state as before that
+// step). Executor::failure() then tells which rank, step and op failed first and which peers it
+// was waiting for; Executor::Parameters() reads the (committed) parameters.
 //
 // Thread safety: an Executor is used by one thread; Run() may be called once.
 //
@@ -215,6 +222,33 @@ struct RunResult {
   bool virtual_time = false;
   double time_scale = 1.0;
   std::vector<std::string> faults;  // FaultInjector::Describe()
+  // Directed links (global ranks) whose p2p transfers took longer than their link class's time
+  // (degraded links, kSlowLink faults): the first step it was seen and the factor observed then.
+  struct SlowLink {
+    int src = 0, dst = 0, first_step = 0;
+    double factor = 1.0;
+  };
+  std::vector<SlowLink> slow_links;
+};
+
+// What a failed Run() knows about its failure (Executor::failure()).
+struct RunFailure {
+  absl::Status status;  // what Run() returned
+  // The rank whose error failed the run first (-1 if unknown), the step and the op index in its
+  // program op list it was at (-1: between ops, e.g. the step barrier), that op in words.
+  int rank = -1;
+  int step = -1;
+  int op = -1;
+  std::string op_name;
+  // Ranks it was waiting for when it failed (a receive's peer, the members of a rendezvous or of
+  // the step barrier that had not arrived, a collective's ring predecessor); empty when the
+  // failing rank failed by itself (threw, stalled with nobody waiting on it).
+  std::vector<int> missing_peers;
+  int committed_steps = 0;  // parameters are as after this many steps on every device
+  int rolled_back = 0;      // devices whose uncommitted optimizer update was undone
+  // Wall seconds from the first injected OpFault firing (throw / stall) to Run() returning with
+  // every thread joined; -1 if none fired.
+  double seconds_after_fault = -1;
 };
 
 class Executor {
@@ -235,6 +269,14 @@ class Executor {
 
   const ExecutorOptions& options() const;
   const ParallelGrid& grid() const;
+
+  // After Run() returned: steps whose update every device applied (== steps after success).
+  int committed_steps() const;
+  // After a failed Run(): what failed first (see RunFailure); nullptr before Run or after success.
+  const RunFailure* failure() const;
+  // The parameters of global rank `rank`'s shard of its chunk `chunk` (a copy). Not during Run().
+  // OutOfRange for a bad rank or chunk.
+  [[nodiscard]] absl::StatusOr<std::vector<float>> Parameters(int rank, int chunk = 0) const;
 
   class Impl;
 
