@@ -43,8 +43,12 @@ std::string ChartBody(const Chart& c, int width, int height) {
   // Legend column on the right; its width follows the longest name.
   size_t longest = 0;
   for (const Series& s : c.series) longest = std::max(longest, s.name.size());
-  const double legend_w = std::min(220.0, 40.0 + 6.2 * static_cast<double>(longest));
-  const double left = 68, right = width - legend_w - 12, top = 34, bottom = height - 46;
+  // Long names (several series groups) go in two columns under the plot instead.
+  const bool legend_below = longest > 22;
+  const size_t legend_rows = legend_below ? (c.series.size() + 1) / 2 : 0;
+  const double legend_w = legend_below ? 0 : std::min(220.0, 40.0 + 6.2 * static_cast<double>(longest));
+  const double left = 68, right = width - legend_w - 12, top = 34;
+  const double bottom = height - 46 - 17.0 * static_cast<double>(legend_rows);
   absl::StrAppend(&out, Text(width / 2.0, 20, c.title, 15, "middle", " font-weight=\"bold\""));
 
   // --- x positions ---
@@ -115,7 +119,7 @@ std::string ChartBody(const Chart& c, int width, int height) {
     const std::string label = i < c.x_labels.size() ? c.x_labels[i] : FormatTick(numeric ? c.x_values[i] : i, false);
     absl::StrAppend(&out, Text(x, bottom + 18, label, 11, "middle"));
   }
-  absl::StrAppend(&out, Text((left + right) / 2, height - 10, c.x_label, 12, "middle"));
+  absl::StrAppend(&out, Text((left + right) / 2, bottom + 36, c.x_label, 12, "middle"));
   absl::StrAppend(&out, absl::StrCat("<text x=\"16\" y=\"", Num((top + bottom) / 2),
                                      "\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 16 ",
                                      Num((top + bottom) / 2), ")\">", Escape(c.y_label), "</text>\n"));
@@ -172,10 +176,11 @@ std::string ChartBody(const Chart& c, int width, int height) {
   }
 
   // --- legend ---
-  const double lx = width - legend_w;
   for (size_t k = 0; k < ns; ++k) {
     const Series& s = c.series[k];
-    const double ly = top + 8 + 18.0 * static_cast<double>(k);
+    const double lx = legend_below ? 24 + (k % 2) * (width - 24) / 2.0 : width - legend_w;
+    const double ly = legend_below ? bottom + 52 + 17.0 * static_cast<double>(k / 2)
+                                   : top + 8 + 18.0 * static_cast<double>(k);
     if (c.bars) {
       absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 6), "\" width=\"22\" height=\"11\" fill=\"",
                       s.color, "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,

@@ -599,7 +599,7 @@ int Run(const ParsedArgs& args) {
     c.title = absl::StrCat(title, ": ", c.title);
     st = write(kCharts[i].file, svg::RenderChart(c));
   }
-  if (st.ok()) st = write("overview.svg", svg::RenderFigure(title, charts, 3));
+  if (st.ok()) st = write("overview.svg", svg::RenderFigure(title, charts, 3, 540, 360));
   if (!st.ok()) {
     std::fprintf(stderr, "ringpipe sweep: %s\n", std::string(st.message()).c_str());
     return kExitRunFailed;
