@@ -116,7 +116,7 @@ TEST(OwningChannel, MovesBuffersWithoutCopyingInOrder) {
   std::vector<std::unique_ptr<std::vector<int>>> keep;  // storage stays alive to compare addresses
   for (int i = 0; i < kItems; ++i) {
     std::unique_ptr<std::vector<int>> buf;
-    Nanos arrival;
+    Nanos arrival{0};
     ASSERT_TRUE(ch.Recv(&buf, &arrival, kTimeout).ok());
     wrong += (*buf)[0] != i || arrival != Nanos(i);
     received[static_cast<size_t>(i)] = buf->data();
