@@ -21,6 +21,10 @@ namespace rp::apps {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRunFailed = 1;  // the emulated run failed (watchdog, fault, internal)
 inline constexpr int kExitBadInput = 2;   // bad flags, config, impossible layout: nothing written
+// `ringpipe run`: the emulated run failed at run time — a device threw, stalled or stopped, or a wait
+// outlived the watchdog (injected with --fault or not). The message names rank, step, op and the
+// missing peers; no partial step was committed. (docs/reliability.md)
+inline constexpr int kExitFault = 3;
 
 struct ParsedArgs {
   std::string subcommand;                       // first positional argument ("" if none)

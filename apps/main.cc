@@ -14,7 +14,8 @@ using rp::apps::Subcommand;
 
 std::vector<Subcommand> AllSubcommands() {
   return {rp::apps::RunSubcommand(), rp::apps::PredictSubcommand(), rp::apps::SweepSubcommand(),
-          rp::apps::TimelineSubcommand(), rp::apps::AllReduceSubcommand()};
+          rp::apps::TimelineSubcommand(), rp::apps::AllReduceSubcommand(),
+          rp::apps::StressSubcommand()};
 }
 
 void PrintTopHelp(const std::vector<Subcommand>& subs) {

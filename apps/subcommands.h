@@ -25,5 +25,7 @@ Subcommand PredictSubcommand();
 Subcommand SweepSubcommand();
 // `ringpipe timeline`: SVG Gantt chart of one step, from a run or a report (apps/timeline_cmd.cc).
 Subcommand TimelineSubcommand();
+// `ringpipe stress`: seeded random configurations under every invariant, with faults (apps/stress_cmd.cc).
+Subcommand StressSubcommand();
 
 }  // namespace rp::apps
