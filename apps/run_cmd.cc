@@ -2,24 +2,131 @@
 // schedule/executor.h) and prints measured and predicted figures side by side (apps/report.h), an
 // ASCII Gantt of the measured step, and optionally the JSON report and the Chrome trace.
 //
-// Exit codes (apps/cli.h): 0 ok; 2 bad input (nothing run, nothing written); 1 the run failed.
+// Exit codes (apps/cli.h): 0 ok; 2 bad input (nothing run, nothing written); 3 the run failed at run
+// time (a device threw, stalled or stopped, a wait outlived the watchdog: the message names rank,
+// step, op and missing peers; no partial step committed); 1 anything else (e.g. writing outputs).
+//
+// Fault flags (command line only, not config-file keys; docs/reliability.md):
+//   --fault="KIND:key=value,...[;KIND:...]"  throw:rank=R,step=S,op=I   stall:rank=R,step=S,op=I
+//                                           slow_link:src=A,dst=B,factor=F[,step=S]
+//   --straggler=RANK:FACTOR[,RANK:FACTOR]     --jitter=FRACTION[:SEED]
+// Ranks are global ranks; op is the index in the rank's op list (as `ringpipe predict` prints it).
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "apps/cli.h"
 #include "apps/config.h"
 #include "apps/report.h"
 #include "apps/subcommands.h"
+#include "runtime/faults.h"
+#include "runtime/status_macros.h"
 #include "runtime/tracer.h"
 #include "schedule/executor.h"
 
+ABSL_FLAG(std::string, fault, "",
+          "Inject faults: 'throw:rank=R,step=S,op=I', 'stall:rank=R,step=S,op=I' or "
+          "'slow_link:src=A,dst=B,factor=F[,step=S]', several separated by ';' (run only).");
+ABSL_FLAG(std::string, straggler, "",
+          "Slow devices: RANK:FACTOR[,RANK:FACTOR] multiplies their compute time (run only).");
+ABSL_FLAG(std::string, jitter, "",
+          "Compute jitter: FRACTION[:SEED], each compute op takes (1 + u) x, u in [0, FRACTION) "
+          "(run only).");
+
 namespace rp::apps {
 namespace {
+
+absl::Status BadFault(const std::string& flag, const std::string& text, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, ": '", text, "': ", why));
+}
+
+// Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag).
+absl::Status ParseFaultFlags(FaultPlan& plan) {
+  const std::string fault = absl::GetFlag(FLAGS_fault);
+  for (absl::string_view item : absl::StrSplit(fault, ';', absl::SkipWhitespace())) {
+    const std::string text(item);
+    const std::vector<std::string> kind_args = absl::StrSplit(text, absl::MaxSplits(':', 1));
+    OpFault f;
+    if (kind_args[0] == "throw") {
+      f.kind = OpFaultKind::kThrow;
+    } else if (kind_args[0] == "stall") {
+      f.kind = OpFaultKind::kStall;
+    } else if (kind_args[0] == "slow_link") {
+      f.kind = OpFaultKind::kSlowLink;
+    } else {
+      return BadFault("fault", text, "kind must be throw, stall or slow_link");
+    }
+    std::map<std::string, std::string> kv;
+    if (kind_args.size() > 1) {
+      for (absl::string_view p : absl::StrSplit(kind_args[1], ',', absl::SkipWhitespace())) {
+        const std::vector<std::string> pair = absl::StrSplit(p, absl::MaxSplits('=', 1));
+        if (pair.size() != 2) return BadFault("fault", text, absl::StrCat("'", p, "' is not key=value"));
+        kv[pair[0]] = pair[1];
+      }
+    }
+    const bool link = f.kind == OpFaultKind::kSlowLink;
+    const std::vector<std::string> keys =
+        link ? std::vector<std::string>{"src", "dst", "factor", "step"}
+             : std::vector<std::string>{"rank", "step", "op"};
+    for (const auto& [k, v] : kv) {
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
+        return BadFault("fault", text, absl::StrCat("unknown key '", k, "' (", absl::StrJoin(keys, ", "), ")"));
+      }
+    }
+    auto get_int = [&](const std::string& k, int& out, bool required) -> absl::Status {
+      auto it = kv.find(k);
+      if (it == kv.end()) {
+        return required ? BadFault("fault", text, absl::StrCat("needs ", k, "=")) : absl::OkStatus();
+      }
+      if (!absl::SimpleAtoi(it->second, &out)) {
+        return BadFault("fault", text, absl::StrCat(k, " must be an integer"));
+      }
+      return absl::OkStatus();
+    };
+    if (link) {
+      RP_RETURN_IF_ERROR(get_int("src", f.rank, true));
+      RP_RETURN_IF_ERROR(get_int("dst", f.dst, true));
+      RP_RETURN_IF_ERROR(get_int("step", f.step, false));
+      auto it = kv.find("factor");
+      if (it == kv.end() || !absl::SimpleAtod(it->second, &f.factor)) {
+        return BadFault("fault", text, "needs factor=F (a number >= 1)");
+      }
+    } else {
+      RP_RETURN_IF_ERROR(get_int("rank", f.rank, true));
+      RP_RETURN_IF_ERROR(get_int("step", f.step, true));
+      RP_RETURN_IF_ERROR(get_int("op", f.op, true));
+    }
+    plan.op_faults.push_back(f);
+  }
+  const std::string straggler = absl::GetFlag(FLAGS_straggler);
+  for (absl::string_view item : absl::StrSplit(straggler, ',', absl::SkipWhitespace())) {
+    const std::vector<std::string> rf = absl::StrSplit(item, ':');
+    Straggler s;
+    if (rf.size() != 2 || !absl::SimpleAtoi(rf[0], &s.rank) || !absl::SimpleAtod(rf[1], &s.factor)) {
+      return BadFault("straggler", std::string(item), "expected RANK:FACTOR");
+    }
+    plan.stragglers.push_back(s);
+  }
+  const std::string jitter = absl::GetFlag(FLAGS_jitter);
+  if (!jitter.empty()) {
+    const std::vector<std::string> fs = absl::StrSplit(jitter, ':');
+    if (fs.size() > 2 || !absl::SimpleAtod(fs[0], &plan.jitter.max_fraction) ||
+        (fs.size() == 2 && !absl::SimpleAtoi(fs[1], &plan.jitter.seed))) {
+      return BadFault("jitter", jitter, "expected FRACTION[:SEED]");
+    }
+  }
+  // Ranges (ranks, factors, steps, ops) are checked by Executor::Create (InvalidArgument "faults: ...").
+  return absl::OkStatus();
+}
 
 int Run(const ParsedArgs& args) {
   auto fail = [](int code, const absl::Status& st) {
@@ -34,6 +141,7 @@ int Run(const ParsedArgs& args) {
   Tracer tracer(cfg->world_size(), cfg->devices_per_node);
   schedule::ExecutorOptions options = plan->executor;
   options.tracer = &tracer;
+  if (absl::Status st = ParseFaultFlags(options.faults); !st.ok()) return fail(kExitBadInput, st);
   auto exec = schedule::Executor::Create(options);
   if (!exec.ok()) {
     const bool bad_input = exec.status().code() == absl::StatusCode::kInvalidArgument;
@@ -44,8 +152,20 @@ int Run(const ParsedArgs& args) {
                cfg->world_size(),
                cfg->virtual_time ? "virtual clock" : absl::StrCat("time scale ", cfg->time_scale).c_str());
   auto result = (*exec)->Run();
-  if (!result.ok()) return fail(kExitRunFailed, result.status());
+  if (!result.ok()) {
+    // The message already names the first failure (rank, step, op, missing peers, committed steps).
+    if (const schedule::RunFailure* f = (*exec)->failure();
+        f != nullptr && f->seconds_after_fault >= 0) {
+      std::fprintf(stderr, "ringpipe run: injected fault detected %.3f s after it fired\n",
+                   f->seconds_after_fault);
+    }
+    return fail(kExitFault, result.status());
+  }
 
+  for (const schedule::RunResult::SlowLink& l : result->slow_links) {
+    std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d took %gx its link class's time from step %d\n",
+                 l.src, l.dst, l.factor, l.first_step);
+  }
   const nlohmann::json report = BuildReport(*cfg, *plan, result->prediction, &*result);
   std::string text = RenderReport(report);
 
@@ -82,7 +202,11 @@ int Run(const ParsedArgs& args) {
   return kExitOk;
 }
 
-std::vector<std::string> Flags() { return ConfigFieldNames(); }
+std::vector<std::string> Flags() {
+  std::vector<std::string> flags = ConfigFieldNames();
+  for (const char* f : {"fault", "straggler", "jitter"}) flags.push_back(f);
+  return flags;
+}
 
 }  // namespace
 

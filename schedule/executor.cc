@@ -1138,10 +1138,12 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     try {
       s = Body(dev);
     } catch (const std::exception& e) {
+      d.waiting.clear();  // it failed by itself
       s = absl::InternalError(absl::StrCat("rank ", d.rank, " step ", d.cur_step, " op ",
                                            OpName(d, d.cur_op), ": exception in the device thread: ",
                                            e.what()));
     } catch (...) {
+      d.waiting.clear();
       s = absl::InternalError(absl::StrCat("rank ", d.rank, " step ", d.cur_step, " op ",
                                            OpName(d, d.cur_op),
                                            ": unknown exception in the device thread"));
