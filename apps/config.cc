@@ -102,8 +102,24 @@ namespace {
 
 using json = nlohmann::json;
 
+// Messages are one line of printable text: control bytes a user wrote (a key or a value with "\n" or
+// "\u0000" in it) are shown as \xNN (found by fuzz/config_fuzzer.cc).
+std::string OneLine(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", u));
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 absl::Status Bad(const std::string& field, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+  return absl::InvalidArgumentError(absl::StrCat(OneLine(field), ": ", OneLine(why)));
 }
 
 // --- JSON value readers (a file value, or a flag's text converted by FlagToJson) ---
@@ -466,13 +482,39 @@ int LineOf(const std::string& text, size_t offset) {
                                          '\n'));
 }
 
-// The line where `"key"` first appears as an object key (a best effort: 0 if not found).
+// The line where `key` first appears as an object key (a string literal followed by ':'), outside
+// comments; the literal is decoded, so an escaped key ("\u0041") is found too. 0 if not found.
 int LineOfKey(const std::string& text, const std::string& key) {
-  const std::string quoted = absl::StrCat("\"", key, "\"");
-  for (size_t pos = text.find(quoted); pos != std::string::npos; pos = text.find(quoted, pos + 1)) {
-    size_t after = pos + quoted.size();
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text.compare(i, 2, "//") == 0) {
+      i = text.find('\n', i);
+      if (i == std::string::npos) return 0;
+      continue;
+    }
+    if (text.compare(i, 2, "/*") == 0) {
+      i = text.find("*/", i + 2);
+      if (i == std::string::npos) return 0;
+      i += 2;
+      continue;
+    }
+    if (text[i] != '"') {
+      ++i;
+      continue;
+    }
+    size_t end = i + 1;  // one past the closing quote
+    while (end < text.size() && text[end] != '"') end += text[end] == '\\' ? 2 : 1;
+    if (end >= text.size()) return 0;
+    ++end;
+    size_t after = end;
     while (after < text.size() && std::isspace(static_cast<unsigned char>(text[after]))) ++after;
-    if (after < text.size() && text[after] == ':') return LineOf(text, pos);
+    if (after < text.size() && text[after] == ':') {
+      const json literal = json::parse(text.begin() + static_cast<ptrdiff_t>(i),
+                                       text.begin() + static_cast<ptrdiff_t>(end), nullptr,
+                                       /*allow_exceptions=*/false);
+      if (literal.is_string() && literal.get_ref<const std::string&>() == key) return LineOf(text, i);
+    }
+    i = end;
   }
   return 0;
 }
@@ -623,7 +665,19 @@ absl::Status ApplyConfigText(RunConfig& cfg, const std::string& path, const std:
     // "[json.exception.parse_error.101] parse error at line 3, column 5: syntax error ..." → the tail.
     if (size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ":", LineOf(text, e.byte > 0 ? e.byte - 1 : 0), ": malformed JSON: ", what));
+        absl::StrCat(path, ":", LineOf(text, e.byte > 0 ? e.byte - 1 : 0), ": malformed JSON: ", OneLine(what)));
+  } catch (const json::exception& e) {
+    // Not a syntax error but still the parser's: "[json.exception.out_of_range.406] number overflow
+    // parsing '1e400'" (found by fuzz/config_fuzzer.cc). The line is that of the quoted token.
+    std::string what = e.what();
+    size_t token_at = 0;
+    if (size_t q = what.find('\''); q != std::string::npos) {
+      const std::string token = what.substr(q + 1, what.rfind('\'') - q - 1);
+      if (size_t at = token.empty() ? std::string::npos : text.find(token); at != std::string::npos) token_at = at;
+    }
+    if (size_t bracket = what.find("] "); bracket != std::string::npos) what = what.substr(bracket + 2);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", LineOf(text, token_at), ": malformed JSON: ", OneLine(what)));
   }
   if (!doc.is_object()) {
     return absl::InvalidArgumentError(
@@ -634,7 +688,7 @@ absl::Status ApplyConfigText(RunConfig& cfg, const std::string& path, const std:
                                       : SetField(cfg, key, value);
     if (!st.ok()) {
       std::string msg(st.message());
-      if (FindField(key) == nullptr) msg = absl::StrCat(key, ": unknown key (the keys are the flag names of `ringpipe run --help`)");
+      if (FindField(key) == nullptr) msg = absl::StrCat(OneLine(key), ": unknown key (the keys are the flag names of `ringpipe run --help`)");
       return absl::InvalidArgumentError(absl::StrCat(path, ":", LineOfKey(text, key), ": ", msg));
     }
   }

@@ -2,7 +2,7 @@
 # Installs ringpipe's build and test dependencies from Debian packages (idempotent; skips what is
 # already there). Everything the build needs comes from here; nothing is downloaded at build time.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev
+pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev relacy-dev
       libboost1.81-dev libabsl-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev)
 if [[ "${RINGPIPE_WITH_MPI:-0}" == 1 ]]; then pkgs+=(openmpi-bin libopenmpi-dev); fi
 missing=()
