@@ -103,6 +103,37 @@ bool HasF16c() {
   return has;
 }
 
+// AddChecked with AVX: the same IEEE sums (no FMA, same bits), 32 floats per iteration, and the
+// finiteness check folded into one vector accumulator (s - s is 0 for finite s, NaN otherwise),
+// so the loop stays as cheap as a plain dst[i] = a[i] + b[i] (SSE GCC code of AddChecked was
+// ~15 % slower than the plain ring's loop in perf profiles).
+__attribute__((target("avx2"))) bool AddCheckedAvx2(const float* a, const float* b, size_t n,
+                                                    float* dst) {
+  size_t i = 0;
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    const __m256 s0 = _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+    const __m256 s1 = _mm256_add_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8));
+    const __m256 s2 = _mm256_add_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16));
+    const __m256 s3 = _mm256_add_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24));
+    _mm256_storeu_ps(dst + i, s0);
+    _mm256_storeu_ps(dst + i + 8, s1);
+    _mm256_storeu_ps(dst + i + 16, s2);
+    _mm256_storeu_ps(dst + i + 24, s3);
+    acc = _mm256_add_ps(acc, _mm256_add_ps(_mm256_add_ps(_mm256_sub_ps(s0, s0),
+                                                         _mm256_sub_ps(s1, s1)),
+                                           _mm256_add_ps(_mm256_sub_ps(s2, s2),
+                                                         _mm256_sub_ps(s3, s3))));
+  }
+  // acc is all zeros iff every sum so far was finite (NaN is unordered: EQ_OQ is false).
+  bool good = _mm256_movemask_ps(_mm256_cmp_ps(acc, _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0xff;
+  for (; i < n; ++i) {
+    dst[i] = a[i] + b[i];
+    good &= std::fabs(dst[i]) <= FLT_MAX;
+  }
+  return good;
+}
+
 __attribute__((target("avx2,f16c"))) void EncodeFp16F16c(const float* src, size_t n,
                                                          uint16_t* dst) {
   size_t i = 0;
@@ -362,7 +393,8 @@ absl::Status DecodeAdd(Codec codec, const float* a, const std::byte* wire, size_
   bool ok = true;
   switch (codec) {
     case Codec::kFp32:
-      ok = AddChecked(a, reinterpret_cast<const float*>(wire), n, dst);
+      ok = HasF16c() ? AddCheckedAvx2(a, reinterpret_cast<const float*>(wire), n, dst)
+                     : AddChecked(a, reinterpret_cast<const float*>(wire), n, dst);
       break;
     case Codec::kFp16:
       if (HasF16c()) {

@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace rp::comm {
@@ -99,7 +100,7 @@ TEST_P(CodecTest, FeedbackResidualCarriesTheQuantizationError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCodecs, CodecTest, ::testing::ValuesIn(kAllCodecs),
-                         [](const auto& info) { return std::string(CodecName(info.param)); });
+                         [](const auto& p) { return std::string(CodecName(p.param)); });
 
 TEST(Codec, Fp16OverflowIsOutOfRange) {
   const float x[3] = {1.0f, 65504.0f, 65520.0f};
@@ -117,6 +118,30 @@ TEST(Codec, Fp32SumOverflowIsOutOfRange) {
       DecodeAdd(Codec::kFp32, a, reinterpret_cast<const std::byte*>(b), 2, out, 10);
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
   EXPECT_NE(s.message().find("element 11"), std::string::npos) << s;
+}
+
+// The vectorised FP32 path (32 floats per iteration) and its scalar tail: an overflow, an Inf and a
+// NaN anywhere are reported with the index of the first bad sum; finite sums give the scalar bits.
+TEST(Codec, Fp32DecodeAddFindsEveryNonFiniteSumInVectorBodyAndTail) {
+  const size_t n = 1000;  // 31 vector iterations + a tail of 8
+  const std::vector<float> a = RandomFloats(n, 5.0f, 11), b = RandomFloats(n, 5.0f, 12);
+  std::vector<float> out(n);
+  ASSERT_TRUE(DecodeAdd(Codec::kFp32, a.data(), reinterpret_cast<const std::byte*>(b.data()), n,
+                        out.data())
+                  .ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << "element " << i;
+  for (size_t bad : {size_t{0}, size_t{517}, size_t{991}, size_t{999}}) {
+    for (float v : {3e38f, INFINITY, NAN}) {
+      std::vector<float> x = a, y = b;
+      x[bad] = v;
+      y[bad] = v == 3e38f ? 3e38f : 1.0f;
+      const absl::Status s = DecodeAdd(Codec::kFp32, x.data(),
+                                       reinterpret_cast<const std::byte*>(y.data()), n,
+                                       out.data(), 100);
+      EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << "bad " << bad << " value " << v;
+      EXPECT_NE(s.message().find(absl::StrCat("element ", 100 + bad)), std::string::npos) << s;
+    }
+  }
 }
 
 TEST(Codec, WireBytesCountTheInt8Scale) {
