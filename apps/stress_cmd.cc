@@ -21,8 +21,8 @@
 //     random number of rank threads leaves every rank the same bits; FP32 on exactly-summable data
 //     gives the exact sum; each rank's wire bytes equal the formula.
 // Fault configurations: throw / stall must fail the run with a Status (no crash) within the
-// watchdog timeout + 1 s of the fault, attribute it (the failing rank is the faulty one, or names
-// it among the missing peers), commit no partial step (parameters bit-identical to a run of
+// watchdog timeout + 1 s of the fault, attribute it (the failing rank is the faulty one, or the
+// missing peers' wait chains end at it: RunFailure::stuck_ranks), commit no partial step (parameters bit-identical to a run of
 // `fault step` steps), and leave no thread behind (/proc/self/status Threads); a slow link must
 // run to the end and show in RunResult::slow_links with its factor from its step.
 //
@@ -477,8 +477,8 @@ void CheckFault(const Drawn& c, Checker& ck, FaultTally& tally) {
   const bool attributed =
       f.kind == OpFaultKind::kThrow
           ? fl->rank == f.rank && fl->step == f.step && fl->op == f.op
-          : fl->rank == f.rank || std::find(fl->missing_peers.begin(), fl->missing_peers.end(),
-                                            f.rank) != fl->missing_peers.end();
+          : fl->rank == f.rank || std::find(fl->stuck_ranks.begin(), fl->stuck_ranks.end(),
+                                            f.rank) != fl->stuck_ranks.end();
   if (attributed) {
     ++tally.attributed;
   } else if (f.kind == OpFaultKind::kThrow) {

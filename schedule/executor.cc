@@ -990,12 +990,45 @@ absl::Status Executor::Impl::Fail(const absl::Status& run,
     for (int r : waiting) {
       if (r != root->rank) f.missing_peers.push_back(r);
     }
+    // Follow each missing peer's own wait (its error record) to the end of the chain.
+    std::map<int, std::vector<int>> waits;  // rank → whom its failed wait waited for
+    for (const ErrorRecord& e : errs) {
+      const std::vector<int>& w = e.awaits_comm && e.waiting.empty()
+                                      ? devs[static_cast<size_t>(e.rank)].comm_waiting
+                                      : e.waiting;
+      if (!waits.contains(e.rank) || waits[e.rank].empty()) waits[e.rank] = w;
+    }
+    for (int r : f.missing_peers) {
+      std::vector<bool> seen(static_cast<size_t>(world), false);
+      int at = r;
+      while (!seen[static_cast<size_t>(at)]) {
+        seen[static_cast<size_t>(at)] = true;
+        auto it = waits.find(at);
+        if (it == waits.end()) break;
+        int next = -1;
+        for (int x : it->second) {
+          if (x != at) {
+            next = x;
+            break;
+          }
+        }
+        if (next < 0) break;
+        at = next;
+      }
+      if (std::find(f.stuck_ranks.begin(), f.stuck_ranks.end(), at) == f.stuck_ranks.end()) {
+        f.stuck_ranks.push_back(at);
+      }
+    }
     const Coord c = grid->CoordOf(root->rank);
     where = absl::StrCat("first failure: rank ", root->rank, " (dp ", c.dp, ", pp ", c.pp, ", tp ",
                          c.tp, ") step ", root->step, " op ",
                          root->op >= 0 ? absl::StrCat(root->op, " ") : "", "'", root->op_name,
                          "'; missing peers: ",
-                         f.missing_peers.empty() ? "none" : absl::StrJoin(f.missing_peers, ", "));
+                         f.missing_peers.empty() ? "none" : absl::StrJoin(f.missing_peers, ", "),
+                         f.stuck_ranks == f.missing_peers
+                             ? ""
+                             : absl::StrCat(" (their wait chains end at rank(s) ",
+                                            absl::StrJoin(f.stuck_ranks, ", "), ")"));
   }
   const auto now = std::chrono::steady_clock::now();
   const int64_t fired = fault_fired_ns.load(std::memory_order_acquire);

@@ -244,6 +244,10 @@ struct RunFailure {
   // the step barrier that had not arrived, a collective's ring predecessor); empty when the
   // failing rank failed by itself (threw, stalled with nobody waiting on it).
   std::vector<int> missing_peers;
+  // The end of each missing peer's wait chain: the rank it was itself waiting for, and so on, up to
+  // a rank that waited for nobody (the likely culprit: a stalled, dead or failed device). Equal to
+  // missing_peers when they were not waiting themselves.
+  std::vector<int> stuck_ranks;
   int committed_steps = 0;  // parameters are as after this many steps on every device
   int rolled_back = 0;      // devices whose uncommitted optimizer update was undone
   // Wall seconds from the first injected OpFault firing (throw / stall) to Run() returning with
