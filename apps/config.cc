@@ -487,8 +487,8 @@ int LineOf(const std::string& text, size_t offset) {
 int LineOfKey(const std::string& text, const std::string& key) {
   size_t i = 0;
   while (i < text.size()) {
-    if (text.compare(i, 2, "//") == 0) {
-      i = text.find('\n', i);
+    if (text.compare(i, 2, "//") == 0) {  // ends as nlohmann's does: at '\n', '\r' or a NUL byte
+      i = text.find_first_of(std::string_view("\n\r\0", 3), i);
       if (i == std::string::npos) return 0;
       continue;
     }

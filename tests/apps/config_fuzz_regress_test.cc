@@ -116,6 +116,8 @@ const BadSeed kBadSeeds[] = {
     // An unknown key spelled with an escape: it was reported at line 0 with a raw NUL byte in the
     // message (LineOfKey searched the raw text for the decoded key).
     {"regress-escaped-key.json", "37: \\x00reference: unknown key"},
+    // nlohmann ends a // comment at a NUL byte too: the key after it was reported at line 0.
+    {"regress-nul-ends-comment.json", "2: layerz: unknown key"},
     // A control character in a value is shown escaped: the message stays one line.
     {"regress-newline-value.json", "2: link: unknown link preset 'dgx\\x0ah100'"},
 };
