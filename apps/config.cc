@@ -118,6 +118,10 @@ std::string OneLine(absl::string_view s) {
   return out;
 }
 
+// Sizes ValidateConfig bounds so that BuildPlan fits in memory (see there).
+constexpr double kMaxModelFloats = double{1 << 28};
+constexpr int64_t kMaxProgramSlots = int64_t{1} << 22;
+
 absl::Status Bad(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(OneLine(field), ": ", OneLine(why)));
 }
@@ -717,6 +721,12 @@ absl::Status ValidateConfig(RunConfig& cfg, bool for_run) {
     return Bad("microbatches", absl::StrCat("the interleaved schedule needs a multiple of pp=", cfg.pp,
                                             ", got ", cfg.microbatches));
   }
+  // The schedule program holds a few ops per (pipeline rank, model chunk, micro-batch): bound it, or
+  // `predict --pp=1048576 --microbatches=1048576` runs out of memory (a crafted input run through fuzz/config_fuzzer).
+  if (const int64_t slots = int64_t{cfg.pp} * cfg.virtual_stages * cfg.microbatches; slots > kMaxProgramSlots) {
+    return Bad("microbatches", absl::StrCat("pp x virtual_stages x microbatches = ", slots, "; at most ",
+                                            kMaxProgramSlots, " (the schedule program must fit in memory)"));
+  }
   if (!(cfg.time_scale > 0) || cfg.time_scale > 1000) {
     return Bad("time_scale", absl::StrCat("must be in (0, 1000], got ", cfg.time_scale));
   }
@@ -758,6 +768,24 @@ absl::Status ValidateConfig(RunConfig& cfg, bool for_run) {
   if (for_run || cfg.cost_model == CostModelKind::kFixed) {
     const MlpConfig mlp = cfg.Mlp();
     if (absl::Status st = ValidateMlpConfig(mlp); !st.ok()) return st;
+    // BuildPlan allocates the model's weights and one micro-batch's activations to size the
+    // messages: bound both, or a valid-looking --hidden=16777216x2 aborts in operator new (a crafted
+    // input run through fuzz/config_fuzzer). Counted in double: the product of huge widths overflows int64.
+    double weights = 0, widest = mlp.input_dim;
+    for (int l = 0; l < mlp.num_layers(); ++l) {
+      weights += static_cast<double>(mlp.in_dim(l)) * mlp.out_dim(l);
+      widest = std::max<double>(widest, mlp.out_dim(l));
+    }
+    if (weights > kMaxModelFloats) {
+      return Bad("hidden", absl::StrFormat("the model has %.0f weights; at most %.0f (1 GiB of fp32)", weights,
+                                           kMaxModelFloats));
+    }
+    if (widest * cfg.microbatch_size > kMaxModelFloats) {
+      return Bad("microbatch_size", absl::StrFormat("%d rows x the widest layer (%.0f) = %.0f activations; at "
+                                                    "most %.0f (1 GiB of fp32)",
+                                                    cfg.microbatch_size, widest, widest * cfg.microbatch_size,
+                                                    kMaxModelFloats));
+    }
     if (cfg.num_model_stages() > mlp.num_layers()) {
       return Bad("pp", absl::StrCat(cfg.num_model_stages(), " model stages (pp=", cfg.pp, " x virtual_stages=",
                                     cfg.virtual_stages, ") but the model has only ", mlp.num_layers(),

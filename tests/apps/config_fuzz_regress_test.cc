@@ -118,6 +118,12 @@ const BadSeed kBadSeeds[] = {
     {"regress-escaped-key.json", "37: \\x00reference: unknown key"},
     // nlohmann ends a // comment at a NUL byte too: the key after it was reported at line 0.
     {"regress-nul-ends-comment.json", "2: layerz: unknown key"},
+    // Valid-looking sizes the plan builder could not hold (crafted with the fuzzer binary): the
+    // weights (operator new aborted), the schedule program (out of memory in `predict`), one
+    // micro-batch's activations.
+    {"regress-huge-model.json", "5: hidden: the model has 281475412918272 weights; at most 268435456"},
+    {"regress-huge-program.json", "5: microbatches: pp x virtual_stages x microbatches = 2147483648"},
+    {"regress-huge-activations.json", "2: microbatch_size: 1048576 rows x the widest layer (4096)"},
     // A control character in a value is shown escaped: the message stays one line.
     {"regress-newline-value.json", "2: link: unknown link preset 'dgx\\x0ah100'"},
 };
