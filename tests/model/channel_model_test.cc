@@ -28,7 +28,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <source_location>
 #include <string>
 
 #include "tests/model/channel_protocol.h"
@@ -37,6 +36,12 @@
 #include <relacy/relacy.hpp>
 
 namespace {
+
+// The caller's location as defaulted parameters (GCC and clang builtins; clang 14 has no
+// std::source_location).
+#define RP_CALLER \
+  const char *func = __builtin_FUNCTION(), const char *file = __builtin_FILE(), unsigned line = __builtin_LINE()
+#define RP_CALLER_INFO rl::debug_info(func, file, line)
 
 // The atomics policy that runs channel_protocol.h under Relacy. Each operation carries its caller's
 // source location, so Relacy's history names the protocol line.
@@ -52,48 +57,40 @@ struct RelacyPolicy {
   static constexpr rl::memory_order kRelease = rl::mo_release;
   static constexpr rl::memory_order kSeqCst = rl::mo_seq_cst;
 
-  static rl::debug_info Info(const std::source_location& l) {
-    return rl::debug_info(l.function_name(), l.file_name(), l.line());
+  template <typename T>
+  static T Load(const rl::atomic<T>& a, rl::memory_order mo, RP_CALLER) {
+    return a.load(mo, RP_CALLER_INFO);
   }
   template <typename T>
-  static T Load(const rl::atomic<T>& a, rl::memory_order mo,
-                std::source_location l = std::source_location::current()) {
-    return a.load(mo, Info(l));
+  static void Store(rl::atomic<T>& a, T v, rl::memory_order mo, RP_CALLER) {
+    a.store(v, mo, RP_CALLER_INFO);
   }
   template <typename T>
-  static void Store(rl::atomic<T>& a, T v, rl::memory_order mo,
-                    std::source_location l = std::source_location::current()) {
-    a.store(v, mo, Info(l));
+  static T FetchAdd(rl::atomic<T>& a, T v, rl::memory_order mo, RP_CALLER) {
+    return a(RP_CALLER_INFO).fetch_add(v, mo);
   }
   template <typename T>
-  static T FetchAdd(rl::atomic<T>& a, T v, rl::memory_order mo,
-                    std::source_location l = std::source_location::current()) {
-    return a(Info(l)).fetch_add(v, mo);
+  static T FetchSub(rl::atomic<T>& a, T v, rl::memory_order mo, RP_CALLER) {
+    return a(RP_CALLER_INFO).fetch_sub(v, mo);
   }
   template <typename T>
-  static T FetchSub(rl::atomic<T>& a, T v, rl::memory_order mo,
-                    std::source_location l = std::source_location::current()) {
-    return a(Info(l)).fetch_sub(v, mo);
+  static T Read(rl::var<T>& v, RP_CALLER) {
+    return v(RP_CALLER_INFO);
   }
   template <typename T>
-  static T Read(rl::var<T>& v, std::source_location l = std::source_location::current()) {
-    return v(Info(l));
-  }
-  template <typename T>
-  static void Write(rl::var<T>& v, const T& x, std::source_location l = std::source_location::current()) {
-    v(Info(l)) = x;
+  static void Write(rl::var<T>& v, const T& x, RP_CALLER) {
+    v(RP_CALLER_INFO) = x;
   }
   // FUTEX_WAIT without a timeout: returns at once if the word is not `expected` (checked atomically
   // with going to sleep, after a full fence, as the kernel does); may wake spuriously.
-  static void FutexWait(rl::atomic<int>& word, int expected,
-                        std::source_location l = std::source_location::current()) {
-    rl::rl_futex(&word, rl::RL_FUTEX_WAIT, expected, nullptr, nullptr, 0, Info(l));
+  static void FutexWait(rl::atomic<int>& word, int expected, RP_CALLER) {
+    rl::rl_futex(&word, rl::RL_FUTEX_WAIT, expected, nullptr, nullptr, 0, RP_CALLER_INFO);
   }
-  static void FutexWake(rl::atomic<int>& word, std::source_location l = std::source_location::current()) {
-    rl::rl_futex(&word, rl::RL_FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0, Info(l));
+  static void FutexWake(rl::atomic<int>& word, RP_CALLER) {
+    rl::rl_futex(&word, rl::RL_FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0, RP_CALLER_INFO);
   }
-  static void CpuRelax(std::source_location l = std::source_location::current()) { rl::yield(1, Info(l)); }
-  static void Yield(std::source_location l = std::source_location::current()) { rl::yield(1, Info(l)); }
+  static void CpuRelax(RP_CALLER) { rl::yield(1, RP_CALLER_INFO); }
+  static void Yield(RP_CALLER) { rl::yield(1, RP_CALLER_INFO); }
 };
 
 using rp::model::SpscQueue;
