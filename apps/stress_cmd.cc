@@ -510,6 +510,10 @@ int Stress(const ParsedArgs&) {
     Checker ck;
     absl::StatusOr<Drawn> c = DrawConfig(s, fault_every, max_devices);
     std::string summary = c.ok() ? c->summary : "";
+    if (list) {
+      // Before running it: a sanitizer report halts the process, and this line names its seed.
+      std::fprintf(stderr, "running seed=%llu\n", static_cast<unsigned long long>(s));
+    }
     if (!c.ok()) {
       ck.Fail("drawing the configuration: %s", c.status().ToString());
     } else {
@@ -521,8 +525,10 @@ int Stress(const ParsedArgs&) {
         CheckHealthy(*c, ck);
       }
     }
-    if (list) std::printf("seed=%llu %s: %s\n", static_cast<unsigned long long>(s),
-                          ck.failures.empty() ? "ok" : "FAIL", summary.c_str());
+    if (list) {
+      std::printf("seed=%llu %s: %s\n", static_cast<unsigned long long>(s),
+                  ck.failures.empty() ? "ok" : "FAIL", summary.c_str());
+    }
     if (!ck.failures.empty()) {
       ++failed;
       std::printf("FAIL seed=%llu: %s\n  config: %s\n",

@@ -66,7 +66,8 @@ run_one() {
   # The stress driver, then the fault and mismatch tests (each a separate process: a sanitizer
   # report halts it and is counted).
   {
-    env "$@" "${run_prefix[@]}" "$dir/apps/ringpipe" stress --seed="$base" --configs="$configs" || status=$?
+    env "$@" "${run_prefix[@]}" "$dir/apps/ringpipe" stress --seed="$base" --configs="$configs" \
+      --list || status=$?
     env "$@" "${run_prefix[@]}" "$dir/tests/stress/executor_faults_test" --gtest_brief=1 || status=$?
     env "$@" "${run_prefix[@]}" "$dir/tests/stress/comm_mismatch_test" --gtest_brief=1 || status=$?
   } >"$log" 2>&1 || true
@@ -87,10 +88,13 @@ run_one() {
     faults_detected=$((faults_detected + detected))
     echo "$name: $line"
   fi
-  grep -E '^FAIL |replay:' "$log" | head -20 || true
+  grep -E '^FAIL |^  replay:' "$log" | head -20 || true
   if ((reports > 0)); then
     echo "reliability.sh: $name: $reports sanitizer report(s), first:" >&2
     grep -m1 -A30 -E "$report_pattern" "$log" >&2 || true
+    local at
+    at=$(grep -oE '^running seed=[0-9]+' "$log" | tail -1 | cut -d= -f2 || true)
+    [[ -n "$at" ]] && echo "  replay: $dir/apps/ringpipe stress --seed=$at --configs=1" >&2
   fi
   if ((status != 0)) && ((failed == 0)) && ((reports == 0)); then
     echo "reliability.sh: $name: a test failed (see $log)" >&2
