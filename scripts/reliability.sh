@@ -8,6 +8,7 @@
 #   scripts/reliability.sh                 # CI: 200 configurations under each sanitizer
 #   scripts/reliability.sh --soak          # 2000 configurations under each (~10x longer)
 #   scripts/reliability.sh --configs=50 --seed=7 --only=tsan
+#   scripts/reliability.sh --no-comm-empty # skip 0-element comm checks (open comm UBSan report)
 #
 # Environment: RELIABILITY_TSAN_DIR / RELIABILITY_ASAN_DIR (build directories; default build/tsan and
 # build/asan, the presets' directories, so a CI that already built the tsan preset reuses it),
@@ -19,13 +20,16 @@ root=$(pwd)
 configs=200
 seed=1
 only=""
+stress_extra=()
 for arg in "$@"; do
   case "$arg" in
     --soak) configs=2000 ;;
     --configs=*) configs="${arg#*=}" ;;
     --seed=*) seed="${arg#*=}" ;;
     --only=*) only="${arg#*=}" ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    # Workaround while comm's 0-element Decode(nullptr) UBSan report is open (docs/reliability.md).
+    --no-comm-empty) stress_extra+=(--comm_empty=false) ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "reliability.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -67,7 +71,7 @@ run_one() {
   # report halts it and is counted).
   {
     env "$@" "${run_prefix[@]}" "$dir/apps/ringpipe" stress --seed="$base" --configs="$configs" \
-      --list || status=$?
+      --list "${stress_extra[@]}" || status=$?
     env "$@" "${run_prefix[@]}" "$dir/tests/stress/executor_faults_test" --gtest_brief=1 || status=$?
     env "$@" "${run_prefix[@]}" "$dir/tests/stress/comm_mismatch_test" --gtest_brief=1 || status=$?
   } >"$log" 2>&1 || true
