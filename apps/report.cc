@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -332,8 +333,13 @@ double D(const json& j, const char* key) {
   return j[key].get<double>();
 }
 
+// `f` is a printf format with one double conversion (a runtime string: absl::StrFormat needs a
+// compile-time format, which clang enforces).
 std::string Fmt(const char* f, double x) {
-  return std::isfinite(x) ? absl::StrFormat(f, x) : std::string("n/a");
+  if (!std::isfinite(x)) return "n/a";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
 }
 
 }  // namespace

@@ -142,7 +142,11 @@ absl::StatusOr<Nanos> Device::Compute(const OpInfo& op, Nanos duration, Nanos re
     ++stats_.overruns;
     stats_.overrun_time += (now - kernel_start) - modeled;
   }
-  if (now < end) RP_RETURN_IF_ERROR(WaitUntil(end, site));
+  if (now < end) {
+    RP_RETURN_IF_ERROR(WaitUntil(end, site));
+  } else {
+    ++stats_.late_ends;  // its modeled end had passed: an overrun or a late start, never hidden
+  }
   ++stats_.compute_ops;
   stats_.compute_time += modeled;
   cursor_ = end;

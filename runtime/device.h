@@ -83,6 +83,10 @@ struct DeviceStats {
   uint64_t compute_ops = 0;
   uint64_t overruns = 0;     // compute ops whose real work outlasted their modeled duration
   Nanos overrun_time{0};     // sum of (real work's time − modeled duration) over overruns
+  // Compute ops whose modeled end had already passed when their real work finished (an overrun,
+  // or a start delayed by an earlier late wake-up): they record no wait. Every compute op on a
+  // real clock either waits (lateness recorded) or is counted here.
+  uint64_t late_ends = 0;
   Nanos compute_time{0};     // sum of modeled compute durations (faults included)
 };
 
