@@ -116,7 +116,10 @@ class Rendezvous {
     if (e.in.empty()) e.in.assign(static_cast<size_t>(n_), false);
     e.in[static_cast<size_t>(member)] = true;
     if (++e.arrived == n_) cv_.SignalAll();
-    if (absl::Status s = wd.Wait(&mu_, &cv_, [&] { return rounds_[round].arrived == n_; }, site);
+    if (absl::Status s = wd.Wait(&mu_, &cv_, [&] {
+          mu_.AssertHeld();  // Watchdog::Wait evaluates the predicate with `mu_` held
+          return rounds_[round].arrived == n_;
+        }, site);
         !s.ok()) {
       missing->clear();
       const Entry& now = rounds_[round];
@@ -799,7 +802,8 @@ absl::StatusOr<Nanos> Executor::Impl::Barrier(Device& dev, Dev& d, int step) {
     bar_cv.SignalAll();
   } else {
     if (absl::Status s = dev.watchdog().Wait(&bar_mu, &bar_cv,
-                                             [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bar_mu) {
+                                             [&] {
+                                               bar_mu.AssertHeld();  // held by Watchdog::Wait
                                                return bar_generation != gen;
                                              },
                                              site);

@@ -87,7 +87,13 @@ using GridParam = std::tuple<int, size_t, size_t, Codec, bool>;  // ranks, count
 class RingAllReduceGrid : public ::testing::TestWithParam<GridParam> {};
 
 TEST_P(RingAllReduceGrid, AllRanksEndWithTheSameCorrectBits) {
-  const auto [n, count, seg, codec, in_place] = GetParam();
+  // (copied out of the structured binding: clang 14 cannot capture bindings in lambdas)
+  const auto [n_, count_, seg_, codec_, in_place_] = GetParam();
+  const int n = n_;
+  const size_t count = count_;
+  const size_t seg = seg_;
+  const Codec codec = codec_;
+  const bool in_place = in_place_;
   auto comm = RankThreads::MakeComm(n);
   const bool exact = codec == Codec::kFp32;
   std::vector<std::vector<float>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
