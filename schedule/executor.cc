@@ -923,7 +923,10 @@ absl::Status Executor::Impl::Body(Device& dev) {
     dev.AdvanceCursor(t0);
     RP_RETURN_IF_ERROR(dev.WaitUntil(t0, {.rank = d.rank, .op = "step start", .step = step}));
     DeviceStep ds;
-    ds.measured_start = o.virtual_time ? t0 : clock->Now();
+    // The step starts at its modeled start t0 (mapped to wall time by the clock), not when this
+    // thread woke: every deadline of the step is anchored at t0, so a late wake-up here is absorbed
+    // by the ops' waits, and counting from the wake-up would shorten the measured window.
+    ds.measured_start = t0;
     d.steps.push_back(ds);
     RP_RETURN_IF_ERROR(RunStep(dev, d, step));
     d.steps.back().modeled_end = d.last_end;
