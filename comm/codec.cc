@@ -331,6 +331,7 @@ absl::StatusOr<Codec> ParseCodec(std::string_view name) {
 }
 
 absl::Status EncodeImpl(Codec codec, const float* src, size_t n, std::byte* wire) {
+  if (n == 0) return absl::OkStatus();  // empty spans may hold null pointers (memcpy(null, ..., 0) is UB)
   switch (codec) {
     case Codec::kFp32: {
       const size_t bad = FirstNonFinite(src, n);
@@ -346,6 +347,7 @@ absl::Status EncodeImpl(Codec codec, const float* src, size_t n, std::byte* wire
 }
 
 void Decode(Codec codec, const std::byte* wire, size_t n, float* dst) {
+  if (n == 0) return;  // empty spans may hold null pointers (memmove(null, ..., 0) is UB)
   switch (codec) {
     case Codec::kFp32: std::memmove(dst, wire, 4 * n); return;
     case Codec::kFp16: DecodeFp16(reinterpret_cast<const uint16_t*>(wire), n, dst); return;

@@ -1,6 +1,7 @@
 #include "runtime/device.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,23 @@
 #include "runtime/status_macros.h"
 
 namespace rp {
+
+namespace {
+// Runs `fn` and turns an escaping exception into an InternalError naming the rank and stream, so a
+// throwing kernel or task fails the run (and releases the other devices) instead of terminating
+// the process.
+template <typename Fn>
+absl::Status CatchAll(int rank, const char* stream, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("rank ", rank, " ", stream, " stream: exception: ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat("rank ", rank, " ", stream, " stream: unknown exception"));
+  }
+}
+}  // namespace
 namespace {
 
 // Which device stream the calling thread runs (set by the Cluster for both threads of a device).
@@ -193,7 +211,7 @@ CommTicket Device::PostComm(std::function<absl::Status()> task) {
       complete(watchdog_->Cancelled({.rank = rank_, .op = "comm task"}));
       return;
     }
-    absl::Status s = task();
+    absl::Status s = CatchAll(rank_, "comm", [&] { return task(); });
     if (!s.ok()) watchdog_->Fail(s);
     complete(std::move(s));
   });
@@ -255,6 +273,7 @@ Cluster::Cluster(const ClusterOptions& options, FaultInjector faults)
 
 Cluster::~Cluster() = default;
 
+
 absl::Status Cluster::Run(absl::FunctionRef<absl::Status(Device&)> body) {
   if (watchdog_->failed()) {
     return absl::FailedPreconditionError(
@@ -271,7 +290,7 @@ absl::Status Cluster::Run(absl::FunctionRef<absl::Status(Device&)> body) {
     threads.emplace_back([this, dev, &body] {
       ScopedStream scope(dev, Stream::kCompute);
       dev->RecordFaultsAtStart();
-      absl::Status s = body(*dev);
+      absl::Status s = CatchAll(dev->rank(), "compute", [&] { return body(*dev); });
       if (!s.ok()) watchdog_->Fail(s);
     });
   }

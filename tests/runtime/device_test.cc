@@ -2,6 +2,7 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -312,6 +313,39 @@ TEST(MemoryTracker, TwoStreamsAccountConcurrently) {
   }).ok());
   EXPECT_EQ(cluster->device(1).memory().total_current(), 3000u);
   EXPECT_EQ(cluster->device(1).memory().total_peak(), 3000u);
+}
+
+}  // namespace
+}  // namespace rp
+
+namespace rp {
+namespace {
+
+TEST(Cluster, ExceptionsInDeviceAndCommTasksFailTheRunInsteadOfTerminating) {
+  VirtualClock clock;
+  {
+    auto cluster = Cluster::Create({.num_devices = 3, .clock = &clock}).value();
+    const absl::Status s = cluster->Run([&](Device& dev) -> absl::Status {
+      if (dev.rank() == 1) throw std::runtime_error("kernel blew up");
+      return absl::OkStatus();
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+    EXPECT_NE(s.message().find("rank 1 compute stream: exception: kernel blew up"),
+              std::string::npos) << s;
+  }
+  {
+    auto cluster = Cluster::Create({.num_devices = 2, .clock = &clock}).value();
+    const absl::Status s = cluster->Run([&](Device& dev) -> absl::Status {
+      CommTicket t = dev.PostComm([&]() -> absl::Status {
+        if (dev.rank() == 0) throw std::logic_error("collective bug");
+        return absl::OkStatus();
+      });
+      return dev.AwaitComm(t, {.rank = dev.rank(), .op = "allreduce"});
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+    EXPECT_NE(s.message().find("rank 0 comm stream: exception: collective bug"), std::string::npos)
+        << s;
+  }
 }
 
 }  // namespace
