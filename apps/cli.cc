@@ -60,7 +60,14 @@ absl::StatusOr<ParsedArgs> ParseArgs(int argc, char** argv) {
                        " --help`)"));
     }
     if (!has_value) {
+      const bool next_is_flag =
+          i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] == '-');
       if (flag->IsOfType<bool>()) {
+        value = "true";
+      } else if (flag->IsOfType<std::string>() && next_is_flag) {
+        // Config fields are string flags (so a config file can tell "unset" apart); a bare
+        // `--virtual_time` means "true" like a bool flag; a field that is not a bool then fails
+        // its own validation naming the field.
         value = "true";
       } else if (i + 1 < argc) {
         value = argv[++i];

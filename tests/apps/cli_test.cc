@@ -161,3 +161,23 @@ TEST(RingpipeBinary, HelpListsEveryAllReduceFlag) {
 
 }  // namespace
 }  // namespace rp::apps
+
+ABSL_FLAG(std::string, cli_test_string, "", "test flag");
+
+namespace rp::apps {
+namespace {
+
+TEST(ParseArgs, BareStringFlagBeforeAnotherFlagMeansTrue) {
+  const char* argv[] = {"ringpipe", "run", "--cli_test_string", "--cli_test_int=4"};
+  auto args = ParseArgs(4, const_cast<char**>(argv));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_string), "true");
+  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_int), 4);
+  const char* argv2[] = {"ringpipe", "run", "--cli_test_string", "value"};
+  args = ParseArgs(4, const_cast<char**>(argv2));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_string), "value");
+}
+
+}  // namespace
+}  // namespace rp::apps
