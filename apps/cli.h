@@ -25,6 +25,8 @@ inline constexpr int kExitBadInput = 2;   // bad flags, config, impossible layou
 // outlived the watchdog (injected with --fault or not). The message names rank, step, op and the
 // missing peers; no partial step was committed. (docs/reliability.md)
 inline constexpr int kExitFault = 3;
+// `ringpipe sweep`: some points were invalid or failed; every output was still written.
+inline constexpr int kExitSomePointsFailed = 4;
 
 struct ParsedArgs {
   std::string subcommand;                       // first positional argument ("" if none)

@@ -59,7 +59,6 @@ namespace rp::apps {
 namespace {
 
 using json = nlohmann::json;
-constexpr int kExitSomePointsFailed = 3;
 constexpr size_t kMaxPoints = 4096;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 

@@ -1,5 +1,5 @@
 // `ringpipe sweep` and `ringpipe timeline` as a user sees them: the CSV header is exactly the list
-// documented in docs/studies.md, a sweep survives an impossible point (reported, exit 3), bad axes exit
+// documented in docs/studies.md, a sweep survives an impossible point (reported, exit 4), bad axes exit
 // 2 writing nothing, grids and linked axes give the closed-form numbers, the charts are well-formed SVG
 // with the measured and predicted series, and a timeline drawn from a saved report is the same file.
 #include <sys/wait.h>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "apps/cli.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/apps/xml_check.h"
@@ -131,7 +132,7 @@ TEST(SweepCommand, AnImpossiblePointIsReportedAndTheSweepGoesOn) {
   // 3 widths = 4 layers: pp=99 cannot be cut; the virtual clock makes the measured runs exact.
   const Result r = RunBinary("sweep --preset=s1 --hidden=64x3 --steps=1 --reference=false --virtual_time=true "
                              "--axis=pp=1,2,99 --out_dir=" + out.string(), dir);
-  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.exit_code, rp::apps::kExitSomePointsFailed) << r.err;
   const auto csv = ReadCsv(out / "sweep.csv");
   ASSERT_EQ(csv.size(), 4u);
   EXPECT_EQ(Cell(csv, 1, "status"), "ok");
