@@ -8,7 +8,7 @@
 #   scripts/reliability.sh                 # CI: 200 configurations under each sanitizer
 #   scripts/reliability.sh --soak          # 2000 configurations under each (~10x longer)
 #   scripts/reliability.sh --configs=50 --seed=7 --only=tsan
-#   scripts/reliability.sh --no-comm-empty # skip 0-element comm checks (open comm UBSan report)
+#   scripts/reliability.sh --no-comm-empty # comm checks draw 1 element instead of 0
 #
 # Environment: RELIABILITY_TSAN_DIR / RELIABILITY_ASAN_DIR (build directories; default build/tsan and
 # build/asan, the presets' directories, so a CI that already built the tsan preset reuses it),
@@ -27,7 +27,6 @@ for arg in "$@"; do
     --configs=*) configs="${arg#*=}" ;;
     --seed=*) seed="${arg#*=}" ;;
     --only=*) only="${arg#*=}" ;;
-    # Workaround while comm's 0-element Decode(nullptr) UBSan report is open (docs/reliability.md).
     --no-comm-empty) stress_extra+=(--comm_empty=false) ;;
     -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "reliability.sh: unknown argument '$arg'" >&2; exit 2 ;;
