@@ -18,6 +18,7 @@
 #include "apps/config.h"
 #include "apps/presets.h"
 #include "gtest/gtest.h"
+#include "tests/apps/binary_runner.h"
 #include "nlohmann/json.hpp"
 
 namespace rp::apps {
@@ -34,11 +35,7 @@ std::string ReadFile(const fs::path& p) {
 }
 
 fs::path TempDir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("ringpipe_fuzz_regress_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return rp::apps::testing::TempDir("ringpipe_fuzz_regress", name);
 }
 
 // Parses a command line the way `ringpipe <subcommand>` does and loads the config.
@@ -142,26 +139,8 @@ TEST(ConfigFuzzCorpus, MalformedSeedsNameFileLineAndKey) {
   }
 }
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-Result RunBinary(const std::string& args, const fs::path& dir) {
-  const fs::path err = dir / "stderr.txt";
-  const std::string cmd = std::string(RINGPIPE_BIN) + " " + args + " 2>" + err.string();
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = ReadFile(err);
-  fs::remove(err);
-  return r;
-}
+using Result = rp::apps::testing::BinaryResult;
+using rp::apps::testing::RunBinary;
 
 TEST(RunCommandBadConfigFile, ExitsTwoWithFileLineKeyAndWritesNoOutput) {
   const fs::path dir = TempDir("e2e");

@@ -11,6 +11,7 @@
 
 #include "apps/cli.h"
 #include "gtest/gtest.h"
+#include "tests/apps/binary_runner.h"
 #include "nlohmann/json.hpp"
 
 namespace rp::apps {
@@ -19,34 +20,11 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-Result RunBinary(const std::string& args, const fs::path& dir) {
-  const fs::path err = dir / "stderr.txt";
-  const std::string cmd = std::string(RINGPIPE_BIN) + " " + args + " 2>" + err.string();
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(err);
-  r.err.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  fs::remove(err);
-  return r;
-}
+using Result = rp::apps::testing::BinaryResult;
+using rp::apps::testing::RunBinary;
 
 fs::path TempDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("ringpipe_run_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return rp::apps::testing::TempDir("ringpipe_run_test", name);
 }
 
 json ReadJson(const fs::path& p) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "apps/cli.h"
 #include "gtest/gtest.h"
+#include "tests/apps/binary_runner.h"
 #include "nlohmann/json.hpp"
 #include "tests/apps/xml_check.h"
 
@@ -27,34 +28,11 @@ using json = nlohmann::json;
 using testing::ParseXml;
 using testing::XmlDoc;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-Result RunBinary(const std::string& args, const fs::path& dir) {
-  const fs::path err = dir / "stderr.txt";
-  const std::string cmd = std::string(RINGPIPE_BIN) + " " + args + " 2>" + err.string();
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(err);
-  r.err.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  fs::remove(err);
-  return r;
-}
+using Result = rp::apps::testing::BinaryResult;
+using rp::apps::testing::RunBinary;
 
 fs::path TempDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("ringpipe_sweep_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return rp::apps::testing::TempDir("ringpipe_sweep_test", name);
 }
 
 std::string ReadFile(const fs::path& p) {
