@@ -55,6 +55,9 @@ RP_CONFIG_FLAG(backward_ms, "Whole backward (input + weight gradients) time per 
 RP_CONFIG_FLAG(weight_grad_ms, "Weight-gradient part of the backward (zb-h1's W), ms: one value or one "
                                "per stage. Unset: half the backward.");
 RP_CONFIG_FLAG(optimizer_ms, "Optimizer step time per device, ms (default 0).");
+RP_CONFIG_FLAG(straggler_rank, "Global rank of a straggler device (with --straggler_factor; default 0).");
+RP_CONFIG_FLAG(straggler_factor, "Every compute op of --straggler_rank takes this many times longer, >= 1 "
+                                 "(default 1: no straggler). Emulated and predicted; sweepable.");
 RP_CONFIG_FLAG(flops_device, "FLOPs cost model: device preset a100 (312 TFLOPS dense bf16) or h100 (989).");
 RP_CONFIG_FLAG(flops_efficiency, "FLOPs cost model: fraction of the dense peak reached, (0, 1] (default 0.5).");
 RP_CONFIG_FLAG(flops_layers, "FLOPs cost model: transformer layers of the described model (default 24).");
@@ -294,6 +297,8 @@ const std::vector<Field>& Fields() {
       MsListField("backward_ms", &RunConfig::backward_ms),
       MsListField("weight_grad_ms", &RunConfig::weight_grad_ms),
       DoubleField("optimizer_ms", &RunConfig::optimizer_ms),
+      IntField("straggler_rank", &RunConfig::straggler_rank, 0, kMaxPredictDevices),
+      DoubleField("straggler_factor", &RunConfig::straggler_factor),
       Custom("flops_device", Type::kString,
              [](RunConfig& c, const json& v) -> absl::Status {
                RP_ASSIGN_OR_RETURN(std::string s, AsString("flops_device", v));
@@ -763,6 +768,12 @@ absl::Status ValidateConfig(RunConfig& cfg, bool for_run) {
     }
   }
   if (!(cfg.optimizer_ms >= 0)) return Bad("optimizer_ms", "must be >= 0");
+  if (!(cfg.straggler_factor >= 1) || !std::isfinite(cfg.straggler_factor)) {
+    return Bad("straggler_factor", "must be a finite number >= 1");
+  }
+  if (cfg.straggler_rank >= cfg.world_size()) {
+    return Bad("straggler_rank", absl::StrCat("must be below the world size ", cfg.world_size()));
+  }
 
   // The real model: needed by `run`, and by `predict` in the fixed cost model (message sizes).
   if (for_run || cfg.cost_model == CostModelKind::kFixed) {
@@ -1074,6 +1085,10 @@ absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg) {
   plan.predict.links = ex.links;
   plan.predict.dp_ring = {.segment_bytes = ex.model_segment_bytes, .codec = ToCostCodec(ex.codec)};
   plan.predict.tp_ring = {.segment_bytes = ex.tp_model_segment_bytes, .codec = schedule::Codec::kFp32};
+  if (cfg.straggler_factor != 1) {
+    ex.faults.stragglers.push_back({.rank = cfg.straggler_rank, .factor = cfg.straggler_factor});
+  }
+  plan.predict.compute_factor = schedule::StragglerFactors(ex.faults, cfg.world_size());
   return plan;
 }
 

@@ -91,6 +91,11 @@ struct RunConfig {
   double optimizer_ms = 0;
   FlopsModel flops;
 
+  // A straggler (a what-if a sweep can vary): the device of global rank `straggler_rank` runs every
+  // compute op `straggler_factor` times slower (1 = none). Emulated and predicted alike.
+  int straggler_rank = 0;
+  double straggler_factor = 1;
+
   // Gradient all-reduce and wire format.
   comm::Codec codec = comm::Codec::kFp32;
   uint64_t segment_bytes = 0;  // fp32 bytes per ring segment; 0 = one message per chunk

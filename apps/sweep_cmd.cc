@@ -129,7 +129,7 @@ absl::StatusOr<Axis> ParseAxis(const std::string& spec) {
     if (!known || f == "config" || f == "report_json" || f == "trace") {
       return absl::InvalidArgumentError(absl::StrCat(
           "--axis=", name, ": '", f, "' is not a config field that can be swept (the config fields are the flags of "
-          "`ringpipe run --help`; there is no straggler setting in the config)"));
+          "`ringpipe run --help`)"));
     }
   }
   if (axis.fields.size() == 1) {

@@ -44,7 +44,17 @@ PredictOptions PredictOptionsFor(const ExecutorOptions& o) {
   p.links.devices_per_node = o.placement.devices_per_node;
   p.dp_ring = RingModel{.segment_bytes = o.model_segment_bytes, .codec = CostCodec(o.codec)};
   p.tp_ring = RingModel{.segment_bytes = o.tp_model_segment_bytes, .codec = Codec::kFp32};
+  p.compute_factor = StragglerFactors(o.faults, o.grid.dp * o.grid.pp * o.grid.tp);
   return p;
+}
+
+std::vector<double> StragglerFactors(const FaultPlan& faults, int world) {
+  if (faults.stragglers.empty()) return {};
+  std::vector<double> f(static_cast<size_t>(world), 1.0);
+  for (const Straggler& s : faults.stragglers) {
+    if (s.rank >= 0 && s.rank < world) f[static_cast<size_t>(s.rank)] *= s.factor;
+  }
+  return f;
 }
 
 namespace {

@@ -289,8 +289,12 @@ class Executor {
   std::unique_ptr<Impl> impl_;
 };
 
-// The predictor options the executor uses for `options` (links, dp/tp ring models).
+// The predictor options the executor uses for `options` (links, dp/tp ring models, stragglers as
+// per-device compute factors; jitter is not predicted).
 PredictOptions PredictOptionsFor(const ExecutorOptions& options);
+
+// Per global rank, the product of the straggler factors `faults` names (empty if none).
+std::vector<double> StragglerFactors(const FaultPlan& faults, int world);
 
 // schedule::Codec (cost model) for a comm::Codec.
 Codec CostCodec(comm::Codec codec);

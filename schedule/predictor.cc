@@ -1,5 +1,7 @@
 #include "schedule/predictor.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -51,6 +53,12 @@ struct Message {
 
 // Simulates the p·TP devices of one DP replica up to (not including) their optimizer step.
 // Local device index l = s·TP + t.
+// A compute cost on a device slowed by `factor` (FaultInjector::ComputeDuration's rounding).
+Nanos ScaleCost(Nanos base, double factor) {
+  if (factor == 1.0) return base;
+  return Nanos(static_cast<int64_t>(std::llround(static_cast<double>(base.count()) * factor)));
+}
+
 class ReplicaSim {
  public:
   struct Links {
@@ -59,8 +67,8 @@ class ReplicaSim {
   };
 
   ReplicaSim(const Program& prog, const std::vector<RankCosts>& costs, int tp, const Links& links,
-             const PredictOptions& opts)
-      : prog_(prog), costs_(costs), tp_(tp), links_(links), opts_(opts) {
+             const PredictOptions& opts, std::vector<double> factors)
+      : prog_(prog), costs_(costs), tp_(tp), links_(links), opts_(opts), factors_(std::move(factors)) {
     const int n = prog.num_ranks * tp;
     dev_.assign(n, Dev{});
     channels_.resize(static_cast<size_t>(n) * 2);
@@ -95,6 +103,7 @@ class ReplicaSim {
     bool blocked = false;
     bool in_tp = false;
     Nanos busy_fbw{0};
+    Nanos busy_base{0};  // busy_fbw without the device's compute factor (for T1)
     Nanos comm{0};
     Nanos exposed{0};
   };
@@ -137,9 +146,11 @@ class ReplicaSim {
                             : op.kind == OpKind::kBackward ? c.b
                             : op.kind == OpKind::kWeightGrad ? c.w
                                                              : c.bi;
-          tl[d.pc] = {d.t, d.t + dur};
-          d.t += dur;
-          d.busy_fbw += dur;
+          const Nanos scaled = ScaleCost(dur, factors_[l]);
+          tl[d.pc] = {d.t, d.t + scaled};
+          d.t += scaled;
+          d.busy_fbw += scaled;
+          d.busy_base += dur;
           break;
         }
         case OpKind::kSendAct:
@@ -223,6 +234,7 @@ class ReplicaSim {
 
   const Program& prog_;
   const std::vector<RankCosts>& costs_;
+  const std::vector<double> factors_;  // per l: compute factor of that device (1 = healthy)
   const int tp_;
   const Links& links_;
   const PredictOptions& opts_;
@@ -263,6 +275,21 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
                          sc.weight_grad / v, sc.optimizer};
   }
   const int D = shape.dp, T = shape.tp, L = p * T;
+  if (!opts.compute_factor.empty()) {
+    if (static_cast<int>(opts.compute_factor.size()) != grid.world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("Predict: compute_factor has ", opts.compute_factor.size(),
+                                                     " entries, expected the world size ", grid.world_size()));
+    }
+    for (size_t r = 0; r < opts.compute_factor.size(); ++r) {
+      if (!(opts.compute_factor[r] >= 1.0) || !std::isfinite(opts.compute_factor[r])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Predict: compute_factor of rank ", r, " must be a finite number >= 1"));
+      }
+    }
+  }
+  auto factor_of = [&](int rank) {
+    return opts.compute_factor.empty() ? 1.0 : opts.compute_factor[static_cast<size_t>(rank)];
+  };
 
   // Replica signatures: the link class of every PP hop and the classes on every TP ring.
   Prediction pred;
@@ -283,6 +310,13 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
           if (T > 1) tp_mask |= ClassBit(grid.ClassOf(r, grid.RankOf({d, s, (t + 1) % T})));
         }
         sig[2 * L + s] = static_cast<char>(tp_mask);
+      }
+      if (!opts.compute_factor.empty()) {  // replicas with different stragglers differ
+        sig.resize(2 * L + p);
+        for (int l = 0; l < L; ++l) {
+          const double f = factor_of(grid.RankOf({d, l / T, l % T}));
+          sig.append(reinterpret_cast<const char*>(&f), sizeof f);
+        }
       }
       if (!opts.dedupe_replicas) {
         pred.class_of_replica[d] = d;
@@ -314,7 +348,9 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
         if (T > 1) links.tp_mask[s] |= ClassBit(grid.ClassOf(r, grid.RankOf({d, s, (t + 1) % T})));
       }
     }
-    ReplicaSim sim(prog, costs, T, links, opts);
+    std::vector<double> factors(L);
+    for (int l = 0; l < L; ++l) factors[l] = factor_of(grid.RankOf({d, l / T, l % T}));
+    ReplicaSim sim(prog, costs, T, links, opts, std::move(factors));
     RP_RETURN_IF_ERROR(sim.Run());
     devs[c] = sim.devs();
     ready[c] = sim.ready();
@@ -364,11 +400,12 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
       const ReplicaSim::Dev& d = devs[c][l];
       const Nanos ar_end = ar[l].empty() ? Nanos(0) : ar[l].back().end;
       const Nanos wait = std::max(Nanos(0), ar_end - d.t);
-      const Nanos end = d.t + wait + costs[s].opt;
+      const Nanos opt = ScaleCost(costs[s].opt, factor_of(grid.RankOf({representative[c], s, l % T})));
+      const Nanos end = d.t + wait + opt;
       pred.timelines[c][l][d.pc] = {d.t, end};
       step = std::max(step, end);
       DeviceStats& st = stats[c][l];
-      st.busy = d.busy_fbw + costs[s].opt;
+      st.busy = d.busy_fbw + opt;
       st.comm = d.comm + ar_total[l];
       st.exposed_comm = d.exposed + wait;
       st.peak_in_flight = report.peak_in_flight[s];
@@ -395,7 +432,7 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
                                                  static_cast<double>(st.comm.count())
                                      : 1.0;
     pred.devices[r] = st;
-    t1 += devs[c][l].busy_fbw;
+    t1 += devs[c][l].busy_base;
   }
   pred.single_device_time = t1;
   if (step.count() > 0) {

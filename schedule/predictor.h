@@ -54,6 +54,11 @@ struct PredictOptions {
   RingModel dp_ring;   // gradient all-reduce over the DP group
   RingModel tp_ring;   // kTpAllReduce over the TP group
   bool dedupe_replicas = true;
+  // Per global rank: every compute op of that device (F, B, Bi, W, optimizer) takes factor × its
+  // cost, rounded to the nearest ns — a straggler (runtime/faults.h Straggler, the same rounding as
+  // FaultInjector::ComputeDuration). Empty = 1 everywhere; else world size entries, each >= 1. T1
+  // stays the healthy single device's time.
+  std::vector<double> compute_factor;
 };
 
 // One op's predicted interval. Compute: [start, end). Send: start = departure, end = arrival at the peer.

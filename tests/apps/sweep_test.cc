@@ -204,6 +204,26 @@ TEST(SweepCommand, GridOfLinkedAxesGivesTheClosedFormPipeline) {
   EXPECT_EQ(series[1], "predicted (dp=2)");
 }
 
+TEST(SweepCommand, StragglerFactorAxisSlowsMeasuredAndPredictedAlike) {
+  const fs::path dir = TempDir("straggler");
+  // One replica, one stage, free links: 8 micro-batches x (50 + 80) ms = 1040 ms; the only device
+  // slowed by 1.5 and 2 takes 1560 and 2080 ms, on the virtual clock measured = predicted.
+  const Result r = RunBinary(
+      "sweep --preset=s1 --dp=1 --pp=1 --hidden=64x3 --intra_alpha_us=0 --inter_alpha_us=0 "
+      "--virtual_time=true --steps=1 --straggler_rank=0 --axis=straggler_factor=1,1.5,2 --out_dir=" +
+          dir.string(),
+      dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto csv = ReadCsv(dir / "sweep.csv");
+  ASSERT_EQ(csv.size(), 4u);
+  const char* expected[] = {"1040", "1560", "2080"};
+  for (int row = 1; row <= 3; ++row) {
+    EXPECT_EQ(Cell(csv, row, "step_ms_predicted"), expected[row - 1]) << row;
+    EXPECT_EQ(Cell(csv, row, "step_ms_measured"), expected[row - 1]) << row;
+    EXPECT_EQ(Cell(csv, row, "t1_ms"), "1040") << row;  // T1: the healthy device
+  }
+}
+
 TEST(SweepCommand, ScheduleAxisDrawsGroupedBars) {
   const fs::path dir = TempDir("schedules");
   const Result r = RunBinary("sweep --preset=s1 --predict_only --hidden=64x7 --pp=4 "

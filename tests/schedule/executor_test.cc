@@ -170,6 +170,35 @@ TEST(Executor, S1ModeledStepMatchesClosedForm) {
   EXPECT_DOUBLE_EQ(r->devices[0].exposed_comm_ms, 40.0);
 }
 
+// A straggler is emulated and predicted alike: on the virtual clock measured == predicted, and the
+// step grows with the factor.
+TEST(Executor, StragglerIsEmulatedAndPredictedAlike) {
+  absl::StatusOr<Program> prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 4,
+                                                .activation_bytes = 4096, .gradient_bytes = 4096});
+  ASSERT_TRUE(prog.ok());
+  ExecutorOptions o;
+  o.grid = {.dp = 2, .pp = 2, .tp = 1};
+  o.program = *prog;
+  o.cost = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80)});
+  o.virtual_time = true;
+  o.steps = 1;
+  o.run_reference = false;
+  absl::StatusOr<std::unique_ptr<Executor>> healthy = Executor::Create(o);
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  absl::StatusOr<RunResult> base = (*healthy)->Run();
+  ASSERT_TRUE(base.ok()) << base.status();
+  o.faults.stragglers.push_back({.rank = 3, .factor = 1.5});
+  absl::StatusOr<std::unique_ptr<Executor>> slow = Executor::Create(o);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  absl::StatusOr<RunResult> r = (*slow)->Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
+  EXPECT_GT(r->predicted_step_ms, base->predicted_step_ms);
+  EXPECT_DOUBLE_EQ(r->t1_ms, base->t1_ms);
+  // Stage 1 of replica 1 computes 4 x 130 x 1.5 = 780 ms.
+  EXPECT_DOUBLE_EQ(r->devices[3].busy_ms, 780.0);
+}
+
 // The metric functions over the predictor's own timeline reproduce its DeviceStats.
 TEST(Metrics, PredictedIntervalsReproducePredictorStats) {
   for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1,

@@ -144,6 +144,33 @@ TEST(Predictor, ScenarioS1HybridOneFOneB) {
   EXPECT_EQ(pred.Timeline(grid, s0).back().end, FromMillis(1210));
 }
 
+TEST(Predictor, AStragglerSlowsItsReplicaAndTheAllReduceWaitsForIt) {
+  // PP = 1, DP = 2, m = 4, F = 50, B = 80, free links: each replica computes 4 x 130 = 520 ms. Rank 1
+  // at factor 2 computes 1040 ms; the gradient all-reduce (free) waits for it, so the step is 1040
+  // and the healthy rank idles 520 of it. T1 is the healthy single device's: 2 x 520.
+  auto prog = BuildOneFOneB({.num_ranks = 1, .num_micro_batches = 4, .gradient_bytes = 1 << 10});
+  ASSERT_TRUE(prog.ok());
+  const ParallelGrid grid = Grid({.dp = 2, .pp = 1}, {});
+  PredictOptions opts;
+  opts.compute_factor = {1.0, 2.0};
+  const CostModel cost = CostModel::Uniform({.forward = kF, .backward = kB});
+  const Prediction pred = MustPredict(*prog, grid, cost, opts);
+  EXPECT_EQ(pred.step_time, FromMillis(1040));
+  EXPECT_EQ(pred.single_device_time, FromMillis(1040));
+  EXPECT_EQ(pred.devices[0].busy, FromMillis(520));
+  EXPECT_EQ(pred.devices[1].busy, FromMillis(1040));
+  EXPECT_EQ(pred.num_replica_classes(), 2);  // the straggler's replica is its own class
+  // Same answer without replica classes; a 1.5 factor rounds like FaultInjector (780 ms).
+  opts.dedupe_replicas = false;
+  EXPECT_EQ(MustPredict(*prog, grid, cost, opts).step_time, FromMillis(1040));
+  opts.compute_factor = {1.5, 1.0};
+  EXPECT_EQ(MustPredict(*prog, grid, cost, opts).step_time, FromMillis(780));
+  opts.compute_factor = {1.0};  // wrong size
+  EXPECT_FALSE(Predict(*prog, grid, cost, opts).ok());
+  opts.compute_factor = {1.0, 0.5};  // a factor below 1
+  EXPECT_FALSE(Predict(*prog, grid, cost, opts).ok());
+}
+
 TEST(Predictor, PointToPointLatencyIsExposedOnTheCriticalPath) {
   auto prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 1, .activation_bytes = 4000});
   ASSERT_TRUE(prog.ok());
