@@ -6,15 +6,10 @@
 
 #include "absl/strings/str_format.h"
 
+#include "runtime/hash.h"
+
 namespace rp {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // A hash of a small tuple of integers.
 uint64_t Hash(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {

@@ -5,15 +5,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/hash.h"
 
 namespace rp {
 namespace {
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 absl::Status CheckRank(int rank, int n, const char* what) {
   if (rank < 0 || rank >= n) {
     return absl::InvalidArgumentError(

@@ -7,17 +7,11 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "runtime/hash.h"
 #include "runtime/status_macros.h"
 
 namespace rp {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // U(-1, 1) as a pure function of (seed, layer, index): 24 random bits, exact in float.
 float InitUniform(uint64_t seed, int layer, int64_t index) {
