@@ -38,6 +38,20 @@ inline BinaryResult RunBinary(const std::string& args, const std::filesystem::pa
   return r;
 }
 
+// Runs `ringpipe <args>` with stderr merged into stdout (`out`; `err` stays empty).
+inline BinaryResult RunBinaryMerged(const std::string& args) {
+  const std::string cmd = std::string(RINGPIPE_BIN) + " " + args + " 2>&1";
+  BinaryResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
 // A fresh, empty directory named after the suite, the test and this process.
 inline std::filesystem::path TempDir(const std::string& suite, const std::string& name) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /

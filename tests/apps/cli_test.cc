@@ -13,6 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "gtest/gtest.h"
+#include "tests/apps/binary_runner.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(int, cli_test_int, 3, "test flag");
@@ -23,30 +24,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
-
-Result RunBinary(const std::string& args) {
-  const std::string cmd = std::string(RINGPIPE_BIN) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+using Result = rp::apps::testing::BinaryResult;
+inline Result RunBinary(const std::string& args) {
+  return rp::apps::testing::RunBinaryMerged(args);
 }
 
 fs::path TempDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("ringpipe_cli_test_" + name + "_" +
-                                              std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return rp::apps::testing::TempDir("ringpipe_cli_test", name);
 }
 
 TEST(ParseArgs, SetsFlagsInEveryFormAndRecordsWhichWereGiven) {

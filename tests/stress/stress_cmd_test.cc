@@ -8,27 +8,15 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/apps/binary_runner.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
-
-Result RunBinary(const std::string& args) {
-  const std::string cmd = std::string(RINGPIPE_BIN) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+using Result = rp::apps::testing::BinaryResult;
+inline Result RunBinary(const std::string& args) {
+  return rp::apps::testing::RunBinaryMerged(args);
 }
 
 // Seeds 1..6 hold healthy configurations and, with --fault_every=2, faults (the seed decides).
