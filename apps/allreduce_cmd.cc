@@ -43,6 +43,16 @@ ABSL_FLAG(int, warmup, 3, "Untimed iterations per size, >= 0.");
 ABSL_FLAG(std::string, link, "ideal",
           "Link model: 'ideal' (no modeled time: host speed) or a preset: dgx-a100, dgx-h100.");
 ABSL_FLAG(std::string, json, "", "Also write the rows as a JSON list to this path.");
+ABSL_FLAG(bool, in_place, false,
+          "Reduce in place (out = in), refilling the input before every call as a training step "
+          "would write fresh gradients; default out of place (in -> out), as nccl-tests and MPI "
+          "benchmarks measure.");
+ABSL_FLAG(bool, forward, true,
+          "All-gather forwarding of lent FP32 segments (every rank copies each chunk from its "
+          "owner); --forward=false lends each rank's own copy.");
+ABSL_FLAG(uint64_t, streaming_min_bytes, rp::comm::kDefaultStreamingMinBytes,
+          "With --forward: copy forwarded segments with streaming stores when size x ranks is at "
+          "least this many bytes (0 = always).");
 
 namespace rp::apps {
 namespace {
@@ -66,6 +76,9 @@ struct Settings {
   int iters, warmup;
   std::string link;
   std::string json;
+  bool in_place;
+  bool forward;
+  uint64_t streaming_min_bytes;
 };
 
 absl::StatusOr<Settings> ReadFlags() {
@@ -79,6 +92,9 @@ absl::StatusOr<Settings> ReadFlags() {
   s.warmup = absl::GetFlag(FLAGS_warmup);
   s.link = absl::GetFlag(FLAGS_link);
   s.json = absl::GetFlag(FLAGS_json);
+  s.in_place = absl::GetFlag(FLAGS_in_place);
+  s.forward = absl::GetFlag(FLAGS_forward);
+  s.streaming_min_bytes = absl::GetFlag(FLAGS_streaming_min_bytes);
   auto bad = [](const char* flag, const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
   };
@@ -126,8 +142,12 @@ absl::StatusOr<Row> RunSize(const Settings& s, uint64_t bytes, LinkModel* link, 
   const uint64_t count = bytes / sizeof(float);
   std::vector<int> devices(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
-  RP_ASSIGN_OR_RETURN(auto comm, comm::Communicator::Create({.devices = devices, .link = link,
-                                                             .clock = clock}));
+  RP_ASSIGN_OR_RETURN(auto comm,
+                      comm::Communicator::Create({.devices = devices,
+                                                  .link = link,
+                                                  .clock = clock,
+                                                  .forward_lends = s.forward,
+                                                  .streaming_min_bytes = s.streaming_min_bytes}));
   const comm::CollectiveOptions options{.codec = s.codec, .segment_bytes = s.segment_bytes};
   const int total_iters = s.warmup + s.iters;
 
@@ -143,15 +163,20 @@ absl::StatusOr<Row> RunSize(const Settings& s, uint64_t bytes, LinkModel* link, 
   const double tol = Tolerance(s.codec, n);
 
   auto rank_main = [&](int r) {
-    std::vector<float> buf(count);
+    // Out of place (default), as nccl-tests and the MPI peer measure: `in` is written once and
+    // every iteration reduces it into `buf`. In place: `buf` is refilled before every call.
+    std::vector<float> in(s.in_place ? 0 : count), buf(count);
+    for (uint64_t i = 0; i < in.size(); ++i) in[i] = InputValue(i, r);
     comm::RankComm& me = comm->rank(r);
     Nanos t = kZeroTime;
     for (int it = 0; it < total_iters; ++it) {
-      for (uint64_t i = 0; i < count; ++i) buf[i] = InputValue(i, r);
+      if (s.in_place) {
+        for (uint64_t i = 0; i < count; ++i) buf[i] = InputValue(i, r);
+      }
       sync.arrive_and_wait();
       if (clock != nullptr) t = std::max(t, clock->Now());
       starts[it][r] = std::chrono::steady_clock::now();
-      auto res = me.AllReduce(buf, buf, options, t);
+      auto res = s.in_place ? me.AllReduce(buf, buf, options, t) : me.AllReduce(in, buf, options, t);
       ends[it][r] = std::chrono::steady_clock::now();
       if (!res.ok()) {
         status[r] = res.status();
@@ -225,6 +250,11 @@ int Run(const ParsedArgs& args) {
   std::printf("# ringpipe allreduce: ranks %d, codec %s, segment %llu B, link %s, %d iters (%d warmup)\n",
               s.ranks, type, static_cast<unsigned long long>(s.segment_bytes), s.link.c_str(),
               s.iters, s.warmup);
+  std::printf("# %s; all-gather forwarding %s\n",
+              s.in_place ? "in place, input refilled before every call" : "out of place",
+              s.forward ? absl::StrCat("on (streaming stores when size x ranks >= ",
+                                       s.streaming_min_bytes, " B)").c_str()
+                        : "off");
   std::printf("# time: %s; busbw = algbw * 2(n-1)/n\n",
               link ? "modeled time of the emulated links (median)" : "wall time on this host (median)");
   std::printf("#%12s %12s %6s %12s %10s %10s %14s %8s\n", "size(B)", "count", "type", "time(us)",
@@ -247,6 +277,7 @@ int Run(const ParsedArgs& args) {
     total_wrong += row->wrong;
     rows.push_back({{"bytes", row->bytes}, {"count", row->count}, {"type", type},
                     {"ranks", s.ranks}, {"segment_bytes", s.segment_bytes}, {"link", s.link},
+                    {"in_place", s.in_place}, {"forward", s.forward},
                     {"time_us", row->time_us}, {"algbw_gbps", row->algbw},
                     {"busbw_gbps", row->busbw}, {"wire_bytes_per_rank", row->wire_bytes_per_rank},
                     {"wrong", row->wrong}});
@@ -264,7 +295,8 @@ int Run(const ParsedArgs& args) {
 
 std::vector<std::string> Flags() {
   return {"ranks", "min_bytes", "max_bytes", "step_factor", "segment_bytes", "codec",
-          "iters", "warmup",    "link",      "json"};
+          "iters", "warmup",    "link",      "json",          "in_place",      "forward",
+          "streaming_min_bytes"};
 }
 
 }  // namespace

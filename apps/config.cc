@@ -979,7 +979,7 @@ absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg) {
   placement.devices_per_node = cfg.devices_per_node;
   RP_ASSIGN_OR_RETURN(schedule::ParallelGrid grid,
                       schedule::ParallelGrid::Create({.dp = cfg.dp, .pp = cfg.pp, .tp = cfg.tp}, placement));
-  Plan plan{.grid = std::move(grid)};
+  Plan plan{.grid = std::move(grid), .executor = {}, .predict = {}, .cost_description = {}};
   schedule::ExecutorOptions& ex = plan.executor;
   ex.grid = {.dp = cfg.dp, .pp = cfg.pp, .tp = cfg.tp};
   ex.placement = placement;

@@ -3,6 +3,8 @@
 //   BM_RingAllReduce/ranks/bytes/segment[/codec]  rp::comm all-reduce, ideal link, in-place.
 //   BM_RingAllReduceLendOnly/...                  the same without the inline small-message path
 //        and without the yield phase in waits (inline_bytes = 0, yield_iterations = 0).
+//   BM_RingAllReduceNoForward/...                 the same without all-gather forwarding
+//        (CommunicatorOptions::forward_lends = false).
 //   BM_PlainRing/ranks/bytes                      the reference: a plain threaded ring written
 //        here (one thread per rank, each rank reduces straight out of its predecessor's buffer,
 //        hand-off by std::atomic wait/notify on per-rank progress counters, 256 KiB sub-chunks).
@@ -135,6 +137,13 @@ void BM_RingAllReduceLendOnly(benchmark::State& state) {
   RunRingAllReduce(state, co);
 }
 
+// Without all-gather forwarding (every rank lends its own copy, copied with plain stores).
+void BM_RingAllReduceNoForward(benchmark::State& state) {
+  rp::comm::CommunicatorOptions co;
+  co.forward_lends = false;
+  RunRingAllReduce(state, co);
+}
+
 // ---- The plain threaded ring (reference) ----
 
 struct alignas(64) Progress {
@@ -245,6 +254,10 @@ void PlainArgs(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_RingAllReduce)->Apply(RingArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RingAllReduceLendOnly)
+    ->Apply(RingArgs)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RingAllReduceNoForward)
     ->Apply(RingArgs)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);

@@ -356,6 +356,27 @@ void Decode(Codec codec, const std::byte* wire, size_t n, float* dst) {
   }
 }
 
+void CopyStreaming(const float* src, size_t n, float* dst) {
+#if defined(__x86_64__)
+  size_t i = 0;
+  // Scalar head up to 16-byte alignment of dst (floats are 4-byte aligned).
+  for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0; ++i) dst[i] = src[i];
+  for (; i + 16 <= n; i += 16) {
+    const __m128 a = _mm_loadu_ps(src + i), b = _mm_loadu_ps(src + i + 4);
+    const __m128 c = _mm_loadu_ps(src + i + 8), d = _mm_loadu_ps(src + i + 12);
+    _mm_stream_ps(dst + i, a);
+    _mm_stream_ps(dst + i + 4, b);
+    _mm_stream_ps(dst + i + 8, c);
+    _mm_stream_ps(dst + i + 12, d);
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+  // Streaming stores are weakly ordered: fence them before the caller publishes (release) dst.
+  _mm_sfence();
+#else
+  if (n > 0) std::memcpy(dst, src, n * sizeof(float));
+#endif
+}
+
 absl::Status EncodeWithFeedback(Codec codec, const float* src, size_t n, float* residual,
                                 std::byte* wire, uint64_t first_index) {
   // residual <- src + residual (the value to send), encode it, residual <- value - decoded.

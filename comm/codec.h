@@ -77,6 +77,11 @@ constexpr uint64_t SegmentWireBytes(Codec codec, uint64_t elems) {
 // dst[i] = decoded value i. Never fails on bytes produced by Encode.
 void Decode(Codec codec, const std::byte* wire, size_t n, float* dst);
 
+// dst[i] = src[i] with non-temporal (streaming) stores that bypass the caches: for large copies
+// nobody reads soon, where a plain copy would also read every destination line first and evict
+// data that is about to be read. Fenced (sfence) before returning. dst and src must not overlap.
+void CopyStreaming(const float* src, size_t n, float* dst);
+
 // dst[i] = a[i] + decoded value i (dst may alias a). OutOfRange("element i ...") when a sum is not
 // finite.
 [[nodiscard]] absl::Status DecodeAdd(Codec codec, const float* a, const std::byte* wire, size_t n,

@@ -68,22 +68,25 @@ class RingRunner {
   }
 
   // On any exit without Finish (an error), waits until no peer can still read this rank's lent
-  // buffers: every lend acknowledged, or the next rank out of its collective (it leaves promptly:
-  // the group is aborted). Bounded by the timeout.
+  // buffers: every lend acknowledged (forwarded views included), or every other rank out of its
+  // collective (they leave promptly: the group is aborted). A forwarded view of this rank's buffer
+  // may be read by any rank, so all are checked; each rank leaves the op (in_op_ = false) before it
+  // waits, as it reads nothing more, so no two failing ranks wait for each other. Bounded by the
+  // timeout.
   ~RingRunner() {
     if (!began_) return;
-    if (!finished_) {
-      const auto deadline = std::chrono::steady_clock::now() + timeout_;
-      RankComm& next = group_.rank(next_);
-      while (true) {
-        DrainAcks();
-        if (rc_.in_flight_ == 0 || !next.in_op_.load(std::memory_order_seq_cst)) break;
-        if (std::chrono::steady_clock::now() > deadline) break;
-        std::this_thread::yield();
-      }
-      rc_.in_flight_ = 0;  // the group is dead; buffers still out are abandoned with it
-    }
     rc_.in_op_.store(false, std::memory_order_seq_cst);
+    if (finished_) return;
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (true) {
+      (void)DrainAcks();  // best effort: the group already failed
+      if (rc_.in_flight_ == 0 || !AnyOtherRankInOp()) break;
+      if (std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::yield();
+    }
+    // The group is dead; buffers still out, and views held, are abandoned with it.
+    rc_.in_flight_ = 0;
+    rc_.held_ = 0;
   }
 
   // Checks the group, takes an op id, sizes the reusable state.
@@ -101,8 +104,14 @@ class RingRunner {
     // Chunk 0 is the largest chunk; a broadcast's segments span the whole buffer.
     const size_t max_segments = static_cast<size_t>(ring::NumSegments(
         kind_ == OpKind::kBroadcast ? count_ : ring::ChunkRange(count_, n_, 0).size, seg_));
-    if (rc_.ready_.size() < max_segments) rc_.ready_.resize(max_segments);
+    if (rc_.ready_.size() < max_segments) {
+      rc_.ready_.resize(max_segments);
+      rc_.fwd_.resize(max_segments);
+      rc_.fwd_hops_.resize(max_segments);
+    }
     std::fill_n(rc_.ready_.begin(), max_segments, start_);
+    forward_ = group_.options().forward_lends && codec_ == Codec::kFp32 && n_ > 2;
+    stream_ = count_ * sizeof(float) * static_cast<size_t>(n_) >= group_.options().streaming_min_bytes;
     if (codec_ != Codec::kFp32 && n_ > 1) {
       const size_t bytes = (SegmentWireBytes(codec_, seg_) + 63) / 64 * 64;
       const size_t buffers = group_.options().channel_capacity + 2;
@@ -153,7 +162,7 @@ class RingRunner {
       const Range g = ring::SegmentRange(all, seg_, k);
       if (r_ == root) {
         RP_RETURN_IF_ERROR(SendSegment(src + g.begin, lossy ? out + g.begin : nullptr, g, 0, 0, k,
-                                       start_, false));
+                                       start_, false, 0));
         if (!lossy && src != out && g.size > 0) {
           std::memcpy(out + g.begin, src + g.begin, g.size * sizeof(float));
         }
@@ -164,8 +173,8 @@ class RingRunner {
       Decode(codec_, m.body.payload, g.size, out + g.begin);
       RP_RETURN_IF_ERROR(Release(m, 0, k));
       if (forward) {
-        RP_RETURN_IF_ERROR(
-            SendSegment(out + g.begin, nullptr, g, 0, 0, k, std::max(start_, m.arrival), false));
+        RP_RETURN_IF_ERROR(SendSegment(out + g.begin, nullptr, g, 0, 0, k,
+                                       std::max(start_, m.arrival), false, 0));
       }
     }
     return absl::OkStatus();
@@ -178,11 +187,12 @@ class RingRunner {
       Ack a;
       absl::Status s = rc_.acks_from_next_->Pop(&a, timeout_);
       if (!s.ok()) return Fail(s, "waiting for the final acknowledgements of", next_, n_ - 2);
-      OnAck(a);
+      RP_RETURN_IF_ERROR(OnAck(a));
     }
     finished_ = true;
     rc_.stats_.collective_bytes[static_cast<int>(codec_)] += result_.wire_bytes;
     rc_.stats_.messages += result_.messages;
+    rc_.stats_.forwarded += result_.forwarded;
     return absl::OkStatus();
   }
 
@@ -197,6 +207,13 @@ class RingRunner {
  private:
   std::string Prefix() const {
     return absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ", OpName(kind_), " #", op_id_);
+  }
+
+  bool AnyOtherRankInOp() {
+    for (int k = 0; k < n_; ++k) {
+      if (k != r_ && group_.rank(k).in_op_.load(std::memory_order_seq_cst)) return true;
+    }
+    return false;
   }
 
   // Formats `s` with this rank, op, peer and step; aborts the group unless `s` is the echo of an
@@ -219,13 +236,26 @@ class RingRunner {
     return out;
   }
 
-  void OnAck(const Ack& a) {
-    --rc_.in_flight_;
+  // An acknowledgement from the next rank. One of a forwarded view (hops > 0) ends this rank's
+  // hold of the view, which it now acknowledges to the previous rank. The push cannot find the
+  // queue full (see the ack queue's capacity in communicator.cc); if it did, that is a bug, not a
+  // reason to block.
+  absl::Status OnAck(const Ack& a, bool count_in_flight = true) {
+    if (count_in_flight) --rc_.in_flight_;
     if (a.pool_buffer != nullptr) rc_.free_buffers_.push_back(a.pool_buffer);
+    if (a.hops > 0) {
+      --rc_.held_;
+      if (!rc_.acks_to_prev_->TryPush(Ack{nullptr, a.hops - 1})) {
+        return FailLocal(absl::InternalError("acknowledgement queue full"),
+                         "relaying an acknowledgement", n_ - 2);
+      }
+    }
+    return absl::OkStatus();
   }
-  void DrainAcks() {
+  absl::Status DrainAcks() {
     Ack a;
-    while (rc_.acks_from_next_->TryPop(&a)) OnAck(a);
+    while (rc_.acks_from_next_->TryPop(&a)) RP_RETURN_IF_ERROR(OnAck(a));
+    return absl::OkStatus();
   }
 
   // One ring step as this rank runs it: what it sends and what it does with what it receives.
@@ -236,6 +266,8 @@ class RingRunner {
     int ks, kr;               // segments sent / received (>= 1 each)
     const float* send_src;    // sent segment g is send_src[g.begin, g.end())
     float* adopt;             // lossy own chunk: decoded wire bytes go to adopt + g.begin
+    bool forward_out;         // a segment whose received view is held is sent as that view
+    bool forward_in;          // received lent segments may be held to be forwarded next step
     bool feedback;            // encode with the error-feedback residual
     bool reduce;              // received segment g: dst[g - dst_offset] = add[g] + decoded
     const float* add;         //   (reduce) or out[g] = decoded (!reduce, dst = out, offset 0)
@@ -254,6 +286,8 @@ class RingRunner {
     p.kr = ring::NumSegments(p.recv.size, seg_);
     p.send_src = s == 0 ? in : work;  // step 0 sends this rank's own data
     p.adopt = nullptr;
+    p.forward_out = false;
+    p.forward_in = false;
     p.feedback = feedback_;
     p.reduce = true;
     p.add = in;
@@ -275,6 +309,8 @@ class RingRunner {
     p.send_src = out;
     const bool own = s == 0;
     p.adopt = own && codec_ != Codec::kFp32 ? out : nullptr;
+    p.forward_out = forward_ && s > 0;
+    p.forward_in = forward_ && s < n_ - 2;
     p.feedback = own && feedback_;
     p.reduce = false;
     p.add = nullptr;
@@ -299,10 +335,16 @@ class RingRunner {
     StepPlan sp = plan(0);
     auto send_next = [&](bool* sent) -> absl::Status {
       const Range g = ring::SegmentRange(sp.send, seg_, sk);
-      RP_RETURN_IF_ERROR(SendSegment(sp.send_src + g.begin,
-                                     sp.adopt != nullptr ? sp.adopt + g.begin : nullptr, g,
-                                     sp.step, sp.send_chunk, sk, rc_.ready_[static_cast<size_t>(sk)],
-                                     sp.feedback, sent));
+      const float* src = sp.send_src + g.begin;
+      int32_t hops = 0;
+      const size_t ks = static_cast<size_t>(sk);
+      if (sp.forward_out && rc_.fwd_[ks] != nullptr) {
+        src = reinterpret_cast<const float*>(rc_.fwd_[ks]);
+        hops = rc_.fwd_hops_[ks] + 1;
+      }
+      RP_RETURN_IF_ERROR(SendSegment(src, sp.adopt != nullptr ? sp.adopt + g.begin : nullptr, g,
+                                     sp.step, sp.send_chunk, sk, rc_.ready_[ks], sp.feedback, hops,
+                                     sent));
       if (sent != nullptr && !*sent) return absl::OkStatus();
       if (++sk == sp.ks) {
         sk = 0;
@@ -328,6 +370,26 @@ class RingRunner {
           absl::Status st_add = DecodeAdd(codec_, rp.add + g.begin, m.body.payload, g.size,
                                           rp.dst + (g.begin - rp.dst_offset), g.begin);
           if (!st_add.ok()) return FailLocal(st_add, "reducing", rp.step);
+        } else if (rp.forward_in) {
+          // A lent view of the chunk (its owner's buffer, possibly forwarded already) is held and
+          // passed on next step; this rank's copy is then read by nobody during the collective.
+          const bool hold = m.body.needs_ack && m.body.pool_buffer == nullptr && g.size > 0 &&
+                            rc_.held_ < group_.options().max_held_segments;
+          const size_t k = static_cast<size_t>(rk);
+          if (hold) {
+            const float* view = reinterpret_cast<const float*>(m.body.payload);
+            if (stream_) {
+              CopyStreaming(view, g.size, rp.dst + g.begin);
+            } else {
+              std::memcpy(rp.dst + g.begin, view, g.size * sizeof(float));
+            }
+            rc_.fwd_[k] = m.body.payload;
+            rc_.fwd_hops_[k] = m.body.hops;
+            ++rc_.held_;
+            continue;  // acknowledged once the next rank acknowledges the forward (OnAck)
+          }
+          rc_.fwd_[k] = nullptr;
+          Decode(codec_, m.body.payload, g.size, rp.dst + g.begin);
         } else {
           Decode(codec_, m.body.payload, g.size, rp.dst + g.begin);
         }
@@ -345,8 +407,8 @@ class RingRunner {
   // adopting the value its receivers will see). With `sent` non-null the call never blocks:
   // *sent = false (and nothing happens) when the link or the wire-buffer pool is full.
   absl::Status SendSegment(const float* src, float* adopt, Range g, int step, int chunk, int k,
-                           Nanos ready, bool feedback, bool* sent = nullptr) {
-    DrainAcks();
+                           Nanos ready, bool feedback, int32_t hops, bool* sent = nullptr) {
+    RP_RETURN_IF_ERROR(DrainAcks());
     const uint64_t bytes = SegmentWireBytes(codec_, g.size);
     const bool inline_msg = rc_.slots_to_next_ != nullptr && bytes <= rc_.slot_bytes_ &&
                             bytes <= group_.options().inline_bytes;
@@ -371,7 +433,7 @@ class RingRunner {
         Ack a;
         absl::Status s = rc_.acks_from_next_->Pop(&a, timeout_);
         if (!s.ok()) return Fail(s, "waiting for a wire buffer back from", next_, step);
-        OnAck(a);
+        RP_RETURN_IF_ERROR(OnAck(a));
       }
       wire = rc_.free_buffers_.back();
       rc_.free_buffers_.pop_back();
@@ -400,6 +462,7 @@ class RingRunner {
     m.step = step;
     m.chunk = chunk;
     m.segment = k;
+    m.hops = wire == nullptr ? hops : 0;
     m.kind = kind_;
     m.codec = codec_;
     Nanos arrival{0};
@@ -410,8 +473,12 @@ class RingRunner {
     }
     if (m.needs_ack) {
       ++rc_.in_flight_;
+      if (m.hops > 0) ++result_.forwarded;
     } else {
       rc_.next_slot_ = (rc_.next_slot_ + 1) % rc_.slots_to_next_count_;
+      // A held view copied into a slot is done with (the same sizes travel inline on every link,
+      // so this does not happen today; it keeps the hold count exact if that ever changes).
+      if (hops > 0) RP_RETURN_IF_ERROR(OnAck(Ack{nullptr, hops}, /*count_in_flight=*/false));
     }
     result_.wire_bytes += bytes;
     ++result_.messages;
@@ -449,7 +516,7 @@ class RingRunner {
   // acknowledgement: popping the next message frees their slot).
   absl::Status Release(const Stamped<WireMsg>& m, int step, int k) {
     if (!m.body.needs_ack) return absl::OkStatus();
-    absl::Status s = rc_.acks_to_prev_->Push(Ack{m.body.pool_buffer}, timeout_);
+    absl::Status s = rc_.acks_to_prev_->Push(Ack{m.body.pool_buffer, m.body.hops}, timeout_);
     if (!s.ok()) return Fail(s, "acknowledging to", prev_, step);
     return absl::OkStatus();
   }
@@ -464,6 +531,8 @@ class RingRunner {
   const int n_, r_, next_, prev_;
   const Nanos start_;
   bool feedback_ = false;
+  bool forward_ = false;  // all-gather forwarding of lent views (FP32, n > 2)
+  bool stream_ = false;   // held views are copied with streaming stores
   bool began_ = false;
   bool finished_ = false;
   uint64_t op_id_ = 0;

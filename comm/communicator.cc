@@ -38,9 +38,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
           absl::StrCat("devices[", r, "]: device id ", d, " appears twice"));
     }
   }
-  if (options.channel_capacity < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "channel_capacity: ", options.channel_capacity, " (must be >= 2)"));
+  if (options.channel_capacity < 2 || options.channel_capacity > kMaxChannelCapacity) {
+    return absl::InvalidArgumentError(absl::StrCat("channel_capacity: ", options.channel_capacity,
+                                                   " (must be in [2, ", kMaxChannelCapacity,
+                                                   "])"));
   }
   if (options.spin_iterations < 0) {
     return absl::InvalidArgumentError(
@@ -49,6 +50,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   if (options.yield_iterations < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("yield_iterations: ", options.yield_iterations, " (must be >= 0)"));
+  }
+  if (options.max_held_segments > kMaxMaxHeldSegments) {
+    return absl::InvalidArgumentError(absl::StrCat("max_held_segments: ",
+                                                   options.max_held_segments, " (must be <= ",
+                                                   kMaxMaxHeldSegments, ")"));
   }
   if (options.inline_bytes > kMaxInlineBytes) {
     return absl::InvalidArgumentError(absl::StrCat("inline_bytes: ", options.inline_bytes,
@@ -70,9 +76,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     co.link = options.link;
     co.clock = options.clock;
     comm->ring_data_.push_back(std::make_unique<Channel<internal::WireMsg>>(co));
-    // Acks: at most capacity + 1 messages are unacknowledged between drains (see collectives.cc).
+    // Acks: a rank drains its acknowledgements before each send, when at most capacity (queued)
+    // + 1 (being consumed) + held (forwarded, see collectives.cc) of its messages are
+    // unacknowledged; it then sends one more. So pushes never find the queue full.
     comm->ring_acks_.push_back(std::make_unique<SpscQueue<internal::Ack>>(
-        2 * options.channel_capacity + 2, options.spin_iterations, options.yield_iterations));
+        options.channel_capacity + options.max_held_segments + 4, options.spin_iterations,
+        options.yield_iterations));
     // 64 bytes of slack so the first slot can be aligned.
     // Not zeroed: a page is touched only when a message is written into it.
     comm->ring_slots_.push_back(

@@ -57,6 +57,16 @@ inline constexpr size_t kDefaultInlineBytes = size_t{16} << 10;
 inline constexpr size_t kMaxInlineBytes = size_t{1} << 20;
 // Default watchdog for any single blocking wait inside an operation.
 inline constexpr std::chrono::milliseconds kDefaultTimeout{30000};
+// Default CommunicatorOptions::streaming_min_bytes (measured: comm_bench, see
+// docs/collectives.md).
+inline constexpr size_t kDefaultStreamingMinBytes = size_t{192} << 20;
+// Default CommunicatorOptions::max_held_segments. Measured need, 64 MiB in 256 KiB segments: up
+// to (n - 2) chunks' worth are held at once (192 at n = 8).
+inline constexpr size_t kDefaultMaxHeldSegments = 512;
+// Largest accepted CommunicatorOptions::max_held_segments.
+inline constexpr size_t kMaxMaxHeldSegments = size_t{1} << 16;
+// Largest accepted CommunicatorOptions::channel_capacity.
+inline constexpr size_t kMaxChannelCapacity = 4096;
 
 struct CommunicatorOptions {
   // Global device id of each group rank (size = number of ranks, >= 1; ids >= 0 and distinct).
@@ -67,7 +77,7 @@ struct CommunicatorOptions {
   // Clock receivers wait on until a message's modeled arrival (only with a non-ideal link);
   // nullptr = never wait. Non-owning, same lifetime as `link`.
   Clock* clock = nullptr;
-  // Messages in flight per ring link, >= 2.
+  // Messages in flight per ring link, in [2, kMaxChannelCapacity].
   size_t channel_capacity = kDefaultChannelCapacity;
   // Busy polls before a blocked rank starts yielding, >= 0.
   int spin_iterations = kDefaultSpinIterations;
@@ -79,7 +89,26 @@ struct CommunicatorOptions {
   size_t inline_bytes = kDefaultInlineBytes;
   // sched_yield() polls after the spin and before a blocked rank sleeps on a futex, >= 0.
   int yield_iterations = kDefaultYieldIterations;
+  // All-gather forwarding of lent FP32 segments: a rank that receives a lent segment which it must
+  // pass on passes on the same view (of the chunk's owner's buffer) instead of a view of its own
+  // copy, and acknowledges it only once the next rank acknowledged the forward. Every rank then
+  // copies each chunk from its owner, whose freshly reduced chunk is still in cache, and may write
+  // its own copy with streaming stores (nobody reads it during the collective; see
+  // streaming_min_bytes). Same messages, same bytes, same results; less memory traffic (see
+  // docs/collectives.md). At most max_held_segments segments are held
+  // per rank; beyond that a rank forwards its own copy as without forwarding.
+  bool forward_lends = true;
+  // Forwarded views a rank may hold at once, in [0, kMaxMaxHeldSegments] (0 = never forward).
+  // Each ring link's acknowledgement queue has room for channel_capacity + this + 4 entries.
+  size_t max_held_segments = kDefaultMaxHeldSegments;
+  // A forwarding rank copies a held view with streaming (non-temporal) stores when the group's
+  // buffers together (elements x 4 bytes x ranks) have at least this many bytes; below it, plain
+  // stores: what fits in the last-level cache stays there for the caller, and streaming would
+  // push it to memory. 0 = always stream. The default is measured on the reference machine
+  // (480 MiB L3; see docs/collectives.md); tune it to the machine's cache.
+  size_t streaming_min_bytes = kDefaultStreamingMinBytes;
 };
+
 
 // Options of one collective call. Must be equal on every rank of the call.
 struct CollectiveOptions {
@@ -100,6 +129,7 @@ struct CollectiveResult {
                              // ideal link
   uint64_t wire_bytes = 0;   // bytes this rank put on the wire (codec metadata included)
   uint64_t messages = 0;     // messages this rank sent
+  uint64_t forwarded = 0;    // of which forwarded views (CommunicatorOptions::forward_lends)
 };
 
 // Cumulative per-rank counters.
@@ -107,6 +137,9 @@ struct WireStats {
   uint64_t collective_bytes[4] = {0, 0, 0, 0};  // indexed by static_cast<int>(Codec)
   uint64_t p2p_bytes = 0;
   uint64_t messages = 0;
+  // Of `messages`, those that forwarded a view received from the previous rank
+  // (CommunicatorOptions::forward_lends).
+  uint64_t forwarded = 0;
   uint64_t total_bytes() const {
     return collective_bytes[0] + collective_bytes[1] + collective_bytes[2] + collective_bytes[3] +
            p2p_bytes;
@@ -137,13 +170,19 @@ struct WireMsg {
   int32_t step;
   int32_t chunk;
   int32_t segment;
+  // Forwarding depth of a lent view: 0 when the sender lends its own buffer, h + 1 when it
+  // forwards a view it received with depth h (see CommunicatorOptions::forward_lends).
+  int32_t hops;
   OpKind kind;
   Codec codec;
   bool needs_ack;  // false for inline messages: the receiver sends no acknowledgement
 };
-// Returned by the receiver after it consumed a message (the sender may reuse the bytes).
+// Returned by the receiver after it consumed a message (the sender may reuse the bytes). The hops
+// of the acknowledged message come back with it: hops > 0 means the sender forwarded a view it
+// still holds, and now acknowledges that view to its own predecessor with hops - 1.
 struct Ack {
   std::byte* pool_buffer;
+  int32_t hops;
 };
 class RingRunner;
 }  // namespace internal
@@ -219,9 +258,10 @@ class RankComm {
   size_t slots_to_next_count_ = 0;
   size_t slot_bytes_ = 0;
   size_t next_slot_ = 0;
-  // True while this rank is inside a collective and may read its predecessor's lent buffers.
-  // Written by this rank's thread (seq_cst, paired with Communicator::aborted_), read by the
-  // predecessor when it fails and must know whether its lends are still being read.
+  // True while this rank is inside a collective and may read lent buffers (its predecessor's, or
+  // any rank's through a forwarded view). Written by this rank's thread (seq_cst, paired with
+  // Communicator::aborted_), read by failing ranks that must know whether their lends are still
+  // being read.
   std::atomic<bool> in_op_{false};
   // Collective state, reused across calls (no per-segment allocation).
   uint64_t next_op_id_ = 0;
@@ -232,6 +272,12 @@ class RankComm {
   std::vector<float> scratch_;   // out-of-place reduce-scatter partial sums
   std::vector<float> residual_;  // error feedback
   std::vector<Nanos> ready_;     // modeled ready time per segment of the current chunk
+  // Forwarding (CommunicatorOptions::forward_lends): per segment of the chunk received at the
+  // previous all-gather step, the held lent view to forward (nullptr: forward this rank's copy)
+  // and its hops; held_ counts views received and not yet acknowledged to the previous rank.
+  std::vector<const std::byte*> fwd_;
+  std::vector<int32_t> fwd_hops_;
+  size_t held_ = 0;
   absl::flat_hash_map<int64_t, OwningChannel<Buffer>*> p2p_cache_;
   WireStats stats_;
 };

@@ -134,11 +134,29 @@ TEST(RingpipeBinary, AllReduceDriverPrintsRowsAndWritesJsonWithNoWrongElements) 
   fs::remove_all(dir);
 }
 
+TEST(RingpipeBinary, AllReduceForwardingFlagsKeepEveryElementRight) {
+  // 32 KiB segments are lent (above the 16 KiB inline limit), so forwarding is in play at n = 4.
+  for (const char* flags : {"--forward=false", "--forward --streaming_min_bytes=0",
+                            "--forward --streaming_min_bytes=1099511627776",
+                            "--in_place --streaming_min_bytes=0"}) {
+    const Result r = RunBinary(std::string("allreduce --ranks=4 --min_bytes=4 --max_bytes=1048576 "
+                                           "--iters=2 --warmup=1 --segment_bytes=32768 ") +
+                               flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.out;
+    EXPECT_NE(r.out.find("# #wrong total: 0"), std::string::npos) << flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(std::string("all-gather forwarding ") +
+                         (std::string(flags) == "--forward=false" ? "off" : "on")),
+              std::string::npos)
+        << r.out;
+  }
+}
+
 TEST(RingpipeBinary, HelpListsEveryAllReduceFlag) {
   const Result r = RunBinary("allreduce --help");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag : {"--ranks", "--min_bytes", "--max_bytes", "--step_factor", "--segment_bytes",
-                           "--codec", "--iters", "--warmup", "--link", "--json"}) {
+                           "--codec", "--iters", "--warmup", "--link", "--json", "--in_place", "--forward",
+                           "--streaming_min_bytes"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }

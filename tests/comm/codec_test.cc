@@ -144,6 +144,23 @@ TEST(Codec, Fp32DecodeAddFindsEveryNonFiniteSumInVectorBodyAndTail) {
   }
 }
 
+TEST(Codec, CopyStreamingCopiesEveryAlignmentAndLength) {
+  std::vector<float> src(10000 + 8), dst(10000 + 8);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  for (size_t offset = 0; offset < 8; ++offset) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{15}, size_t{16}, size_t{17},
+                     size_t{63}, size_t{1000}, size_t{10000}}) {
+      std::fill(dst.begin(), dst.end(), -1.0f);
+      CopyStreaming(src.data() + (7 - offset), n, dst.data() + offset);
+      for (size_t i = 0; i < dst.size(); ++i) {
+        const bool inside = i >= offset && i < offset + n;
+        const float want = inside ? src[7 - offset + (i - offset)] : -1.0f;
+        ASSERT_EQ(dst[i], want) << "offset " << offset << " n " << n << " index " << i;
+      }
+    }
+  }
+}
+
 TEST(Codec, WireBytesCountTheInt8Scale) {
   EXPECT_EQ(SegmentWireBytes(Codec::kFp32, 10), 40u);
   EXPECT_EQ(SegmentWireBytes(Codec::kFp16, 10), 20u);

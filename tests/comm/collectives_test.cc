@@ -1,5 +1,7 @@
 #include "comm/collectives.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -265,6 +267,192 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(size_t{2}, size_t{8}),
                        ::testing::Values(Codec::kFp32, Codec::kInt8)),
     ProtocolName);
+
+// All-gather forwarding (CommunicatorOptions::forward_lends): every lent FP32 segment of the
+// all-gather is forwarded as its owner's view through the n - 2 further hops. Results, bytes and
+// message counts are those of the ring without forwarding; only the `forwarded` counter differs.
+enum class Forwarding { kOff, kPlainStores, kStreamingStores };
+using ForwardParam = std::tuple<int, size_t, Forwarding>;  // ranks, capacity, mode
+class RingForwarding : public ::testing::TestWithParam<ForwardParam> {};
+
+CommunicatorOptions ForwardingOptions(size_t capacity, Forwarding mode) {
+  CommunicatorOptions co;
+  co.channel_capacity = capacity;
+  co.inline_bytes = 0;  // every segment lent
+  co.forward_lends = mode != Forwarding::kOff;
+  co.streaming_min_bytes = mode == Forwarding::kStreamingStores ? 0 : kDefaultStreamingMinBytes;
+  return co;
+}
+
+// Views rank r forwards in one all-gather phase when every lent segment is forwarded.
+uint64_t ExpectedForwards(size_t count, int n, int r, size_t seg_elems) {
+  uint64_t total = 0;
+  for (int s = 1; s <= n - 2; ++s) {
+    total += static_cast<uint64_t>(ring::NumSegments(
+        ChunkRange(count, n, ring::AllGatherSendChunk(n, r, s)).size, seg_elems));
+  }
+  return total;
+}
+
+TEST_P(RingForwarding, AllReduceGivesTheRingOrderBitsAndForwardsEveryLentSegment) {
+  const auto [n, capacity, mode] = GetParam();
+  const size_t count = 10007, seg_elems = 64;
+  auto comm = RankThreads::MakeComm(n, ForwardingOptions(capacity, mode));
+  const CollectiveOptions options{.segment_bytes = seg_elems * 4};
+  std::vector<CollectiveResult> res(static_cast<size_t>(n));
+  for (int call = 0; call < 3; ++call) {
+    std::vector<std::vector<float>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      in[static_cast<size_t>(r)] = RandomInput(count, r + 5 * call);
+      out[static_cast<size_t>(r)] = in[static_cast<size_t>(r)];
+    }
+    auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+      auto& v = out[static_cast<size_t>(r)];
+      auto got = comm->rank(r).AllReduce(v, v, options);
+      if (got.ok()) res[static_cast<size_t>(r)] = *got;
+      return got.status();
+    });
+    RankThreads::ExpectAllOk(status);
+    const std::vector<float> ref = RingOrderSum(in);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(ref.data(), out[static_cast<size_t>(r)].data(), count * 4), 0)
+          << "call " << call << ": rank " << r << " differs from the ring-order sum";
+      const uint64_t expected =
+          mode == Forwarding::kOff ? 0 : ExpectedForwards(count, n, r, seg_elems);
+      EXPECT_EQ(res[static_cast<size_t>(r)].forwarded, expected) << "call " << call << " rank " << r;
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    const size_t own = ChunkRange(count, n, r).size, next = ChunkRange(count, n, (r + 1) % n).size;
+    EXPECT_EQ(comm->rank(r).stats().collective_bytes[0], 3 * 4 * (2 * count - own - next));
+  }
+}
+
+TEST_P(RingForwarding, AllGatherConcatenatesAndForwardsEveryLentSegment) {
+  const auto [n, capacity, mode] = GetParam();
+  const size_t count = 5003, seg_elems = 32;
+  auto comm = RankThreads::MakeComm(n, ForwardingOptions(capacity, mode));
+  std::vector<std::vector<float>> out(static_cast<size_t>(n), std::vector<float>(count, -1.0f));
+  std::vector<CollectiveResult> res(static_cast<size_t>(n));
+  const std::vector<float> full = RandomInput(count, 99);
+  auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+    const ring::Range own = ChunkRange(count, n, r);
+    std::vector<float> in(full.begin() + static_cast<std::ptrdiff_t>(own.begin),
+                          full.begin() + static_cast<std::ptrdiff_t>(own.end()));
+    auto got = comm->rank(r).AllGather(in, out[static_cast<size_t>(r)],
+                                       {.segment_bytes = seg_elems * 4});
+    if (got.ok()) res[static_cast<size_t>(r)] = *got;
+    return got.status();
+  });
+  RankThreads::ExpectAllOk(status);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(std::memcmp(full.data(), out[static_cast<size_t>(r)].data(), count * 4), 0)
+        << "rank " << r;
+    EXPECT_EQ(res[static_cast<size_t>(r)].forwarded,
+              mode == Forwarding::kOff ? 0 : ExpectedForwards(count, n, r, seg_elems))
+        << "rank " << r;
+  }
+}
+
+std::string ForwardName(const ::testing::TestParamInfo<ForwardParam>& info) {
+  static const char* const kModes[] = {"off", "plain", "stream"};
+  return absl::StrCat("n", std::get<0>(info.param), "_cap", std::get<1>(info.param), "_",
+                      kModes[static_cast<int>(std::get<2>(info.param))]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, RingForwarding,
+                         ::testing::Combine(::testing::Values(3, 4, 8),
+                                            ::testing::Values(size_t{2}, size_t{8}),
+                                            ::testing::Values(Forwarding::kOff,
+                                                              Forwarding::kPlainStores,
+                                                              Forwarding::kStreamingStores)),
+                         ForwardName);
+
+TEST(RingForwarding, HoldLimitFallsBackToForwardingOwnCopies) {
+  // max_held_segments 0 never forwards; 1 forwards at most one view at a time per rank and
+  // forwards its own copy otherwise. Both give the ring-order bits.
+  const int n = 8;
+  const size_t count = 20011, seg_elems = 16;
+  for (size_t limit : {size_t{0}, size_t{1}, size_t{3}}) {
+    CommunicatorOptions co = ForwardingOptions(2, Forwarding::kPlainStores);
+    co.max_held_segments = limit;
+    auto comm = RankThreads::MakeComm(n, co);
+    std::vector<std::vector<float>> in(n), out(n);
+    for (int r = 0; r < n; ++r) out[static_cast<size_t>(r)] = in[static_cast<size_t>(r)] =
+        RandomInput(count, r);
+    std::vector<uint64_t> forwarded(n);
+    auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+      auto& v = out[static_cast<size_t>(r)];
+      auto got = comm->rank(r).AllReduce(v, v, {.segment_bytes = seg_elems * 4});
+      if (got.ok()) forwarded[static_cast<size_t>(r)] = got->forwarded;
+      return got.status();
+    });
+    RankThreads::ExpectAllOk(status);
+    const std::vector<float> ref = RingOrderSum(in);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(std::memcmp(ref.data(), out[static_cast<size_t>(r)].data(), count * 4), 0)
+          << "limit " << limit << " rank " << r;
+      if (limit == 0) EXPECT_EQ(forwarded[static_cast<size_t>(r)], 0u);
+      EXPECT_LE(forwarded[static_cast<size_t>(r)], ExpectedForwards(count, n, r, seg_elems));
+    }
+  }
+}
+
+// Stalls rank `stalled`'s sends from its `after`-th message on until the group is aborted: a
+// device that stops mid-collective.
+class StallingLink final : public LinkModel {
+ public:
+  StallingLink(int stalled_device, uint64_t after, Communicator** comm)
+      : device_(stalled_device), after_(after), comm_(comm) {}
+  Nanos Transmit(int src, int, Nanos ready_at, uint64_t) override {
+    if (src == device_ && ++sent_ >= after_) {  // sent_: only the stalled rank's thread
+      while (!(*comm_)->aborted()) std::this_thread::yield();
+    }
+    return ready_at;
+  }
+
+ private:
+  const int device_;
+  const uint64_t after_;
+  Communicator** const comm_;
+  uint64_t sent_ = 0;
+};
+
+TEST(RingForwarding, StallDuringTheAllGatherReleasesEveryRankWithoutWaitingForTimeouts) {
+  // Rank 2 stops during the all-gather while its peers hold forwarded views. Rank 3 notices after
+  // its 100 ms timeout and fails the group; the other ranks wait with a 10 min timeout. Every rank
+  // must then return at once: a failing rank leaves the op before it waits for the readers of its
+  // buffers, so no two ranks wait for each other until their timeouts. The 2 min bound is a
+  // liveness check far above scheduling noise, not a timing claim.
+  const int n = 6;
+  const size_t seg_elems = 64, count = n * seg_elems * 40;  // 40 segments per chunk
+  for (uint64_t after : {uint64_t{5 * 40 + 3}, uint64_t{5 * 40 + 41}, uint64_t{5 * 40 + 150}}) {
+    Communicator* raw = nullptr;
+    StallingLink link(/*stalled_device=*/12, after, &raw);  // group rank 2
+    CommunicatorOptions co = ForwardingOptions(4, Forwarding::kPlainStores);
+    co.link = &link;
+    auto comm = RankThreads::MakeComm(n, co);
+    raw = comm.get();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto status = RankThreads::Run(n, [&](int r) -> absl::Status {
+      std::vector<float> v = IntegerInput(count, r);
+      const auto timeout = r == 3 ? std::chrono::milliseconds(100) : std::chrono::minutes(10);
+      return comm->rank(r)
+          .AllReduce(v, v, {.segment_bytes = seg_elems * 4, .timeout = timeout})
+          .status();
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::minutes(2))
+        << "ranks waited for each other's timeouts";
+    EXPECT_EQ(status[3].code(), absl::StatusCode::kDeadlineExceeded) << status[3];
+    EXPECT_NE(status[3].message().find("waiting for rank 2"), std::string::npos) << status[3];
+    for (int r = 0; r < n; ++r) {
+      if (r == 3) continue;
+      const absl::Status& st = status[static_cast<size_t>(r)];
+      EXPECT_TRUE(st.ok() || st.code() == absl::StatusCode::kAborted) << "rank " << r << ": " << st;
+    }
+    EXPECT_FALSE(status[2].ok()) << "the stalled rank cannot finish";
+  }
+}
 
 TEST(RingAllReduce, ArbitraryFloatsAreIdenticalRunToRun) {
   const int n = 5;
@@ -533,6 +721,16 @@ TEST(Communicator, BadOptionsAreInvalidArgumentNamingTheField) {
                 .status()
                 .message()
                 .find("inline_bytes"),
+            std::string::npos);
+  EXPECT_NE(Communicator::Create({.devices = {0, 1}, .channel_capacity = kMaxChannelCapacity + 1})
+                .status()
+                .message()
+                .find("channel_capacity"),
+            std::string::npos);
+  EXPECT_NE(Communicator::Create({.devices = {0, 1}, .max_held_segments = kMaxMaxHeldSegments + 1})
+                .status()
+                .message()
+                .find("max_held_segments"),
             std::string::npos);
   EXPECT_NE(Communicator::Create({.devices = {0, 1}, .yield_iterations = -1})
                 .status()
