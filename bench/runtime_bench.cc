@@ -20,11 +20,19 @@
 //   times (--benchmark_repetitions) and compare medians over runs.
 //   Rows where devices / wait exceeds what 2 cores can wake (e.g. 256 threads every 10 µs) are
 //   saturated for both methods and say nothing about precision.
+//   BM_WaitLatenessLoaded/devices/wait_us: the same while a forked child process busy-loops (one
+//   CPU of two kept busy by another program, for both methods); WaitUntil's load adaptation
+//   should then run it crowded (counter adapted = 1, ext_load ≈ 0.5).
+//   Before measuring, each benchmark runs one uncounted WaitUntil round (the clock learns its lead
+//   and the host's load, as in the first 0.2 s of an emulation).
 //   BM_WaitLatenessAligned/devices/wait_us: the same, but every thread has phase 0 — all
 //   deadlines identical, all threads due at the same instant. That is bounded by the cost of
 //   waking N threads on 2 cores (~N × a few µs for the last one), whatever the waiting method;
 //   it is reported separately and is not what an emulation does.
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -103,12 +111,50 @@ void RunWaitRound(RealClock& clock, WaitMethod method, int devices, Nanos wait, 
   for (const auto& s : per_thread) out->Merge(s);
 }
 
-void WaitLatenessBenchmark(benchmark::State& state, bool aligned) {
+// A busy child process (another program keeping one CPU busy) for the lifetime of the object.
+class ExternalHog {
+ public:
+  ExternalHog() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      volatile uint64_t x = 0;
+      for (;;) x = x + 1;  // killed by the parent
+    }
+  }
+  ~ExternalHog() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool ok() const { return pid_ > 0; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+void WaitLatenessBenchmark(benchmark::State& state, bool aligned, bool loaded = false) {
   const int devices = static_cast<int>(state.range(0));
   const Nanos wait = FromMicros(static_cast<double>(state.range(1)));
   // About 0.2 s of waiting per round, at least 10 counted waits per thread.
   const int waits = static_cast<int>(std::clamp<int64_t>(FromMillis(200) / wait, 10, 200));
+  std::unique_ptr<ExternalHog> hog;
+  if (loaded) {
+    hog = std::make_unique<ExternalHog>();
+    if (!hog->ok()) {
+      state.SkipWithError("fork failed");
+      return;
+    }
+  }
   auto clock = RealClock::Create({}).value();
+  // One uncounted WaitUntil round first (~0.2 s): the clock learns its lead and the host's load
+  // (two load windows), as it has in an emulation after its first 0.2 s. Runs on threads of its
+  // own, like every round: WaitUntil sets its caller's timer slack, which threads created later
+  // would inherit (sleep_until's baseline with them).
+  {
+    LatenessStats discard;
+    RunWaitRound(*clock, WaitMethod::kWaitUntil, devices, wait, waits, aligned, 0, &discard);
+  }
   LatenessStats wu;
   LatenessStats su;
   int64_t wu_cpu_ns = 0;
@@ -137,6 +183,9 @@ void WaitLatenessBenchmark(benchmark::State& state, bool aligned) {
   state.counters["wu_cpu_us"] = static_cast<double>(wu_cpu_ns) / 1e3 / std::max<double>(1, static_cast<double>(wu.count()));
   state.counters["su_cpu_us"] = static_cast<double>(su_cpu_ns) / 1e3 / std::max<double>(1, static_cast<double>(su.count()));
   state.counters["lead_us"] = us(clock->learned_lead());
+  state.counters["ext_load"] = clock->external_load();
+  state.counters["own_load"] = clock->own_load();
+  state.counters["adapted"] = clock->load_adapted() ? 1 : 0;
   state.counters["waits"] = static_cast<double>(wu.count());
 }
 
@@ -144,6 +193,15 @@ void BM_WaitLateness(benchmark::State& state) { WaitLatenessBenchmark(state, fal
 BENCHMARK(BM_WaitLateness)
     ->ArgNames({"devices", "wait_us"})
     ->ArgsProduct({{1, 64, 256, 1024}, {10, 100, 1000, 10000}})
+    ->Iterations(3)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The same with another process keeping one CPU busy for the whole run (both methods).
+void BM_WaitLatenessLoaded(benchmark::State& state) { WaitLatenessBenchmark(state, false, true); }
+BENCHMARK(BM_WaitLatenessLoaded)
+    ->ArgNames({"devices", "wait_us"})
+    ->ArgsProduct({{1, 64}, {1000, 10000}})
     ->Iterations(3)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

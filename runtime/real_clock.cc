@@ -66,6 +66,19 @@ absl::StatusOr<std::unique_ptr<RealClock>> RealClock::Create(const RealClockOpti
     return absl::InvalidArgumentError(absl::StrCat(
         "RealClockOptions.crowd_threshold must be >= 0, got ", options.crowd_threshold));
   }
+  if (!(options.external_load_threshold > 0 && options.external_load_threshold <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RealClockOptions.external_load_threshold must be in (0, 1], got ",
+                     options.external_load_threshold));
+  }
+  if (!(options.busy_threshold > 0 && options.busy_threshold <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RealClockOptions.busy_threshold must be in (0, 1], got ", options.busy_threshold));
+  }
+  if (options.load_window <= Nanos(0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RealClockOptions.load_window must be > 0, got ", options.load_window.count(), " ns"));
+  }
   if (options.max_spinners < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "RealClockOptions.max_spinners must be >= 0, got ", options.max_spinners));
@@ -76,7 +89,8 @@ absl::StatusOr<std::unique_ptr<RealClock>> RealClock::Create(const RealClockOpti
 RealClock::RealClock(const RealClockOptions& options)
     : options_(options),
       epoch_ns_(SteadyNowNs()),
-      lead_ns_(std::min<int64_t>(kInitialLeadNs, options.max_lead.count())) {}
+      lead_ns_(std::min<int64_t>(kInitialLeadNs, options.max_lead.count())),
+      mode_(options) {}
 
 void RealClock::ResetEpoch() { epoch_ns_.store(SteadyNowNs(), std::memory_order_relaxed); }
 
@@ -152,6 +166,74 @@ void RealClock::LearnLead(int64_t delay_ns) {
 }
 
 Nanos RealClock::WaitUntil(Nanos deadline) {
+  const Nanos late = WaitUntilImpl(deadline);
+  // After the wait, so the sampling (~10 µs, once per window) never adds to a wait's lateness.
+  MaybeSampleLoad();
+  return late;
+}
+
+bool WaitModeController::Next(const WaitWindow& w) {
+  const LoadShares& load = w.load;
+  if (!crowded_) {
+    if (load.external > options_.external_load_threshold ||
+        load.external + load.own > options_.busy_threshold) {
+      crowded_ = true;
+      hold_ = 0;
+    } else if (w.precise_waits >= kMinPreciseWaits &&
+               static_cast<double>(w.precise_late) >
+                   kMaxLateFraction * static_cast<double>(w.precise_waits)) {
+      crowded_ = true;
+      hold_ = backoff_;
+      backoff_ = std::min(2 * backoff_, kMaxHoldWindows);
+    } else if (w.precise_waits >= kMinPreciseWaits) {
+      backoff_ = 1;  // precise waiting works here
+    }
+    return crowded_;
+  }
+  if (hold_ > 0) {
+    --hold_;
+    return crowded_;
+  }
+  const bool room = load.external < options_.external_load_threshold / 2 &&
+                    load.external + 2 * load.own < 0.8 * options_.busy_threshold;
+  crowded_ = !room;
+  return crowded_;
+}
+
+void RealClock::MaybeSampleLoad() {
+#ifdef __linux__
+  if (!options_.adapt_to_load) return;
+  const int64_t now = SteadyNowNs();
+  if (now < next_sample_ns_.load(std::memory_order_relaxed)) return;
+  if (sampling_.exchange(true, std::memory_order_acquire)) return;  // another thread samples
+  if (now >= next_sample_ns_.load(std::memory_order_relaxed)) {
+    absl::StatusOr<LoadSample> sample = ReadLoadSample();
+    if (!sample.ok()) {
+      // No /proc/stat (a sandbox without procfs): stay precise, stop trying.
+      next_sample_ns_.store(INT64_MAX, std::memory_order_relaxed);
+    } else {
+      next_sample_ns_.store(now + options_.load_window.count(), std::memory_order_relaxed);
+      if (have_sample_) {
+        const LoadShares load = MeasureShares(last_sample_, *sample);
+        external_load_permille_.store(static_cast<int>(std::lround(load.external * 1000)),
+                                      std::memory_order_relaxed);
+        own_load_permille_.store(static_cast<int>(std::lround(load.own * 1000)),
+                                 std::memory_order_relaxed);
+        WaitWindow w;
+        w.load = load;
+        w.precise_waits = window_precise_.exchange(0, std::memory_order_relaxed);
+        w.precise_late = window_late_.exchange(0, std::memory_order_relaxed);
+        load_adapted_.store(mode_.Next(w), std::memory_order_relaxed);
+      }
+      last_sample_ = *sample;
+      have_sample_ = true;
+    }
+  }
+  sampling_.store(false, std::memory_order_release);  // pairs with the exchange above
+#endif
+}
+
+Nanos RealClock::WaitUntilImpl(Nanos deadline) {
   const int64_t target = WallOf(deadline).time_since_epoch().count();
   static_assert(std::is_same_v<SteadyClock::duration, Nanos>);
   int64_t now = SteadyNowNs();
@@ -165,7 +247,8 @@ Nanos RealClock::WaitUntil(Nanos deadline) {
     int n_;
   } count(&waiters_);
 
-  if (options_.crowd_threshold > 0 && count.n_ > options_.crowd_threshold) {
+  if ((options_.crowd_threshold > 0 && count.n_ > options_.crowd_threshold) ||
+      load_adapted_.load(std::memory_order_relaxed)) {
     if (options_.timer_slack > Nanos(0)) SetThreadTimerSlack(Nanos(0));
     if (!SleepUntil(target)) return Nanos(0);
     return ToModeledLateness(SteadyNowNs() - target);
@@ -202,6 +285,12 @@ Nanos RealClock::WaitUntil(Nanos deadline) {
     } else {
       if (!SleepUntil(target)) return Nanos(0);
       now = SteadyNowNs();
+    }
+  }
+  if (options_.adapt_to_load) {
+    window_precise_.fetch_add(1, std::memory_order_relaxed);
+    if (now - target > WaitModeController::kPreciseLateNs) {
+      window_late_.fetch_add(1, std::memory_order_relaxed);
     }
   }
   return ToModeledLateness(now - target);

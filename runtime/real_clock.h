@@ -28,6 +28,16 @@
 //     wake-up per wait costs more CPU than there is (measured: p99 of 40-270 ms with 1 ns slack
 //     vs < 1 ms with default slack, 1024 threads on 10 ms periods; see docs/runtime.md).
 //
+//   Busy host (adapt_to_load, Linux): after a wait, once per load_window, one waiter samples the
+//     host's CPU time (rp::CpuLoad: the share of all CPUs other processes used, and this
+//     process's share). Precise waiting costs CPU — a 10 µs slack means more timer interrupts, a
+//     spin burns its lead; about twice a plain sleep's CPU per wait (measured, 64 devices × 1 ms)
+//     — and on a host with none to spare that CPU is taken from the threads being woken: with one
+//     external busy process on 2 cores, precise mode's p99 was 2-7× plain sleep_until's; with 64
+//     devices × 100 µs waits (more wake-ups than 2 cores serve one by one) its median was 5×
+//     worse. The rules (rp::WaitModeController) switch waits to crowded mode while the host is
+//     busy or precise waits keep ending late, and back once there is room again.
+//
 // Guarantees: WaitUntil never returns before wall(deadline) unless the clock is shut down (then
 // it returns 0 at once, also for waits already sleeping: Shutdown wakes them). Lateness is
 // measured after the wait and returned in modeled time: (now − wall(deadline)) / time_scale. A
@@ -51,6 +61,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/clock.h"
+#include "runtime/cpu_load.h"
 #include "runtime/time.h"
 
 namespace rp {
@@ -76,12 +87,59 @@ struct RealClockOptions {
   // Crowded mode above this many threads inside WaitUntil at once (see the header comment).
   // 0 disables crowded mode.
   int crowd_threshold = 128;
+  // Load adaptation (see the header comment). No effect off Linux.
+  bool adapt_to_load = true;
+  // Share of all CPUs' time used by other processes above which waits run crowded, in (0, 1].
+  double external_load_threshold = 0.25;
+  // Share of all CPUs' time busy (others + this process) above which waits run crowded, (0, 1].
+  double busy_threshold = 0.85;
+  // How often the load is sampled, > 0. The kernel counts CPU time in ticks of 10 ms (USER_HZ
+  // 100), so 100 ms on 2 CPUs resolves the load to 1/20.
+  Nanos load_window = FromMillis(100);
+};
+
+// What one load window saw (RealClock's load adaptation).
+struct WaitWindow {
+  LoadShares load;            // CPU shares over the window
+  uint64_t precise_waits = 0;  // waits that ran precise
+  uint64_t precise_late = 0;   // of which ended more than kPreciseLateNs late
+};
+
+// The load adaptation's state machine (see the header comment), separate from the clock so it
+// can be driven with made-up windows. Not thread-safe (the clock's sampler owns it).
+//   precise -> crowded: external > external_load_threshold, or external + own > busy_threshold,
+//     or (at least kMinPreciseWaits precise waits and) more than kMaxLateFraction of them late:
+//     precise waiting is failing whatever the CPU figures say (e.g. 64 devices × 100 µs: timer
+//     coalescing is all that keeps up). A lateness switch holds crowded mode for `hold` windows,
+//     doubling (up to kMaxHoldWindows) at each lateness switch and reset by a good precise window,
+//     so a host where precise waiting keeps failing spends ever less time trying it.
+//   crowded -> precise: hold over, external < external_load_threshold / 2 and external + 2 × own
+//     < 0.8 × busy_threshold (crowded waits cost about half a precise one's CPU).
+class WaitModeController {
+ public:
+  static constexpr int64_t kPreciseLateNs = 250'000;
+  static constexpr double kMaxLateFraction = 0.05;
+  static constexpr uint64_t kMinPreciseWaits = 64;
+  static constexpr int kMaxHoldWindows = 64;
+
+  explicit WaitModeController(const RealClockOptions& options) : options_(options) {}
+  // Feeds one window; returns whether the next window runs crowded.
+  bool Next(const WaitWindow& w);
+  bool crowded() const { return crowded_; }
+  int hold() const { return hold_; }
+
+ private:
+  const RealClockOptions options_;
+  bool crowded_ = false;
+  int hold_ = 0;     // crowded windows left before the exit rule is checked
+  int backoff_ = 1;  // hold of the next lateness switch
 };
 
 class RealClock final : public Clock {
  public:
   // Validates `options` (time_scale > 0 and finite, max_lead >= 0, lead_quantile in (0, 1),
-  // max_spinners >= 0, crowd_threshold >= 0).
+  // max_spinners >= 0, crowd_threshold >= 0, external_load_threshold and busy_threshold in
+  // (0, 1], load_window > 0).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RealClock>> Create(
       const RealClockOptions& options);
 
@@ -101,6 +159,18 @@ class RealClock final : public Clock {
   std::chrono::steady_clock::time_point WallOf(Nanos t) const;
   // The currently learned lead, in wall time (diagnostics and benchmarks).
   Nanos learned_lead() const { return Nanos(lead_ns_.load(std::memory_order_relaxed)); }
+  // Other processes' and this process's shares of the CPUs in the last completed load window,
+  // or -1 before the first (diagnostics).
+  double external_load() const {
+    const int p = external_load_permille_.load(std::memory_order_relaxed);
+    return p < 0 ? -1.0 : p / 1000.0;
+  }
+  double own_load() const {
+    const int p = own_load_permille_.load(std::memory_order_relaxed);
+    return p < 0 ? -1.0 : p / 1000.0;
+  }
+  // True while waits run crowded because the host is busy.
+  bool load_adapted() const { return load_adapted_.load(std::memory_order_relaxed); }
 
   // Sets the calling thread's timer slack (Linux; no-op elsewhere); Nanos(0) restores the
   // thread's default (50 µs). Makes the system call only when the thread's slack changes.
@@ -108,6 +178,9 @@ class RealClock final : public Clock {
 
  private:
   explicit RealClock(const RealClockOptions& options);
+  Nanos WaitUntilImpl(Nanos deadline);
+  // Samples the host's load if a window has passed (one thread at a time; see the header).
+  void MaybeSampleLoad();
   // Sleeps until steady_clock time `until_ns` or Shutdown(). Returns false if shut down.
   bool SleepUntil(int64_t until_ns) const;
   // Feeds one observed wake-up delay of a precise sleep into the learned lead.
@@ -121,6 +194,21 @@ class RealClock final : public Clock {
   alignas(64) std::atomic<int64_t> lead_ns_;
   alignas(64) std::atomic<int> spinners_{0};
   alignas(64) std::atomic<int> waiters_{0};
+  // Load adaptation. The thread that wins sampling_ (exchange, acquire) owns last_sample_ and
+  // have_sample_ until it releases the flag (store, release); the mode and the load figure are
+  // relaxed hints read by every waiter.
+  alignas(64) std::atomic<int64_t> next_sample_ns_{0};
+  std::atomic<bool> sampling_{false};
+  LoadSample last_sample_;
+  bool have_sample_ = false;
+  WaitModeController mode_;
+  // Precise waits of the current window, and how many ended late (relaxed counters, swapped to
+  // zero by the sampler).
+  alignas(64) std::atomic<uint64_t> window_precise_{0};
+  std::atomic<uint64_t> window_late_{0};
+  std::atomic<bool> load_adapted_{false};
+  std::atomic<int> external_load_permille_{-1};
+  std::atomic<int> own_load_permille_{-1};
 };
 
 }  // namespace rp

@@ -2,10 +2,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/cpu_load.h"
 #include "runtime/lateness.h"
 #include "runtime/real_clock.h"
 #include "runtime/virtual_clock.h"
@@ -54,7 +56,158 @@ TEST(RealClock, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RealClock::Create({.crowd_threshold = -1}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  for (double bad : {0.0, -0.5, 1.5}) {
+    auto ext = RealClock::Create({.external_load_threshold = bad});
+    EXPECT_NE(ext.status().message().find("external_load_threshold"), std::string::npos) << bad;
+    auto busy = RealClock::Create({.busy_threshold = bad});
+    EXPECT_NE(busy.status().message().find("busy_threshold"), std::string::npos) << bad;
+  }
+  EXPECT_NE(RealClock::Create({.load_window = Nanos(0)}).status().message().find("load_window"),
+            std::string::npos);
 }
+
+// ---- Load adaptation ----
+
+TEST(CpuLoad, ParsesTheAggregateCpuLine) {
+  // user nice system idle iowait irq softirq steal guest guest_nice
+  auto t = ParseProcStatCpu("cpu  100 2 30 500 7 1 4 6 50 0\ncpu0 50 1 15 250 3 0 2 3 25 0\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->busy, 100u + 2 + 30 + 1 + 4 + 6);  // guest is already inside user
+  EXPECT_EQ(t->total, t->busy + 500 + 7);
+  auto old_kernel = ParseProcStatCpu("cpu 1 2 3 4");  // four fields: the rest count as 0
+  ASSERT_TRUE(old_kernel.ok()) << old_kernel.status();
+  EXPECT_EQ(old_kernel->busy, 6u);
+  EXPECT_EQ(old_kernel->total, 10u);
+}
+
+TEST(CpuLoad, RejectsMalformedInput) {
+  EXPECT_NE(ParseProcStatCpu("intr 1 2 3").status().message().find("cpu"), std::string::npos);
+  EXPECT_NE(ParseProcStatCpu("cpu 1 2 x 4").status().message().find("field 3"),
+            std::string::npos);
+  EXPECT_NE(ParseProcStatCpu("cpu 1 2 3").status().message().find("3 fields"),
+            std::string::npos);
+  EXPECT_EQ(ParseProcStatCpu("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuLoad, SharesSplitBusyTimeIntoThisProcessAndOthers) {
+  // 2 CPUs × 1 s = 200 ticks of 10 ms; 120 busy; this process used 0.4 s.
+  const LoadSample a{.cpu = {.busy = 1000, .total = 5000}, .process_cpu_ns = 7'000'000'000};
+  const LoadSample b{.cpu = {.busy = 1120, .total = 5200}, .process_cpu_ns = 7'400'000'000};
+  const LoadShares s = MeasureShares(a, b, 10'000'000);
+  EXPECT_DOUBLE_EQ(s.own, 0.2);
+  EXPECT_DOUBLE_EQ(s.external, 0.4);
+  // No tick elapsed: nothing to say.
+  const LoadShares none = MeasureShares(a, a, 10'000'000);
+  EXPECT_EQ(none.own, 0);
+  EXPECT_EQ(none.external, 0);
+  // The process clock (ns) outran the tick count: own is capped at busy, external is 0.
+  const LoadSample c{.cpu = {.busy = 1010, .total = 5200}, .process_cpu_ns = 8'000'000'000};
+  const LoadShares capped = MeasureShares(a, c, 10'000'000);
+  EXPECT_DOUBLE_EQ(capped.own, 0.05);
+  EXPECT_EQ(capped.external, 0);
+}
+
+TEST(CpuLoad, ReadsThisHost) {
+  auto a = ReadLoadSample();
+#ifdef __linux__
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_GT(a->cpu.total, 0u);
+  EXPECT_GE(a->cpu.total, a->cpu.busy);
+  auto b = ReadLoadSample();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_GE(b->cpu.total, a->cpu.total);
+  EXPECT_GE(b->process_cpu_ns, a->process_cpu_ns);
+#else
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kUnimplemented);
+#endif
+}
+
+WaitWindow Window(double external, double own, uint64_t waits = 0, uint64_t late = 0) {
+  return WaitWindow{.load = {.external = external, .own = own},
+                    .precise_waits = waits,
+                    .precise_late = late};
+}
+
+TEST(WaitModeController, ExternalOrTotalLoadSwitchesToCrowdedAndRoomSwitchesBack) {
+  WaitModeController m(RealClockOptions{});  // thresholds 0.25 external, 0.85 busy
+  EXPECT_FALSE(m.Next(Window(0.2, 0.6, 1000, 0)));
+  EXPECT_TRUE(m.Next(Window(0.3, 0.1)));  // another process took 30 % of the CPUs
+  EXPECT_TRUE(m.Next(Window(0.2, 0.1)));  // not below half the threshold yet
+  EXPECT_TRUE(m.Next(Window(0.1, 0.3)));  // 0.1 + 2 × 0.3 = 0.7 >= 0.8 × 0.85
+  EXPECT_FALSE(m.Next(Window(0.1, 0.2)));  // 0.1 + 0.4 < 0.68: room for precise waits
+  EXPECT_TRUE(m.Next(Window(0.0, 0.9)));   // this process alone saturates the host
+  EXPECT_EQ(m.hold(), 0);
+}
+
+TEST(WaitModeController, LateWaitsSwitchWithAHoldThatDoublesUntilAGoodWindow) {
+  WaitModeController m(RealClockOptions{});
+  // Too few waits to judge: no switch, however late.
+  EXPECT_FALSE(m.Next(Window(0, 0.1, WaitModeController::kMinPreciseWaits - 1, 60)));
+  // 6 % late: crowded for 1 window of hold, then back (plenty of room).
+  EXPECT_TRUE(m.Next(Window(0, 0.1, 100, 6)));
+  EXPECT_EQ(m.hold(), 1);
+  EXPECT_TRUE(m.Next(Window(0, 0.05)));
+  EXPECT_FALSE(m.Next(Window(0, 0.05)));
+  // Late again: the hold doubles (2), then 4.
+  EXPECT_TRUE(m.Next(Window(0, 0.1, 100, 50)));
+  EXPECT_EQ(m.hold(), 2);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(m.Next(Window(0, 0.05)));
+  EXPECT_FALSE(m.Next(Window(0, 0.05)));
+  EXPECT_TRUE(m.Next(Window(0, 0.1, 100, 50)));
+  EXPECT_EQ(m.hold(), 4);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(m.Next(Window(0, 0.05)));
+  EXPECT_FALSE(m.Next(Window(0, 0.05)));
+  // A good precise window (5 % late is not more than 5 %) resets the hold to 1.
+  EXPECT_FALSE(m.Next(Window(0, 0.1, 100, 5)));
+  EXPECT_TRUE(m.Next(Window(0, 0.1, 100, 50)));
+  EXPECT_EQ(m.hold(), 1);
+}
+
+TEST(WaitModeController, HoldIsCapped) {
+  WaitModeController m(RealClockOptions{});
+  int hold = 0;
+  for (int round = 0; round < 12; ++round) {
+    ASSERT_TRUE(m.Next(Window(0, 0.1, 1000, 1000)));
+    hold = m.hold();
+    for (int i = 0; i < hold; ++i) ASSERT_TRUE(m.Next(Window(0, 0.05)));
+    ASSERT_FALSE(m.Next(Window(0, 0.05)));
+  }
+  EXPECT_EQ(hold, WaitModeController::kMaxHoldWindows);
+}
+
+#ifdef __linux__
+TEST(RealClock, BusyHostSwitchesToCrowdedWaitsThatAreNeverEarly) {
+  // busy_threshold 1e-6: any CPU time at all in a window counts as a busy host. Each round burns
+  // 30 ms of CPU (three 10 ms ticks) and then waits; the sampler runs after waits, every 1 ms.
+  auto clock = RealClock::Create({.busy_threshold = 1e-6, .load_window = FromMillis(1)}).value();
+  bool adapted = false;
+  for (int round = 0; round < 20 && !adapted; ++round) {
+    const auto burn_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+    volatile uint64_t x = 0;
+    while (std::chrono::steady_clock::now() < burn_until) x = x + 1;
+    const Nanos deadline = clock->Now() + FromMillis(2);
+    const Nanos late = clock->WaitUntil(deadline);
+    EXPECT_GE(std::chrono::steady_clock::now(), clock->WallOf(deadline));
+    EXPECT_GE(late, Nanos(0));
+    adapted = clock->load_adapted();
+  }
+  EXPECT_TRUE(adapted) << "own share " << clock->own_load();
+  EXPECT_GE(clock->own_load(), 0.0);
+  // Crowded waits keep the contract.
+  for (int k = 0; k < 5; ++k) {
+    const Nanos deadline = clock->Now() + FromMicros(700);
+    clock->WaitUntil(deadline);
+    EXPECT_GE(std::chrono::steady_clock::now(), clock->WallOf(deadline));
+  }
+  // Without adaptation the mode never changes.
+  auto fixed = RealClock::Create({.adapt_to_load = false, .busy_threshold = 1e-6,
+                                  .load_window = FromMillis(1)})
+                   .value();
+  for (int k = 0; k < 5; ++k) fixed->WaitUntil(fixed->Now() + FromMillis(12));
+  EXPECT_FALSE(fixed->load_adapted());
+  EXPECT_EQ(fixed->external_load(), -1.0);
+}
+#endif
 
 // Many threads on staggered periodic deadlines, in the precise regime (crowd_threshold above the
 // thread count) and the crowded one (threshold 2): no wait ever returns before its deadline's
