@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -59,12 +60,14 @@ std::vector<double> StragglerFactors(const FaultPlan& faults, int world) {
 
 namespace {
 
-// p2p link model: arrival = ready + LinkParams::Duration(the op's MODELED bytes) on the class of the
-// two devices (no contention, as schedule::Predict). The sender sets the modeled bytes for its thread
-// right before comm's Send, which calls Transmit on the sender's thread (comm/channel.h).
+// p2p link model, as schedule::Predict: a directed link carries one message at a time, so a message
+// departs at max(ready, the link's previous arrival) and arrives LinkParams::Duration(the op's
+// MODELED bytes) later, on the class of the two devices. The sender sets the modeled bytes for its
+// thread right before comm's Send, which calls Transmit on the sender's thread (comm/channel.h).
 thread_local uint64_t tl_model_bytes = 0;
-// The sender's step, for kSlowLink faults (set with tl_model_bytes).
+// The sender's step, for kSlowLink faults, and whether it sends a gradient (set with the bytes).
 thread_local int tl_step = 0;
+thread_local bool tl_grad = false;
 
 // A kSlowLink fault in device ids.
 struct SlowLinkFault {
@@ -77,7 +80,25 @@ class PlanLinkModel final : public LinkModel {
   PlanLinkModel(LinkSpec spec, std::vector<DegradedLink> degraded, std::vector<SlowLinkFault> slow)
       : spec_(spec), degraded_(std::move(degraded)), slow_(std::move(slow)) {}
   Nanos Transmit(int src, int dst, Nanos ready_at, uint64_t) override {
-    return ready_at + Duration(src, dst, tl_model_bytes, tl_step);
+    const Nanos wire = Duration(src, dst, tl_model_bytes, tl_step);
+    MutexLock lock(&mu_);
+    DirectedLink& link = links_[{src, dst}];
+    const Nanos arrival = std::max(ready_at, link.free_at) + wire;
+    link.free_at = arrival;
+    link.flights[tl_grad ? 1 : 0].push_back(arrival - ready_at);
+    return arrival;
+  }
+  // The flight time (arrival − ready: wire time plus the wait for the link) of the oldest message
+  // src → dst of that kind whose flight was not taken yet. Receivers take them in their channel's
+  // FIFO order, which is the order the sender transmitted them.
+  Nanos TakeFlight(int src, int dst, bool grad) {
+    MutexLock lock(&mu_);
+    auto it = links_.find({src, dst});
+    if (it == links_.end() || it->second.flights[grad ? 1 : 0].empty()) return Nanos(0);
+    std::deque<Nanos>& q = it->second.flights[grad ? 1 : 0];
+    const Nanos f = q.front();
+    q.pop_front();
+    return f;
   }
   // The healthy link class's time for `bytes`.
   Nanos ClassDuration(int src, int dst, uint64_t bytes) const {
@@ -106,9 +127,15 @@ class PlanLinkModel final : public LinkModel {
   bool is_ideal() const override { return false; }
 
  private:
+  struct DirectedLink {
+    Nanos free_at{0};                 // arrival of the last message on the link
+    std::deque<Nanos> flights[2];     // activations, gradients: flights not yet taken
+  };
   const LinkSpec spec_;
   const std::vector<DegradedLink> degraded_;  // device ids
   const std::vector<SlowLinkFault> slow_;     // device ids
+  Mutex mu_;
+  std::map<std::pair<int, int>, DirectedLink> links_ ABSL_GUARDED_BY(mu_);
 };
 
 // A modeled-time rendezvous of a fixed group: round r returns the max of the members' values once
@@ -651,6 +678,7 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         const int64_t w0 = dev.WallNow();
         tl_model_bytes = op.bytes;
         tl_step = step;
+        tl_grad = grad;
         d.waiting = {peer_rank};  // a full channel waits for the receiver
         absl::StatusOr<Nanos> arrival =
             (grad ? grad_comm : act_comm).Send(op.peer, std::move(buf), ready, o.watchdog_timeout);
@@ -679,7 +707,7 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         Tensor t(rows, rows > 0 ? n / rows : 0, std::move(*r->buffer));
         (grad ? d.grads : d.acts)[{op.micro_batch, k}] = Pending{std::move(t), r->arrival};
         const int src_dev = grid->DeviceOf(peer_rank), dst_dev = grid->DeviceOf(d.rank);
-        const Nanos link_time = link->Duration(src_dev, dst_dev, op.bytes, step);
+        const Nanos link_time = link->TakeFlight(src_dev, dst_dev, grad);
         if (const double f = link->Factor(src_dev, dst_dev, step);
             f != 1.0 && !d.slow_in.contains(peer_rank)) {
           d.slow_in[peer_rank] = {step, f};

@@ -35,7 +35,8 @@
 //
 // Timing model agreement: the executor builds the predictor's PredictOptions from the same fields
 // (links, dp ring: codec + segment bytes; tp ring: fp32 + segment bytes) and calls
-// schedule::Predict on the same program and cost model; links have no contention in both.
+// schedule::Predict on the same program and cost model; in both, a directed p2p link carries one
+// message at a time (a message waits for the previous one on its link).
 //
 // Correctness (tests/schedule/executor_test.cc): with FP32 communication the loss curve follows
 // rp::ReferenceTrainer (bit-identical to the partitioned serial emulation when dp <= 2 and

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
@@ -48,7 +49,7 @@ struct RankCosts {
 
 struct Message {
   Nanos arrival;
-  Nanos link;
+  Nanos link;  // arrival − the send's start: the wire time plus any wait for the link
 };
 
 // Simulates the p·TP devices of one DP replica up to (not including) their optimizer step.
@@ -159,9 +160,13 @@ class ReplicaSim {
           const int p = prog_.num_ranks;
           const int dst = op.peer * tp_ + t_idx;
           const LinkParams& lp = op.peer == (s + 1) % p ? links_.to_next[l] : links_.to_prev[l];
-          const Nanos link = lp.Duration(op.bytes);
-          channels_[dst * 2 + (grad ? 1 : 0)].q.push_back(Message{d.t + link, link});
-          tl[d.pc] = {d.t, d.t + link};
+          // The directed link carries one message at a time: this one starts once the previous
+          // one on it has arrived.
+          Nanos& free_at = link_free_[static_cast<int64_t>(l) * static_cast<int64_t>(dev_.size()) + dst];
+          const Nanos arrival = std::max(d.t, free_at) + lp.Duration(op.bytes);
+          free_at = arrival;
+          channels_[dst * 2 + (grad ? 1 : 0)].q.push_back(Message{arrival, arrival - d.t});
+          tl[d.pc] = {d.t, arrival};
           Wake(dst);
           break;
         }
@@ -240,6 +245,7 @@ class ReplicaSim {
   const PredictOptions& opts_;
   std::vector<Dev> dev_;
   std::vector<Channel> channels_;  // [l·2 + (grad ? 1 : 0)]: messages to device l
+  absl::flat_hash_map<int64_t, Nanos> link_free_;  // [src·n + dst]: when the directed link is free
   std::vector<int> tp_count_;
   std::vector<Nanos> tp_max_;
   std::vector<std::pair<uint64_t, Nanos>> tp_cache_;

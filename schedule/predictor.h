@@ -4,9 +4,11 @@
 //   - each device has one compute stream: compute ops (F, B, Bi, W, optimizer) run back to back, each
 //     for its CostModel time; a kTpAllReduce blocks the stream until every TP-group member has reached
 //     it, then takes the ring cost over the TP group;
-//   - a send leaves when the device reaches it (after the op it sends) and arrives
-//     LinkParams::Duration(bytes) later (link class from the grid's placement); sends never block and
-//     links are not shared (no contention model); a receive waits for its message's arrival;
+//   - a send is posted when the device reaches it (after the op it sends) and never blocks the
+//     device; each directed device-to-device link carries one message at a time, so the message
+//     departs when the link is free (the previous message on it has arrived) and arrives
+//     LinkParams::Duration(bytes) later (link class from the grid's placement); a receive waits for
+//     its message's arrival;
 //   - gradient buckets (kAllReduce) go on the device's comm stream: bucket b of the DP group starts when
 //     every member has enqueued it and bucket b−1 is done, and lasts RingAllReduceCost over the DP group
 //     (ring in DP order, at its slowest link class); kOptimizerStep waits for the device's last bucket.
@@ -20,8 +22,8 @@
 //
 // Metrics (DESIGN.md): step time = 0 to the last op end; per device busy = compute time, bubble = step −
 // busy, bubble_over_total = bubble / step, bubble_over_ideal = bubble / busy; comm = link time of the
-// messages it receives + its TP and DP all-reduce time; exposed = the part of receive waits covered by
-// the message's link time + TP all-reduce time + the optimizer's wait for the all-reduce; overlap =
+// messages it receives (arrival − the send's start: wire time plus any wait for a busy link) + its TP
+// and DP all-reduce time; exposed = the part of receive waits covered by the message's link time + TP all-reduce time + the optimizer's wait for the all-reduce; overlap =
 // 1 − exposed / comm (1 when comm = 0); T1 = all F/B/W time of all devices + one replica's optimizer time.
 //
 // Errors: Validate's, plus InvalidArgument when the grid's pp differs from the program's ranks, the cost

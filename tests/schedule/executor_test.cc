@@ -170,6 +170,31 @@ TEST(Executor, S1ModeledStepMatchesClosedForm) {
   EXPECT_DOUBLE_EQ(r->devices[0].exposed_comm_ms, 40.0);
 }
 
+// Link queueing is emulated and predicted alike: GPipe with transfers slower than compute, so
+// activations and gradients wait for their link (see the predictor's golden test).
+TEST(Executor, LinkQueueingIsEmulatedAndPredictedAlike) {
+  const int m = 4;
+  absl::StatusOr<Program> prog = BuildGPipe({.num_ranks = 2, .num_micro_batches = m,
+                                             .activation_bytes = 4096, .gradient_bytes = 4096});
+  ASSERT_TRUE(prog.ok());
+  ExecutorOptions o;
+  o.grid = {.dp = 1, .pp = 2, .tp = 1};
+  o.program = *prog;
+  o.cost = CostModel::Uniform({.forward = FromMillis(1), .backward = FromMillis(2)});
+  o.links.intra_node = {.alpha = FromMillis(10), .bandwidth_gbps = 0};
+  o.virtual_time = true;
+  o.steps = 2;
+  o.run_reference = false;
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  absl::StatusOr<RunResult> r = (*ex)->Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->predicted_step_ms, 2 * (1 + 2) + 2 * m * 10.0);
+  EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
+  // Stage 1's received link time includes the queueing: sum over j of (j + 1) L − j F.
+  EXPECT_DOUBLE_EQ(r->devices[1].comm_ms, 10 + 19 + 28 + 37.0);
+}
+
 // A straggler is emulated and predicted alike: on the virtual clock measured == predicted, and the
 // step grows with the factor.
 TEST(Executor, StragglerIsEmulatedAndPredictedAlike) {

@@ -190,6 +190,39 @@ TEST(Predictor, PointToPointLatencyIsExposedOnTheCriticalPath) {
   EXPECT_EQ(tl[0].end, kF + hop);
 }
 
+// A directed link carries one message at a time. GPipe on 2 stages with transfers (L) slower than
+// F and B: activation j leaves stage 0 when activation j − 1 has arrived, so it arrives at
+// F + (j + 1) L; stage 1's last forward ends at 2F + mL, its gradients queue the same way, and the
+// step is 2(F + B) + 2mL (free links would give about (m + 1)(F + B) + 2L).
+TEST(Predictor, MessagesOnOneLinkQueueBehindEachOther) {
+  const int m = 4;
+  const Nanos F = FromMillis(1), B = FromMillis(2), L = FromMillis(10);
+  auto prog = BuildGPipe({.num_ranks = 2, .num_micro_batches = m, .activation_bytes = 4096,
+                          .gradient_bytes = 4096});
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  PredictOptions opts;
+  opts.links.intra_node = {.alpha = L, .bandwidth_gbps = 0};  // every message takes L
+  const ParallelGrid grid = Grid({.pp = 2});
+  const Prediction pred =
+      MustPredict(*prog, grid, CostModel::Uniform({.forward = F, .backward = B}), opts);
+  EXPECT_EQ(pred.step_time, 2 * (F + B) + 2 * m * L);
+  // Stage 0's sends: posted after each forward, arriving one L after the previous arrival.
+  int j = 0;
+  const auto& tl0 = pred.Timeline(grid, 0);
+  for (size_t i = 0; i < prog->ranks[0].size(); ++i) {
+    if (prog->ranks[0][i].kind != OpKind::kSendAct) continue;
+    EXPECT_EQ(tl0[i].start, (j + 1) * F) << "send " << j;
+    EXPECT_EQ(tl0[i].end, F + (j + 1) * L) << "send " << j;
+    ++j;
+  }
+  EXPECT_EQ(j, m);
+  // Stage 1 receives m activations; each one's link time includes its wait for the link, so the
+  // whole receive wait counts as communication: F + jL − jF of waiting for activation j.
+  Nanos comm{0};
+  for (int k = 0; k < m; ++k) comm += (k + 1) * L - k * F;
+  EXPECT_EQ(pred.devices[1].comm, comm);
+}
+
 TEST(Predictor, TensorParallelAllReduceAddsToEveryForwardAndBackward) {
   const int p = 3, m = 5;
   auto prog = BuildOneFOneB({.num_ranks = p, .num_micro_batches = m, .tp_allreduce_bytes = 4096});
