@@ -266,6 +266,7 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
                    {"p50", Ms(run->lateness.Quantile(0.5))},
                    {"p99", Ms(run->lateness.Quantile(0.99))},
                    {"max", Ms(run->lateness.max())}}},
+                 {"clock_waits", {{"total", run->clock_waits}, {"crowded", run->clock_crowded_waits}}},
                  {"faults", run->faults}};
   } else {
     r["step_time_ms"] = {{"predicted", predicted_ms}};
@@ -468,6 +469,14 @@ std::string RenderReport(const json& r, size_t max_device_rows) {
                     " ms of real work beyond modeled time); wait lateness p50 ", Fmt("%.3f", D(l, "p50")),
                     " p99 ", Fmt("%.3f", D(l, "p99")), " max ", Fmt("%.3f", D(l, "max")), " ms over ",
                     l.value("count", uint64_t{0}), " waits\n");
+    const uint64_t waits = h.contains("clock_waits") ? h["clock_waits"].value("total", uint64_t{0}) : 0;
+    const uint64_t crowded =
+        h.contains("clock_waits") ? h["clock_waits"].value("crowded", uint64_t{0}) : 0;
+    if (crowded > 0 && waits > 0) {
+      absl::StrAppend(&out, "      ", Fmt("%.1f", 100.0 * static_cast<double>(crowded) / static_cast<double>(waits)),
+                      " % of clock waits ran crowded (busy host or > 128 waiting devices: plain sleeps, "
+                      "less precise)\n");
+    }
   }
   return out;
 }

@@ -238,6 +238,7 @@ Nanos RealClock::WaitUntilImpl(Nanos deadline) {
   static_assert(std::is_same_v<SteadyClock::duration, Nanos>);
   int64_t now = SteadyNowNs();
   if (now >= target || is_shut_down()) return Nanos(0);
+  waits_.fetch_add(1, std::memory_order_relaxed);
   // Counts this thread among the waiters for the whole wait.
   struct WaiterCount {
     explicit WaiterCount(std::atomic<int>* c)
@@ -249,6 +250,7 @@ Nanos RealClock::WaitUntilImpl(Nanos deadline) {
 
   if ((options_.crowd_threshold > 0 && count.n_ > options_.crowd_threshold) ||
       load_adapted_.load(std::memory_order_relaxed)) {
+    crowded_waits_.fetch_add(1, std::memory_order_relaxed);
     if (options_.timer_slack > Nanos(0)) SetThreadTimerSlack(Nanos(0));
     if (!SleepUntil(target)) return Nanos(0);
     return ToModeledLateness(SteadyNowNs() - target);

@@ -171,6 +171,10 @@ class RealClock final : public Clock {
   }
   // True while waits run crowded because the host is busy.
   bool load_adapted() const { return load_adapted_.load(std::memory_order_relaxed); }
+  // Waits so far that slept (deadline not yet passed), and how many of them ran crowded (more
+  // than crowd_threshold waiters, or a busy host). Approximate while waits run.
+  uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
+  uint64_t crowded_waits() const { return crowded_waits_.load(std::memory_order_relaxed); }
 
   // Sets the calling thread's timer slack (Linux; no-op elsewhere); Nanos(0) restores the
   // thread's default (50 µs). Makes the system call only when the thread's slack changes.
@@ -206,6 +210,8 @@ class RealClock final : public Clock {
   // zero by the sampler).
   alignas(64) std::atomic<uint64_t> window_precise_{0};
   std::atomic<uint64_t> window_late_{0};
+  std::atomic<uint64_t> waits_{0};
+  std::atomic<uint64_t> crowded_waits_{0};
   std::atomic<bool> load_adapted_{false};
   std::atomic<int> external_load_permille_{-1};
   std::atomic<int> own_load_permille_{-1};

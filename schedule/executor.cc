@@ -1327,6 +1327,10 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     res.overruns += st.overruns;
     res.devices.push_back(rep);
   }
+  if (real_clock) {
+    res.clock_waits = real_clock->waits();
+    res.clock_crowded_waits = real_clock->crowded_waits();
+  }
 
   if (o.run_reference) {
     ReferenceOptions ro{.model = o.model, .layout = layout, .optimizer = o.optimizer,

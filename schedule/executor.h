@@ -219,6 +219,10 @@ struct RunResult {
   // Host figures.
   LatenessStats lateness;  // merged over devices and streams (modeled ns)
   uint64_t overruns = 0;
+  // Real clock: waits that slept, and how many ran crowded (a busy host or > 128 waiters: plain
+  // sleeps, less precise; see rp::RealClock). 0 on the virtual clock.
+  uint64_t clock_waits = 0;
+  uint64_t clock_crowded_waits = 0;
   double wall_seconds = 0;  // Cluster::Run wall time
   bool virtual_time = false;
   double time_scale = 1.0;

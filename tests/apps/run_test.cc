@@ -105,7 +105,7 @@ TEST(RunCommand, DefaultRunTrainsFarAboveChanceAndWritesEveryDocumentedKey) {
     }
     EXPECT_GT(d["wire_bytes"].get<double>(), 0);
   }
-  for (const char* key : {"overruns", "wait_lateness_ms", "wall_seconds"}) EXPECT_TRUE(j["host"].contains(key));
+  for (const char* key : {"overruns", "wait_lateness_ms", "wall_seconds", "clock_waits"}) EXPECT_TRUE(j["host"].contains(key));
   ASSERT_EQ(j["steps"].size(), static_cast<size_t>(j["config"]["steps"].get<int>()));
   for (const json& s : j["steps"]) {
     EXPECT_TRUE(s["loss"].is_number());

@@ -318,6 +318,27 @@ TEST(Executor, StalledPeerFailsNamingRankOpPeerStep) {
   EXPECT_THAT(msg, HasSubstr("step 0"));
 }
 
+// On a real clock the run reports how many clock waits slept and how many of those ran crowded
+// (plain sleeps); a virtual run has no clock waits.
+TEST(Executor, RealClockRunCountsItsWaits) {
+  ExecutorOptions o = MakeOptions({.kind = ScheduleKind::kOneFOneB, .dp = 1, .pp = 2, .tp = 1, .m = 2}, 1);
+  o.run_reference = false;
+  o.cost = CostModel::Uniform({.forward = FromMillis(2), .backward = FromMillis(4)});
+  absl::StatusOr<std::unique_ptr<Executor>> virt = Executor::Create(o);
+  ASSERT_TRUE(virt.ok()) << virt.status();
+  absl::StatusOr<RunResult> v = (*virt)->Run();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->clock_waits, 0u);
+  o.virtual_time = false;
+  o.time_scale = 0.5;
+  absl::StatusOr<std::unique_ptr<Executor>> real = Executor::Create(o);
+  ASSERT_TRUE(real.ok()) << real.status();
+  absl::StatusOr<RunResult> r = (*real)->Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->clock_waits, 0u);  // every compute op waits for its modeled end
+  EXPECT_LE(r->clock_crowded_waits, r->clock_waits);
+}
+
 // The measured timeline (virtual clock) equals the predictor's interval by interval, and the tracer
 // gets one compute event per F/B/optimizer of every rank and step.
 TEST(Executor, TimelineMatchesPredictionAndIsTraced) {
