@@ -213,8 +213,10 @@ void RealClock::MaybeSampleLoad() {
       next_sample_ns_.store(INT64_MAX, std::memory_order_relaxed);
     } else {
       next_sample_ns_.store(now + options_.load_window.count(), std::memory_order_relaxed);
-      if (have_sample_) {
-        const LoadShares load = MeasureShares(last_sample_, *sample);
+      if (samples_ > 0) {
+        // CPU shares over the last two windows: the kernel counts busy time in 10 ms ticks, and
+        // 100 ms on 2 CPUs (20 ticks) would make a share jitter by ±5-10 %.
+        const LoadShares load = MeasureShares(samples_ > 1 ? older_sample_ : last_sample_, *sample);
         external_load_permille_.store(static_cast<int>(std::lround(load.external * 1000)),
                                       std::memory_order_relaxed);
         own_load_permille_.store(static_cast<int>(std::lround(load.own * 1000)),
@@ -225,8 +227,9 @@ void RealClock::MaybeSampleLoad() {
         w.precise_late = window_late_.exchange(0, std::memory_order_relaxed);
         load_adapted_.store(mode_.Next(w), std::memory_order_relaxed);
       }
+      older_sample_ = last_sample_;
       last_sample_ = *sample;
-      have_sample_ = true;
+      ++samples_;
     }
   }
   sampling_.store(false, std::memory_order_release);  // pairs with the exchange above

@@ -143,8 +143,8 @@ TEST(WaitModeController, LateWaitsSwitchWithAHoldThatDoublesUntilAGoodWindow) {
   WaitModeController m(RealClockOptions{});
   // Too few waits to judge: no switch, however late.
   EXPECT_FALSE(m.Next(Window(0, 0.1, WaitModeController::kMinPreciseWaits - 1, 60)));
-  // 6 % late: crowded for 1 window of hold, then back (plenty of room).
-  EXPECT_TRUE(m.Next(Window(0, 0.1, 100, 6)));
+  // 26 % late: crowded for 1 window of hold, then back (plenty of room).
+  EXPECT_TRUE(m.Next(Window(0, 0.1, 100, 26)));
   EXPECT_EQ(m.hold(), 1);
   EXPECT_TRUE(m.Next(Window(0, 0.05)));
   EXPECT_FALSE(m.Next(Window(0, 0.05)));
@@ -157,8 +157,8 @@ TEST(WaitModeController, LateWaitsSwitchWithAHoldThatDoublesUntilAGoodWindow) {
   EXPECT_EQ(m.hold(), 4);
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(m.Next(Window(0, 0.05)));
   EXPECT_FALSE(m.Next(Window(0, 0.05)));
-  // A good precise window (5 % late is not more than 5 %) resets the hold to 1.
-  EXPECT_FALSE(m.Next(Window(0, 0.1, 100, 5)));
+  // A good precise window (25 % late is not more than 25 %) resets the hold to 1.
+  EXPECT_FALSE(m.Next(Window(0, 0.1, 100, 25)));
   EXPECT_TRUE(m.Next(Window(0, 0.1, 100, 50)));
   EXPECT_EQ(m.hold(), 1);
 }
