@@ -113,6 +113,12 @@ struct Drawn {
   size_t comm_count = 0;
   size_t comm_segment_bytes = 4;
   comm::Codec comm_codec = comm::Codec::kFp32;
+  // Message protocol of the comm check: inline slots (the default for small messages) or every
+  // segment lent / pooled and acknowledged (inline_bytes 0), and the all-gather forwarding's hold
+  // limit (0 = no forwarding). Drawn from a stream of their own, so the other draws of a seed
+  // stay what they were.
+  size_t comm_inline_bytes = comm::kDefaultInlineBytes;
+  size_t comm_max_held = comm::kDefaultMaxHeldSegments;
 };
 
 const comm::Codec kCodecs[] = {comm::Codec::kFp32, comm::Codec::kFp16, comm::Codec::kBf16,
@@ -191,6 +197,11 @@ absl::StatusOr<Drawn> DrawConfig(uint64_t seed, int fault_every, int max_devices
   if (c.comm_count == 0 && !absl::GetFlag(FLAGS_comm_empty)) c.comm_count = 1;
   c.comm_segment_bytes = size_t{4} * g.Int(1, 512);
   c.comm_codec = g.Pick<comm::Codec>({kCodecs[0], kCodecs[1], kCodecs[2], kCodecs[3]});
+  {
+    Draw h(seed ^ 0x9e3779b97f4a7c15ULL);
+    c.comm_inline_bytes = h.Chance(0.5) ? 0 : comm::kDefaultInlineBytes;
+    c.comm_max_held = h.Pick<size_t>({0, 1, comm::kDefaultMaxHeldSegments});
+  }
 
   // One fault in `fault_every` configurations (decided by the seed alone, so a replay agrees).
   if (fault_every > 0 && g.Raw() % static_cast<uint64_t>(fault_every) == 0) {
@@ -217,12 +228,13 @@ absl::StatusOr<Drawn> DrawConfig(uint64_t seed, int fault_every, int max_devices
   }
   c.summary = absl::StrFormat(
       "dp %d pp %d tp %d m %d %s%s, %d bucket(s), codec %s, segment %d B, %s, %s, jitter %.1f, "
-      "steps %d, mb %d, widths %dx%d, comm %d ranks x %d (%s, segment %d B)%s",
+      "steps %d, mb %d, widths %dx%d, comm %d ranks x %d (%s, segment %d B, %s, hold %d)%s",
       dp, pp, tp, m, schedule::ScheduleName(kind), v > 1 ? " v 2" : "", buckets,
       comm::CodecName(o.codec), o.segment_bytes, ideal ? "ideal links" : "alpha-beta links",
       o.virtual_time ? "virtual clock" : absl::StrCat("time scale ", o.time_scale), jitter, steps,
       o.microbatch_size, width, layers - 1, c.comm_ranks, c.comm_count,
       comm::CodecName(c.comm_codec), c.comm_segment_bytes,
+      c.comm_inline_bytes == 0 ? "lent" : "inline", c.comm_max_held,
       c.fault ? absl::StrFormat(", fault %s rank %d step %d %s", OpFaultKindName(c.fault->kind),
                                 c.fault->rank, c.fault->step,
                                 c.fault->kind == OpFaultKind::kSlowLink
@@ -248,7 +260,9 @@ void CheckComm(const Drawn& c, uint64_t seed, Checker& ck) {
   std::vector<int> devices(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
   absl::StatusOr<std::unique_ptr<comm::Communicator>> comm =
-      comm::Communicator::Create({.devices = devices});
+      comm::Communicator::Create({.devices = devices,
+                                  .inline_bytes = c.comm_inline_bytes,
+                                  .max_held_segments = c.comm_max_held});
   if (!comm.ok()) return ck.Fail("comm: Create: %s", comm.status().ToString());
   for (const bool integers : {false, true}) {
     const comm::Codec codec = integers ? comm::Codec::kFp32 : c.comm_codec;
