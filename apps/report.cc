@@ -226,7 +226,9 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
                       return b;
                     }()}};
 
-  const double predicted_ms = Ms(pred.step_time);
+  // A run's predicted step is the median of its steps' predictions (with jitter each step has its
+  // own draws; otherwise they are all pred.step_time).
+  const double predicted_ms = run != nullptr ? run->predicted_step_ms : Ms(pred.step_time);
   const double t1_ms = Ms(pred.single_device_time);
   r["t1_ms"] = t1_ms;
   if (run != nullptr) {
@@ -249,6 +251,7 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
                        {"test_loss", Num(s.test_loss)},
                        {"measured_ms", s.measured_ms},
                        {"modeled_ms", s.modeled_ms},
+                       {"predicted_ms", s.predicted_ms},
                        {"replica_divergence", s.replica_divergence},
                        {"reference_loss", Num(s.reference_loss)}});
     }

@@ -1266,10 +1266,40 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     mod.push_back(r.modeled_ms);
     res.max_replica_divergence = std::max(res.max_replica_divergence, r.replica_divergence);
   }
+  // Jitter draws differ per step (a hash of the device's running compute-op index): each step is
+  // then predicted with its own draws, as the devices ran it.
+  std::vector<Prediction> step_pred;
+  if (o.faults.jitter.max_fraction > 0) {
+    const FaultInjector& inj = cluster->faults();
+    std::vector<int> ops_per_step(static_cast<size_t>(world), 0);
+    for (int r = 0; r < world; ++r) {
+      for (const Op& op : o.program.ranks[static_cast<size_t>(grid->CoordOf(r).pp)]) {
+        ops_per_step[static_cast<size_t>(r)] +=
+            op.kind == OpKind::kForward || op.kind == OpKind::kBackward ||
+            op.kind == OpKind::kBackwardInput || op.kind == OpKind::kWeightGrad ||
+            op.kind == OpKind::kOptimizerStep;
+      }
+    }
+    for (size_t k = 0; k < records.size(); ++k) {
+      PredictOptions pk = popts;
+      pk.compute_op_factor = [&inj, &ops_per_step, k](int rank, int i) {
+        return inj.ComputeFactor(
+            rank, static_cast<int64_t>(k) * ops_per_step[static_cast<size_t>(rank)] + i);
+      };
+      RP_ASSIGN_OR_RETURN(Prediction p, Predict(o.program, *grid, o.cost, pk));
+      step_pred.push_back(std::move(p));
+    }
+  }
+  std::vector<double> pred_ms;
+  for (size_t k = 0; k < records.size(); ++k) {
+    const Nanos t = step_pred.empty() ? pred.step_time : step_pred[k].step_time;
+    res.steps[k].predicted_ms = ToMillis(t);
+    pred_ms.push_back(ToMillis(t));
+  }
   res.measured_step_ms = median(meas);
   res.modeled_step_ms = median(mod);
-  res.predicted_step_ms = ToMillis(pred.step_time);
-  res.fidelity = Fidelity(FromMillis(res.measured_step_ms), pred.step_time);
+  res.predicted_step_ms = median(pred_ms);
+  res.fidelity = Fidelity(FromMillis(res.measured_step_ms), FromMillis(res.predicted_step_ms));
   RP_ASSIGN_OR_RETURN(const Nanos t1, SingleDeviceTime(o.program, o.grid, o.cost));
   res.t1_ms = ToMillis(t1);
   const Scaling sc = ComputeScaling(t1, FromMillis(res.measured_step_ms), world);
@@ -1289,6 +1319,10 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     med = idx[idx.size() / 2];
   }
   res.timeline_step = static_cast<int>(med);
+  if (!step_pred.empty()) {
+    res.prediction = step_pred[med];  // the median step's own prediction
+    res.predicted_speedup = res.prediction.speedup;
+  }
   for (int r = 0; r < world; ++r) {
     const Dev& x = devs[static_cast<size_t>(r)];
     const Device& dv = cluster->device(r);

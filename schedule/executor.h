@@ -158,6 +158,7 @@ struct StepRecord {
   double test_loss = std::numeric_limits<double>::quiet_NaN();
   double measured_ms = 0;  // first op start to last op end: wall / time_scale (virtual: modeled)
   double modeled_ms = 0;   // the same window in modeled time
+  double predicted_ms = 0;  // schedule::Predict of this step (its own jitter draws, if any)
   double replica_divergence = 0;  // max |w_r − w_0| over replicas and shards, after the update
   // rp::ReferenceTrainer's loss at this step (NaN without run_reference) and |loss − it| / it.
   double reference_loss = std::numeric_limits<double>::quiet_NaN();

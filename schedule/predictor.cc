@@ -67,9 +67,18 @@ class ReplicaSim {
     std::vector<uint8_t> tp_mask;              // per s: classes on the TP ring
   };
 
+  // `op_factors`: empty, or per l the factor of each compute op (PredictOptions::compute_op_factor),
+  // which then replaces `factors`.
   ReplicaSim(const Program& prog, const std::vector<RankCosts>& costs, int tp, const Links& links,
-             const PredictOptions& opts, std::vector<double> factors)
-      : prog_(prog), costs_(costs), tp_(tp), links_(links), opts_(opts), factors_(std::move(factors)) {
+             const PredictOptions& opts, std::vector<double> factors,
+             const std::vector<std::vector<double>>* op_factors)
+      : prog_(prog),
+        costs_(costs),
+        tp_(tp),
+        links_(links),
+        opts_(opts),
+        factors_(std::move(factors)),
+        op_factors_(op_factors) {
     const int n = prog.num_ranks * tp;
     dev_.assign(n, Dev{});
     channels_.resize(static_cast<size_t>(n) * 2);
@@ -105,6 +114,7 @@ class ReplicaSim {
     bool in_tp = false;
     Nanos busy_fbw{0};
     Nanos busy_base{0};  // busy_fbw without the device's compute factor (for T1)
+    int compute_ops = 0;  // compute ops done (the next one's index for compute_op_factor)
     Nanos comm{0};
     Nanos exposed{0};
   };
@@ -147,7 +157,11 @@ class ReplicaSim {
                             : op.kind == OpKind::kBackward ? c.b
                             : op.kind == OpKind::kWeightGrad ? c.w
                                                              : c.bi;
-          const Nanos scaled = ScaleCost(dur, factors_[l]);
+          const double f = op_factors_ == nullptr
+                               ? factors_[l]
+                               : (*op_factors_)[static_cast<size_t>(l)][static_cast<size_t>(d.compute_ops)];
+          ++d.compute_ops;
+          const Nanos scaled = ScaleCost(dur, f);
           tl[d.pc] = {d.t, d.t + scaled};
           d.t += scaled;
           d.busy_fbw += scaled;
@@ -239,10 +253,11 @@ class ReplicaSim {
 
   const Program& prog_;
   const std::vector<RankCosts>& costs_;
-  const std::vector<double> factors_;  // per l: compute factor of that device (1 = healthy)
   const int tp_;
   const Links& links_;
   const PredictOptions& opts_;
+  const std::vector<double> factors_;  // per l: compute factor of that device (1 = healthy)
+  const std::vector<std::vector<double>>* const op_factors_;  // per l, per compute op; or null
   std::vector<Dev> dev_;
   std::vector<Channel> channels_;  // [l·2 + (grad ? 1 : 0)]: messages to device l
   absl::flat_hash_map<int64_t, Nanos> link_free_;  // [src·n + dst]: when the directed link is free
@@ -324,7 +339,7 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
           sig.append(reinterpret_cast<const char*>(&f), sizeof f);
         }
       }
-      if (!opts.dedupe_replicas) {
+      if (!opts.dedupe_replicas || opts.compute_op_factor) {
         pred.class_of_replica[d] = d;
         representative.push_back(d);
         continue;
@@ -335,6 +350,34 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
     }
   }
   const int C = static_cast<int>(representative.size());
+
+  // Per-op factors (per class = per replica when set): per l, one per compute op of its rank.
+  std::vector<std::vector<std::vector<double>>> op_factors;
+  if (opts.compute_op_factor) {
+    op_factors.resize(C);
+    for (int c = 0; c < C; ++c) {
+      op_factors[c].resize(L);
+      for (int l = 0; l < L; ++l) {
+        const int s = l / T;
+        const int rank = grid.RankOf({representative[c], s, l % T});
+        int ops = 0;
+        for (const Op& op : prog.ranks[s]) {
+          ops += op.kind == OpKind::kForward || op.kind == OpKind::kBackward ||
+                 op.kind == OpKind::kBackwardInput || op.kind == OpKind::kWeightGrad ||
+                 op.kind == OpKind::kOptimizerStep;
+        }
+        auto& f = op_factors[c][l];
+        f.resize(static_cast<size_t>(ops));
+        for (int i = 0; i < ops; ++i) {
+          f[static_cast<size_t>(i)] = opts.compute_op_factor(rank, i);
+          if (!(f[static_cast<size_t>(i)] >= 1.0) || !std::isfinite(f[static_cast<size_t>(i)])) {
+            return absl::InvalidArgumentError(absl::StrCat("Predict: compute_op_factor of rank ", rank,
+                                                           " op ", i, " must be a finite number >= 1"));
+          }
+        }
+      }
+    }
+  }
 
   // Phase 1: one simulation per replica class.
   std::vector<std::vector<ReplicaSim::Dev>> devs(C);
@@ -356,7 +399,8 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
     }
     std::vector<double> factors(L);
     for (int l = 0; l < L; ++l) factors[l] = factor_of(grid.RankOf({d, l / T, l % T}));
-    ReplicaSim sim(prog, costs, T, links, opts, std::move(factors));
+    ReplicaSim sim(prog, costs, T, links, opts, std::move(factors),
+                   op_factors.empty() ? nullptr : &op_factors[c]);
     RP_RETURN_IF_ERROR(sim.Run());
     devs[c] = sim.devs();
     ready[c] = sim.ready();
@@ -406,7 +450,10 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
       const ReplicaSim::Dev& d = devs[c][l];
       const Nanos ar_end = ar[l].empty() ? Nanos(0) : ar[l].back().end;
       const Nanos wait = std::max(Nanos(0), ar_end - d.t);
-      const Nanos opt = ScaleCost(costs[s].opt, factor_of(grid.RankOf({representative[c], s, l % T})));
+      const double opt_factor =
+          op_factors.empty() ? factor_of(grid.RankOf({representative[c], s, l % T}))
+                             : op_factors[c][l][static_cast<size_t>(d.compute_ops)];
+      const Nanos opt = ScaleCost(costs[s].opt, opt_factor);
       const Nanos end = d.t + wait + opt;
       pred.timelines[c][l][d.pc] = {d.t, end};
       step = std::max(step, end);

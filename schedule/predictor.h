@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,6 +62,12 @@ struct PredictOptions {
   // FaultInjector::ComputeDuration). Empty = 1 everywhere; else world size entries, each >= 1. T1
   // stays the healthy single device's time.
   std::vector<double> compute_factor;
+  // Per compute op, replacing compute_factor when set: the factor of the `compute_op`-th compute op
+  // (F, B, Bi, W or the optimizer step, counted from 0 in the rank's program order) of global rank
+  // `rank`, >= 1 and finite — seeded per-op jitter (rp::FaultInjector::ComputeFactor, which
+  // includes the straggler factor). Every replica is then simulated on its own (no replica
+  // classes: each has its own draws).
+  std::function<double(int rank, int compute_op)> compute_op_factor;
 };
 
 // One op's predicted interval. Compute: [start, end). Send: start = departure, end = arrival at the peer.

@@ -108,6 +108,7 @@ TEST(RunCommand, DefaultRunTrainsFarAboveChanceAndWritesEveryDocumentedKey) {
   for (const char* key : {"overruns", "wait_lateness_ms", "wall_seconds", "clock_waits"}) EXPECT_TRUE(j["host"].contains(key));
   ASSERT_EQ(j["steps"].size(), static_cast<size_t>(j["config"]["steps"].get<int>()));
   for (const json& s : j["steps"]) {
+    EXPECT_TRUE(s["predicted_ms"].is_number());
     EXPECT_TRUE(s["loss"].is_number());
     EXPECT_TRUE(s["accuracy"].is_number());
   }

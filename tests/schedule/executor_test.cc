@@ -6,6 +6,7 @@
 #include <cmath>
 #include <tuple>
 #include <cstdio>
+#include <set>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -193,6 +194,43 @@ TEST(Executor, LinkQueueingIsEmulatedAndPredictedAlike) {
   EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
   // Stage 1's received link time includes the queueing: sum over j of (j + 1) L − j F.
   EXPECT_DOUBLE_EQ(r->devices[1].comm_ms, 10 + 19 + 28 + 37.0);
+}
+
+// Seeded jitter is emulated and predicted alike: every step is predicted with the draws its devices
+// made, so on the virtual clock each step's modeled time equals its prediction exactly.
+TEST(Executor, JitterIsPredictedStepByStep) {
+  absl::StatusOr<Program> prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 4,
+                                                .activation_bytes = 4096, .gradient_bytes = 4096});
+  ASSERT_TRUE(prog.ok());
+  ExecutorOptions o;
+  o.grid = {.dp = 2, .pp = 2, .tp = 1};
+  o.program = *prog;
+  o.cost = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80),
+                               .optimizer = FromMillis(3)});
+  o.virtual_time = true;
+  o.steps = 3;
+  o.run_reference = false;
+  o.faults.jitter = {.seed = 7, .max_fraction = 0.4};
+  o.faults.stragglers.push_back({.rank = 1, .factor = 1.25});
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  absl::StatusOr<RunResult> r = (*ex)->Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->steps.size(), 3u);
+  std::set<double> distinct;
+  for (const StepRecord& s : r->steps) {
+    EXPECT_DOUBLE_EQ(s.modeled_ms, s.predicted_ms) << "step " << s.step;
+    distinct.insert(s.predicted_ms);
+  }
+  EXPECT_EQ(distinct.size(), 3u) << "each step has its own draws";
+  EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
+  // Jitter only slows: every step is longer than the jitter-free prediction.
+  o.faults.jitter = {};
+  absl::StatusOr<std::unique_ptr<Executor>> calm = Executor::Create(o);
+  ASSERT_TRUE(calm.ok()) << calm.status();
+  absl::StatusOr<RunResult> c = (*calm)->Run();
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const StepRecord& s : r->steps) EXPECT_GT(s.predicted_ms, c->predicted_step_ms);
 }
 
 // A straggler is emulated and predicted alike: on the virtual clock measured == predicted, and the

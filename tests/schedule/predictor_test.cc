@@ -171,6 +171,34 @@ TEST(Predictor, AStragglerSlowsItsReplicaAndTheAllReduceWaitsForIt) {
   EXPECT_FALSE(Predict(*prog, grid, cost, opts).ok());
 }
 
+TEST(Predictor, PerOpFactorsSlowExactlyTheOpsTheyName) {
+  // PP = 1, DP = 2, m = 2 (ops F0 F1 B0 B1 or 1F1B order, then the optimizer): doubling rank 1's
+  // compute op 0 (its first F) adds F to its replica; the all-reduce waits for it.
+  auto prog = BuildOneFOneB({.num_ranks = 1, .num_micro_batches = 2, .gradient_bytes = 1 << 10});
+  ASSERT_TRUE(prog.ok());
+  const ParallelGrid grid = Grid({.dp = 2, .pp = 1}, {});
+  const CostModel cost = CostModel::Uniform({.forward = kF, .backward = kB, .optimizer = FromMillis(3)});
+  PredictOptions opts;
+  opts.compute_op_factor = [](int rank, int op) { return rank == 1 && op == 0 ? 2.0 : 1.0; };
+  const Prediction pred = MustPredict(*prog, grid, cost, opts);
+  EXPECT_EQ(pred.step_time, 2 * (kF + kB) + kF + FromMillis(3));
+  EXPECT_EQ(pred.devices[1].busy, 2 * (kF + kB) + kF + FromMillis(3));
+  EXPECT_EQ(pred.num_replica_classes(), 2);
+  // The optimizer is the last compute op: index 4 here.
+  opts.compute_op_factor = [](int rank, int op) { return rank == 0 && op == 4 ? 3.0 : 1.0; };
+  EXPECT_EQ(MustPredict(*prog, grid, cost, opts).step_time, 2 * (kF + kB) + FromMillis(9));
+  // A constant factor per rank is the straggler model.
+  opts.compute_op_factor = [](int rank, int) { return rank == 1 ? 1.5 : 1.0; };
+  PredictOptions straggler;
+  straggler.compute_factor = {1.0, 1.5};
+  EXPECT_EQ(MustPredict(*prog, grid, cost, opts).step_time,
+            MustPredict(*prog, grid, cost, straggler).step_time);
+  opts.compute_op_factor = [](int, int) { return 0.5; };
+  auto bad = Predict(*prog, grid, cost, opts);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("compute_op_factor"));
+}
+
 TEST(Predictor, PointToPointLatencyIsExposedOnTheCriticalPath) {
   auto prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 1, .activation_bytes = 4000});
   ASSERT_TRUE(prog.ok());
