@@ -15,12 +15,18 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "apps/cli.h"
 #include "apps/subcommands.h"
 #include "comm/codec.h"
@@ -32,11 +38,14 @@
 #include "runtime/status_macros.h"
 
 ABSL_FLAG(int, ranks, 4, "Number of ranks (one thread each), 1..1024.");
-ABSL_FLAG(uint64_t, min_bytes, 4096, "Smallest message size in bytes (FP32 buffer), >= 4.");
-ABSL_FLAG(uint64_t, max_bytes, uint64_t{64} << 20, "Largest message size in bytes, >= min_bytes.");
+ABSL_FLAG(std::string, min_bytes, "4096",
+          "Smallest message size in bytes (FP32 buffer), >= 4; suffixes K, M, G as for "
+          "--segment_bytes.");
+ABSL_FLAG(std::string, max_bytes, "64M", "Largest message size in bytes, >= min_bytes.");
 ABSL_FLAG(int, step_factor, 4, "Multiply the size by this between rows, >= 2.");
-ABSL_FLAG(uint64_t, segment_bytes, rp::comm::kDefaultSegmentBytes,
-          "FP32 bytes per ring segment (one message); a multiple of 4.");
+ABSL_FLAG(std::string, segment_bytes, "256K",
+          "Bytes per ring segment (one message; FP32 bytes, a multiple of 4, suffixes K, M, G = "
+          "KiB, MiB, GiB). A comma list (e.g. 16K,64K,256K,1M) measures every size with each.");
 ABSL_FLAG(std::string, codec, "fp32", "Wire format: fp32, fp16, bf16 or int8.");
 ABSL_FLAG(int, iters, 20, "Timed iterations per size, >= 1.");
 ABSL_FLAG(int, warmup, 3, "Untimed iterations per size, >= 0.");
@@ -57,6 +66,31 @@ ABSL_FLAG(uint64_t, streaming_min_bytes, rp::comm::kDefaultStreamingMinBytes,
 namespace rp::apps {
 namespace {
 
+// "256K", "64K,256K,1M", "4096": byte counts with optional K / M / G (KiB, MiB, GiB) suffixes.
+absl::StatusOr<std::vector<uint64_t>> ParseByteList(const std::string& text) {
+  std::vector<uint64_t> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    uint64_t mult = 1;
+    if (!item.empty()) {
+      switch (absl::ascii_toupper(static_cast<unsigned char>(item.back()))) {
+        case 'K': mult = uint64_t{1} << 10; break;
+        case 'M': mult = uint64_t{1} << 20; break;
+        case 'G': mult = uint64_t{1} << 30; break;
+        default: break;
+      }
+      if (mult != 1) item.remove_suffix(1);
+    }
+    uint64_t v = 0;
+    if (item.empty() || !absl::SimpleAtoi(item, &v) || v > (uint64_t{1} << 40)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", std::string(item), "' is not a byte count (e.g. 4096, 64K, 1M)"));
+    }
+    out.push_back(v * mult);
+  }
+  return out;
+}
+
 struct Row {
   uint64_t bytes = 0;
   uint64_t count = 0;
@@ -71,7 +105,7 @@ struct Settings {
   int ranks;
   uint64_t min_bytes, max_bytes;
   int step_factor;
-  uint64_t segment_bytes;
+  std::vector<uint64_t> segments;  // --segment_bytes, in order
   comm::Codec codec;
   int iters, warmup;
   std::string link;
@@ -84,10 +118,7 @@ struct Settings {
 absl::StatusOr<Settings> ReadFlags() {
   Settings s;
   s.ranks = absl::GetFlag(FLAGS_ranks);
-  s.min_bytes = absl::GetFlag(FLAGS_min_bytes);
-  s.max_bytes = absl::GetFlag(FLAGS_max_bytes);
   s.step_factor = absl::GetFlag(FLAGS_step_factor);
-  s.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
   s.iters = absl::GetFlag(FLAGS_iters);
   s.warmup = absl::GetFlag(FLAGS_warmup);
   s.link = absl::GetFlag(FLAGS_link);
@@ -99,12 +130,29 @@ absl::StatusOr<Settings> ReadFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
   };
   if (s.ranks < 1 || s.ranks > 1024) return bad("ranks", "must be in 1..1024");
+  for (const auto& [flag, text, out] :
+       {std::tuple<const char*, std::string, uint64_t*>{"min_bytes", absl::GetFlag(FLAGS_min_bytes),
+                                                        &s.min_bytes},
+        std::tuple<const char*, std::string, uint64_t*>{"max_bytes", absl::GetFlag(FLAGS_max_bytes),
+                                                        &s.max_bytes}}) {
+    auto v = ParseByteList(text);
+    if (!v.ok()) return bad(flag, std::string(v.status().message()));
+    if (v->size() != 1) return bad(flag, "takes one size, not a list");
+    *out = v->front();
+  }
   if (s.min_bytes < 4) return bad("min_bytes", "must be >= 4");
   if (s.max_bytes < s.min_bytes) return bad("max_bytes", "must be >= --min_bytes");
   if (s.max_bytes > (uint64_t{4} << 30)) return bad("max_bytes", "must be <= 4 GiB");
   if (s.step_factor < 2) return bad("step_factor", "must be >= 2");
-  if (s.segment_bytes < 4 || s.segment_bytes % 4 != 0) {
-    return bad("segment_bytes", "must be a positive multiple of 4");
+  {
+    auto segments = ParseByteList(absl::GetFlag(FLAGS_segment_bytes));
+    if (!segments.ok()) return bad("segment_bytes", std::string(segments.status().message()));
+    s.segments = *std::move(segments);
+    for (uint64_t seg : s.segments) {
+      if (seg < 4 || seg % 4 != 0 || seg > (uint64_t{1} << 30)) {
+        return bad("segment_bytes", absl::StrCat(seg, " must be a multiple of 4 in [4, 1 GiB]"));
+      }
+    }
   }
   if (s.iters < 1) return bad("iters", "must be >= 1");
   if (s.warmup < 0) return bad("warmup", "must be >= 0");
@@ -137,7 +185,8 @@ double Tolerance(comm::Codec codec, int n) {
   return 0;
 }
 
-absl::StatusOr<Row> RunSize(const Settings& s, uint64_t bytes, LinkModel* link, RealClock* clock) {
+absl::StatusOr<Row> RunSize(const Settings& s, uint64_t bytes, uint64_t segment, LinkModel* link,
+                            RealClock* clock) {
   const int n = s.ranks;
   const uint64_t count = bytes / sizeof(float);
   std::vector<int> devices(static_cast<size_t>(n));
@@ -148,7 +197,7 @@ absl::StatusOr<Row> RunSize(const Settings& s, uint64_t bytes, LinkModel* link, 
                                                   .clock = clock,
                                                   .forward_lends = s.forward,
                                                   .streaming_min_bytes = s.streaming_min_bytes}));
-  const comm::CollectiveOptions options{.codec = s.codec, .segment_bytes = s.segment_bytes};
+  const comm::CollectiveOptions options{.codec = s.codec, .segment_bytes = segment};
   const int total_iters = s.warmup + s.iters;
 
   using SteadyTime = std::chrono::steady_clock::time_point;
@@ -247,9 +296,9 @@ int Run(const ParsedArgs& args) {
     clock = std::move(*made_clock);
   }
   const char* type = comm::CodecName(s.codec);
-  std::printf("# ringpipe allreduce: ranks %d, codec %s, segment %llu B, link %s, %d iters (%d warmup)\n",
-              s.ranks, type, static_cast<unsigned long long>(s.segment_bytes), s.link.c_str(),
-              s.iters, s.warmup);
+  std::printf("# ringpipe allreduce: ranks %d, codec %s, segment %s B, link %s, %d iters (%d warmup)\n",
+              s.ranks, type, absl::StrJoin(s.segments, ",").c_str(), s.link.c_str(), s.iters,
+              s.warmup);
   std::printf("# %s; all-gather forwarding %s\n",
               s.in_place ? "in place, input refilled before every call" : "out of place",
               s.forward ? absl::StrCat("on (streaming stores when size x ranks >= ",
@@ -257,30 +306,34 @@ int Run(const ParsedArgs& args) {
                         : "off");
   std::printf("# time: %s; busbw = algbw * 2(n-1)/n\n",
               link ? "modeled time of the emulated links (median)" : "wall time on this host (median)");
-  std::printf("#%12s %12s %6s %12s %10s %10s %14s %8s\n", "size(B)", "count", "type", "time(us)",
-              "algbw", "busbw", "wire/rank(B)", "#wrong");
+  std::printf("#%12s %12s %6s %10s %12s %10s %10s %14s %8s\n", "size(B)", "count", "type",
+              "segment(B)", "time(us)", "algbw", "busbw", "wire/rank(B)", "#wrong");
   nlohmann::json rows = nlohmann::json::array();
   uint64_t total_wrong = 0;
   for (uint64_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= static_cast<uint64_t>(s.step_factor)) {
-    auto row = RunSize(s, bytes, link.get(), clock.get());
-    if (!row.ok()) {
-      std::fprintf(stderr, "ringpipe allreduce: %llu bytes: %s\n",
-                   static_cast<unsigned long long>(bytes), row.status().ToString().c_str());
-      return kExitRunFailed;
+    for (const uint64_t segment : s.segments) {
+      auto row = RunSize(s, bytes, segment, link.get(), clock.get());
+      if (!row.ok()) {
+        std::fprintf(stderr, "ringpipe allreduce: %llu bytes, segment %llu B: %s\n",
+                     static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(segment),
+                     row.status().ToString().c_str());
+        return kExitRunFailed;
+      }
+      std::printf(" %12llu %12llu %6s %10llu %12.1f %10.3f %10.3f %14llu %8llu\n",
+                  static_cast<unsigned long long>(row->bytes),
+                  static_cast<unsigned long long>(row->count), type,
+                  static_cast<unsigned long long>(segment), row->time_us, row->algbw, row->busbw,
+                  static_cast<unsigned long long>(row->wire_bytes_per_rank),
+                  static_cast<unsigned long long>(row->wrong));
+      std::fflush(stdout);
+      total_wrong += row->wrong;
+      rows.push_back({{"bytes", row->bytes}, {"count", row->count}, {"type", type},
+                      {"ranks", s.ranks}, {"segment_bytes", segment}, {"link", s.link},
+                      {"in_place", s.in_place}, {"forward", s.forward},
+                      {"time_us", row->time_us}, {"algbw_gbps", row->algbw},
+                      {"busbw_gbps", row->busbw}, {"wire_bytes_per_rank", row->wire_bytes_per_rank},
+                      {"wrong", row->wrong}});
     }
-    std::printf(" %12llu %12llu %6s %12.1f %10.3f %10.3f %14llu %8llu\n",
-                static_cast<unsigned long long>(row->bytes), static_cast<unsigned long long>(row->count),
-                type, row->time_us, row->algbw, row->busbw,
-                static_cast<unsigned long long>(row->wire_bytes_per_rank),
-                static_cast<unsigned long long>(row->wrong));
-    std::fflush(stdout);
-    total_wrong += row->wrong;
-    rows.push_back({{"bytes", row->bytes}, {"count", row->count}, {"type", type},
-                    {"ranks", s.ranks}, {"segment_bytes", s.segment_bytes}, {"link", s.link},
-                    {"in_place", s.in_place}, {"forward", s.forward},
-                    {"time_us", row->time_us}, {"algbw_gbps", row->algbw},
-                    {"busbw_gbps", row->busbw}, {"wire_bytes_per_rank", row->wire_bytes_per_rank},
-                    {"wrong", row->wrong}});
     if (bytes > s.max_bytes / static_cast<uint64_t>(s.step_factor)) break;  // no overflow
   }
   std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));

@@ -91,6 +91,9 @@ TEST(RingpipeBinary, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) 
       {"allreduce --ranks=0", "--ranks"},
       {"allreduce --codec=fp8", "--codec"},
       {"allreduce --segment_bytes=6", "--segment_bytes"},
+      {"allreduce --segment_bytes=64Q", "--segment_bytes"},
+      {"allreduce --segment_bytes=4K,,8K", "--segment_bytes"},
+      {"allreduce --max_bytes=1K,2K", "--max_bytes"},
       {"allreduce --min_bytes=1024 --max_bytes=512", "--max_bytes"},
       {"allreduce --link=nowhere", "--link"},
       {"allreduce --bogus=1", "--bogus"},
@@ -130,6 +133,26 @@ TEST(RingpipeBinary, AllReduceDriverPrintsRowsAndWritesJsonWithNoWrongElements) 
     }
     EXPECT_EQ(rows[0]["count"], 1);
     EXPECT_EQ(rows[7]["bytes"], 65536);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(RingpipeBinary, AllReduceSegmentListMeasuresEverySizeWithEverySegment) {
+  const fs::path dir = TempDir("allreduce_segments");
+  const fs::path json = dir / "rows.json";
+  const Result r = RunBinary("allreduce --ranks=3 --min_bytes=16K --max_bytes=64K --iters=2 "
+                             "--warmup=1 --segment_bytes=4K,16K --json=" + json.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("segment(B)"), std::string::npos) << r.out;
+  std::ifstream f(json);
+  const nlohmann::json rows = nlohmann::json::parse(f);
+  ASSERT_EQ(rows.size(), 4u) << rows.dump();  // 16 KiB and 64 KiB, each with 4 KiB and 16 KiB
+  const std::vector<std::pair<uint64_t, uint64_t>> want = {
+      {16384, 4096}, {16384, 16384}, {65536, 4096}, {65536, 16384}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(rows[i]["bytes"].get<uint64_t>(), want[i].first) << i;
+    EXPECT_EQ(rows[i]["segment_bytes"].get<uint64_t>(), want[i].second) << i;
+    EXPECT_EQ(rows[i]["wrong"], 0) << i;
   }
   fs::remove_all(dir);
 }
