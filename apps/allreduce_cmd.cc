@@ -310,6 +310,8 @@ int Run(const ParsedArgs& args) {
               "segment(B)", "time(us)", "algbw", "busbw", "wire/rank(B)", "#wrong");
   nlohmann::json rows = nlohmann::json::array();
   uint64_t total_wrong = 0;
+  // With several segment sizes: the fastest one per message size, for the summary line.
+  std::vector<std::tuple<uint64_t, uint64_t, double>> best;  // bytes, segment, busbw
   for (uint64_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= static_cast<uint64_t>(s.step_factor)) {
     for (const uint64_t segment : s.segments) {
       auto row = RunSize(s, bytes, segment, link.get(), clock.get());
@@ -327,6 +329,11 @@ int Run(const ParsedArgs& args) {
                   static_cast<unsigned long long>(row->wrong));
       std::fflush(stdout);
       total_wrong += row->wrong;
+      if (best.empty() || std::get<0>(best.back()) != row->bytes) {
+        best.emplace_back(row->bytes, segment, row->busbw);
+      } else if (row->busbw > std::get<2>(best.back())) {
+        best.back() = {row->bytes, segment, row->busbw};
+      }
       rows.push_back({{"bytes", row->bytes}, {"count", row->count}, {"type", type},
                       {"ranks", s.ranks}, {"segment_bytes", segment}, {"link", s.link},
                       {"in_place", s.in_place}, {"forward", s.forward},
@@ -335,6 +342,14 @@ int Run(const ParsedArgs& args) {
                       {"wrong", row->wrong}});
     }
     if (bytes > s.max_bytes / static_cast<uint64_t>(s.step_factor)) break;  // no overflow
+  }
+  if (s.segments.size() > 1) {
+    std::string line = "# fastest segment per size:";
+    for (const auto& [bytes, segment, busbw] : best) {
+      absl::StrAppend(&line, " ", bytes, " B -> ", segment, " B (", absl::StrFormat("%.3f", busbw),
+                      " GB/s busbw);");
+    }
+    std::printf("%s\n", line.c_str());
   }
   std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
   if (!s.json.empty()) {

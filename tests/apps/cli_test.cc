@@ -144,6 +144,8 @@ TEST(RingpipeBinary, AllReduceSegmentListMeasuresEverySizeWithEverySegment) {
                              "--warmup=1 --segment_bytes=4K,16K --json=" + json.string());
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("segment(B)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# fastest segment per size: 16384 B -> "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("65536 B -> "), std::string::npos) << r.out;
   std::ifstream f(json);
   const nlohmann::json rows = nlohmann::json::parse(f);
   ASSERT_EQ(rows.size(), 4u) << rows.dump();  // 16 KiB and 64 KiB, each with 4 KiB and 16 KiB
