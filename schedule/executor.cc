@@ -565,9 +565,7 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
     // Injected op faults (runtime/faults.h OpFault): a stall blocks here; a throw fires inside the
     // kernel of a compute op (as a failing kernel would), else right here.
     const OpFault* fault = injector.OpFaultAt(d.rank, step, oi);
-    const bool compute_op = op.kind == OpKind::kForward || op.kind == OpKind::kBackward ||
-                            op.kind == OpKind::kBackwardInput || op.kind == OpKind::kWeightGrad ||
-                            op.kind == OpKind::kOptimizerStep;
+    const bool compute_op = IsDeviceCompute(op.kind);
     const bool throw_in_kernel = fault != nullptr && fault->kind == OpFaultKind::kThrow && compute_op;
     if (fault != nullptr && !throw_in_kernel) {
       RP_RETURN_IF_ERROR(site_err(InjectedFault(dev, d, step, op, oi, *fault)));
@@ -1274,10 +1272,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     std::vector<int> ops_per_step(static_cast<size_t>(world), 0);
     for (int r = 0; r < world; ++r) {
       for (const Op& op : o.program.ranks[static_cast<size_t>(grid->CoordOf(r).pp)]) {
-        ops_per_step[static_cast<size_t>(r)] +=
-            op.kind == OpKind::kForward || op.kind == OpKind::kBackward ||
-            op.kind == OpKind::kBackwardInput || op.kind == OpKind::kWeightGrad ||
-            op.kind == OpKind::kOptimizerStep;
+        ops_per_step[static_cast<size_t>(r)] += IsDeviceCompute(op.kind);
       }
     }
     for (size_t k = 0; k < records.size(); ++k) {

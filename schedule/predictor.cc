@@ -362,9 +362,7 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
         const int rank = grid.RankOf({representative[c], s, l % T});
         int ops = 0;
         for (const Op& op : prog.ranks[s]) {
-          ops += op.kind == OpKind::kForward || op.kind == OpKind::kBackward ||
-                 op.kind == OpKind::kBackwardInput || op.kind == OpKind::kWeightGrad ||
-                 op.kind == OpKind::kOptimizerStep;
+          ops += IsDeviceCompute(op.kind);
         }
         auto& f = op_factors[c][l];
         f.resize(static_cast<size_t>(ops));

@@ -60,6 +60,9 @@ inline bool IsCompute(OpKind k) {
   return k == OpKind::kForward || k == OpKind::kBackward || k == OpKind::kBackwardInput ||
          k == OpKind::kWeightGrad;
 }
+// The ops a device runs as compute ops (rp::Device::Compute): F, B, Bi, W and the optimizer step.
+// Their running count is the op index of fault injection (jitter draws, device stops).
+inline bool IsDeviceCompute(OpKind k) { return IsCompute(k) || k == OpKind::kOptimizerStep; }
 inline bool IsSend(OpKind k) { return k == OpKind::kSendAct || k == OpKind::kSendGrad; }
 inline bool IsRecv(OpKind k) { return k == OpKind::kRecvAct || k == OpKind::kRecvGrad; }
 
