@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
@@ -82,6 +81,7 @@ class ReplicaSim {
     const int n = prog.num_ranks * tp;
     dev_.assign(n, Dev{});
     channels_.resize(static_cast<size_t>(n) * 2);
+    link_free_.assign(static_cast<size_t>(n) * 2, Nanos(0));
     tp_count_.assign(prog.num_ranks, 0);
     tp_max_.assign(prog.num_ranks, Nanos(0));
     tp_cache_.assign(prog.num_ranks, {~uint64_t{0}, Nanos(0)});
@@ -173,10 +173,11 @@ class ReplicaSim {
           const bool grad = op.kind == OpKind::kSendGrad;
           const int p = prog_.num_ranks;
           const int dst = op.peer * tp_ + t_idx;
-          const LinkParams& lp = op.peer == (s + 1) % p ? links_.to_next[l] : links_.to_prev[l];
+          const bool to_next = op.peer == (s + 1) % p;  // else the previous stage (p = 2: the same)
+          const LinkParams& lp = to_next ? links_.to_next[l] : links_.to_prev[l];
           // The directed link carries one message at a time: this one starts once the previous
           // one on it has arrived.
-          Nanos& free_at = link_free_[static_cast<int64_t>(l) * static_cast<int64_t>(dev_.size()) + dst];
+          Nanos& free_at = link_free_[static_cast<size_t>(l) * 2 + (to_next ? 0 : 1)];
           const Nanos arrival = std::max(d.t, free_at) + lp.Duration(op.bytes);
           free_at = arrival;
           channels_[dst * 2 + (grad ? 1 : 0)].q.push_back(Message{arrival, arrival - d.t});
@@ -260,7 +261,7 @@ class ReplicaSim {
   const std::vector<std::vector<double>>* const op_factors_;  // per l, per compute op; or null
   std::vector<Dev> dev_;
   std::vector<Channel> channels_;  // [l·2 + (grad ? 1 : 0)]: messages to device l
-  absl::flat_hash_map<int64_t, Nanos> link_free_;  // [src·n + dst]: when the directed link is free
+  std::vector<Nanos> link_free_;  // [l·2 + (to next ? 0 : 1)]: when that directed link is free
   std::vector<int> tp_count_;
   std::vector<Nanos> tp_max_;
   std::vector<std::pair<uint64_t, Nanos>> tp_cache_;
