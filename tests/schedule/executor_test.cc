@@ -25,6 +25,13 @@ struct RunSetup {
   int dp = 2, pp = 3, tp = 2, m = 4, v = 1;
 };
 
+// Creates an executor for `o` and runs it; the first error of either.
+absl::StatusOr<RunResult> CreateAndRun(const ExecutorOptions& o) {
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+  if (!ex.ok()) return ex.status();
+  return (*ex)->Run();
+}
+
 ExecutorOptions MakeOptions(const RunSetup& s, int steps) {
   PipelineOptions po{.num_ranks = s.pp, .num_micro_batches = s.m, .num_chunks = s.v,
                      .activation_bytes = 1 << 16, .tp_allreduce_bytes = s.tp > 1 ? 4096u : 0u,
@@ -66,9 +73,7 @@ TEST_P(ExecutorLoss, FollowsReferenceCurves) {
   const RunSetup s = GetParam();
   constexpr int kSteps = 20;
   ExecutorOptions o = MakeOptions(s, kSteps);
-  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  absl::StatusOr<RunResult> r = (*ex)->Run();
+  absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->steps.size(), static_cast<size_t>(kSteps));
 
@@ -119,9 +124,7 @@ TEST_P(ExecutorCodec, ReplicasBitIdentical) {
                                   kSteps);
   o.codec = GetParam();
   o.segment_bytes = 1024;  // several segments per chunk
-  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  absl::StatusOr<RunResult> r = (*ex)->Run();
+  absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   for (const StepRecord& st : r->steps) EXPECT_EQ(st.replica_divergence, 0.0) << "step " << st.step;
   EXPECT_EQ(r->max_replica_divergence, 0.0);
@@ -158,9 +161,7 @@ TEST(Executor, S1ModeledStepMatchesClosedForm) {
   o.virtual_time = true;
   o.steps = 2;
   o.run_reference = false;
-  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  absl::StatusOr<RunResult> r = (*ex)->Run();
+  absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_DOUBLE_EQ(r->predicted_step_ms, 1210.0);
   EXPECT_DOUBLE_EQ(r->modeled_step_ms, 1210.0);
@@ -186,9 +187,7 @@ TEST(Executor, LinkQueueingIsEmulatedAndPredictedAlike) {
   o.virtual_time = true;
   o.steps = 2;
   o.run_reference = false;
-  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  absl::StatusOr<RunResult> r = (*ex)->Run();
+  absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_DOUBLE_EQ(r->predicted_step_ms, 2 * (1 + 2) + 2 * m * 10.0);
   EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
@@ -212,9 +211,7 @@ TEST(Executor, JitterIsPredictedStepByStep) {
   o.run_reference = false;
   o.faults.jitter = {.seed = 7, .max_fraction = 0.4};
   o.faults.stragglers.push_back({.rank = 1, .factor = 1.25});
-  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  absl::StatusOr<RunResult> r = (*ex)->Run();
+  absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->steps.size(), 3u);
   std::set<double> distinct;
@@ -226,9 +223,7 @@ TEST(Executor, JitterIsPredictedStepByStep) {
   EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
   // Jitter only slows: every step is longer than the jitter-free prediction.
   o.faults.jitter = {};
-  absl::StatusOr<std::unique_ptr<Executor>> calm = Executor::Create(o);
-  ASSERT_TRUE(calm.ok()) << calm.status();
-  absl::StatusOr<RunResult> c = (*calm)->Run();
+  absl::StatusOr<RunResult> c = CreateAndRun(o);
   ASSERT_TRUE(c.ok()) << c.status();
   for (const StepRecord& s : r->steps) EXPECT_GT(s.predicted_ms, c->predicted_step_ms);
 }
@@ -246,14 +241,10 @@ TEST(Executor, StragglerIsEmulatedAndPredictedAlike) {
   o.virtual_time = true;
   o.steps = 1;
   o.run_reference = false;
-  absl::StatusOr<std::unique_ptr<Executor>> healthy = Executor::Create(o);
-  ASSERT_TRUE(healthy.ok()) << healthy.status();
-  absl::StatusOr<RunResult> base = (*healthy)->Run();
+  absl::StatusOr<RunResult> base = CreateAndRun(o);
   ASSERT_TRUE(base.ok()) << base.status();
   o.faults.stragglers.push_back({.rank = 3, .factor = 1.5});
-  absl::StatusOr<std::unique_ptr<Executor>> slow = Executor::Create(o);
-  ASSERT_TRUE(slow.ok()) << slow.status();
-  absl::StatusOr<RunResult> r = (*slow)->Run();
+  absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
   EXPECT_GT(r->predicted_step_ms, base->predicted_step_ms);
@@ -362,16 +353,12 @@ TEST(Executor, RealClockRunCountsItsWaits) {
   ExecutorOptions o = MakeOptions({.kind = ScheduleKind::kOneFOneB, .dp = 1, .pp = 2, .tp = 1, .m = 2}, 1);
   o.run_reference = false;
   o.cost = CostModel::Uniform({.forward = FromMillis(2), .backward = FromMillis(4)});
-  absl::StatusOr<std::unique_ptr<Executor>> virt = Executor::Create(o);
-  ASSERT_TRUE(virt.ok()) << virt.status();
-  absl::StatusOr<RunResult> v = (*virt)->Run();
+  absl::StatusOr<RunResult> v = CreateAndRun(o);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->clock_waits, 0u);
   o.virtual_time = false;
   o.time_scale = 0.5;
-  absl::StatusOr<std::unique_ptr<Executor>> real = Executor::Create(o);
-  ASSERT_TRUE(real.ok()) << real.status();
-  absl::StatusOr<RunResult> r = (*real)->Run();
+  absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_GT(r->clock_waits, 0u);  // every compute op waits for its modeled end
   EXPECT_LE(r->clock_crowded_waits, r->clock_waits);
@@ -427,9 +414,7 @@ TEST(Executor, DefaultModelLearnsFarAboveChance) {
   o.microbatch_size = 16;  // global batch 128
   o.eval_samples = 0;      // the whole held-out split
   o.run_reference = false;
-  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  absl::StatusOr<RunResult> r = (*ex)->Run();
+  absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   std::printf("[figures] default model, 150 steps: held-out accuracy %.3f (chance %.3f)\n",
               r->final_accuracy, r->chance_accuracy);
