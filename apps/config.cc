@@ -23,7 +23,7 @@
 #include "apps/presets.h"
 #include "runtime/link_models.h"
 #include "runtime/status_macros.h"
-#include "runtime/tensor.h"
+#include "runtime/model/tensor.h"
 #include "schedule/generators.h"
 
 // Flags shared with `ringpipe allreduce` (defined in apps/allreduce_cmd.cc). For run/predict, only an

@@ -38,8 +38,8 @@
 #include "comm/codec.h"
 #include "nlohmann/json.hpp"
 #include "runtime/link.h"
-#include "runtime/mlp.h"
-#include "runtime/optimizer.h"
+#include "runtime/model/mlp.h"
+#include "runtime/model/optimizer.h"
 #include "schedule/cost_model.h"
 #include "schedule/executor.h"
 #include "schedule/grid.h"
@@ -120,7 +120,7 @@ struct RunConfig {
   int64_t eval_samples = 0;   // held-out samples per evaluation; 0: the whole split
   bool reference = true;      // also train the single-device FP32 reference; report the loss gap
 
-  // The real workload (runtime/mlp.h, runtime/dataset.h, runtime/optimizer.h).
+  // The real workload (runtime/model/mlp.h, runtime/model/dataset.h, runtime/model/optimizer.h).
   int input_dim = 16;
   std::vector<int> hidden = {64, 64, 64, 64, 64};
   int classes = 10;

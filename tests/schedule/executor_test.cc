@@ -11,7 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/reference_trainer.h"
+#include "runtime/model/reference_trainer.h"
 #include "schedule/generators.h"
 #include "schedule/metrics.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/kernels.h"
+#include "runtime/model/kernels.h"
 
 #include <cmath>
 #include <cstring>

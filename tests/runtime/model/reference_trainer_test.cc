@@ -1,4 +1,4 @@
-#include "runtime/reference_trainer.h"
+#include "runtime/model/reference_trainer.h"
 
 #include <cmath>
 #include <cstring>

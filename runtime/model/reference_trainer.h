@@ -39,9 +39,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/dataset.h"
-#include "runtime/mlp.h"
-#include "runtime/optimizer.h"
+#include "runtime/model/dataset.h"
+#include "runtime/model/mlp.h"
+#include "runtime/model/optimizer.h"
 
 namespace rp {
 

@@ -40,7 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/tensor.h"
+#include "runtime/model/tensor.h"
 
 namespace rp {
 

@@ -1,4 +1,4 @@
-#include "runtime/mlp.h"
+#include "runtime/model/mlp.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,10 +1,10 @@
-#include "runtime/reference_trainer.h"
+#include "runtime/model/reference_trainer.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "runtime/kernels.h"
+#include "runtime/model/kernels.h"
 #include "runtime/status_macros.h"
 
 namespace rp {

@@ -55,8 +55,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/kernels.h"
-#include "runtime/tensor.h"
+#include "runtime/model/kernels.h"
+#include "runtime/model/tensor.h"
 
 namespace rp {
 

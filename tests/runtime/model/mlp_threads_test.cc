@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/mlp.h"
+#include "runtime/model/mlp.h"
 #include "runtime/mutex.h"
 
 namespace rp {

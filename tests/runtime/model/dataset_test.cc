@@ -1,4 +1,4 @@
-#include "runtime/dataset.h"
+#include "runtime/model/dataset.h"
 
 #include <cmath>
 #include <cstring>
