@@ -1,0 +1,386 @@
+#include "runtime/fabric.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rp {
+
+const char* LpStateName(LpWait::State s) {
+  switch (s) {
+    case LpWait::State::kRunning: return "running";
+    case LpWait::State::kAwaitChannel: return "awaiting a message";
+    case LpWait::State::kParked: return "parked";
+    case LpWait::State::kAwaitGate: return "awaiting its comm stream";
+    case LpWait::State::kRendezvous: return "at a rendezvous";
+    case LpWait::State::kDone: return "done";
+  }
+  return "?";
+}
+
+// One LP. Its fields are guarded by the fabric's mutex (annotated through Fabric::mu_ uses).
+struct Fabric::Lp {
+  Nanos bound{0};
+  uint64_t next_seq = 0;
+  uint64_t tie = 0;
+  LpWait::State state = LpWait::State::kRunning;
+  ChannelId awaited_channel = -1;
+  int work = 0;
+  WaitSite site;
+  CondVar cv;
+};
+
+absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Create(const FabricOptions& options) {
+  if (options.tie_rank.empty()) {
+    return absl::InvalidArgumentError("fabric: tie_rank must name at least one LP");
+  }
+  {
+    std::vector<uint64_t> sorted = options.tie_rank;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      return absl::InvalidArgumentError("fabric: tie_rank values must be distinct");
+    }
+  }
+  absl::StatusOr<FabricModel> model =
+      FabricModel::Create(options.links, options.num_devices, options.faults);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<Fabric>(new Fabric(options, *std::move(model)));
+}
+
+Fabric::Fabric(const FabricOptions& options, FabricModel model)
+    : options_(options), model_(std::move(model)) {
+  const size_t n = options_.tie_rank.size();
+  lps_.reserve(n);
+  while (leaves_ < n) leaves_ *= 2;
+  MutexLock lock(&mu_);
+  tree_.assign(2 * leaves_, Key{std::numeric_limits<int64_t>::max(), ~uint64_t{0}, ~uint64_t{0}});
+  for (size_t i = 0; i < n; ++i) {
+    lps_.push_back(std::make_unique<Lp>());
+    lps_.back()->tie = options_.tie_rank[i];
+    UpdateTree(static_cast<LpId>(i));
+  }
+}
+
+Fabric::~Fabric() = default;
+
+Fabric::Key Fabric::LpKey(LpId lp) const {
+  const Lp& l = *lps_[static_cast<size_t>(lp)];
+  if (l.state != LpWait::State::kRunning) {
+    return Key{std::numeric_limits<int64_t>::max(), ~uint64_t{0}, ~uint64_t{0}};
+  }
+  return Key{l.bound.count(), l.tie, l.next_seq};
+}
+
+void Fabric::UpdateTree(LpId lp) {
+  size_t i = leaves_ + static_cast<size_t>(lp);
+  tree_[i] = LpKey(lp);
+  for (i /= 2; i >= 1; i /= 2) {
+    const Key& m = std::min(tree_[2 * i], tree_[2 * i + 1]);
+    if (!(m < tree_[i]) && !(tree_[i] < m)) break;  // unchanged above
+    tree_[i] = m;
+  }
+}
+
+void Fabric::SetState(LpId lp, LpWait::State s) {
+  lps_[static_cast<size_t>(lp)]->state = s;
+  UpdateTree(lp);
+}
+
+void Fabric::RaiseBound(LpId lp, Nanos t) {
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  if (t <= l.bound) return;
+  l.bound = t;
+  progress_.fetch_add(1, std::memory_order_relaxed);
+  if (l.state == LpWait::State::kRunning) UpdateTree(lp);
+}
+
+void Fabric::Resume(LpId lp, Nanos at_least) {
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  l.bound = std::max(l.bound, at_least);
+  l.state = LpWait::State::kRunning;
+  UpdateTree(lp);
+  progress_.fetch_add(1, std::memory_order_relaxed);
+  l.cv.Signal();
+}
+
+void Fabric::CommitReady() {
+  while (!pending_.empty() && pending_.top().key < tree_[1]) {
+    const Pending p = pending_.top();
+    pending_.pop();
+    Channel& c = channels_[static_cast<size_t>(p.channel)];
+    Ticket& t = c.queue[static_cast<size_t>(p.index - c.consumed)];
+    t.timing = model_.Commit(t.message);
+    t.committed = true;
+    committed_.fetch_add(1, std::memory_order_relaxed);
+    progress_.fetch_add(1, std::memory_order_relaxed);
+    if (options_.on_commit) options_.on_commit(t.message, t.timing);
+    Lp& receiver = *lps_[static_cast<size_t>(c.dst)];
+    if (receiver.state == LpWait::State::kAwaitChannel && receiver.awaited_channel == p.channel &&
+        p.index == c.consumed) {
+      Resume(c.dst, t.timing.arrival);  // may lower the minimum: the loop re-checks
+    }
+  }
+}
+
+ChannelId Fabric::AddChannel(LpId src, LpId dst) {
+  MutexLock lock(&mu_);
+  channels_.push_back(Channel{.src = src, .dst = dst, .queue = {}, .consumed = 0});
+  return static_cast<ChannelId>(channels_.size() - 1);
+}
+
+GateId Fabric::AddGate() {
+  MutexLock lock(&mu_);
+  gates_.push_back(Gate{});
+  return static_cast<GateId>(gates_.size() - 1);
+}
+
+RendezvousId Fabric::AddRendezvous(int members) {
+  MutexLock lock(&mu_);
+  rendezvous_.push_back(Rendezvous{});
+  rendezvous_.back().members = members;
+  return static_cast<RendezvousId>(rendezvous_.size() - 1);
+}
+
+void Fabric::StartParked(LpId lp) {
+  MutexLock lock(&mu_);
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  if (l.work == 0) SetState(lp, LpWait::State::kParked);
+  CommitReady();
+}
+
+absl::StatusOr<uint64_t> Fabric::Post(LpId lp, ChannelId channel, const FabricMessage& m) {
+  MutexLock lock(&mu_);
+  if (channel < 0 || static_cast<size_t>(channel) >= channels_.size() ||
+      channels_[static_cast<size_t>(channel)].src != lp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fabric: LP ", lp, " posts on channel ", channel, " it does not send on"));
+  }
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  if (m.ready < l.bound) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fabric: LP ", lp, " posts a message ready at ", m.ready.count(),
+        " ns, before its bound ", l.bound.count(), " ns (a message out of modeled-time order)"));
+  }
+  Channel& c = channels_[static_cast<size_t>(channel)];
+  const uint64_t seq = l.next_seq++;
+  const uint64_t index = c.consumed + c.queue.size();
+  c.queue.push_back(Ticket{.message = m, .timing = {}, .seq = seq, .committed = false});
+  pending_.push(Pending{.key = Key{m.ready.count(), l.tie, seq}, .channel = channel, .index = index});
+  l.bound = m.ready;
+  if (l.state == LpWait::State::kRunning) UpdateTree(lp);
+  progress_.fetch_add(1, std::memory_order_relaxed);
+  CommitReady();
+  return seq;
+}
+
+void Fabric::Advance(LpId lp, Nanos t) {
+  MutexLock lock(&mu_);
+  const Key before = tree_[1];
+  RaiseBound(lp, t);
+  if (before < tree_[1]) CommitReady();
+}
+
+void Fabric::Finish(LpId lp) {
+  MutexLock lock(&mu_);
+  SetState(lp, LpWait::State::kDone);
+  CommitReady();
+}
+
+absl::Status Fabric::WaitWhile(LpId lp, const std::function<bool()>& blocked) {
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  while (blocked()) {
+    if (aborted_.load(std::memory_order_acquire)) return abort_status_;
+    l.cv.Wait(&mu_);
+  }
+  if (aborted_.load(std::memory_order_acquire) && l.state != LpWait::State::kRunning) {
+    return abort_status_;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSite& site) {
+  MutexLock lock(&mu_);
+  if (channel < 0 || static_cast<size_t>(channel) >= channels_.size() ||
+      channels_[static_cast<size_t>(channel)].dst != lp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fabric: LP ", lp, " awaits channel ", channel, " it does not receive on"));
+  }
+  Channel& c = channels_[static_cast<size_t>(channel)];
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  l.site = site;
+  auto head_committed = [&c]() { return !c.queue.empty() && c.queue.front().committed; };
+  if (!head_committed()) {
+    if (aborted_.load(std::memory_order_acquire)) return abort_status_;
+    l.awaited_channel = channel;
+    SetState(lp, LpWait::State::kAwaitChannel);
+    CommitReady();
+    absl::Status s = WaitWhile(lp, [&]() {
+      mu_.AssertHeld();
+      return !head_committed();
+    });
+    l.awaited_channel = -1;
+    if (!s.ok()) {
+      if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
+      return s;
+    }
+  }
+  Ticket t = std::move(c.queue.front());
+  c.queue.pop_front();
+  ++c.consumed;
+  if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
+  RaiseBound(lp, t.timing.arrival);
+  progress_.fetch_add(1, std::memory_order_relaxed);
+  return Delivery{.message = t.message, .timing = t.timing, .ticket = t.seq};
+}
+
+void Fabric::AddWork(LpId lp, Nanos ready) {
+  MutexLock lock(&mu_);
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  ++l.work;
+  if (l.state == LpWait::State::kParked) {
+    l.bound = std::max(l.bound, ready);
+    SetState(lp, LpWait::State::kRunning);
+  }
+  progress_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Fabric::FinishWork(LpId lp) {
+  MutexLock lock(&mu_);
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  if (l.work > 0) --l.work;
+  if (l.work == 0 && l.state == LpWait::State::kRunning) {
+    SetState(lp, LpWait::State::kParked);
+    CommitReady();
+  }
+  progress_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Fabric::Signal(GateId gate, Nanos t) {
+  MutexLock lock(&mu_);
+  Gate& g = gates_[static_cast<size_t>(gate)];
+  g.signalled = true;
+  g.time = t;
+  progress_.fetch_add(1, std::memory_order_relaxed);
+  if (g.waiter >= 0 && lps_[static_cast<size_t>(g.waiter)]->state == LpWait::State::kAwaitGate) {
+    Resume(g.waiter, t);
+  }
+}
+
+absl::StatusOr<Nanos> Fabric::AwaitGate(LpId lp, GateId gate, const WaitSite& site) {
+  MutexLock lock(&mu_);
+  Gate& g = gates_[static_cast<size_t>(gate)];
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  l.site = site;
+  if (!g.signalled) {
+    if (aborted_.load(std::memory_order_acquire)) return abort_status_;
+    g.waiter = lp;
+    SetState(lp, LpWait::State::kAwaitGate);
+    CommitReady();
+    absl::Status s = WaitWhile(lp, [&]() {
+      mu_.AssertHeld();
+      return !gates_[static_cast<size_t>(gate)].signalled;
+    });
+    gates_[static_cast<size_t>(gate)].waiter = -1;
+    if (!s.ok()) {
+      if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
+      return s;
+    }
+  }
+  const Nanos t = gates_[static_cast<size_t>(gate)].time;
+  if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
+  RaiseBound(lp, t);
+  return t;
+}
+
+void Fabric::ResetGate(GateId gate) {
+  MutexLock lock(&mu_);
+  gates_[static_cast<size_t>(gate)] = Gate{};
+}
+
+absl::StatusOr<Nanos> Fabric::Arrive(LpId lp, RendezvousId rv, Nanos t, const WaitSite& site,
+                                     absl::FunctionRef<absl::StatusOr<Nanos>(Nanos)> on_last) {
+  mu_.Lock();
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  l.site = site;
+  if (aborted_.load(std::memory_order_acquire)) {
+    const absl::Status s = abort_status_;
+    mu_.Unlock();
+    return s;
+  }
+  Rendezvous& r = rendezvous_[static_cast<size_t>(rv)];
+  const uint64_t generation = r.generation;
+  r.max = r.arrived == 0 ? t : std::max(r.max, t);
+  ++r.arrived;
+  SetState(lp, LpWait::State::kRendezvous);
+  progress_.fetch_add(1, std::memory_order_relaxed);
+  if (r.arrived < r.members) {
+    r.waiting.push_back(lp);
+    CommitReady();
+    absl::Status s = WaitWhile(lp, [&]() {
+      mu_.AssertHeld();
+      return rendezvous_[static_cast<size_t>(rv)].generation == generation;
+    });
+    if (!s.ok()) {
+      if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
+      mu_.Unlock();
+      return s;
+    }
+    const Rendezvous& done = rendezvous_[static_cast<size_t>(rv)];
+    absl::StatusOr<Nanos> out =
+        done.status.ok() ? absl::StatusOr<Nanos>(done.release) : absl::StatusOr<Nanos>(done.status);
+    mu_.Unlock();
+    return out;
+  }
+  // The last arriver: everyone else waits (excluded), so what on_last reads is quiescent.
+  const Nanos max = r.max;
+  CommitReady();
+  mu_.Unlock();
+  absl::StatusOr<Nanos> release = on_last(max);
+  mu_.Lock();
+  Rendezvous& rr = rendezvous_[static_cast<size_t>(rv)];
+  rr.status = release.status();
+  rr.release = release.ok() ? *release : max;
+  rr.arrived = 0;
+  ++rr.generation;
+  for (LpId w : rr.waiting) Resume(w, rr.release);
+  rr.waiting.clear();
+  Resume(lp, rr.release);
+  mu_.Unlock();
+  return release;
+}
+
+void Fabric::Abort(const absl::Status& status) {
+  MutexLock lock(&mu_);
+  if (aborted_.load(std::memory_order_acquire)) return;
+  abort_status_ = status.ok() ? absl::CancelledError("fabric aborted") : status;
+  aborted_.store(true, std::memory_order_release);
+  for (auto& l : lps_) l->cv.SignalAll();
+}
+
+std::vector<LpWait> Fabric::Waits() const {
+  MutexLock lock(&mu_);
+  std::vector<LpWait> out;
+  out.reserve(lps_.size());
+  for (size_t i = 0; i < lps_.size(); ++i) {
+    const Lp& l = *lps_[i];
+    LpWait w;
+    w.lp = static_cast<LpId>(i);
+    w.state = l.state;
+    w.site = l.site;
+    w.bound = l.bound;
+    if (l.state == LpWait::State::kAwaitChannel && l.awaited_channel >= 0) {
+      w.peer = channels_[static_cast<size_t>(l.awaited_channel)].src;
+    }
+    out.push_back(w);
+  }
+  return out;
+}
+
+uint64_t Fabric::pending() const {
+  MutexLock lock(&mu_);
+  return pending_.size();
+}
+
+}  // namespace rp

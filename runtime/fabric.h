@@ -1,0 +1,245 @@
+// rp::Fabric: the emulated network shared by every device thread, and the time engine's only
+// synchronization (DESIGN.md "The fabric", "The time engine").
+//
+// Words.
+//   LP        a logical process: a thread that posts messages in modeled time (a device's compute
+//             stream, its comm stream). Identified by an LpId in [0, num_lps).
+//   channel   a FIFO of messages from one LP to one LP (a p2p pipe, a ring link).
+//   bound     an LP's promise: every message it posts from now on is ready at or after `bound`.
+//   key       a message's place in modeled time: (ready, tie rank of its LP, the LP's post count).
+//             An LP's key is (bound, tie rank, its next post count): a lower bound of its future
+//             messages' keys.
+//   commit    the fabric decides a message's timing (rp::FabricModel::Commit: ports, contention).
+//
+// The rule (conservative synchronization). Messages are committed in increasing key order, so
+// every port serves its messages in modeled ready-time order whatever order the host threads run
+// in: the emulated timeline is deterministic and equals the predictor's, which commits in the same
+// order single-threaded. A pending message commits once its key is below the key of every LP that
+// could still post: every LP counts except those that provably post nothing before they are given
+// a later time by someone who counts —
+//   * an LP awaiting a channel whose next message is not committed yet (Await): it resumes at that
+//     message's arrival, which the commit hands to it (its bound becomes >= the arrival);
+//   * a parked LP (no work: AddWork hands it a bound with its next work item);
+//   * an LP awaiting a gate (Signal hands it the signaller's time) or a rendezvous (the last
+//     arriver hands everyone the release time);
+//   * a finished LP.
+// Everything else — computing, sleeping on a real clock, blocked on the host (a full queue, a
+// mutex) — counts with its bound. So an LP must never block on the host for something that needs
+// another LP's messages committed past its own bound (callers size their queues accordingly; see
+// comm/communicator.h), and should Advance its bound as soon as it knows its next post is later
+// (before sleeping on a real clock) so receivers are not held back.
+// There is no global "everyone blocked" barrier and no polling: an LP is woken only by the commit,
+// signal or release it waits for (or by Abort). The interface is narrow on purpose (post, await,
+// advance, park, signal, rendezvous) so the same rule can later span processes.
+//
+// Errors. Post fails (InvalidArgument, a caller bug) if a message is ready before its LP's bound.
+// Waits return Cancelled once Abort was called (a failed run). Waits have no timeout of their
+// own: stalls are detected centrally from progress() (rp::FabricMonitor in the executor), which
+// sees every LP's wait site (Waits()).
+//
+// Thread safety: every method may be called from any thread; one mutex guards the state (posting,
+// committing and waking are short critical sections). An LP's own methods (Post, Advance, Await,
+// AwaitGate, Arrive, FinishWork) are called by the thread that runs it, one at a time.
+//
+// Example (two LPs, one channel):
+//   RP_ASSIGN_OR_RETURN(auto fabric, Fabric::Create({.links = DgxA100(), .num_devices = 2,
+//                                                     .tie_rank = {0, 1}}));
+//   ChannelId ch = fabric->AddChannel(/*src=*/0, /*dst=*/1);
+//   // thread of LP 0:
+//   RP_RETURN_IF_ERROR(fabric->Post(0, ch, {.src = 0, .dst = 1, .bytes = 4096, .ready = t}).status());
+//   fabric->Finish(0);
+//   // thread of LP 1:
+//   RP_ASSIGN_OR_RETURN(Delivery d, fabric->Await(1, ch, {.rank = 1, .op = "recv", .peer = 0}));
+//   d.timing.arrival;  // t + o + 4096/β + α
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <queue>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/fabric_model.h"
+#include "runtime/mutex.h"
+#include "runtime/time.h"
+#include "runtime/watchdog.h"
+
+namespace rp {
+
+using LpId = int32_t;
+using ChannelId = int32_t;
+using GateId = int32_t;
+using RendezvousId = int32_t;
+
+struct FabricOptions {
+  LinkSpec links;
+  int num_devices = 1;
+  std::vector<LinkFault> faults;
+  // One entry per LP: its tie-break rank (distinct values; see "key"). The number of LPs.
+  std::vector<uint64_t> tie_rank;
+  // Optional: called under the fabric's lock for every committed message (e.g. to trace port
+  // occupancy). Must be quick and must not call back into the fabric.
+  std::function<void(const FabricMessage&, const MessageTiming&)> on_commit;
+};
+
+// A message as its receiver gets it.
+struct Delivery {
+  FabricMessage message;
+  MessageTiming timing;
+  uint64_t ticket = 0;  // the sender's post count at posting (per LP, from 0)
+};
+
+// What an LP is doing, for stall reports.
+struct LpWait {
+  enum class State : uint8_t { kRunning, kAwaitChannel, kParked, kAwaitGate, kRendezvous, kDone };
+  LpId lp = 0;
+  State state = State::kRunning;
+  LpId peer = -1;  // kAwaitChannel: the channel's sender
+  WaitSite site;   // as given to the wait (kRunning: the last one)
+  Nanos bound{0};
+};
+const char* LpStateName(LpWait::State s);
+
+class Fabric {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Fabric>> Create(const FabricOptions& options);
+  ~Fabric();
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+
+  int num_lps() const { return static_cast<int>(lps_.size()); }
+  const FabricModel& model() const { return model_; }  // read only while nothing posts
+
+  // --- Setup (thread-safe; normally before the LPs start) ---
+  ChannelId AddChannel(LpId src, LpId dst);
+  GateId AddGate();
+  RendezvousId AddRendezvous(int members);
+  // An LP that starts parked (e.g. a comm stream with no work yet). Call before it runs.
+  void StartParked(LpId lp);
+
+  // --- Senders ---
+  // Posts `m` from `lp` on `channel` (lp must be the channel's sender; m.ready >= lp's bound).
+  // Raises the bound to m.ready. Never blocks. Returns the ticket (lp's post count).
+  [[nodiscard]] absl::StatusOr<uint64_t> Post(LpId lp, ChannelId channel, const FabricMessage& m);
+  // lp promises that its future posts are ready at or after t (monotone: lower values ignored).
+  void Advance(LpId lp, Nanos t);
+  // lp posts nothing more until it is given work again (AddWork) — for the end of a run.
+  void Finish(LpId lp);
+
+  // --- Receivers ---
+  // The next message on `channel` (FIFO), once committed; lp must be its receiver. While it
+  // waits, lp does not hold back commits; on return lp's bound is >= the arrival.
+  [[nodiscard]] absl::StatusOr<Delivery> Await(LpId lp, ChannelId channel, const WaitSite& site);
+
+  // --- Work hand-off (a compute stream feeding its comm stream) ---
+  // One more work item for `lp`, ready at `ready`; a parked lp resumes with bound >= ready.
+  void AddWork(LpId lp, Nanos ready);
+  // lp finished one work item; with none left it parks.
+  void FinishWork(LpId lp);
+
+  // --- Gates (one signaller, one waiter, e.g. "bucket done") ---
+  // Marks `gate` done at modeled time t and releases its waiter (bound >= t).
+  void Signal(GateId gate, Nanos t);
+  // Waits until `gate` is signalled; returns its time; lp's bound becomes >= it.
+  [[nodiscard]] absl::StatusOr<Nanos> AwaitGate(LpId lp, GateId gate, const WaitSite& site);
+  // Makes `gate` reusable (not signalled). Only when nobody waits on it.
+  void ResetGate(GateId gate);
+
+  // --- Rendezvous (a group meets; the last arriver decides the release time) ---
+  // lp arrives with modeled time t. The last of the `members` arrivers calls on_last(max of the
+  // arrivers' t) without the fabric's lock held (every other member waits meanwhile) and its
+  // result becomes every member's release time (their bounds are raised to it); an error from
+  // on_last is returned to every member. Members call rounds of the same rendezvous in the same
+  // order.
+  [[nodiscard]] absl::StatusOr<Nanos> Arrive(LpId lp, RendezvousId rv, Nanos t, const WaitSite& site,
+                                             absl::FunctionRef<absl::StatusOr<Nanos>(Nanos)> on_last);
+
+  // --- Failure and observation ---
+  // Fails every current and future wait with `status` (first call wins).
+  void Abort(const absl::Status& status);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // Counts commits, posts, bound raises, hand-offs: unchanged for long while LPs wait = a stall.
+  uint64_t progress() const { return progress_.load(std::memory_order_relaxed); }
+  // Every LP's state and wait site (a consistent snapshot).
+  std::vector<LpWait> Waits() const;
+  // Messages posted and not yet committed, and committed in all.
+  uint64_t pending() const;
+  uint64_t committed() const { return committed_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Key {
+    int64_t time = 0;
+    uint64_t tie = 0;
+    uint64_t seq = 0;
+    friend bool operator<(const Key& a, const Key& b) {
+      if (a.time != b.time) return a.time < b.time;
+      if (a.tie != b.tie) return a.tie < b.tie;
+      return a.seq < b.seq;
+    }
+  };
+  struct Lp;
+  struct Ticket {
+    FabricMessage message;
+    MessageTiming timing;
+    uint64_t seq = 0;
+    bool committed = false;
+  };
+  struct Channel {
+    LpId src = 0, dst = 0;
+    std::deque<Ticket> queue;  // posted, not yet consumed; front = next
+    uint64_t consumed = 0;     // tickets popped so far (index of queue.front())
+  };
+  struct Pending {
+    Key key;
+    ChannelId channel = 0;
+    uint64_t index = 0;  // absolute index in the channel
+    friend bool operator<(const Pending& a, const Pending& b) { return b.key < a.key; }  // min-heap
+  };
+  struct Gate {
+    bool signalled = false;
+    Nanos time{0};
+    LpId waiter = -1;
+  };
+  struct Rendezvous {
+    int members = 0;
+    int arrived = 0;
+    Nanos max{0};
+    uint64_t generation = 0;
+    absl::Status status;
+    Nanos release{0};
+    std::vector<LpId> waiting;
+  };
+
+  explicit Fabric(const FabricOptions& options, FabricModel model);
+  void SetState(LpId lp, LpWait::State s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Resume(LpId lp, Nanos at_least) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RaiseBound(LpId lp, Nanos t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateTree(LpId lp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CommitReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Key LpKey(LpId lp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WaitWhile(LpId lp, const std::function<bool()>& blocked)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const FabricOptions options_;
+  mutable Mutex mu_;
+  FabricModel model_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Lp>> lps_;  // fixed after Create; fields guarded by mu_
+  std::vector<Channel> channels_ ABSL_GUARDED_BY(mu_);
+  std::vector<Gate> gates_ ABSL_GUARDED_BY(mu_);
+  std::vector<Rendezvous> rendezvous_ ABSL_GUARDED_BY(mu_);
+  std::priority_queue<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Min-tree over the LPs' keys (an excluded LP holds the maximal key): tree_[1] is the minimum.
+  size_t leaves_ = 1;
+  std::vector<Key> tree_ ABSL_GUARDED_BY(mu_);
+  absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> aborted_{false};
+  std::atomic<uint64_t> progress_{0};
+  std::atomic<uint64_t> committed_{0};
+};
+
+}  // namespace rp

@@ -1,0 +1,318 @@
+// rp::Fabric: threads posting and awaiting in any host interleaving get exactly the timings of a
+// single-threaded reference that commits messages in key order (the determinism the emulator and
+// the predictor rely on); parking, gates, rendezvous and abort.
+#include "runtime/fabric.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace rp {
+namespace {
+
+// A scripted LP: compute for a while, post, await.
+struct Op {
+  enum Kind { kCompute, kSend, kRecv } kind;
+  Nanos duration{0};  // kCompute
+  int channel = -1;   // kSend / kRecv
+  uint64_t bytes = 0;
+};
+struct Workload {
+  LinkSpec spec;
+  int num_devices = 0;
+  std::vector<int> device_of;  // per LP
+  std::vector<uint64_t> tie;   // per LP
+  std::vector<std::pair<int, int>> channels;  // (src LP, dst LP)
+  std::vector<std::vector<Op>> scripts;       // per LP
+};
+
+// Rounds: every LP computes, sends its messages of the round, then receives the round's messages
+// addressed to it (in a shuffled order) — deadlock-free by construction.
+Workload RandomWorkload(uint64_t seed, int lps, int rounds) {
+  std::mt19937_64 rng(seed);
+  Workload w;
+  w.spec.intra_node = {.alpha = Nanos(700), .bandwidth_gbps = 50, .overhead = Nanos(300)};
+  w.spec.inter_node = {.alpha = Nanos(3000), .bandwidth_gbps = 5, .overhead = Nanos(900)};
+  w.spec.devices_per_node = 4;
+  w.spec.nics_per_node = 1;  // shared NICs: plenty of contention
+  w.num_devices = lps;
+  for (int i = 0; i < lps; ++i) w.device_of.push_back(i);
+  for (int i = 0; i < lps; ++i) w.tie.push_back(static_cast<uint64_t>(i));
+  std::shuffle(w.tie.begin(), w.tie.end(), rng);
+  std::map<std::pair<int, int>, int> channel_of;
+  w.scripts.assign(static_cast<size_t>(lps), {});
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<std::vector<int>> incoming(static_cast<size_t>(lps));
+    for (int a = 0; a < lps; ++a) {
+      auto& s = w.scripts[static_cast<size_t>(a)];
+      s.push_back({Op::kCompute, Nanos(static_cast<int64_t>(rng() % 20000)), -1, 0});
+      for (int b = 0; b < lps; ++b) {
+        if (a == b || rng() % 3 != 0) continue;
+        auto [it, inserted] = channel_of.emplace(std::make_pair(a, b), static_cast<int>(w.channels.size()));
+        if (inserted) w.channels.push_back({a, b});
+        s.push_back({Op::kSend, Nanos(0), it->second, 1000 * (rng() % 200)});
+        incoming[static_cast<size_t>(b)].push_back(it->second);
+        if (rng() % 4 == 0) s.push_back({Op::kCompute, Nanos(static_cast<int64_t>(rng() % 3000)), -1, 0});
+      }
+    }
+    for (int b = 0; b < lps; ++b) {
+      auto& in = incoming[static_cast<size_t>(b)];
+      std::shuffle(in.begin(), in.end(), rng);
+      for (int ch : in) w.scripts[static_cast<size_t>(b)].push_back({Op::kRecv, Nanos(0), ch, 0});
+    }
+  }
+  return w;
+}
+
+// Per (LP, op index) of every receive: the message's timing.
+using Timings = std::map<std::pair<int, int>, std::tuple<int64_t, int64_t, int64_t>>;
+
+FabricMessage MessageOf(const Workload& w, const Op& op, Nanos ready) {
+  const auto& [src, dst] = w.channels[static_cast<size_t>(op.channel)];
+  return {.src = w.device_of[static_cast<size_t>(src)], .dst = w.device_of[static_cast<size_t>(dst)],
+          .bytes = op.bytes, .ready = ready};
+}
+
+// The single-threaded reference: run every LP until it blocks, then commit the pending message of
+// least key (ready, tie, LP's post count), repeat.
+Timings Reference(const Workload& w) {
+  auto model = FabricModel::Create(w.spec, w.num_devices);
+  EXPECT_TRUE(model.ok());
+  const size_t n = w.scripts.size();
+  std::vector<size_t> pc(n, 0);
+  std::vector<Nanos> cursor(n, Nanos(0));
+  std::vector<uint64_t> seq(n, 0);
+  struct Msg {
+    std::tuple<int64_t, uint64_t, uint64_t> key;
+    int channel;
+    FabricMessage m;
+  };
+  std::vector<Msg> pending;
+  std::vector<std::vector<MessageTiming>> committed(w.channels.size());
+  std::vector<size_t> consumed(w.channels.size(), 0);
+  Timings out;
+  while (true) {
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (size_t l = 0; l < n; ++l) {
+        while (pc[l] < w.scripts[l].size()) {
+          const Op& op = w.scripts[l][pc[l]];
+          if (op.kind == Op::kCompute) {
+            cursor[l] += op.duration;
+          } else if (op.kind == Op::kSend) {
+            pending.push_back({{cursor[l].count(), w.tie[l], seq[l]++}, op.channel,
+                               MessageOf(w, op, cursor[l])});
+          } else {
+            auto& c = committed[static_cast<size_t>(op.channel)];
+            size_t& k = consumed[static_cast<size_t>(op.channel)];
+            if (k >= c.size()) break;
+            const MessageTiming t = c[k++];
+            cursor[l] = std::max(cursor[l], t.arrival);
+            out[{static_cast<int>(l), static_cast<int>(pc[l])}] = {t.start.count(),
+                                                                   t.last_byte.count(),
+                                                                   t.arrival.count()};
+          }
+          ++pc[l];
+          moved = true;
+        }
+      }
+    }
+    if (pending.empty()) break;
+    auto it = std::min_element(pending.begin(), pending.end(),
+                               [](const Msg& a, const Msg& b) { return a.key < b.key; });
+    committed[static_cast<size_t>(it->channel)].push_back(model->Commit(it->m));
+    pending.erase(it);
+  }
+  for (size_t l = 0; l < n; ++l) EXPECT_EQ(pc[l], w.scripts[l].size()) << "reference stalled";
+  return out;
+}
+
+// The threaded run: one thread per LP; random host-level yields vary the interleaving.
+Timings Threaded(const Workload& w, uint64_t seed, bool advance_after_compute) {
+  auto fabric = Fabric::Create({.links = w.spec, .num_devices = w.num_devices, .tie_rank = w.tie});
+  EXPECT_TRUE(fabric.ok()) << fabric.status();
+  std::vector<ChannelId> ids;
+  for (const auto& [a, b] : w.channels) ids.push_back((*fabric)->AddChannel(a, b));
+  Mutex mu;
+  Timings out;
+  std::vector<std::thread> threads;
+  for (size_t l = 0; l < w.scripts.size(); ++l) {
+    threads.emplace_back([&, l] {
+      std::mt19937_64 rng(seed * 1000 + l);
+      const LpId lp = static_cast<LpId>(l);
+      Nanos cursor(0);
+      for (size_t i = 0; i < w.scripts[l].size(); ++i) {
+        const Op& op = w.scripts[l][i];
+        if (rng() % 3 == 0) std::this_thread::yield();
+        if (op.kind == Op::kCompute) {
+          cursor += op.duration;
+          if (advance_after_compute) (*fabric)->Advance(lp, cursor);
+        } else if (op.kind == Op::kSend) {
+          auto t = (*fabric)->Post(lp, ids[static_cast<size_t>(op.channel)], MessageOf(w, op, cursor));
+          ASSERT_TRUE(t.ok()) << t.status();
+        } else {
+          auto d = (*fabric)->Await(lp, ids[static_cast<size_t>(op.channel)],
+                                    {.rank = static_cast<int>(l), .op = "recv"});
+          ASSERT_TRUE(d.ok()) << d.status();
+          cursor = std::max(cursor, d->timing.arrival);
+          MutexLock lock(&mu);
+          out[{static_cast<int>(l), static_cast<int>(i)}] = {d->timing.start.count(),
+                                                             d->timing.last_byte.count(),
+                                                             d->timing.arrival.count()};
+        }
+      }
+      (*fabric)->Finish(lp);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ((*fabric)->pending(), 0u);
+  return out;
+}
+
+TEST(Fabric, ThreadedCommitsEqualTheKeyOrderReferenceInAnyInterleaving) {
+  for (uint64_t seed : {1, 2, 3}) {
+    const Workload w = RandomWorkload(seed, /*lps=*/10, /*rounds=*/6);
+    const Timings ref = Reference(w);
+    ASSERT_FALSE(ref.empty());
+    for (uint64_t run = 0; run < 4; ++run) {
+      EXPECT_EQ(Threaded(w, run, /*advance_after_compute=*/run % 2 == 0), ref)
+          << "seed " << seed << " run " << run;
+    }
+  }
+}
+
+TEST(Fabric, ContentionAppearsInTheReference) {
+  // A sanity check that the workload exercises queueing (else the test above proves little).
+  const Workload w = RandomWorkload(7, 10, 6);
+  auto model = FabricModel::Create(w.spec, w.num_devices);
+  ASSERT_TRUE(model.ok());
+  const Timings ref = Reference(w);
+  int queued = 0;
+  for (const auto& [where, t] : ref) {
+    const Op& op = w.scripts[static_cast<size_t>(where.first)][static_cast<size_t>(where.second)];
+    const auto& [src, dst] = w.channels[static_cast<size_t>(op.channel)];
+    (void)src;
+    (void)dst;
+    queued += std::get<2>(t) > std::get<0>(t) && std::get<0>(t) > 0;
+  }
+  EXPECT_GT(queued, 10);
+}
+
+TEST(Fabric, ParkedLpDoesNotHoldBackCommitsUntilGivenWork) {
+  LinkSpec spec;
+  spec.intra_node = {.alpha = Nanos(10), .bandwidth_gbps = 0, .overhead = Nanos(5)};
+  auto f = Fabric::Create({.links = spec, .num_devices = 2, .tie_rank = {0, 1, 2}});
+  ASSERT_TRUE(f.ok());
+  Fabric& fabric = **f;
+  const ChannelId ch = fabric.AddChannel(0, 1);
+  fabric.StartParked(2);  // LP 2: a comm stream with no work
+  ASSERT_TRUE(fabric.Post(0, ch, {.src = 0, .dst = 1, .bytes = 8, .ready = Nanos(100)}).ok());
+  // LP 0 and 1 (running, bound 0) hold the message back: LP 1 has not said it waits.
+  EXPECT_EQ(fabric.pending(), 1u);
+  auto d = fabric.Await(1, ch, {.rank = 1, .op = "recv"});  // LP 1 excluded; LP 0 bound 100
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->timing.arrival, Nanos(115));
+  EXPECT_EQ(fabric.pending(), 0u);
+  // LP 2 given work at 50: it now holds commits back from 50.
+  fabric.AddWork(2, Nanos(50));
+  fabric.Advance(0, Nanos(1000));
+  fabric.Advance(1, Nanos(1000));
+  ASSERT_TRUE(fabric.Post(0, ch, {.src = 0, .dst = 1, .bytes = 8, .ready = Nanos(1000)}).ok());
+  EXPECT_EQ(fabric.pending(), 1u);
+  fabric.FinishWork(2);  // parked again
+  EXPECT_EQ(fabric.pending(), 0u);
+}
+
+TEST(Fabric, GateHandsTheSignallersTimeToItsWaiter) {
+  auto f = Fabric::Create({.links = {}, .num_devices = 1, .tie_rank = {0, 1}});
+  ASSERT_TRUE(f.ok());
+  Fabric& fabric = **f;
+  const GateId g = fabric.AddGate();
+  std::thread waiter([&] {
+    auto t = fabric.AwaitGate(0, g, {.rank = 0, .op = "await comm"});
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(*t, Nanos(4242));
+  });
+  fabric.Signal(g, Nanos(4242));
+  waiter.join();
+  auto again = fabric.AwaitGate(0, g, {.rank = 0, .op = "await comm"});  // already signalled
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, Nanos(4242));
+}
+
+TEST(Fabric, RendezvousReleasesEveryoneAtTheLastArriversTime) {
+  constexpr int kMembers = 6;
+  std::vector<uint64_t> tie(kMembers);
+  for (int i = 0; i < kMembers; ++i) tie[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
+  auto f = Fabric::Create({.links = {}, .num_devices = 1, .tie_rank = tie});
+  ASSERT_TRUE(f.ok());
+  Fabric& fabric = **f;
+  const RendezvousId rv = fabric.AddRendezvous(kMembers);
+  std::atomic<int> last_calls{0};
+  std::vector<std::thread> threads;
+  std::vector<Nanos> released(kMembers);
+  for (int round = 0; round < 3; ++round) {
+    threads.clear();
+    for (int i = 0; i < kMembers; ++i) {
+      threads.emplace_back([&, i, round] {
+        auto r = fabric.Arrive(i, rv, Nanos(100 * i + round), {.rank = i, .op = "barrier"},
+                               [&](Nanos max) -> absl::StatusOr<Nanos> {
+                                 ++last_calls;
+                                 return max + Nanos(7);
+                               });
+        ASSERT_TRUE(r.ok());
+        released[static_cast<size_t>(i)] = *r;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (Nanos r : released) EXPECT_EQ(r, Nanos(100 * (kMembers - 1) + round + 7));
+  }
+  EXPECT_EQ(last_calls.load(), 3);
+}
+
+TEST(Fabric, AbortReleasesADeadlockAndWaitsNameTheirPeers) {
+  auto f = Fabric::Create({.links = {}, .num_devices = 2, .tie_rank = {0, 1}});
+  ASSERT_TRUE(f.ok());
+  Fabric& fabric = **f;
+  const ChannelId ab = fabric.AddChannel(0, 1), ba = fabric.AddChannel(1, 0);
+  std::vector<absl::Status> got(2);
+  std::thread a([&] { got[0] = fabric.Await(0, ba, {.rank = 0, .op = "recv", .peer = 1}).status(); });
+  std::thread b([&] { got[1] = fabric.Await(1, ab, {.rank = 1, .op = "recv", .peer = 0}).status(); });
+  // Both end up awaiting each other: no LP running, nothing pending — a true stall.
+  while (true) {
+    const std::vector<LpWait> w = fabric.Waits();
+    if (w[0].state == LpWait::State::kAwaitChannel && w[1].state == LpWait::State::kAwaitChannel) {
+      EXPECT_EQ(w[0].peer, 1);
+      EXPECT_EQ(w[1].peer, 0);
+      break;
+    }
+    std::this_thread::yield();
+  }
+  const uint64_t progress = fabric.progress();
+  fabric.Abort(absl::DeadlineExceededError("stall"));
+  a.join();
+  b.join();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(got[0])) << got[0];
+  EXPECT_TRUE(absl::IsDeadlineExceeded(got[1])) << got[1];
+  EXPECT_EQ(fabric.progress(), progress);
+}
+
+TEST(Fabric, PostBeforeTheBoundIsRefused) {
+  auto f = Fabric::Create({.links = {}, .num_devices = 2, .tie_rank = {0, 1}});
+  ASSERT_TRUE(f.ok());
+  const ChannelId ch = (*f)->AddChannel(0, 1);
+  (*f)->Advance(0, Nanos(100));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      (*f)->Post(0, ch, {.src = 0, .dst = 1, .ready = Nanos(99)}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      (*f)->Post(1, ch, {.src = 0, .dst = 1, .ready = Nanos(200)}).status()));  // not its channel
+}
+
+}  // namespace
+}  // namespace rp
