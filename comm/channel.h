@@ -6,9 +6,10 @@
 //   * rp::comm::SpscQueue<T> boost::lockfree::spsc_queue<T> + two Wakeups (data, space): TryPush /
 //                            TryPop never block; Push / Pop spin briefly, then yield the core a
 //                            bounded number of times, then block on the futex.
-//   * rp::comm::Channel<T>   a SpscQueue of messages stamped with their modeled arrival time
-//                            (rp::Nanos) through an rp::LinkModel; Recv waits on an rp::Clock until
-//                            the arrival when the link is not ideal and a clock is given.
+//   * rp::comm::Channel<T>   a SpscQueue of messages stamped with their modeled time (ready, then
+//                            arrival) and the fabric ticket that times them. Channels carry data
+//                            only: modeled timing is the fabric's (rp::Fabric, runtime/fabric.h),
+//                            which the communicator consults (comm/communicator.h).
 //   * rp::comm::OwningChannel<T>  carries std::unique_ptr<T> by ownership (no payload copy).
 //
 // Why raw pointers inside OwningChannel: Boost 1.81's spsc_queue only accepts copyable element types
@@ -42,8 +43,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "boost/lockfree/spsc_queue.hpp"
-#include "runtime/clock.h"
-#include "runtime/link.h"
+#include "comm/unbounded_queue.h"
+#include "comm/wakeup.h"
 #include "runtime/time.h"
 
 namespace rp::comm {
@@ -60,29 +61,6 @@ inline constexpr int kDefaultSpinIterations = 4;
 // cores) and costs far less than a futex sleep + wake-up; bounded, so an absent peer ends in a
 // futex sleep, never in a busy loop.
 inline constexpr int kDefaultYieldIterations = 8;
-
-// An eventcount over a 32-bit futex word. Waiters call Prepare(), re-check their condition, then
-// Wait(key): Wait returns at once if any Notify() happened since Prepare(). Notify() issues the
-// futex wake syscall only when a thread is (about to be) asleep.
-//
-// Ordering: Wait's registration (waiters_++) and Notify's bump (seq_++) are both seq_cst, so either
-// the waiter sees the new seq_ and does not sleep, or the notifier sees the waiter and wakes it.
-class Wakeup {
- public:
-  uint32_t Prepare() const { return seq_.load(std::memory_order_seq_cst); }
-  // Sleeps until a Notify() after Prepare() returned `key`, or until `deadline` (steady_clock).
-  // May return early (spuriously): callers loop on their condition. Returns false when the deadline
-  // has passed.
-  bool Wait(uint32_t key, std::chrono::steady_clock::time_point deadline);
-  void Notify();
-
- private:
-  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
-                    std::atomic<uint32_t>::is_always_lock_free,
-                "the futex word must be a plain 32-bit atomic");
-  std::atomic<uint32_t> seq_{0};
-  std::atomic<uint32_t> waiters_{0};
-};
 
 namespace internal {
 inline void CpuRelax() {
@@ -179,71 +157,67 @@ class SpscQueue {
   std::atomic<bool> cancelled_{false};
 };
 
-// Where a Channel's messages travel: the link model that stamps arrivals and the clock a receiver
-// waits on. Both are non-owning (they belong to the emulated machine, which outlives every channel).
+// A channel's endpoints and queue. Timing is not the channel's: see rp::Fabric.
 struct ChannelOptions {
   int src_device = 0;           // global device id of the producer
   int dst_device = 0;           // global device id of the consumer
-  size_t capacity = 8;          // messages in flight, >= 1
+  size_t capacity = 8;          // messages in flight, >= 1; 0 = unbounded (the producer never waits)
   int spin_iterations = kDefaultSpinIterations;
   int yield_iterations = kDefaultYieldIterations;
-  LinkModel* link = nullptr;    // nullptr: ideal (arrival = ready_at)
-  Clock* clock = nullptr;       // nullptr: never wait for modeled arrival
 };
 
-// A message with its modeled arrival time at the consumer.
+// A message with its modeled times: the sender stamps when it is ready; a timed receiver replaces
+// `arrival` by the fabric's arrival (the ticket names the fabric message that times it).
 template <typename T>
 struct Stamped {
   T body;
-  Nanos arrival;
+  Nanos arrival{0};
+  uint64_t ticket = 0;
 };
 
-// A SpscQueue whose messages carry their modeled arrival (see the file comment).
+// A SpscQueue of stamped messages (see the file comment).
+// Capacity 0 makes it unbounded (rp::comm::UnboundedQueue): Send never waits.
 template <typename T>
 class Channel {
  public:
-  explicit Channel(const ChannelOptions& options)
-      : options_(options),
-        queue_(options.capacity, options.spin_iterations, options.yield_iterations) {
-    ideal_ = options_.link == nullptr || options_.link->is_ideal();
+  explicit Channel(const ChannelOptions& options) : options_(options) {
+    if (options.capacity == 0) {
+      unbounded_ = std::make_unique<UnboundedQueue<Stamped<T>>>(options.spin_iterations,
+                                                                options.yield_iterations);
+    } else {
+      bounded_ = std::make_unique<SpscQueue<Stamped<T>>>(options.capacity, options.spin_iterations,
+                                                         options.yield_iterations);
+    }
   }
 
-  // Producer thread only. Asks the link when `wire_bytes` ready at `ready_at` arrive, then pushes.
-  // Returns the arrival in *arrival (may be null). Errors as SpscQueue::Push.
-  [[nodiscard]] absl::Status Send(const T& body, uint64_t wire_bytes, Nanos ready_at,
-                                  WallDuration timeout, Nanos* arrival = nullptr) {
-    const Nanos at =
-        options_.link == nullptr
-            ? ready_at
-            : options_.link->Transmit(options_.src_device, options_.dst_device, ready_at,
-                                      wire_bytes);
-    if (arrival != nullptr) *arrival = at;
-    return queue_.Push(Stamped<T>{body, at}, timeout);
+  // Producer thread only. Pushes `body` stamped with `ready_at` and `ticket`. Errors as
+  // SpscQueue::Push.
+  [[nodiscard]] absl::Status Send(const T& body, Nanos ready_at, uint64_t ticket,
+                                  WallDuration timeout) {
+    const Stamped<T> m{body, ready_at, ticket};
+    return bounded_ ? bounded_->Push(m, timeout) : unbounded_->Push(m, timeout);
   }
-  // Consumer thread only. Pops the next message; when the link is not ideal and a clock is set,
-  // waits on the clock until the message's modeled arrival before returning it.
+  // Consumer thread only. Pops the next message (arrival = the sender's ready stamp).
   [[nodiscard]] absl::Status Recv(Stamped<T>* out, WallDuration timeout) {
-    absl::Status s = queue_.Pop(out, timeout);
-    if (!s.ok()) return s;
-    if (!ideal_ && options_.clock != nullptr) options_.clock->WaitUntil(out->arrival);
-    return absl::OkStatus();
+    return bounded_ ? bounded_->Pop(out, timeout) : unbounded_->Pop(out, timeout);
   }
-  bool TryRecvNoWait(Stamped<T>* out) { return queue_.TryPop(out); }
+  bool TryRecvNoWait(Stamped<T>* out) {
+    return bounded_ ? bounded_->TryPop(out) : unbounded_->TryPop(out);
+  }
   // Producer thread only. See SpscQueue::WaitWritable (a producer that writes a message's bytes
   // into a slot the consumer reads after Recv waits here before writing the slot).
   [[nodiscard]] absl::Status WaitWritable(WallDuration timeout) {
-    return queue_.WaitWritable(timeout);
+    return bounded_ ? bounded_->WaitWritable(timeout) : absl::OkStatus();
   }
   // Producer thread only. True when the next Send would not block.
-  bool writable() const { return queue_.writable(); }
-  void Cancel() { queue_.Cancel(); }
+  bool writable() const { return !bounded_ || bounded_->writable(); }
+  void Cancel() { bounded_ ? bounded_->Cancel() : unbounded_->Cancel(); }
   const ChannelOptions& options() const { return options_; }
-  bool ideal() const { return ideal_; }
 
  private:
   const ChannelOptions options_;
-  bool ideal_ = true;
-  SpscQueue<Stamped<T>> queue_;
+  std::unique_ptr<SpscQueue<Stamped<T>>> bounded_;       // capacity >= 1
+  std::unique_ptr<UnboundedQueue<Stamped<T>>> unbounded_;  // capacity 0
 };
 
 // Carries std::unique_ptr<T> by ownership: Send releases the pointer into the queue, Recv re-owns
@@ -260,22 +234,23 @@ class OwningChannel {
   OwningChannel& operator=(const OwningChannel&) = delete;
 
   // Producer thread only. On error the buffer is destroyed (it never entered the queue).
-  [[nodiscard]] absl::Status Send(std::unique_ptr<T> value, uint64_t wire_bytes, Nanos ready_at,
-                                  WallDuration timeout, Nanos* arrival = nullptr) {
+  [[nodiscard]] absl::Status Send(std::unique_ptr<T> value, Nanos ready_at, uint64_t ticket,
+                                  WallDuration timeout) {
     T* raw = value.release();
-    absl::Status s = channel_.Send(raw, wire_bytes, ready_at, timeout, arrival);
+    absl::Status s = channel_.Send(raw, ready_at, ticket, timeout);
     if (!s.ok()) delete raw;  // not queued: still ours
     return s;
   }
-  // Consumer thread only. On success *value owns the received object and *arrival (may be null)
-  // holds its modeled arrival.
-  [[nodiscard]] absl::Status Recv(std::unique_ptr<T>* value, Nanos* arrival,
+  // Consumer thread only. On success *value owns the received object; *ready (may be null) holds
+  // the sender's ready stamp and *ticket (may be null) its fabric ticket.
+  [[nodiscard]] absl::Status Recv(std::unique_ptr<T>* value, Nanos* ready, uint64_t* ticket,
                                   WallDuration timeout) {
     Stamped<T*> m;
     absl::Status s = channel_.Recv(&m, timeout);
     if (!s.ok()) return s;
     value->reset(m.body);
-    if (arrival != nullptr) *arrival = m.arrival;
+    if (ready != nullptr) *ready = m.arrival;
+    if (ticket != nullptr) *ticket = m.ticket;
     return absl::OkStatus();
   }
   void Cancel() { channel_.Cancel(); }

@@ -7,6 +7,13 @@
 // A sender drains acknowledgements before every send, so at most capacity + 2 acknowledgements
 // are ever queued (the ack queue holds 2 * capacity + 2).
 //
+// Timed communicators (a fabric): each segment's wire bytes are copied (encoded) into a buffer of
+// its own that the receiver frees, so nothing is lent and nothing is acknowledged (a sender never
+// waits for its receiver, see comm/communicator.h); the modeled message is posted to the fabric as
+// soon as its ready time is known (step 0 at Begin, step s + 1 segment k when step s segment k was
+// consumed), in send order, and the receiver awaits the fabric's timing before popping the data.
+// Segments follow the modeled shape (comm/ring_timing.h): K per chunk, real chunks cut into K.
+//
 // Inline messages (at most CommunicatorOptions::inline_bytes wire bytes, the small-message path)
 // are copied or encoded into one of the link's capacity + 1 slots and are not acknowledged: the
 // sender rewrites a slot only after Channel::WaitWritable, when the receiver has popped the message
@@ -21,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/ring_steps.h"
+#include "comm/ring_timing.h"
 #include "runtime/status_macros.h"
 
 namespace rp::comm {
@@ -61,10 +69,14 @@ class RingRunner {
         r_(rc->rank()),
         next_((r_ + 1) % n_),
         prev_((r_ + n_ - 1) % n_),
-        start_(start) {
+        start_(start),
+        model_(options.model),
+        timed_(rc->group().options().fabric != nullptr) {
     feedback_ = options.error_feedback && codec_ != Codec::kFp32;
     result_.start = start;
     result_.end = start;
+    progress_ = start;
+    reduce_end_ = start;
   }
 
   // On any exit without Finish (an error), waits until no peer can still read this rank's lent
@@ -101,18 +113,29 @@ class RingRunner {
                        group_.abort_status().ToString()));
     }
     op_id_ = rc_.next_op_id_++;
+    if (timed_) {
+      const uint64_t modeled = model_.elements > 0 ? model_.elements : count_;
+      shape_ = kind_ == OpKind::kBroadcast
+                   ? ring::TimedShape::Chain(modeled, seg_, codec_)
+                   : ring::TimedShape::Ring(n_, modeled, seg_, codec_, model_.reduce_gbps);
+      segments_ = shape_.segments();
+      rc_.posted_.clear();
+    }
     // Chunk 0 is the largest chunk; a broadcast's segments span the whole buffer.
-    const size_t max_segments = static_cast<size_t>(ring::NumSegments(
-        kind_ == OpKind::kBroadcast ? count_ : ring::ChunkRange(count_, n_, 0).size, seg_));
+    const size_t max_segments = static_cast<size_t>(
+        timed_ ? segments_
+               : ring::NumSegments(
+                     kind_ == OpKind::kBroadcast ? count_ : ring::ChunkRange(count_, n_, 0).size,
+                     seg_));
     if (rc_.ready_.size() < max_segments) {
       rc_.ready_.resize(max_segments);
       rc_.fwd_.resize(max_segments);
       rc_.fwd_hops_.resize(max_segments);
     }
     std::fill_n(rc_.ready_.begin(), max_segments, start_);
-    forward_ = group_.options().forward_lends && codec_ == Codec::kFp32 && n_ > 2;
+    forward_ = !timed_ && group_.options().forward_lends && codec_ == Codec::kFp32 && n_ > 2;
     stream_ = count_ * sizeof(float) * static_cast<size_t>(n_) >= group_.options().streaming_min_bytes;
-    if (codec_ != Codec::kFp32 && n_ > 1) {
+    if (!timed_ && codec_ != Codec::kFp32 && n_ > 1) {
       const size_t bytes = (SegmentWireBytes(codec_, seg_) + 63) / 64 * 64;
       const size_t buffers = group_.options().channel_capacity + 2;
       if (rc_.pool_buffer_bytes_ < bytes || rc_.pool_.size() < buffers) {
@@ -128,8 +151,14 @@ class RingRunner {
       }
     }
     if (feedback_ && rc_.residual_.size() != count_) rc_.residual_.assign(count_, 0.0f);
+    // Timed: step 0's messages are ready at the start.
+    const bool sends_first = kind_ != OpKind::kBroadcast || r_ == broadcast_root_;
+    if (timed_ && n_ > 1 && sends_first) {
+      for (int k = 0; k < segments_; ++k) RP_RETURN_IF_ERROR(PostTicket(k, start_));
+    }
     return absl::OkStatus();
   }
+  void set_broadcast_root(int root) { broadcast_root_ = root; }
 
   // Reduce-scatter over the ring. `in` is this rank's contribution (count elements), `work`
   // receives partial sums (count elements; may equal `in`), `own_out` receives the reduced chunk
@@ -155,11 +184,11 @@ class RingRunner {
   // A pipelined chain root -> root + 1 -> ... -> root - 1 over the whole buffer.
   absl::Status BroadcastChain(int root, const float* src, float* out) {
     const Range all{0, count_};
-    const int segments = ring::NumSegments(count_, seg_);
+    const int segments = Segments(all);
     const bool lossy = codec_ != Codec::kFp32;
     const bool forward = next_ != root;
     for (int k = 0; k < segments; ++k) {
-      const Range g = ring::SegmentRange(all, seg_, k);
+      const Range g = Segment(all, k);
       if (r_ == root) {
         RP_RETURN_IF_ERROR(SendSegment(src + g.begin, lossy ? out + g.begin : nullptr, g, 0, 0, k,
                                        start_, false, 0));
@@ -169,12 +198,13 @@ class RingRunner {
         continue;
       }
       Stamped<WireMsg> m;
-      RP_RETURN_IF_ERROR(RecvSegment(0, 0, k, g.size, &m));
+      RP_RETURN_IF_ERROR(RecvSegment(0, 0, k, g.size, /*reduce=*/false, /*post_next=*/forward, &m));
       Decode(codec_, m.body.payload, g.size, out + g.begin);
       RP_RETURN_IF_ERROR(Release(m, 0, k));
       if (forward) {
-        RP_RETURN_IF_ERROR(SendSegment(out + g.begin, nullptr, g, 0, 0, k,
-                                       std::max(start_, m.arrival), false, 0));
+        RP_RETURN_IF_ERROR(
+            SendSegment(out + g.begin, nullptr, g, 0, 0, k, rc_.ready_[static_cast<size_t>(k)],
+                        false, 0));
       }
     }
     return absl::OkStatus();
@@ -190,6 +220,12 @@ class RingRunner {
       RP_RETURN_IF_ERROR(OnAck(a));
     }
     finished_ = true;
+    if (timed_) {
+      // The tail of the last reduction, if it outlasted the last arrival.
+      result_.end = std::max({result_.end, reduce_end_, progress_});
+      result_.reduce = result_.end - progress_;
+      rc_.stats_.modeled_bytes += result_.modeled_bytes;
+    }
     rc_.stats_.collective_bytes[static_cast<int>(codec_)] += result_.wire_bytes;
     rc_.stats_.messages += result_.messages;
     rc_.stats_.forwarded += result_.forwarded;
@@ -205,6 +241,15 @@ class RingRunner {
   }
 
  private:
+  // Segments of `chunk` and the real range of its segment k: the modeled K when timed, else
+  // segment_bytes-sized pieces (comm/ring_steps.h).
+  int Segments(Range chunk) const {
+    return timed_ ? segments_ : ring::NumSegments(chunk.size, seg_);
+  }
+  Range Segment(Range chunk, int k) const {
+    return timed_ ? ring::SplitSegment(chunk, segments_, k) : ring::SegmentRange(chunk, seg_, k);
+  }
+
   std::string Prefix() const {
     return absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ", OpName(kind_), " #", op_id_);
   }
@@ -282,8 +327,8 @@ class RingRunner {
     p.recv_chunk = ring::ReduceScatterRecvChunk(n_, r_, s);
     p.send = ring::ChunkRange(count_, n_, p.send_chunk);
     p.recv = ring::ChunkRange(count_, n_, p.recv_chunk);
-    p.ks = ring::NumSegments(p.send.size, seg_);
-    p.kr = ring::NumSegments(p.recv.size, seg_);
+    p.ks = Segments(p.send);
+    p.kr = Segments(p.recv);
     p.send_src = s == 0 ? in : work;  // step 0 sends this rank's own data
     p.adopt = nullptr;
     p.forward_out = false;
@@ -304,8 +349,8 @@ class RingRunner {
     p.recv_chunk = ring::AllGatherRecvChunk(n_, r_, s);
     p.send = ring::ChunkRange(count_, n_, p.send_chunk);
     p.recv = ring::ChunkRange(count_, n_, p.recv_chunk);
-    p.ks = ring::NumSegments(p.send.size, seg_);
-    p.kr = ring::NumSegments(p.recv.size, seg_);
+    p.ks = Segments(p.send);
+    p.kr = Segments(p.recv);
     p.send_src = out;
     const bool own = s == 0;
     p.adopt = own && codec_ != Codec::kFp32 ? out : nullptr;
@@ -334,7 +379,7 @@ class RingRunner {
     int st = 0, sk = 0;  // the next message to send: segment sk of step st
     StepPlan sp = plan(0);
     auto send_next = [&](bool* sent) -> absl::Status {
-      const Range g = ring::SegmentRange(sp.send, seg_, sk);
+      const Range g = Segment(sp.send, sk);
       const float* src = sp.send_src + g.begin;
       int32_t hops = 0;
       const size_t ks = static_cast<size_t>(sk);
@@ -363,9 +408,10 @@ class RingRunner {
           RP_RETURN_IF_ERROR(send_next(&sent));
           if (!sent) break;
         }
-        const Range g = ring::SegmentRange(rp.recv, seg_, rk);
+        const Range g = Segment(rp.recv, rk);
         Stamped<WireMsg> m;
-        RP_RETURN_IF_ERROR(RecvSegment(rp.step, rp.recv_chunk, rk, g.size, &m));
+        RP_RETURN_IF_ERROR(RecvSegment(rp.step, rp.recv_chunk, rk, g.size, rp.reduce,
+                                       /*post_next=*/rt + 1 < num_steps, &m));
         if (rp.reduce) {
           absl::Status st_add = DecodeAdd(codec_, rp.add + g.begin, m.body.payload, g.size,
                                           rp.dst + (g.begin - rp.dst_offset), g.begin);
@@ -410,6 +456,7 @@ class RingRunner {
                            Nanos ready, bool feedback, int32_t hops, bool* sent = nullptr) {
     RP_RETURN_IF_ERROR(DrainAcks());
     const uint64_t bytes = SegmentWireBytes(codec_, g.size);
+    if (timed_) return SendOwned(src, adopt, g, step, chunk, k, ready, feedback, sent);
     const bool inline_msg = rc_.slots_to_next_ != nullptr && bytes <= rc_.slot_bytes_ &&
                             bytes <= group_.options().inline_bytes;
     if (sent != nullptr) {
@@ -421,6 +468,7 @@ class RingRunner {
     m.pool_buffer = nullptr;
     m.payload = reinterpret_cast<const std::byte*>(src);
     m.needs_ack = true;
+    m.owned = false;
     std::byte* wire = nullptr;  // where to encode (lossy codecs and inline messages)
     if (inline_msg) {
       // The slot is free once the next rank popped the message after the one that used it.
@@ -465,8 +513,8 @@ class RingRunner {
     m.hops = wire == nullptr ? hops : 0;
     m.kind = kind_;
     m.codec = codec_;
-    Nanos arrival{0};
-    absl::Status s = rc_.to_next_->Send(m, bytes, ready, timeout_, &arrival);
+    if (group_.options().send_hook) group_.options().send_hook(r_);
+    absl::Status s = rc_.to_next_->Send(m, ready, /*ticket=*/0, timeout_);
     if (!s.ok()) {
       if (m.pool_buffer != nullptr) rc_.free_buffers_.push_back(m.pool_buffer);
       return Fail(s, "sending to", next_, step);
@@ -486,8 +534,87 @@ class RingRunner {
     return absl::OkStatus();
   }
 
+  // Timed: sends segment `g` as a buffer of its own (encoded, adopted and with feedback as
+  // SendSegment describes) under the ticket posted for it. Never waits for the receiver.
+  absl::Status SendOwned(const float* src, float* adopt, Range g, int step, int chunk, int k,
+                         Nanos ready, bool feedback, bool* sent) {
+    if (sent != nullptr) *sent = true;
+    if (rc_.posted_.empty() || rc_.posted_.front().second != ready) {
+      return FailLocal(absl::InternalError(absl::StrCat(
+                           "timed send of segment ", k, " ready at ", ready.count(),
+                           " ns without its posted ticket")),
+                       "sending", step);
+    }
+    const uint64_t ticket = rc_.posted_.front().first;
+    rc_.posted_.pop_front();
+    const uint64_t bytes = SegmentWireBytes(codec_, g.size);
+    std::unique_ptr<std::byte[]> owned;
+    if (g.size > 0) {
+      owned = std::make_unique_for_overwrite<std::byte[]>(bytes);
+      absl::Status st;
+      if (codec_ == Codec::kFp32) {
+        std::memcpy(owned.get(), src, bytes);
+      } else if (feedback) {
+        st = EncodeWithFeedback(codec_, src, g.size, rc_.residual_.data() + g.begin, owned.get(),
+                                g.begin);
+      } else {
+        st = Encode(codec_, src, g.size, owned.get(), g.begin);
+      }
+      if (!st.ok()) return FailLocal(st, "encoding", step);
+      if (adopt != nullptr && codec_ != Codec::kFp32) Decode(codec_, owned.get(), g.size, adopt);
+    }
+    WireMsg m;
+    m.payload = owned.get();
+    m.pool_buffer = owned.get();
+    m.op_id = op_id_;
+    m.count = count_;
+    m.elems = static_cast<uint32_t>(g.size);
+    m.step = step;
+    m.chunk = chunk;
+    m.segment = k;
+    m.hops = 0;
+    m.kind = kind_;
+    m.codec = codec_;
+    m.needs_ack = false;
+    m.owned = true;
+    if (group_.options().send_hook) group_.options().send_hook(r_);
+    absl::Status s = rc_.to_next_->Send(m, ready, ticket, timeout_);
+    if (!s.ok()) return Fail(s, "sending to", next_, step);
+    owned.release();  // the receiver (or the communicator, if never received) frees it
+    result_.wire_bytes += bytes;
+    result_.modeled_bytes += shape_.segment_bytes(k);
+    ++result_.messages;
+    return absl::OkStatus();
+  }
+
+  // Timed: posts the modeled message of segment k of this rank's next send, ready at `ready`.
+  absl::Status PostTicket(int k, Nanos ready) {
+    Fabric& fabric = *group_.options().fabric;
+    const FabricMessage msg{.src = rc_.device(), .dst = group_.device(next_),
+                            .bytes = shape_.segment_bytes(k), .ready = ready, .step = model_.step};
+    absl::StatusOr<uint64_t> ticket =
+        fabric.Post(group_.options().lps[static_cast<size_t>(r_)], group_.RingChannel(r_), msg);
+    if (!ticket.ok()) return FailLocal(ticket.status(), "posting to the fabric", 0);
+    rc_.posted_.emplace_back(*ticket, ready);
+    return absl::OkStatus();
+  }
+
   // Receives the next message and checks it is the expected segment of the same collective.
-  absl::Status RecvSegment(int step, int chunk, int k, size_t elems, Stamped<WireMsg>* m) {
+  // Timed: first awaits its modeled timing (and, with a clock, its arrival), accounts the wait
+  // (transfer vs peer wait), consumes it (a reduction when `reduce`) and, if `post_next`, posts
+  // the segment that depends on it.
+  absl::Status RecvSegment(int step, int chunk, int k, size_t elems, bool reduce, bool post_next,
+                           Stamped<WireMsg>* m) {
+    Delivery d;
+    if (timed_) {
+      const WaitSite site{.rank = rc_.device(), .op = "collective receive",
+                          .peer = group_.device(prev_), .step = model_.step};
+      absl::StatusOr<Delivery> got = group_.options().fabric->Await(
+          group_.options().lps[static_cast<size_t>(r_)], group_.RingChannel(prev_), site,
+          timeout_);
+      if (!got.ok()) return Fail(got.status(), "waiting for", prev_, step);
+      d = *got;
+    }
     absl::Status s = rc_.from_prev_->Recv(m, timeout_);
     if (!s.ok()) return Fail(s, "waiting for", prev_, step);
     const WireMsg& w = m->body;
@@ -507,14 +634,50 @@ class RingRunner {
                       " of ", w.elems, " elements")),
                   "receiving from", prev_, step);
     }
-    result_.end = std::max(result_.end, m->arrival);
-    rc_.ready_[static_cast<size_t>(k)] = std::max(start_, m->arrival);
+    if (!timed_) {
+      result_.end = std::max(result_.end, m->arrival);
+      rc_.ready_[static_cast<size_t>(k)] = std::max(start_, m->arrival);
+      return absl::OkStatus();
+    }
+    if (m->ticket != d.ticket) {
+      return Fail(absl::InternalError(absl::StrCat("data of ticket ", m->ticket,
+                                                   " arrived for the fabric's ticket ", d.ticket)),
+                  "receiving from", prev_, step);
+    }
+    const Nanos arrival = d.timing.arrival;
+    m->arrival = arrival;
+    AccountWait(d.timing.ready, arrival);
+    if (Clock* clock = group_.options().clock; clock != nullptr) clock->WaitUntil(arrival);
+    const Nanos consumed = shape_.Consume(k, arrival, reduce, &reduce_end_);
+    result_.end = std::max(result_.end, consumed);
+    rc_.ready_[static_cast<size_t>(k)] = std::max(start_, consumed);
+    if (post_next) RP_RETURN_IF_ERROR(PostTicket(k, rc_.ready_[static_cast<size_t>(k)]));
     return absl::OkStatus();
+  }
+
+  // Timed: the rank waited from its progress time to `arrival` for a message ready (sent) at
+  // `ready`: before `ready` the peer had not sent it (peer wait), after it the data was in flight.
+  void AccountWait(Nanos ready, Nanos arrival) {
+    if (arrival <= progress_) return;
+    const Nanos split = std::clamp(ready, progress_, arrival);
+    if (split > progress_) {
+      result_.peer_wait += split - progress_;
+      result_.spans.push_back({progress_, split, true});
+    }
+    if (arrival > split) {
+      result_.transfer += arrival - split;
+      result_.spans.push_back({split, arrival, false});
+    }
+    progress_ = arrival;
   }
 
   // Tells the previous rank this rank is done with the message's bytes (inline messages need no
   // acknowledgement: popping the next message frees their slot).
   absl::Status Release(const Stamped<WireMsg>& m, int step, int k) {
+    if (m.body.owned) {
+      std::unique_ptr<std::byte[]> done(m.body.pool_buffer);  // re-owned, freed
+      return absl::OkStatus();
+    }
     if (!m.body.needs_ack) return absl::OkStatus();
     absl::Status s = rc_.acks_to_prev_->Push(Ack{m.body.pool_buffer, m.body.hops}, timeout_);
     if (!s.ok()) return Fail(s, "acknowledging to", prev_, step);
@@ -530,6 +693,13 @@ class RingRunner {
   const size_t seg_;  // segment_elems
   const int n_, r_, next_, prev_;
   const Nanos start_;
+  const WireModel model_;
+  const bool timed_;  // a fabric times the messages
+  ring::TimedShape shape_;  // timed: the modeled shape
+  int segments_ = 1;        // timed: K, segments per chunk
+  int broadcast_root_ = 0;
+  Nanos progress_{0};       // timed: the rank's progress through its receives (AccountWait)
+  Nanos reduce_end_{0};     // timed: when its reduce engine is free
   bool feedback_ = false;
   bool forward_ = false;  // all-gather forwarding of lent views (FP32, n > 2)
   bool stream_ = false;   // held views are copied with streaming stores
@@ -676,6 +846,7 @@ absl::StatusOr<RingBroadcast> RingBroadcast::Create(RankComm* comm, int root,
 
 absl::Status RingBroadcast::Run(Nanos start) {
   RingRunner run(comm_, OpKind::kBroadcast, options_, out_.size(), start);
+  run.set_broadcast_root(root_);
   RP_RETURN_IF_ERROR(run.Begin());
   const bool root = comm_->rank() == root_;
   const float* src = root && !in_.empty() ? in_.data() : out_.data();

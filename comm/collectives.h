@@ -24,10 +24,13 @@
 // receivers do, and a forwarding rank re-encodes the decoded value, which yields the same bytes
 // (codec idempotence, comm/codec.h). With n == 1 nothing is sent and no codec is applied.
 //
-// Modeled time: a message is stamped with arrival = LinkModel::Transmit(src device, dst device,
-// ready, wire bytes), where ready is the modeled time its data became available (start for the
-// sender's own data, the arrival of the segment it depends on otherwise). Run's result.end =
-// max(start, every arrival); an ideal link gives end == start.
+// Modeled time (timed communicators, see comm/communicator.h): every segment is a message on the
+// fabric with its modeled size (CollectiveOptions::model, comm/ring_timing.h), ready when its data
+// is (start for the sender's own data; when the segment it depends on was received and consumed
+// otherwise). Run's result.end is when the last received segment was consumed, so a collective
+// ends when its own messages say so: on an uncontended fabric the all-reduce equals the closed
+// form of docs/collectives.md to the nanosecond; contention with other traffic shows up by
+// itself. Untimed communicators: result.end == start.
 //
 // Errors: OutOfRange (FP16/BF16 overflow, FP32 sum overflow; names rank and element),
 // FailedPrecondition (mismatched count/op/codec across ranks; names both sides), DeadlineExceeded

@@ -60,28 +60,58 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     return absl::InvalidArgumentError(absl::StrCat("inline_bytes: ", options.inline_bytes,
                                                    " (must be <= ", kMaxInlineBytes, ")"));
   }
+  const bool timed = options.fabric != nullptr;
+  if (timed) {
+    if (options.lps.size() != options.devices.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("lps: ", options.lps.size(),
+                                                     " LPs for ", options.devices.size(),
+                                                     " ranks (a timed communicator needs one each)"));
+    }
+    absl::flat_hash_set<LpId> lps;
+    for (size_t r = 0; r < options.lps.size(); ++r) {
+      const LpId lp = options.lps[r];
+      if (lp < 0 || lp >= options.fabric->num_lps() || !lps.insert(lp).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("lps[", r, "]: LP ", lp, " is out of range or appears twice"));
+      }
+    }
+    for (size_t r = 0; r < options.devices.size(); ++r) {
+      if (options.devices[r] >= options.fabric->model().num_devices()) {
+        return absl::InvalidArgumentError(absl::StrCat("devices[", r, "]: device ",
+                                                       options.devices[r],
+                                                       " is not on the fabric"));
+      }
+    }
+  } else if (options.clock != nullptr) {
+    return absl::InvalidArgumentError("clock: only a timed communicator (with a fabric) waits");
+  }
   std::unique_ptr<Communicator> comm(new Communicator(options));
-  // Inline slots: 64-byte aligned (codecs need 4), capacity + 1 per link (see RankComm).
+  // Inline slots: 64-byte aligned (codecs need 4), capacity + 1 per link (see RankComm). None
+  // when timed (a slot ties the sender to its receiver's progress).
   const size_t slot_bytes = (options.inline_bytes + 63) / 64 * 64;
-  const size_t slots =
-      options.inline_bytes > 0 && options.devices.size() > 1 ? options.channel_capacity + 1 : 0;
+  const size_t slots = !timed && options.inline_bytes > 0 && options.devices.size() > 1
+                           ? options.channel_capacity + 1
+                           : 0;
   const int n = comm->size();
   for (int r = 0; r < n; ++r) {
     ChannelOptions co;
     co.src_device = options.devices[static_cast<size_t>(r)];
     co.dst_device = options.devices[static_cast<size_t>((r + 1) % n)];
-    co.capacity = options.channel_capacity;
+    co.capacity = timed ? 0 : options.channel_capacity;  // timed: unbounded
     co.spin_iterations = options.spin_iterations;
     co.yield_iterations = options.yield_iterations;
-    co.link = options.link;
-    co.clock = options.clock;
     comm->ring_data_.push_back(std::make_unique<Channel<internal::WireMsg>>(co));
     // Acks: a rank drains its acknowledgements before each send, when at most capacity (queued)
     // + 1 (being consumed) + held (forwarded, see collectives.cc) of its messages are
-    // unacknowledged; it then sends one more. So pushes never find the queue full.
+    // unacknowledged; it then sends one more. So pushes never find the queue full. (Timed
+    // messages are never acknowledged.)
     comm->ring_acks_.push_back(std::make_unique<SpscQueue<internal::Ack>>(
-        options.channel_capacity + options.max_held_segments + 4, options.spin_iterations,
-        options.yield_iterations));
+        timed ? 2 : options.channel_capacity + options.max_held_segments + 4,
+        options.spin_iterations, options.yield_iterations));
+    if (timed && n > 1) {
+      comm->ring_fabric_.push_back(options.fabric->AddChannel(
+          options.lps[static_cast<size_t>(r)], options.lps[static_cast<size_t>((r + 1) % n)]));
+    }
     // 64 bytes of slack so the first slot can be aligned.
     // Not zeroed: a page is touched only when a message is written into it.
     comm->ring_slots_.push_back(
@@ -106,7 +136,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   return comm;
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // Timed messages own their wire buffers: free those nobody received (a failed run).
+  for (auto& ch : ring_data_) {
+    Stamped<internal::WireMsg> m;
+    while (ch->TryRecvNoWait(&m)) {
+      if (m.body.owned) std::unique_ptr<std::byte[]> done(m.body.pool_buffer);
+    }
+  }
+}
 
 void Communicator::Abort(const absl::Status& status) {
   {
@@ -117,6 +155,8 @@ void Communicator::Abort(const absl::Status& status) {
   aborted_.store(true, std::memory_order_seq_cst);  // paired with RankComm::in_op_
   for (auto& ch : ring_data_) ch->Cancel();
   for (auto& q : ring_acks_) q->Cancel();
+  // Ranks of a timed group may wait in the fabric for messages that will never be posted.
+  if (options_.fabric != nullptr) options_.fabric->Abort(status);
 }
 
 absl::Status Communicator::abort_status() const {
@@ -132,18 +172,28 @@ OwningChannel<Buffer>* Communicator::GetP2P(int src, int dst) {
     ChannelOptions co;
     co.src_device = device(src);
     co.dst_device = device(dst);
-    co.capacity = options_.channel_capacity;
+    co.capacity = options_.fabric != nullptr ? 0 : options_.channel_capacity;
     co.spin_iterations = options_.spin_iterations;
     co.yield_iterations = options_.yield_iterations;
-    co.link = options_.link;
-    co.clock = options_.clock;
     slot = std::make_unique<OwningChannel<Buffer>>(co);
     if (!abort_status_.ok()) slot->Cancel();
   }
   return slot.get();
 }
 
+ChannelId Communicator::P2PFabricChannel(int src, int dst) {
+  MutexLock lock(&mu_);
+  const int64_t key = static_cast<int64_t>(src) * size() + dst;
+  auto [it, inserted] = p2p_fabric_.emplace(key, ChannelId{-1});
+  if (inserted) {
+    it->second = options_.fabric->AddChannel(options_.lps[static_cast<size_t>(src)],
+                                             options_.lps[static_cast<size_t>(dst)]);
+  }
+  return it->second;
+}
+
 int RankComm::size() const { return group_->size(); }
+bool RankComm::timed() const { return group_->options().fabric != nullptr; }
 int RankComm::device() const { return group_->device(rank_); }
 
 OwningChannel<Buffer>* RankComm::P2PChannel(int src, int dst) {
@@ -155,8 +205,8 @@ OwningChannel<Buffer>* RankComm::P2PChannel(int src, int dst) {
   return ch;
 }
 
-absl::StatusOr<Nanos> RankComm::Send(int peer, std::unique_ptr<Buffer> buffer, Nanos ready_at,
-                                     std::chrono::nanoseconds timeout) {
+absl::StatusOr<uint64_t> RankComm::Send(int peer, std::unique_ptr<Buffer> buffer,
+                                        Nanos ready_at, const P2POptions& options) {
   if (peer < 0 || peer >= size() || peer == rank_) {
     return absl::InvalidArgumentError(absl::StrCat("peer: rank ", rank_, " cannot send to rank ",
                                                    peer, " (group of ", size(), ")"));
@@ -168,9 +218,21 @@ absl::StatusOr<Nanos> RankComm::Send(int peer, std::unique_ptr<Buffer> buffer, N
                      group_->abort_status().ToString()));
   }
   const uint64_t bytes = buffer->size() * sizeof(float);
-  Nanos arrival{0};
-  absl::Status s = P2PChannel(rank_, peer)->Send(std::move(buffer), bytes, ready_at, timeout,
-                                                 &arrival);
+  const uint64_t modeled = options.modeled_bytes > 0 ? options.modeled_bytes : bytes;
+  uint64_t ticket = 0;
+  if (timed()) {
+    // Posted before the data is pushed, so the fabric's FIFO and the channel's agree.
+    const CommunicatorOptions& o = group_->options();
+    absl::StatusOr<uint64_t> t = o.fabric->Post(
+        o.lps[static_cast<size_t>(rank_)], group_->P2PFabricChannel(rank_, peer),
+        {.src = device(), .dst = group_->device(peer), .bytes = modeled, .ready = ready_at,
+         .step = options.step});
+    if (!t.ok()) return t.status();
+    ticket = *t;
+    stats_.modeled_bytes += modeled;
+  }
+  absl::Status s = P2PChannel(rank_, peer)->Send(std::move(buffer), ready_at, ticket,
+                                                 options.timeout);
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("rank ", rank_, " (device ", device(),
                                                ") send to rank ", peer, " (device ",
@@ -178,21 +240,45 @@ absl::StatusOr<Nanos> RankComm::Send(int peer, std::unique_ptr<Buffer> buffer, N
   }
   stats_.p2p_bytes += bytes;
   ++stats_.messages;
-  return arrival;
+  return ticket;
 }
 
-absl::StatusOr<Received> RankComm::Recv(int peer, std::chrono::nanoseconds timeout) {
+absl::StatusOr<Received> RankComm::Recv(int peer, const P2POptions& options) {
   if (peer < 0 || peer >= size() || peer == rank_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "peer: rank ", rank_, " cannot receive from rank ", peer, " (group of ", size(), ")"));
   }
-  Received r;
-  absl::Status s = P2PChannel(peer, rank_)->Recv(&r.buffer, &r.arrival, timeout);
-  if (!s.ok()) {
+  auto where = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("rank ", rank_, " (device ", device(),
                                                ") waiting for rank ", peer, " (device ",
                                                group_->device(peer), "): ", s.message()));
+  };
+  Received r;
+  Delivery d;
+  if (timed()) {
+    const CommunicatorOptions& o = group_->options();
+    absl::StatusOr<Delivery> got = o.fabric->Await(
+        o.lps[static_cast<size_t>(rank_)], group_->P2PFabricChannel(peer, rank_),
+        {.rank = device(), .op = "p2p receive", .peer = group_->device(peer), .step = options.step},
+        options.timeout);
+    if (!got.ok()) return where(got.status());
+    d = *got;
   }
+  Nanos ready{0};
+  uint64_t ticket = 0;
+  absl::Status s = P2PChannel(peer, rank_)->Recv(&r.buffer, &ready, &ticket, options.timeout);
+  if (!s.ok()) return where(s);
+  if (timed()) {
+    if (ticket != d.ticket) {
+      return where(absl::InternalError(absl::StrCat("data of ticket ", ticket,
+                                                    " arrived for the fabric's ticket ", d.ticket)));
+    }
+    r.timing = d.timing;
+    if (Clock* clock = group_->options().clock; clock != nullptr) clock->WaitUntil(r.timing.arrival);
+  } else {
+    r.timing.ready = r.timing.start = r.timing.last_byte = r.timing.arrival = ready;
+  }
+  r.arrival = r.timing.arrival;
   return r;
 }
 

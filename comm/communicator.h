@@ -14,6 +14,15 @@
 //     Communicator to continue.
 //   * Counters (RankComm::stats) count exactly the bytes put on the wire, codec metadata included.
 //
+// Timed communicators (options.fabric set): every message — a ring segment, a p2p buffer — is a
+// real buffer timed by the fabric (rp::Fabric): the sender posts it with its modeled size and
+// ready time, the receiver gets its modeled arrival (and, with a clock, waits until it). A
+// collective's result.end is when its last segment was consumed. Because the fabric's
+// conservative rule lets a rank that waits on the host hold back everyone's commits, a timed
+// communicator never makes a sender wait for its receiver: its links are unbounded queues, lossy
+// codecs' wire buffers grow as needed, and neither inline slots nor forwarding are used (they tie
+// a sender to its receiver's progress). Each rank is driven by one LP (options.lps).
+//
 // Thread safety: Communicator methods are thread-safe. A RankComm is used by one thread at a time
 // (normally its rank's thread); different RankComms are used concurrently. Collectives are matched
 // across ranks by call order: every rank of the group must issue the same sequence of collectives
@@ -30,6 +39,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -40,7 +51,7 @@
 #include "comm/channel.h"
 #include "comm/codec.h"
 #include "runtime/clock.h"
-#include "runtime/link.h"
+#include "runtime/fabric.h"
 #include "runtime/mutex.h"
 #include "runtime/time.h"
 
@@ -71,11 +82,14 @@ inline constexpr size_t kMaxChannelCapacity = 4096;
 struct CommunicatorOptions {
   // Global device id of each group rank (size = number of ranks, >= 1; ids >= 0 and distinct).
   std::vector<int> devices;
-  // Link model every transfer passes through; nullptr = ideal. Non-owning: it belongs to the
+  // The modeled network that times every message (see "Timed communicators"); nullptr = untimed:
+  // a message arrives when it is ready (the host-throughput path). Non-owning: it belongs to the
   // emulated machine, which outlives the communicator.
-  LinkModel* link = nullptr;
-  // Clock receivers wait on until a message's modeled arrival (only with a non-ideal link);
-  // nullptr = never wait. Non-owning, same lifetime as `link`.
+  Fabric* fabric = nullptr;
+  // With a fabric: the LP driving each rank (parallel to `devices`), distinct.
+  std::vector<LpId> lps;
+  // With a fabric: the clock a receiver waits on until a message's modeled arrival (a real clock);
+  // nullptr = never wait. Non-owning, same lifetime as `fabric`.
   Clock* clock = nullptr;
   // Messages in flight per ring link, in [2, kMaxChannelCapacity].
   size_t channel_capacity = kDefaultChannelCapacity;
@@ -107,8 +121,22 @@ struct CommunicatorOptions {
   // push it to memory. 0 = always stream. The default is measured on the reference machine
   // (480 MiB L3; see docs/collectives.md); tune it to the machine's cache.
   size_t streaming_min_bytes = kDefaultStreamingMinBytes;
+  // Fault-injection hook for tests: called on a rank's thread with its group rank right before it
+  // sends each collective message (e.g. to stall a rank mid-collective). Empty = none.
+  std::function<void(int rank)> send_hook;
 };
 
+
+// How a collective's messages are sized on the fabric (timed communicators; see
+// comm/ring_timing.h). Must be equal on every rank of the call.
+struct WireModel {
+  // Modeled FP32 elements (e.g. a described model's gradient bucket); 0 = the real count.
+  uint64_t elements = 0;
+  // Training step the messages belong to (slow-link faults are per step).
+  int step = 0;
+  // Modeled reduction throughput over FP32 bytes, GB/s; 0 = free.
+  double reduce_gbps = 0;
+};
 
 // Options of one collective call. Must be equal on every rank of the call.
 struct CollectiveOptions {
@@ -120,14 +148,31 @@ struct CollectiveOptions {
   // Keep a per-rank residual of the quantization error and add it before the next encode
   // (lossy codecs only; its memory is RankComm::residual_bytes()).
   bool error_feedback = false;
+  // Timed communicators: modeled sizes (segment_bytes then cuts the MODELED chunk).
+  WireModel model = {};
 };
 
 // What one rank observed in one collective.
 struct CollectiveResult {
   Nanos start{0};            // modeled start passed to Run
-  Nanos end{0};              // modeled end: max(start, arrival of every input); == start on an
-                             // ideal link
+  Nanos end{0};              // modeled end: when its last received segment was consumed (timed);
+                             // == start untimed
   uint64_t wire_bytes = 0;   // bytes this rank put on the wire (codec metadata included)
+  uint64_t modeled_bytes = 0;  // bytes the fabric timed for this rank's messages (timed)
+  // Timed: how [start, end) splits (DESIGN.md "Communication vs waiting"). Each receive waits
+  // from the rank's modeled "now" (start, or when it consumed the previous segment) to the
+  // segment's arrival: the part after the segment was ready at its sender is transfer (the data
+  // was in flight, or queued for a busy port), the part before is peer wait (the peer had not
+  // sent it yet). reduce = modeled reduction time. transfer + peer_wait + reduce == end - start.
+  Nanos transfer{0};
+  Nanos peer_wait{0};
+  Nanos reduce{0};
+  // The same split as intervals, in order (timed): for overlaying another stream's waits.
+  struct Span {
+    Nanos start{0}, end{0};
+    bool peer = false;  // peer wait; else transfer (reduce tails are not listed)
+  };
+  std::vector<Span> spans;
   uint64_t messages = 0;     // messages this rank sent
   uint64_t forwarded = 0;    // of which forwarded views (CommunicatorOptions::forward_lends)
 };
@@ -136,6 +181,7 @@ struct CollectiveResult {
 struct WireStats {
   uint64_t collective_bytes[4] = {0, 0, 0, 0};  // indexed by static_cast<int>(Codec)
   uint64_t p2p_bytes = 0;
+  uint64_t modeled_bytes = 0;  // bytes the fabric timed (collectives and p2p; timed communicators)
   uint64_t messages = 0;
   // Of `messages`, those that forwarded a view received from the previous rank
   // (CommunicatorOptions::forward_lends).
@@ -149,10 +195,19 @@ struct WireStats {
 // The payload of point-to-point transfers (activations): moved, never copied.
 using Buffer = std::vector<float>;
 
-// A received point-to-point buffer and its modeled arrival.
+// A received point-to-point buffer and its modeled timing (untimed: every time = the send's
+// ready time).
 struct Received {
   std::unique_ptr<Buffer> buffer;
   Nanos arrival{0};
+  MessageTiming timing;
+};
+
+// A point-to-point message's modeled size and tag (timed communicators), and its wait limit.
+struct P2POptions {
+  uint64_t modeled_bytes = 0;  // bytes the fabric times; 0 = the buffer's real bytes
+  int step = 0;                // training step (slow-link faults)
+  std::chrono::nanoseconds timeout = kDefaultTimeout;
 };
 
 namespace internal {
@@ -176,6 +231,7 @@ struct WireMsg {
   OpKind kind;
   Codec codec;
   bool needs_ack;  // false for inline messages: the receiver sends no acknowledgement
+  bool owned;      // timed lossy codecs: pool_buffer was allocated for this message only
 };
 // Returned by the receiver after it consumed a message (the sender may reuse the bytes). The hops
 // of the acknowledged message come back with it: hops > 0 means the sender forwarded a view it
@@ -220,16 +276,14 @@ class RankComm {
                                                            Nanos start = kZeroTime);
 
   // ---- Point to point ----
-  // Moves `buffer` to group rank `peer` (!= rank()). The arrival is stamped through the link model
-  // from `ready_at` and returned. Blocks while the pair's channel is full (DeadlineExceeded after
-  // `timeout`).
-  [[nodiscard]] absl::StatusOr<Nanos> Send(int peer, std::unique_ptr<Buffer> buffer,
-                                           Nanos ready_at,
-                                           std::chrono::nanoseconds timeout = kDefaultTimeout);
-  // Receives the next buffer group rank `peer` sent to this rank (FIFO per pair). Waits on the
-  // clock until its modeled arrival when the link is not ideal.
-  [[nodiscard]] absl::StatusOr<Received> Recv(int peer,
-                                              std::chrono::nanoseconds timeout = kDefaultTimeout);
+  // Moves `buffer` to group rank `peer` (!= rank()), ready at modeled `ready_at`. Timed: posts it
+  // to the fabric (never blocks) and returns its ticket; untimed: returns 0. Untimed and bounded,
+  // blocks while the pair's channel is full (DeadlineExceeded after options.timeout).
+  [[nodiscard]] absl::StatusOr<uint64_t> Send(int peer, std::unique_ptr<Buffer> buffer,
+                                              Nanos ready_at, const P2POptions& options = {});
+  // Receives the next buffer group rank `peer` sent to this rank (FIFO per pair) with its modeled
+  // timing. Timed: waits for the fabric to commit it (and, with a clock, until its arrival).
+  [[nodiscard]] absl::StatusOr<Received> Recv(int peer, const P2POptions& options = {});
 
   const WireStats& stats() const { return stats_; }
   // Bytes of error-feedback residual this rank holds.
@@ -242,6 +296,7 @@ class RankComm {
   RankComm(Communicator* group, int rank) : group_(group), rank_(rank) {}
 
   OwningChannel<Buffer>* P2PChannel(int src, int dst);
+  bool timed() const;
 
   Communicator* const group_;  // owns this RankComm
   const int rank_;
@@ -279,6 +334,8 @@ class RankComm {
   std::vector<int32_t> fwd_hops_;
   size_t held_ = 0;
   absl::flat_hash_map<int64_t, OwningChannel<Buffer>*> p2p_cache_;
+  // Timed: tickets posted for ring messages not yet sent, in order, with their ready times.
+  std::deque<std::pair<uint64_t, Nanos>> posted_;
   WireStats stats_;
 };
 
@@ -303,17 +360,23 @@ class Communicator {
  private:
   explicit Communicator(const CommunicatorOptions& options) : options_(options) {}
   friend class RankComm;
+  friend class internal::RingRunner;
   OwningChannel<Buffer>* GetP2P(int src, int dst);
+  // Timed: the fabric channel of ring link r -> r + 1, and of p2p pair src -> dst (made on first use).
+  ChannelId RingChannel(int r) const { return ring_fabric_[static_cast<size_t>(r)]; }
+  ChannelId P2PFabricChannel(int src, int dst);
 
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<Channel<internal::WireMsg>>> ring_data_;  // [r]: r -> r + 1
   std::vector<std::unique_ptr<SpscQueue<internal::Ack>>> ring_acks_;    // [r]: r + 1 -> r
   std::vector<std::unique_ptr<std::byte[]>> ring_slots_;                // [r]: inline slots r -> r+1
   std::vector<std::unique_ptr<RankComm>> ranks_;
+  std::vector<ChannelId> ring_fabric_;  // timed: [r]: fabric channel r -> r + 1
   std::atomic<bool> aborted_{false};  // seq_cst: paired with RankComm::in_op_
   mutable Mutex mu_;
   absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::unique_ptr<OwningChannel<Buffer>>> p2p_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, ChannelId> p2p_fabric_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rp::comm

@@ -188,11 +188,21 @@ void Fabric::Finish(LpId lp) {
   CommitReady();
 }
 
-absl::Status Fabric::WaitWhile(LpId lp, const std::function<bool()>& blocked) {
+absl::Status Fabric::WaitWhile(LpId lp, const std::function<bool()>& blocked,
+                               std::chrono::nanoseconds timeout) {
   Lp& l = *lps_[static_cast<size_t>(lp)];
+  const bool bounded = timeout != std::chrono::nanoseconds::max();
+  const auto deadline = bounded ? std::chrono::steady_clock::now() + timeout
+                                : std::chrono::steady_clock::time_point::max();
   while (blocked()) {
     if (aborted_.load(std::memory_order_acquire)) return abort_status_;
-    l.cv.Wait(&mu_);
+    if (!bounded) {
+      l.cv.Wait(&mu_);
+    } else if (l.cv.WaitUntilSteady(&mu_, deadline) && blocked()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          DescribeSite(l.site), ": no message for ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(), " ms"));
+    }
   }
   if (aborted_.load(std::memory_order_acquire) && l.state != LpWait::State::kRunning) {
     return abort_status_;
@@ -200,7 +210,8 @@ absl::Status Fabric::WaitWhile(LpId lp, const std::function<bool()>& blocked) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSite& site) {
+absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSite& site,
+                                       std::chrono::nanoseconds timeout) {
   MutexLock lock(&mu_);
   if (channel < 0 || static_cast<size_t>(channel) >= channels_.size() ||
       channels_[static_cast<size_t>(channel)].dst != lp) {
@@ -216,10 +227,13 @@ absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSit
     l.awaited_channel = channel;
     SetState(lp, LpWait::State::kAwaitChannel);
     CommitReady();
-    absl::Status s = WaitWhile(lp, [&]() {
-      mu_.AssertHeld();
-      return !head_committed();
-    });
+    absl::Status s = WaitWhile(
+        lp,
+        [&]() {
+          mu_.AssertHeld();
+          return !head_committed();
+        },
+        timeout);
     l.awaited_channel = -1;
     if (!s.ok()) {
       if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);

@@ -54,6 +54,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -134,7 +135,11 @@ class Fabric {
   // --- Receivers ---
   // The next message on `channel` (FIFO), once committed; lp must be its receiver. While it
   // waits, lp does not hold back commits; on return lp's bound is >= the arrival.
-  [[nodiscard]] absl::StatusOr<Delivery> Await(LpId lp, ChannelId channel, const WaitSite& site);
+  // `timeout` (wall time) bounds the wait: DeadlineExceeded naming `site` (the default, none,
+  // leaves stall detection to a monitor of progress()).
+  [[nodiscard]] absl::StatusOr<Delivery> Await(
+      LpId lp, ChannelId channel, const WaitSite& site,
+      std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
 
   // --- Work hand-off (a compute stream feeding its comm stream) ---
   // One more work item for `lp`, ready at `ready`; a parked lp resumes with bound >= ready.
@@ -222,7 +227,8 @@ class Fabric {
   void UpdateTree(LpId lp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Key LpKey(LpId lp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status WaitWhile(LpId lp, const std::function<bool()>& blocked)
+  absl::Status WaitWhile(LpId lp, const std::function<bool()>& blocked,
+                         std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max())
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const FabricOptions options_;

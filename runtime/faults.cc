@@ -69,7 +69,7 @@ absl::StatusOr<FaultInjector> FaultInjector::Create(const FaultPlan& plan, int n
       }
     }
   }
-  // Degraded links are validated the same way AlphaBetaLinkModel::Create does.
+  // Degraded links are validated as rp::FabricModel::Create validates link faults.
   for (const DegradedLink& d : plan.degraded_links) {
     if (auto st = CheckRank(d.src, num_devices, "degraded link src"); !st.ok()) return st;
     if (auto st = CheckRank(d.dst, num_devices, "degraded link dst"); !st.ok()) return st;

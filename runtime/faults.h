@@ -6,8 +6,8 @@
 //   * Straggler{rank, factor}: every compute op of `rank` takes factor × its modeled duration.
 //   * Jitter{seed, max_fraction}: every compute op takes (1 + u) × its duration, u uniform in
 //     [0, max_fraction) from the hash above. 0 disables.
-//   * DegradedLink{src, dst, factor}: the directed link src→dst takes factor × its time (applied by
-//     rp::AlphaBetaLinkModel; pass plan.degraded_links to its Create).
+//   * DegradedLink{src, dst, factor}: the directed link src→dst takes factor × its time (a
+//     rp::LinkFault of the fabric, runtime/fabric_model.h).
 //   * DeviceStop{rank, op_index}: `rank` stops (hangs, as a dead GPU) when it reaches its
 //     op_index-th compute op (0-based); its peers' waits then hit the watchdog.
 //   * OpFault{kind, rank, step, op, ...}: a fault at a seeded point of a training run, addressed

@@ -1,41 +1,15 @@
-// rp::LinkModel: the seam every emulated transfer passes through.
+// Link classes and their α–β–o parameters: the vocabulary of the modeled network.
 //
-// comm/ channels and collectives ask the link model when a message put on the wire arrives; the
-// receiver may not use a message before its modeled arrival (it waits on an rp::Clock until then).
-// Leaves behind this seam: IdealLinkModel (here: arrival = ready time, so collectives run as fast as
-// the host allows) and the α–β models with presets and contention (runtime/link_models.h).
-//
-// Thread safety: Transmit may be called from any thread concurrently.
+// Two devices talk over a link class: the same device (free), two devices of one node (NVLink
+// through an NVSwitch), or two nodes (InfiniBand through NICs). How messages share ports, queue and
+// arrive is rp::FabricModel's (runtime/fabric_model.h); the rounding and fault factors are
+// runtime/timing.h's. Presets with their sources: runtime/link_models.h.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "runtime/time.h"
-
-namespace rp {
-
-class LinkModel {
- public:
-  virtual ~LinkModel() = default;
-
-  // A message of `bytes` from device `src` to device `dst` (global device ids) is ready to leave at
-  // modeled time `ready_at`. Reserves the link it uses (transfers sharing a link serialize) and
-  // returns its modeled arrival at `dst`, >= ready_at.
-  virtual Nanos Transmit(int src, int dst, Nanos ready_at, uint64_t bytes) = 0;
-
-  // True when Transmit always returns `ready_at` (no modeled time: callers may skip clock waits).
-  virtual bool is_ideal() const { return false; }
-};
-
-// Adds no time: arrival = ready_at.
-class IdealLinkModel final : public LinkModel {
- public:
-  Nanos Transmit(int, int, Nanos ready_at, uint64_t) override { return ready_at; }
-  bool is_ideal() const override { return true; }
-};
-
-}  // namespace rp
 
 namespace rp {
 

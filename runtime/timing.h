@@ -69,11 +69,12 @@ inline Nanos ScaleDuration(Nanos base, double factor) {
 // (parts weighted by integer weights, `done` and `total` their running sums): duration · done /
 // total rounded to the nearest ns in exact integer arithmetic. ShareEnd(d, total, total) == d, and
 // consecutive ends never decrease, so pieces cut this way sum to exactly `duration`.
+__extension__ typedef __int128 Int128;  // GCC/Clang extension: exact 64 x 64-bit products
 inline Nanos ShareEnd(Nanos duration, uint64_t done, uint64_t total) {
   if (total == 0 || done >= total) return duration;
-  const __int128 num = static_cast<__int128>(duration.count()) * static_cast<__int128>(done);
-  const __int128 den = static_cast<__int128>(total);
-  const __int128 q = num / den, r = num % den;
+  const Int128 num = static_cast<Int128>(duration.count()) * static_cast<Int128>(done);
+  const Int128 den = static_cast<Int128>(total);
+  const Int128 q = num / den, r = num % den;
   return Nanos(static_cast<int64_t>(2 * r >= den ? q + 1 : q));
 }
 

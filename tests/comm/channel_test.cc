@@ -108,7 +108,7 @@ TEST(OwningChannel, MovesBuffersWithoutCopyingInOrder) {
     for (int i = 0; i < kItems; ++i) {
       auto buf = std::make_unique<std::vector<int>>(4, i);
       sent[static_cast<size_t>(i)] = buf->data();
-      if (!ch.Send(std::move(buf), 16, Nanos(i), kTimeout).ok()) return;
+      if (!ch.Send(std::move(buf), Nanos(i), static_cast<uint64_t>(i), kTimeout).ok()) return;
     }
   });
   int wrong = 0;
@@ -117,8 +117,9 @@ TEST(OwningChannel, MovesBuffersWithoutCopyingInOrder) {
   for (int i = 0; i < kItems; ++i) {
     std::unique_ptr<std::vector<int>> buf;
     Nanos arrival{0};
-    ASSERT_TRUE(ch.Recv(&buf, &arrival, kTimeout).ok());
-    wrong += (*buf)[0] != i || arrival != Nanos(i);
+    uint64_t ticket = 0;
+    ASSERT_TRUE(ch.Recv(&buf, &arrival, &ticket, kTimeout).ok());
+    wrong += (*buf)[0] != i || arrival != Nanos(i) || ticket != static_cast<uint64_t>(i);
     received[static_cast<size_t>(i)] = buf->data();
     keep.push_back(std::move(buf));
   }
@@ -127,54 +128,56 @@ TEST(OwningChannel, MovesBuffersWithoutCopyingInOrder) {
   EXPECT_EQ(sent, received) << "the payload storage itself travelled";
 }
 
-// A link that adds a fixed latency, and a clock that records the deadlines it was asked for.
-class FixedLink final : public LinkModel {
- public:
-  Nanos Transmit(int, int, Nanos ready_at, uint64_t bytes) override {
-    return ready_at + Nanos(1000 + static_cast<int64_t>(bytes));
-  }
-};
-class RecordingClock final : public Clock {
- public:
-  Nanos Now() const override { return Nanos(0); }
-  Nanos WaitUntil(Nanos deadline) override {
-    MutexLock lock(&mu_);
-    last_ = deadline;
-    return Nanos(0);
-  }
-  Nanos last() {
-    MutexLock lock(&mu_);
-    return last_;
-  }
-
- private:
-  Mutex mu_;
-  Nanos last_ ABSL_GUARDED_BY(mu_){-1};
-};
-
-TEST(Channel, StampsArrivalThroughTheLinkAndWaitsForItOnTheClock) {
-  FixedLink link;
-  RecordingClock clock;
-  Channel<int> ch(ChannelOptions{.capacity = 2, .link = &link, .clock = &clock});
-  Nanos arrival;
-  ASSERT_TRUE(ch.Send(7, 500, Nanos(100), kTimeout, &arrival).ok());
-  EXPECT_EQ(arrival, Nanos(1600));
+TEST(Channel, CarriesTheReadyStampAndTicket) {
+  Channel<int> ch(ChannelOptions{.capacity = 2});
+  ASSERT_TRUE(ch.Send(7, Nanos(100), /*ticket=*/42, kTimeout).ok());
   Stamped<int> m;
   ASSERT_TRUE(ch.Recv(&m, kTimeout).ok());
   EXPECT_EQ(m.body, 7);
-  EXPECT_EQ(m.arrival, Nanos(1600));
-  EXPECT_EQ(clock.last(), Nanos(1600));
+  EXPECT_EQ(m.arrival, Nanos(100));
+  EXPECT_EQ(m.ticket, 42u);
 }
 
-TEST(Channel, IdealLinkNeverWaitsOnTheClock) {
-  IdealLinkModel link;
-  RecordingClock clock;
-  Channel<int> ch(ChannelOptions{.capacity = 2, .link = &link, .clock = &clock});
-  ASSERT_TRUE(ch.Send(1, 500, Nanos(100), kTimeout).ok());
+TEST(UnboundedQueue, NeverRefusesAPushAndKeepsOrder) {
+  UnboundedQueue<int> q(kDefaultSpinIterations, kDefaultYieldIterations);
+  for (int i = 0; i < 100000; ++i) ASSERT_TRUE(q.TryPush(i));
+  EXPECT_EQ(q.size(), 100000u);
+  int v = -1, wrong = 0;
+  for (int i = 0; i < 100000; ++i) {
+    ASSERT_TRUE(q.TryPop(&v));
+    wrong += v != i;
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_FALSE(q.TryPop(&v));
+}
+
+TEST(UnboundedQueue, HandsOffAcrossThreadsAndCancels) {
+  constexpr int kItems = 200000;
+  UnboundedQueue<int> q(kDefaultSpinIterations, kDefaultYieldIterations);
+  std::thread producer([&] {
+    for (int i = 0; i < kItems; ++i) ASSERT_TRUE(q.Push(i, kTimeout).ok());
+  });
+  int wrong = 0, v = 0;
+  for (int i = 0; i < kItems; ++i) {
+    ASSERT_TRUE(q.Pop(&v, kTimeout).ok());
+    wrong += v != i;
+  }
+  producer.join();
+  EXPECT_EQ(wrong, 0);
+  q.Cancel();
+  EXPECT_EQ(q.Pop(&v, kTimeout).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(q.Push(1, kTimeout).code(), absl::StatusCode::kCancelled);
+}
+
+TEST(Channel, CapacityZeroIsUnbounded) {
+  Channel<int> ch(ChannelOptions{.capacity = 0});
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(ch.Send(i, Nanos(i), 0, kTimeout).ok());
+  EXPECT_TRUE(ch.writable());
   Stamped<int> m;
-  ASSERT_TRUE(ch.Recv(&m, kTimeout).ok());
-  EXPECT_EQ(m.arrival, Nanos(100));
-  EXPECT_EQ(clock.last(), Nanos(-1));
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(ch.Recv(&m, kTimeout).ok());
+    ASSERT_EQ(m.body, i);
+  }
 }
 
 }  // namespace

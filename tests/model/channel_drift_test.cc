@@ -34,9 +34,10 @@ void ExpectMirrored(const std::string& path, std::initializer_list<const char*> 
 const std::string kSource = RINGPIPE_SOURCE_DIR;
 
 TEST(ChannelModelDrift, WakeupAndQueueOrderingsAreTheModeledOnes) {
+  ExpectMirrored(kSource + "/comm/wakeup.h",
+                 {"uint32_t Prepare() const { return seq_.load(std::memory_order_seq_cst); }"});
   ExpectMirrored(kSource + "/comm/channel.h",
-                 {"uint32_t Prepare() const { return seq_.load(std::memory_order_seq_cst); }",
-                  "if (!queue_.push(v)) return false;", "data_.Notify();",
+                 {"if (!queue_.push(v)) return false;", "data_.Notify();",
                   "if (!queue_.pop(*v)) return false;", "space_.Notify();",
                   "return Await(space_, [&] { return TryPush(v); }, timeout);",
                   "return Await(data_, [&] { return TryPop(v); }, timeout);",
@@ -55,9 +56,11 @@ TEST(ChannelModelDrift, WakeupAndQueueOrderingsAreTheModeledOnes) {
 }
 
 TEST(ChannelModelDrift, NoUnmodeledAtomicOperation) {
-  // Every memory order in the channel's code is one the model mirrors: 3 in channel.h (Prepare,
-  // Cancel, cancelled), 5 in channel.cc (Wait: 3, Notify: 2).
-  EXPECT_EQ(Count(ReadFile(kSource + "/comm/channel.h"), "std::memory_order_"), 3);
+  // Every memory order in the channel's code is one the model mirrors: 1 in wakeup.h (Prepare),
+  // 2 in channel.h (Cancel, cancelled), 5 in channel.cc (Wait: 3, Notify: 2). (The unbounded
+  // queue of timed communicators, comm/unbounded_queue.h, is outside the model: TSan covers it.)
+  EXPECT_EQ(Count(ReadFile(kSource + "/comm/wakeup.h"), "std::memory_order_"), 1);
+  EXPECT_EQ(Count(ReadFile(kSource + "/comm/channel.h"), "std::memory_order_"), 2);
   EXPECT_EQ(Count(ReadFile(kSource + "/comm/channel.cc"), "std::memory_order_"), 5);
 }
 

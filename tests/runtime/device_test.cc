@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/device.h"
+#include "runtime/fabric_model.h"
 #include "runtime/link_models.h"
 #include "runtime/real_clock.h"
 #include "runtime/status_macros.h"
@@ -243,7 +244,7 @@ TEST(Faults, RejectsBadPlans) {
   EXPECT_EQ(FaultInjector::Create(p, 2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// A ring pass: rank r computes, sends to r+1 over the α–β model; r+1 computes after arrival.
+// A ring pass: rank r computes, sends to r+1 over the fabric model; r+1 computes after arrival.
 // On the virtual clock the modeled timeline is identical across runs and matches closed form.
 std::vector<int64_t> RingPassEnds(const FaultPlan& faults) {
   VirtualClock clock;
@@ -252,7 +253,12 @@ std::vector<int64_t> RingPassEnds(const FaultPlan& faults) {
   o.faults = faults;
   auto cluster = Cluster::Create(o).value();
   const LinkSpec spec{LinkParams{FromMicros(1), 1.0}, LinkParams{FromMicros(10), 0.5}, 2};
-  auto links = AlphaBetaLinkModel::Create(spec, kRanks, faults.degraded_links).value();
+  std::vector<LinkFault> link_faults;
+  for (const DegradedLink& d : faults.degraded_links) {
+    link_faults.push_back({.src = d.src, .dst = d.dst, .factor = d.factor});
+  }
+  // Messages are committed in their modeled order here: each waits for the previous rank.
+  auto links = FabricModel::Create(spec, kRanks, link_faults).value();
   std::vector<std::unique_ptr<Mailbox>> boxes;
   for (int r = 0; r < kRanks; ++r) boxes.push_back(std::make_unique<Mailbox>(&cluster->watchdog()));
   EXPECT_TRUE(cluster->Run([&](Device& dev) -> absl::Status {
@@ -263,7 +269,9 @@ std::vector<int64_t> RingPassEnds(const FaultPlan& faults) {
       RP_ASSIGN_OR_RETURN(ready, boxes[r]->Take({.rank = r, .op = "recv", .peer = r - 1}));
     }
     RP_ASSIGN_OR_RETURN(Nanos end, dev.Compute({.name = "F"}, FromMillis(1), ready, NoKernel));
-    if (r + 1 < kRanks) boxes[r + 1]->Put(links->Transmit(r, r + 1, end, 1000));
+    if (r + 1 < kRanks) {
+      boxes[r + 1]->Put(links.Commit({.src = r, .dst = r + 1, .bytes = 1000, .ready = end}).arrival);
+    }
     return absl::OkStatus();
   }).ok());
   std::vector<int64_t> ends;

@@ -1,0 +1,91 @@
+// The modeled shape of a ring collective on the fabric: how many messages each chunk takes, how
+// many modeled bytes each carries, and when a received segment's data is ready to go on. Pure
+// arithmetic shared by the threaded collectives (comm/collectives.cc) and the predictor
+// (schedule/), so the timing rule of a ring is written once.
+//
+// Words as in comm/ring_steps.h (n, chunk, segment, step), plus:
+//   modeled elements  the FP32 element count the fabric times (the described model's gradient,
+//                     CollectiveOptions::model), which may differ from the real buffer's count.
+//   modeled chunk     every chunk of a ring has ceil(M / n) modeled elements — equal chunks, padded
+//                     like NCCL's chunk alignment — so every rank of a ring sends the same modeled
+//                     messages; a broadcast chain has one chunk of M.
+//   K                 segments per chunk: max(1, ceil(modeled chunk / modeled segment)); the real
+//                     chunk is cut into the same K segments (balanced; some may be empty), so real
+//                     and modeled messages correspond one to one.
+// Timing of one rank (DESIGN.md "Collectives are timed by their own messages"):
+//   step 0 segments are ready at the collective's start;
+//   segment k of step s + 1 is ready when segment k of step s has been received and consumed:
+//   consumed = arrival for a copy (all-gather, broadcast), and for a reduction the rank's reduce
+//   engine takes segments in arrival order: reduce_end = max(reduce_end, arrival) + 4·e / reduce_gbps
+//   (e modeled elements; free when reduce_gbps is 0).
+//
+// Example:
+//   TimedShape s = TimedShape::Ring(/*n=*/4, /*elements=*/1 << 20, /*segment_elems=*/65536,
+//                                    Codec::kBf16, /*reduce_gbps=*/0);
+//   s.segments();          // ceil(262144 / 65536) = 4
+//   s.segment_bytes(3);    // 65536 × 2
+#pragma once
+
+#include <cstdint>
+
+#include "comm/codec.h"
+#include "comm/ring_steps.h"
+#include "runtime/time.h"
+#include "runtime/timing.h"
+
+namespace rp::comm::ring {
+
+struct TimedShape {
+  uint64_t chunk_elems = 0;    // modeled elements per chunk
+  uint64_t segment_elems = 1;  // modeled elements per full segment, >= 1
+  Codec codec = Codec::kFp32;
+  double reduce_gbps = 0;
+
+  // A ring of n ranks over `elements` modeled elements.
+  static TimedShape Ring(int n, uint64_t elements, uint64_t segment_elems, Codec codec,
+                         double reduce_gbps) {
+    const uint64_t un = static_cast<uint64_t>(n < 1 ? 1 : n);
+    return TimedShape{(elements + un - 1) / un, segment_elems < 1 ? 1 : segment_elems, codec,
+                      reduce_gbps};
+  }
+  // A chain (broadcast) of `elements`: one chunk.
+  static TimedShape Chain(uint64_t elements, uint64_t segment_elems, Codec codec) {
+    return TimedShape{elements, segment_elems < 1 ? 1 : segment_elems, codec, 0};
+  }
+
+  int segments() const {
+    if (chunk_elems == 0) return 1;
+    return static_cast<int>((chunk_elems + segment_elems - 1) / segment_elems);
+  }
+  uint64_t segment_elements(int k) const {
+    const uint64_t begin = static_cast<uint64_t>(k) * segment_elems;
+    if (begin >= chunk_elems) return 0;
+    const uint64_t left = chunk_elems - begin;
+    return left < segment_elems ? left : segment_elems;
+  }
+  // Modeled wire bytes of segment k (codec metadata included).
+  uint64_t segment_bytes(int k) const { return SegmentWireBytes(codec, segment_elements(k)); }
+  // Modeled time to reduce segment k (4 bytes per FP32 element at reduce_gbps; 0 if free).
+  Nanos reduce_time(int k) const {
+    if (reduce_gbps <= 0) return Nanos(0);
+    return RoundNanos(4.0 * static_cast<double>(segment_elements(k)) / reduce_gbps);
+  }
+  // When received segment k that arrived at `arrival` is consumed; `reduce_end` is the rank's
+  // reduce engine (read and advanced when `reduce`).
+  Nanos Consume(int k, Nanos arrival, bool reduce, Nanos* reduce_end) const {
+    if (!reduce || reduce_gbps <= 0) return arrival;
+    *reduce_end = SaturatingAdd(*reduce_end > arrival ? *reduce_end : arrival, reduce_time(k));
+    return *reduce_end;
+  }
+};
+
+// Segment k of `segments` balanced pieces of `chunk` (the first chunk.size % segments pieces one
+// element longer; pieces may be empty).
+constexpr Range SplitSegment(Range chunk, int segments, int k) {
+  const size_t parts = static_cast<size_t>(segments < 1 ? 1 : segments);
+  const size_t uk = static_cast<size_t>(k);
+  const size_t base = chunk.size / parts, extra = chunk.size % parts;
+  return Range{chunk.begin + uk * base + (uk < extra ? uk : extra), base + (uk < extra ? 1 : 0)};
+}
+
+}  // namespace rp::comm::ring
