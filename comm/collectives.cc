@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -53,6 +54,16 @@ namespace internal {
 
 using ring::Range;
 
+ring::TimedKind TimedKindOf(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllReduce: return ring::TimedKind::kAllReduce;
+    case OpKind::kReduceScatter: return ring::TimedKind::kReduceScatter;
+    case OpKind::kAllGather: return ring::TimedKind::kAllGather;
+    case OpKind::kBroadcast: return ring::TimedKind::kBroadcast;
+  }
+  return ring::TimedKind::kAllReduce;
+}
+
 // Runs the phases of one collective on one rank. Lives for one Run().
 class RingRunner {
  public:
@@ -75,8 +86,6 @@ class RingRunner {
     feedback_ = options.error_feedback && codec_ != Codec::kFp32;
     result_.start = start;
     result_.end = start;
-    progress_ = start;
-    reduce_end_ = start;
   }
 
   // On any exit without Finish (an error), waits until no peer can still read this rank's lent
@@ -151,10 +160,10 @@ class RingRunner {
       }
     }
     if (feedback_ && rc_.residual_.size() != count_) rc_.residual_.assign(count_, 0.0f);
-    // Timed: step 0's messages are ready at the start.
-    const bool sends_first = kind_ != OpKind::kBroadcast || r_ == broadcast_root_;
-    if (timed_ && n_ > 1 && sends_first) {
-      for (int k = 0; k < segments_; ++k) RP_RETURN_IF_ERROR(PostTicket(k, start_));
+    // Timed: the messages available at the start (step 0, or a broadcast root's chain).
+    if (timed_) {
+      timer_.emplace(TimedKindOf(kind_), shape_, n_, r_, broadcast_root_, start_);
+      for (const ring::RingTimer::Post& p : timer_->Begin()) RP_RETURN_IF_ERROR(PostTicket(p));
     }
     return absl::OkStatus();
   }
@@ -198,7 +207,7 @@ class RingRunner {
         continue;
       }
       Stamped<WireMsg> m;
-      RP_RETURN_IF_ERROR(RecvSegment(0, 0, k, g.size, /*reduce=*/false, /*post_next=*/forward, &m));
+      RP_RETURN_IF_ERROR(RecvSegment(0, 0, k, g.size, &m));
       Decode(codec_, m.body.payload, g.size, out + g.begin);
       RP_RETURN_IF_ERROR(Release(m, 0, k));
       if (forward) {
@@ -221,9 +230,14 @@ class RingRunner {
     }
     finished_ = true;
     if (timed_) {
-      // The tail of the last reduction, if it outlasted the last arrival.
-      result_.end = std::max({result_.end, reduce_end_, progress_});
-      result_.reduce = result_.end - progress_;
+      result_.end = timer_->end();
+      result_.transfer = timer_->transfer();
+      result_.peer_wait = timer_->peer_wait();
+      result_.reduce = timer_->reduce();
+      result_.spans.clear();
+      for (const ring::RingTimer::Span& sp : timer_->spans()) {
+        result_.spans.push_back({sp.start, sp.end, sp.peer});
+      }
       rc_.stats_.modeled_bytes += result_.modeled_bytes;
     }
     rc_.stats_.collective_bytes[static_cast<int>(codec_)] += result_.wire_bytes;
@@ -410,8 +424,7 @@ class RingRunner {
         }
         const Range g = Segment(rp.recv, rk);
         Stamped<WireMsg> m;
-        RP_RETURN_IF_ERROR(RecvSegment(rp.step, rp.recv_chunk, rk, g.size, rp.reduce,
-                                       /*post_next=*/rt + 1 < num_steps, &m));
+        RP_RETURN_IF_ERROR(RecvSegment(rp.step, rp.recv_chunk, rk, g.size, &m));
         if (rp.reduce) {
           absl::Status st_add = DecodeAdd(codec_, rp.add + g.begin, m.body.payload, g.size,
                                           rp.dst + (g.begin - rp.dst_offset), g.begin);
@@ -587,24 +600,24 @@ class RingRunner {
     return absl::OkStatus();
   }
 
-  // Timed: posts the modeled message of segment k of this rank's next send, ready at `ready`.
-  absl::Status PostTicket(int k, Nanos ready) {
+  // Timed: posts the modeled message of the rank's next send (ring::RingTimer decides which and
+  // when); the send of its data later uses the ticket.
+  absl::Status PostTicket(const ring::RingTimer::Post& p) {
     Fabric& fabric = *group_.options().fabric;
-    const FabricMessage msg{.src = rc_.device(), .dst = group_.device(next_),
-                            .bytes = shape_.segment_bytes(k), .ready = ready, .step = model_.step};
+    const FabricMessage msg{.src = rc_.device(), .dst = group_.device(next_), .bytes = p.bytes,
+                            .ready = p.ready, .step = model_.step};
     absl::StatusOr<uint64_t> ticket =
         fabric.Post(group_.options().lps[static_cast<size_t>(r_)], group_.RingChannel(r_), msg);
-    if (!ticket.ok()) return FailLocal(ticket.status(), "posting to the fabric", 0);
-    rc_.posted_.emplace_back(*ticket, ready);
+    if (!ticket.ok()) return FailLocal(ticket.status(), "posting to the fabric", p.step);
+    rc_.posted_.emplace_back(*ticket, p.ready);
+    rc_.ready_[static_cast<size_t>(p.segment)] = p.ready;
     return absl::OkStatus();
   }
 
   // Receives the next message and checks it is the expected segment of the same collective.
-  // Timed: first awaits its modeled timing (and, with a clock, its arrival), accounts the wait
-  // (transfer vs peer wait), consumes it (a reduction when `reduce`) and, if `post_next`, posts
-  // the segment that depends on it.
-  absl::Status RecvSegment(int step, int chunk, int k, size_t elems, bool reduce, bool post_next,
-                           Stamped<WireMsg>* m) {
+  // Timed: first awaits its modeled timing (and, with a clock, its arrival), then lets the ring
+  // timer account it and post the segment that depends on it.
+  absl::Status RecvSegment(int step, int chunk, int k, size_t elems, Stamped<WireMsg>* m) {
     Delivery d;
     if (timed_) {
       const WaitSite site{.rank = rc_.device(), .op = "collective receive",
@@ -646,29 +659,10 @@ class RingRunner {
     }
     const Nanos arrival = d.timing.arrival;
     m->arrival = arrival;
-    AccountWait(d.timing.ready, arrival);
     if (Clock* clock = group_.options().clock; clock != nullptr) clock->WaitUntil(arrival);
-    const Nanos consumed = shape_.Consume(k, arrival, reduce, &reduce_end_);
-    result_.end = std::max(result_.end, consumed);
-    rc_.ready_[static_cast<size_t>(k)] = std::max(start_, consumed);
-    if (post_next) RP_RETURN_IF_ERROR(PostTicket(k, rc_.ready_[static_cast<size_t>(k)]));
+    ring::RingTimer::Post next;
+    if (timer_->OnReceive(arrival, d.timing.ready, &next)) RP_RETURN_IF_ERROR(PostTicket(next));
     return absl::OkStatus();
-  }
-
-  // Timed: the rank waited from its progress time to `arrival` for a message ready (sent) at
-  // `ready`: before `ready` the peer had not sent it (peer wait), after it the data was in flight.
-  void AccountWait(Nanos ready, Nanos arrival) {
-    if (arrival <= progress_) return;
-    const Nanos split = std::clamp(ready, progress_, arrival);
-    if (split > progress_) {
-      result_.peer_wait += split - progress_;
-      result_.spans.push_back({progress_, split, true});
-    }
-    if (arrival > split) {
-      result_.transfer += arrival - split;
-      result_.spans.push_back({split, arrival, false});
-    }
-    progress_ = arrival;
   }
 
   // Tells the previous rank this rank is done with the message's bytes (inline messages need no
@@ -698,8 +692,7 @@ class RingRunner {
   ring::TimedShape shape_;  // timed: the modeled shape
   int segments_ = 1;        // timed: K, segments per chunk
   int broadcast_root_ = 0;
-  Nanos progress_{0};       // timed: the rank's progress through its receives (AccountWait)
-  Nanos reduce_end_{0};     // timed: when its reduce engine is free
+  std::optional<ring::RingTimer> timer_;  // timed: the rank's modeled messages
   bool feedback_ = false;
   bool forward_ = false;  // all-gather forwarding of lent views (FP32, n > 2)
   bool stream_ = false;   // held views are copied with streaming stores

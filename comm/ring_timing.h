@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "comm/codec.h"
 #include "comm/ring_steps.h"
@@ -87,5 +88,75 @@ constexpr Range SplitSegment(Range chunk, int segments, int k) {
   const size_t base = chunk.size / parts, extra = chunk.size % parts;
   return Range{chunk.begin + uk * base + (uk < extra ? uk : extra), base + (uk < extra ? 1 : 0)};
 }
+
+// Which collective a RingTimer times.
+enum class TimedKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+
+// The modeled messages of ONE rank in one ring collective — the order it posts them, when each is
+// ready, when the collective ends and how its time splits — given the arrivals of the messages it
+// receives. Pure: the threaded collectives (comm/collectives.cc) and the predictor
+// (schedule/predictor.cc) both drive it, so they post the same messages at the same times.
+//
+// Protocol: Begin() returns the posts available at the start (step 0: every segment of the
+// rank's first chunk, ready at the start; a broadcast's root: its whole chain). Then the rank's
+// receives come in step-major order (segment k of step s is receive s·K + k); OnReceive(arrival,
+// ready at sender) returns the post that receive enables, if any (segment k of step s + 1, ready
+// when segment k of step s was consumed). done() once every receive happened.
+// Accounting (DESIGN.md "Communication vs waiting"): the rank waits from its progress time (the
+// start, then each arrival) to each later arrival; the part after the message was ready at its
+// sender is transfer, the part before is peer wait; the tail of the last reduction after the last
+// arrival is reduce. transfer + peer_wait + reduce == end() − start.
+class RingTimer {
+ public:
+  struct Post {
+    int step = 0;
+    int segment = 0;
+    uint64_t bytes = 0;  // modeled wire bytes
+    Nanos ready{0};
+  };
+  struct Span {
+    Nanos start{0}, end{0};
+    bool peer = false;
+  };
+
+  // n ranks, this rank `rank`; `root` for a broadcast (ignored otherwise).
+  RingTimer(TimedKind kind, const TimedShape& shape, int n, int rank, int root, Nanos start);
+
+  std::vector<Post> Begin();
+  // The next receive arrived at `arrival`; its sender had it ready at `ready`. Returns whether a
+  // post follows (then *post is it).
+  bool OnReceive(Nanos arrival, Nanos ready, Post* post);
+
+  int steps() const { return steps_; }
+  int segments() const { return shape_.segments(); }
+  int receives() const { return receives_; }
+  int received() const { return received_; }
+  bool done() const { return received_ >= receives_; }
+  // Valid once done().
+  Nanos end() const;
+  Nanos transfer() const { return transfer_; }
+  Nanos peer_wait() const { return peer_wait_; }
+  Nanos reduce() const { return end() - progress_; }
+  const std::vector<Span>& spans() const { return spans_; }
+  uint64_t posted_bytes() const { return posted_bytes_; }
+
+ private:
+  Post MakePost(int step, int k, Nanos ready);
+
+  const TimedKind kind_;
+  const TimedShape shape_;
+  const int n_, rank_, root_;
+  const Nanos start_;
+  int steps_ = 0;      // steps this rank receives in (and sends in)
+  int receives_ = 0;   // messages it receives in all
+  bool forwards_ = false;  // broadcast: it passes each received segment on
+  int received_ = 0;
+  Nanos progress_;
+  Nanos reduce_end_;
+  Nanos last_consumed_;
+  Nanos transfer_{0}, peer_wait_{0};
+  uint64_t posted_bytes_ = 0;
+  std::vector<Span> spans_;
+};
 
 }  // namespace rp::comm::ring

@@ -145,6 +145,83 @@ TEST(TimedRing, AllReduceOnAnUncontendedFabricEqualsTheClosedForm) {
   }
 }
 
+TEST(TimedRing, ReduceScatterAllGatherAndBroadcastFollowTheRecurrence) {
+  const LinkParams& p = Spec().intra_node;
+  for (int n : {2, 3, 5}) {
+    const size_t count = 3000;
+    const ring::TimedShape ring_shape = ring::TimedShape::Ring(n, count, 256, Codec::kFp32, 0);
+    const ring::TimedShape chain_shape = ring::TimedShape::Chain(count, 256, Codec::kFp32);
+    auto holds = [&](const ring::TimedShape& sh) {
+      std::vector<Nanos> h;
+      for (int k = 0; k < sh.segments(); ++k) h.push_back(PortOccupancy(p, sh.segment_bytes(k), 1));
+      return h;
+    };
+    auto fabric = MakeFabric(n, 8, Spec());
+    std::vector<int> devices;
+    std::vector<LpId> lps;
+    for (int r = 0; r < n; ++r) {
+      devices.push_back(r);
+      lps.push_back(r);
+    }
+    auto comm = MakeTimed(fabric.get(), devices, lps);
+    std::vector<Nanos> rs_end(n), ag_end(n), bc_end(n);
+    std::vector<std::vector<float>> gathered(n), bcast(n);
+    const int root = 1;
+    auto st = RunThreads(n, [&](int r) -> absl::Status {
+      const ring::Range own = ring::ChunkRange(count, n, r);
+      std::vector<float> in(count, 1.0f), out(own.size);
+      auto rs = comm->rank(r).ReduceScatter(in, out, {.segment_bytes = 1024}, kStart);
+      if (!rs.ok()) return rs.status();
+      rs_end[static_cast<size_t>(r)] = rs->end;
+      for (float v : out) {
+        if (v != static_cast<float>(n)) return absl::InternalError("wrong reduce-scatter sum");
+      }
+      std::vector<float> mine(own.size, static_cast<float>(r));
+      gathered[static_cast<size_t>(r)].assign(count, -1.0f);
+      auto ag = comm->rank(r).AllGather(mine, gathered[static_cast<size_t>(r)],
+                                        {.segment_bytes = 1024}, rs->end);
+      if (!ag.ok()) return ag.status();
+      ag_end[static_cast<size_t>(r)] = ag->end - rs->end;
+      bcast[static_cast<size_t>(r)].assign(count, r == root ? 7.0f : 0.0f);
+      auto bc = comm->rank(r).Broadcast(root, {}, bcast[static_cast<size_t>(r)],
+                                        {.segment_bytes = 1024}, ag->end);
+      if (!bc.ok()) return bc.status();
+      bc_end[static_cast<size_t>(r)] = bc->end - ag->end;
+      fabric->Finish(r);
+      return absl::OkStatus();
+    });
+    for (const absl::Status& x : st) ASSERT_TRUE(x.ok()) << "n=" << n << ": " << x;
+    const Nanos one_pass = RingRecurrence(n - 1, holds(ring_shape), p.alpha, kStart) - kStart;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(rs_end[static_cast<size_t>(r)], kStart + one_pass) << "n=" << n;
+      EXPECT_EQ(ag_end[static_cast<size_t>(r)], one_pass) << "n=" << n;
+      for (int c = 0; c < n; ++c) {
+        const ring::Range ch = ring::ChunkRange(count, n, c);
+        for (size_t i = ch.begin; i < ch.end(); ++i) {
+          ASSERT_EQ(gathered[static_cast<size_t>(r)][i], static_cast<float>(c));
+        }
+      }
+      for (float v : bcast[static_cast<size_t>(r)]) ASSERT_EQ(v, 7.0f);
+    }
+    // The chain's last rank (root − 1) receives after n − 1 hops, each over a link of its own
+    // (segment k leaves hop j once it arrived from hop j − 1 and hop j's link is free); the root
+    // itself ends at once.
+    const std::vector<Nanos> h = holds(chain_shape);
+    std::vector<Nanos> arrived(h.size(), kStart);
+    for (int hop = 0; hop < n - 1; ++hop) {
+      Nanos link_free = kStart;
+      for (size_t k = 0; k < h.size(); ++k) {
+        const Nanos start = std::max(arrived[k], link_free);
+        link_free = start + h[k];
+        arrived[k] = link_free + p.alpha;
+      }
+    }
+    const int last = (root + n - 1) % n;
+    EXPECT_EQ(bc_end[static_cast<size_t>(last)], arrived.back() - kStart);
+    EXPECT_EQ(bc_end[static_cast<size_t>(root)], Nanos(0));
+  }
+}
+
 TEST(TimedRing, ModeledSizeIsTimedWhileTheRealBufferIsReduced) {
   // 10 real floats timed as a 1 Mi-element (4 MiB) bucket: K = 8 segments of 256 KiB per chunk
   // at n = 2, most real segments empty.

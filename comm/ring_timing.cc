@@ -1,0 +1,81 @@
+#include "comm/ring_timing.h"
+
+#include <algorithm>
+
+namespace rp::comm::ring {
+
+RingTimer::RingTimer(TimedKind kind, const TimedShape& shape, int n, int rank, int root,
+                     Nanos start)
+    : kind_(kind),
+      shape_(shape),
+      n_(n),
+      rank_(rank),
+      root_(root),
+      start_(start),
+      progress_(start),
+      reduce_end_(start),
+      last_consumed_(start) {
+  const int K = shape_.segments();
+  if (n_ <= 1) return;
+  switch (kind_) {
+    case TimedKind::kAllReduce: steps_ = 2 * (n_ - 1); break;
+    case TimedKind::kReduceScatter:
+    case TimedKind::kAllGather: steps_ = n_ - 1; break;
+    case TimedKind::kBroadcast:
+      steps_ = rank_ == root_ ? 0 : 1;
+      forwards_ = Mod(rank_ + 1, n_) != root_;
+      break;
+  }
+  receives_ = steps_ * K;
+}
+
+RingTimer::Post RingTimer::MakePost(int step, int k, Nanos ready) {
+  Post p{.step = step, .segment = k, .bytes = shape_.segment_bytes(k), .ready = ready};
+  posted_bytes_ += p.bytes;
+  return p;
+}
+
+std::vector<RingTimer::Post> RingTimer::Begin() {
+  std::vector<Post> out;
+  if (n_ <= 1) return out;
+  if (kind_ == TimedKind::kBroadcast && rank_ != root_) return out;
+  const int K = shape_.segments();
+  out.reserve(static_cast<size_t>(K));
+  for (int k = 0; k < K; ++k) out.push_back(MakePost(0, k, start_));
+  return out;
+}
+
+bool RingTimer::OnReceive(Nanos arrival, Nanos ready, Post* post) {
+  const int K = shape_.segments();
+  const int step = received_ / K, k = received_ % K;
+  ++received_;
+  if (arrival > progress_) {
+    const Nanos split = std::clamp(ready, progress_, arrival);
+    if (split > progress_) {
+      peer_wait_ += split - progress_;
+      spans_.push_back({progress_, split, true});
+    }
+    if (arrival > split) {
+      transfer_ += arrival - split;
+      spans_.push_back({split, arrival, false});
+    }
+    progress_ = arrival;
+  }
+  const bool reduce = kind_ == TimedKind::kReduceScatter ||
+                      (kind_ == TimedKind::kAllReduce && step < n_ - 1);
+  const Nanos consumed = shape_.Consume(k, arrival, reduce, &reduce_end_);
+  last_consumed_ = std::max(last_consumed_, consumed);
+  const Nanos next_ready = std::max(start_, consumed);
+  if (kind_ == TimedKind::kBroadcast) {
+    if (!forwards_) return false;
+    *post = MakePost(0, k, next_ready);
+    return true;
+  }
+  if (step + 1 >= steps_) return false;
+  *post = MakePost(step + 1, k, next_ready);
+  return true;
+}
+
+Nanos RingTimer::end() const { return std::max({start_, progress_, reduce_end_, last_consumed_}); }
+
+}  // namespace rp::comm::ring
