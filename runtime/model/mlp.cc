@@ -145,40 +145,18 @@ struct MlpStage::MicroBatch {
 
 MlpStage::~MlpStage() = default;
 
-absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const MlpConfig& config,
-                                                           const ModelPartition& partition,
-                                                           int stage, int tp_rank) {
-  RP_RETURN_IF_ERROR(ValidateMlpConfig(config));
-  if (partition.num_stages() < 1 ||
-      static_cast<int>(partition.layer_kind.size()) != config.num_layers() ||
-      partition.stage_begin.back() != config.num_layers()) {
-    return absl::InvalidArgumentError("partition does not match the model config");
-  }
-  if (stage < 0 || stage >= partition.num_stages()) {
-    return absl::InvalidArgumentError(absl::StrFormat("stage %d is outside [0, %d)", stage,
-                                                      partition.num_stages()));
-  }
-  if (tp_rank < 0 || tp_rank >= partition.tp) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("tp_rank %d is outside [0, tp=%d)", tp_rank, partition.tp));
-  }
-  auto st = std::unique_ptr<MlpStage>(new MlpStage());
-  st->stage_ = stage;
-  st->tp_rank_ = tp_rank;
-  st->tp_ = partition.tp;
-  st->num_model_layers_ = config.num_layers();
-  st->activation_ = config.activation;
+absl::StatusOr<std::vector<MlpStage::LayerInfo>> StageLayers(const MlpConfig& config,
+                                                             const ModelPartition& partition,
+                                                             int stage) {
   const int begin = partition.first_layer(stage), end = partition.end_layer(stage);
   if (begin >= end) {
     return absl::InvalidArgumentError(absl::StrFormat("stage %d has no layers", stage));
   }
-  st->input_dim_ = config.in_dim(begin);
-  st->output_dim_ = config.out_dim(end - 1);
-  const int T = partition.tp, t = tp_rank;
-
+  const int T = partition.tp;
+  std::vector<MlpStage::LayerInfo> layers;
   int64_t offset = 0;
   for (int l = begin; l < end; ++l) {
-    LayerInfo info;
+    MlpStage::LayerInfo info;
     info.layer = l;
     info.kind = partition.layer_kind[static_cast<size_t>(l)];
     const int in = config.in_dim(l), out = config.out_dim(l);
@@ -203,8 +181,64 @@ absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const MlpConfig& conf
     info.bias_size = info.out;
     offset += info.bias_size;
     info.activation = l != config.num_layers() - 1;
-    st->layers_.push_back(info);
+    layers.push_back(info);
   }
+  return layers;
+}
+
+std::vector<PassStep> PassSteps(std::span<const MlpStage::LayerInfo> layers, int tp, PassKind pass) {
+  std::vector<PassStep> steps;
+  const int n = static_cast<int>(layers.size());
+  using Kind = PassStep::Kind;
+  if (pass == PassKind::kForward) {
+    for (int l = 0; l < n; ++l) {
+      steps.push_back({Kind::kLayer, l, false});
+      if (tp > 1 && layers[static_cast<size_t>(l)].kind == ShardKind::kRowParallel) {
+        steps.push_back({Kind::kTpAllReduce, l, false});
+      }
+    }
+    return steps;
+  }
+  for (int l = n - 1; l >= 0; --l) {
+    const MlpStage::LayerInfo& info = layers[static_cast<size_t>(l)];
+    steps.push_back({Kind::kLayer, l, pass == PassKind::kBackward || pass == PassKind::kWeight});
+    if (pass != PassKind::kWeight && tp > 1 && info.kind == ShardKind::kColumnParallel &&
+        info.layer != 0) {
+      steps.push_back({Kind::kTpAllReduce, l, false});
+    }
+  }
+  return steps;
+}
+
+absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const MlpConfig& config,
+                                                           const ModelPartition& partition,
+                                                           int stage, int tp_rank) {
+  RP_RETURN_IF_ERROR(ValidateMlpConfig(config));
+  if (partition.num_stages() < 1 ||
+      static_cast<int>(partition.layer_kind.size()) != config.num_layers() ||
+      partition.stage_begin.back() != config.num_layers()) {
+    return absl::InvalidArgumentError("partition does not match the model config");
+  }
+  if (stage < 0 || stage >= partition.num_stages()) {
+    return absl::InvalidArgumentError(absl::StrFormat("stage %d is outside [0, %d)", stage,
+                                                      partition.num_stages()));
+  }
+  if (tp_rank < 0 || tp_rank >= partition.tp) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tp_rank %d is outside [0, tp=%d)", tp_rank, partition.tp));
+  }
+  RP_ASSIGN_OR_RETURN(std::vector<LayerInfo> layers, StageLayers(config, partition, stage));
+  auto st = std::unique_ptr<MlpStage>(new MlpStage());
+  st->stage_ = stage;
+  st->tp_rank_ = tp_rank;
+  st->tp_ = partition.tp;
+  st->num_model_layers_ = config.num_layers();
+  st->activation_ = config.activation;
+  st->input_dim_ = config.in_dim(layers.front().layer);
+  st->output_dim_ = config.out_dim(layers.back().layer);
+  const int t = tp_rank;
+  st->layers_ = std::move(layers);
+  const int64_t offset = st->layers_.back().bias_offset + st->layers_.back().bias_size;
   st->params_.assign(static_cast<size_t>(offset), 0.0f);
   st->grads_.assign(static_cast<size_t>(offset), 0.0f);
 

@@ -226,6 +226,29 @@ class MlpStage {
   Tensor scratch_;  // wᵀ for MatMulTransposedB
 };
 
+// The layers of one TP shard of `stage` (every shard has the same layout), as MlpStage holds them
+// (pure; what MlpStage::Create builds its buffers from). Errors as MlpStage::Create.
+[[nodiscard]] absl::StatusOr<std::vector<MlpStage::LayerInfo>> StageLayers(
+    const MlpConfig& config, const ModelPartition& partition, int stage);
+
+// A pass of a stage as modeled time sees it: the layers it computes, in order, and the TP
+// all-reduces between them — the order in which MlpStage's passes reach their TP all-reduce points
+// and call LayerGradsDoneFn (tests check it). The executor and the predictor give each kLayer step
+// its share of the op's modeled duration.
+//   forward:        layers first to last; a TP all-reduce after each row-parallel layer (tp > 1).
+//   backward / backward-input: layers last to first; a TP all-reduce after each column-parallel
+//                   layer but the model's first (tp > 1); with `weights`, a layer's gradients are
+//                   final at the end of its kLayer step (LayerGradsDoneFn right after).
+//   weight:         layers last to first (BackwardWeight), gradients final at the end of each.
+enum class PassKind : uint8_t { kForward, kBackward, kBackwardInput, kWeight };
+struct PassStep {
+  enum class Kind : uint8_t { kLayer, kTpAllReduce };
+  Kind kind = Kind::kLayer;
+  int local_layer = 0;       // index into the stage's layers (the layer before a TP all-reduce)
+  bool grads_final = false;  // kLayer: the layer's weight gradients are final after it
+};
+std::vector<PassStep> PassSteps(std::span<const MlpStage::LayerInfo> layers, int tp, PassKind pass);
+
 // Serial emulation of one stage's TP group (single thread): runs `pass` on every shard in lockstep
 // and replaces each TP all-reduce by the sum of the shards' buffers in rank order 0..T-1
 // ((b0 + b1) + b2 ...), copied to every shard. Returns rank 0's result (all ranks' are identical).

@@ -261,6 +261,52 @@ TEST(MlpStage, LayerHookReportsEveryLayerLastToFirst) {
   EXPECT_EQ(seen, (std::vector<int>{2, 1, 0}));
 }
 
+// PassSteps is the order in which a real pass reaches its TP all-reduces and finalizes layer
+// gradients: record both from the callbacks and compare, for every stage of a TP model.
+TEST(PassSteps, IsTheOrderOfTheRealPassesCallbacks) {
+  const MlpConfig c = SmallConfig();
+  for (int tp : {1, 2, 4}) {
+    auto p = PartitionMlp(c, 2, tp);
+    ASSERT_TRUE(p.ok()) << p.status();
+    for (int stage = 0; stage < 2; ++stage) {
+      auto s = MakeStage(c, *p, stage, 0);
+      auto layers = StageLayers(c, *p, stage);
+      ASSERT_TRUE(layers.ok());
+      // Events seen: -1 - l for "TP all-reduce after layer l", l for "layer l's grads final".
+      auto record = [&](std::vector<int>* ev) {
+        return [ev](std::span<float>) {
+          ev->push_back(-1);
+          return absl::OkStatus();
+        };
+      };
+      auto expected = [&](PassKind pass) {
+        std::vector<int> ev;
+        for (const PassStep& st : PassSteps(*layers, tp, pass)) {
+          if (st.kind == PassStep::Kind::kTpAllReduce) ev.push_back(-1);
+          if (st.kind == PassStep::Kind::kLayer && st.grads_final) ev.push_back(st.local_layer);
+        }
+        return ev;
+      };
+      std::vector<int> fwd, bwd, bwd_in, w;
+      ASSERT_TRUE(s->Forward(0, Random(2, s->input_dim(), 5), record(&fwd)).ok());
+      ASSERT_TRUE(s->Backward(0, Random(2, s->output_dim(), 6), record(&bwd),
+                              [&](int l) { bwd.push_back(l); })
+                      .ok());
+      ASSERT_TRUE(s->Forward(1, Random(2, s->input_dim(), 7), record(&fwd)).ok());
+      ASSERT_TRUE(s->BackwardInput(1, Random(2, s->output_dim(), 8), record(&bwd_in)).ok());
+      ASSERT_TRUE(s->BackwardWeight(1, [&](int l) { w.push_back(l); }).ok());
+      std::vector<int> two_fwd = expected(PassKind::kForward);
+      const std::vector<int> one = two_fwd;
+      two_fwd.insert(two_fwd.end(), one.begin(), one.end());
+      EXPECT_EQ(fwd, two_fwd) << "tp " << tp << " stage " << stage;
+      EXPECT_EQ(bwd, expected(PassKind::kBackward)) << "tp " << tp << " stage " << stage;
+      EXPECT_EQ(bwd_in, expected(PassKind::kBackwardInput)) << "tp " << tp << " stage " << stage;
+      EXPECT_EQ(w, expected(PassKind::kWeight)) << "tp " << tp << " stage " << stage;
+      EXPECT_EQ(static_cast<int>(std::count(one.begin(), one.end(), -1)), s->forward_allreduces());
+    }
+  }
+}
+
 // --- Tensor parallelism ---
 
 struct TpCase {
