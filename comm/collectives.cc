@@ -123,7 +123,7 @@ class RingRunner {
     }
     op_id_ = rc_.next_op_id_++;
     if (timed_) {
-      const uint64_t modeled = model_.elements > 0 ? model_.elements : count_;
+      const uint64_t modeled = model_.elements == WireModel::kRealCount ? count_ : model_.elements;
       shape_ = kind_ == OpKind::kBroadcast
                    ? ring::TimedShape::Chain(modeled, seg_, codec_)
                    : ring::TimedShape::Ring(n_, modeled, seg_, codec_, model_.reduce_gbps);
@@ -378,6 +378,42 @@ class RingRunner {
     return p;
   }
 
+  // Timed: a segment's data is pushed the moment its message is posted (step 0 at once; segment k
+  // of step t + 1 right after segment k of step t was received and consumed, which is when its
+  // data exists). A receiver whose message the fabric committed therefore never waits for the
+  // data behind it while holding back the fabric (runtime/fabric.h: such a wait would count as
+  // running). Links are unbounded, so these sends never block.
+  template <typename PlanFn>
+  absl::Status RunStepsTimed(int num_steps, const PlanFn& plan) {
+    auto send = [&](const StepPlan& sp, int k) -> absl::Status {
+      const Range g = Segment(sp.send, k);
+      return SendSegment(sp.send_src + g.begin, sp.adopt != nullptr ? sp.adopt + g.begin : nullptr,
+                         g, sp.step, sp.send_chunk, k, rc_.ready_[static_cast<size_t>(k)],
+                         sp.feedback, 0);
+    };
+    StepPlan next = plan(0);
+    for (int k = 0; k < next.ks; ++k) RP_RETURN_IF_ERROR(send(next, k));
+    for (int rt = 0; rt < num_steps; ++rt) {
+      const StepPlan rp = next;
+      if (rt + 1 < num_steps) next = plan(rt + 1);
+      for (int rk = 0; rk < rp.kr; ++rk) {
+        const Range g = Segment(rp.recv, rk);
+        Stamped<WireMsg> m;
+        RP_RETURN_IF_ERROR(RecvSegment(rp.step, rp.recv_chunk, rk, g.size, &m));
+        if (rp.reduce) {
+          absl::Status st_add = DecodeAdd(codec_, rp.add + g.begin, m.body.payload, g.size,
+                                          rp.dst + (g.begin - rp.dst_offset), g.begin);
+          if (!st_add.ok()) return FailLocal(st_add, "reducing", rp.step);
+        } else {
+          Decode(codec_, m.body.payload, g.size, rp.dst + g.begin);
+        }
+        RP_RETURN_IF_ERROR(Release(m, rp.step, rk));
+        if (rt + 1 < num_steps) RP_RETURN_IF_ERROR(send(next, rk));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Runs steps 0 .. num_steps - 1 (plan(t) describes step t; the chunk sent at step t + 1 is the
   // chunk received at step t). Messages leave in step-major order, as the receiver expects them,
   // but as early as possible: segment k of step t + 1 is ready once segment k of step t has been
@@ -390,6 +426,7 @@ class RingRunner {
   template <typename PlanFn>
   absl::Status RunSteps(int num_steps, const PlanFn& plan) {
     if (num_steps <= 0) return absl::OkStatus();
+    if (timed_) return RunStepsTimed(num_steps, plan);
     int st = 0, sk = 0;  // the next message to send: segment sk of step st
     StepPlan sp = plan(0);
     auto send_next = [&](bool* sent) -> absl::Status {

@@ -218,7 +218,7 @@ absl::StatusOr<uint64_t> RankComm::Send(int peer, std::unique_ptr<Buffer> buffer
                      group_->abort_status().ToString()));
   }
   const uint64_t bytes = buffer->size() * sizeof(float);
-  const uint64_t modeled = options.modeled_bytes > 0 ? options.modeled_bytes : bytes;
+  const uint64_t modeled = options.modeled_bytes == P2POptions::kRealBytes ? bytes : options.modeled_bytes;
   uint64_t ticket = 0;
   if (timed()) {
     // Posted before the data is pushed, so the fabric's FIFO and the channel's agree.
@@ -259,7 +259,7 @@ absl::StatusOr<Received> RankComm::Recv(int peer, const P2POptions& options) {
     const CommunicatorOptions& o = group_->options();
     absl::StatusOr<Delivery> got = o.fabric->Await(
         o.lps[static_cast<size_t>(rank_)], group_->P2PFabricChannel(peer, rank_),
-        {.rank = device(), .op = "p2p receive", .peer = group_->device(peer), .step = options.step},
+        {.rank = device(), .op = options.what, .peer = group_->device(peer), .step = options.step},
         options.timeout);
     if (!got.ok()) return where(got.status());
     d = *got;
@@ -274,6 +274,7 @@ absl::StatusOr<Received> RankComm::Recv(int peer, const P2POptions& options) {
                                                     " arrived for the fabric's ticket ", d.ticket)));
     }
     r.timing = d.timing;
+    r.ticket = d.ticket;
     if (Clock* clock = group_->options().clock; clock != nullptr) clock->WaitUntil(r.timing.arrival);
   } else {
     r.timing.ready = r.timing.start = r.timing.last_byte = r.timing.arrival = ready;

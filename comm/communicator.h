@@ -130,8 +130,10 @@ struct CommunicatorOptions {
 // How a collective's messages are sized on the fabric (timed communicators; see
 // comm/ring_timing.h). Must be equal on every rank of the call.
 struct WireModel {
-  // Modeled FP32 elements (e.g. a described model's gradient bucket); 0 = the real count.
-  uint64_t elements = 0;
+  static constexpr uint64_t kRealCount = ~uint64_t{0};
+  // Modeled FP32 elements (e.g. a described model's gradient bucket); kRealCount = the real
+  // buffer's count.
+  uint64_t elements = kRealCount;
   // Training step the messages belong to (slow-link faults are per step).
   int step = 0;
   // Modeled reduction throughput over FP32 bytes, GB/s; 0 = free.
@@ -201,13 +203,16 @@ struct Received {
   std::unique_ptr<Buffer> buffer;
   Nanos arrival{0};
   MessageTiming timing;
+  uint64_t ticket = 0;  // timed: the sender's fabric ticket (what Send returned)
 };
 
 // A point-to-point message's modeled size and tag (timed communicators), and its wait limit.
 struct P2POptions {
-  uint64_t modeled_bytes = 0;  // bytes the fabric times; 0 = the buffer's real bytes
+  static constexpr uint64_t kRealBytes = ~uint64_t{0};
+  uint64_t modeled_bytes = kRealBytes;  // bytes the fabric times; kRealBytes = the buffer's bytes
   int step = 0;                // training step (slow-link faults)
   std::chrono::nanoseconds timeout = kDefaultTimeout;
+  const char* what = "p2p receive";  // the receive's name in wait sites (a literal)
 };
 
 namespace internal {

@@ -111,6 +111,8 @@ void Device::RecordFaultsAtStart() {
 
 absl::Status Device::WaitUntil(Nanos deadline, const WaitSite& site) {
   if (watchdog_->failed()) return watchdog_->Cancelled(site);
+  // Virtual time travels with the data (DESIGN.md "The time engine"): nothing to wait for.
+  if (clock_->is_virtual()) return absl::OkStatus();
   if (const auto* real = dynamic_cast<const RealClock*>(clock_)) {
     const auto wall_left = real->WallOf(deadline) - std::chrono::steady_clock::now();
     if (wall_left > watchdog_->timeout()) return watchdog_->Expired(site);
@@ -122,8 +124,8 @@ absl::Status Device::WaitUntil(Nanos deadline, const WaitSite& site) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Nanos> Device::Compute(const OpInfo& op, Nanos duration, Nanos ready_at,
-                                      absl::FunctionRef<absl::Status()> kernel) {
+absl::StatusOr<Device::ComputeOp> Device::BeginCompute(const OpInfo& op, Nanos duration,
+                                                      Nanos ready_at) {
   const WaitSite site{.rank = rank_, .op = op.name, .peer = op.peer, .step = op.step,
                       .micro_batch = op.micro_batch};
   if (watchdog_->failed()) return watchdog_->Cancelled(site);
@@ -131,46 +133,64 @@ absl::StatusOr<Nanos> Device::Compute(const OpInfo& op, Nanos duration, Nanos re
     return absl::InvalidArgumentError(absl::StrCat(DescribeSite(site), ": negative duration ",
                                                    duration.count(), " ns"));
   }
-  const int64_t index = compute_index_++;
-  const Nanos start = std::max(cursor_, ready_at);
-  if (faults_->StopsAt(rank_, index)) {
+  ComputeOp c;
+  c.index = compute_index_++;
+  c.start = std::max(cursor_, ready_at);
+  if (faults_->StopsAt(rank_, c.index)) {
     const int64_t w = WallNow();
     Trace({.name = "fault: device stop", .kind = OpKind::kFault, .micro_batch = op.micro_batch,
            .step = op.step},
-          w, w, start, start);
-    // A dead GPU: it makes no progress. Its peers' waits expire; if nobody waits on it, it fails
-    // the run itself after twice the watchdog timeout, so there is never a silent hang.
+          w, w, c.start, c.start);
+    // A dead GPU: it makes no progress. Its peers' waits stall and the watchdog reports them; if
+    // nobody waits on it, it fails the run itself after twice the watchdog timeout, so there is
+    // never a silent hang.
     watchdog_->WaitForFailure(2 * watchdog_->timeout());
     absl::Status s = absl::AbortedError(absl::StrCat(
-        "rank ", rank_, " stopped by fault at compute op ", index, " ('", op.name, "'",
+        "rank ", rank_, " stopped by fault at compute op ", c.index, " ('", op.name, "'",
         op.step >= 0 ? absl::StrCat(", step ", op.step) : "", ")"));
     watchdog_->Fail(s);
     return s;
   }
-  const double factor = faults_->ComputeFactor(rank_, index);
-  const Nanos modeled = faults_->ComputeDuration(rank_, index, duration);
-  const Nanos end = start + modeled;
-  const int64_t wall_start = WallNow();
-  const Nanos kernel_start = clock_->Now();
-  RP_RETURN_IF_ERROR(kernel());
-  const Nanos now = clock_->Now();
-  // An overrun is real work that took longer than its modeled duration (the kernel's own time, in
-  // modeled units). Starting late because an earlier wait woke late is lateness, not an overrun.
-  if (!clock_->is_virtual() && now - kernel_start > modeled) {
+  c.factor = faults_->ComputeFactor(rank_, c.index);
+  c.duration = faults_->ComputeDuration(rank_, c.index, duration);
+  c.wall_start = WallNow();
+  c.clock_start = clock_->is_virtual() ? Nanos(0) : clock_->Now();
+  return c;
+}
+
+absl::Status Device::EndCompute(const OpInfo& op, const ComputeOp& c, Nanos end,
+                                Nanos kernel_time) {
+  const WaitSite site{.rank = rank_, .op = op.name, .peer = op.peer, .step = op.step,
+                      .micro_batch = op.micro_batch};
+  // An overrun is real work that took longer than its modeled duration. Starting late because an
+  // earlier wait woke late is lateness, not an overrun.
+  if (!clock_->is_virtual() && kernel_time > c.duration) {
     ++stats_.overruns;
-    stats_.overrun_time += (now - kernel_start) - modeled;
+    stats_.overrun_time += kernel_time - c.duration;
   }
-  if (now < end) {
-    RP_RETURN_IF_ERROR(WaitUntil(end, site));
-  } else {
-    ++stats_.late_ends;  // its modeled end had passed: an overrun or a late start, never hidden
+  if (!clock_->is_virtual()) {
+    if (clock_->Now() < end) {
+      RP_RETURN_IF_ERROR(WaitUntil(end, site));
+    } else {
+      ++stats_.late_ends;  // its modeled end had passed: an overrun or a late start, never hidden
+    }
   }
   ++stats_.compute_ops;
-  stats_.compute_time += modeled;
-  cursor_ = end;
+  stats_.compute_time += c.duration;
+  cursor_ = std::max(cursor_, end);
   const bool straggler = faults_->StragglerFactor(rank_) != 1.0;
-  Trace(op, wall_start, WallNow(), start, end, 0,
-        factor == 1.0 ? "" : FaultDetail(straggler, faults_->plan().jitter.max_fraction > 0));
+  Trace(op, c.wall_start, WallNow(), c.start, end, 0,
+        c.factor == 1.0 ? "" : FaultDetail(straggler, faults_->plan().jitter.max_fraction > 0));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Nanos> Device::Compute(const OpInfo& op, Nanos duration, Nanos ready_at,
+                                      absl::FunctionRef<absl::Status()> kernel) {
+  RP_ASSIGN_OR_RETURN(const ComputeOp c, BeginCompute(op, duration, ready_at));
+  RP_RETURN_IF_ERROR(kernel());
+  const Nanos end = c.start + c.duration;
+  const Nanos kernel_time = clock_->is_virtual() ? Nanos(0) : clock_->Now() - c.clock_start;
+  RP_RETURN_IF_ERROR(EndCompute(op, c, end, kernel_time));
   return end;
 }
 

@@ -132,8 +132,29 @@ class Device {
   // Runs a compute op (compute thread only); see the header comment. Returns its modeled end.
   // Errors: the kernel's status; Cancelled if the run failed meanwhile; Aborted if a DeviceStop
   // fault stops this device here (after the run fails or 2 × watchdog timeout, whichever first).
+  // Equivalent to BeginCompute, kernel(), EndCompute at start + duration.
   [[nodiscard]] absl::StatusOr<Nanos> Compute(const OpInfo& op, Nanos duration, Nanos ready_at,
                                               absl::FunctionRef<absl::Status()> kernel);
+
+  // A compute op whose modeled time the caller advances piece by piece (e.g. layer by layer with
+  // collectives in between).
+  struct ComputeOp {
+    Nanos start{0};     // max(cursor, ready_at)
+    Nanos duration{0};  // the modeled duration with this device's fault factor applied
+    int64_t index = 0;  // the device's running compute-op index (fault injection)
+    double factor = 1.0;
+    int64_t wall_start = 0;      // Tracer::WallNow at the start
+    Nanos clock_start{0};        // clock Now() at the start (overrun accounting)
+  };
+  // Begins a compute op (compute thread only): its start, its faulted duration; a DeviceStop
+  // fault stops the device here (as Compute).
+  [[nodiscard]] absl::StatusOr<ComputeOp> BeginCompute(const OpInfo& op, Nanos duration,
+                                                       Nanos ready_at);
+  // Ends `c` at modeled `end` (>= c.start + c.duration): counts an overrun if its real work
+  // (`kernel_time`, in modeled units; pass the clock time the kernel ran, excluding waits) took
+  // longer than c.duration, waits on the clock until `end`, traces it, moves the cursor to `end`.
+  [[nodiscard]] absl::Status EndCompute(const OpInfo& op, const ComputeOp& c, Nanos end,
+                                        Nanos kernel_time);
 
   // Waits on the clock until modeled `deadline` (either of this device's threads). Records the
   // lateness. DeadlineExceeded (failing the run, message naming `site`) when the deadline lies

@@ -235,7 +235,8 @@ class Fabric {
   mutable Mutex mu_;
   FabricModel model_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Lp>> lps_;  // fixed after Create; fields guarded by mu_
-  std::vector<Channel> channels_ ABSL_GUARDED_BY(mu_);
+  // A deque: channels are added while LPs wait on others (references must stay valid).
+  std::deque<Channel> channels_ ABSL_GUARDED_BY(mu_);
   std::vector<Gate> gates_ ABSL_GUARDED_BY(mu_);
   std::vector<Rendezvous> rendezvous_ ABSL_GUARDED_BY(mu_);
   std::priority_queue<Pending> pending_ ABSL_GUARDED_BY(mu_);

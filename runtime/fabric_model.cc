@@ -127,6 +127,17 @@ MessageTiming FabricModel::Commit(const FabricMessage& m) {
   return t;
 }
 
+MessageTiming FabricModel::CommitThrough(const FabricMessage& m, int ingress_device) {
+  const LinkClass c = spec_.ClassOf(m.src, m.dst);
+  if (c == LinkClass::kSelf) return Time(m, Nanos(0), Nanos(0));
+  Nanos& out = free_at_[static_cast<size_t>(EgressPort(m.src, c))];
+  Nanos& in = free_at_[static_cast<size_t>(IngressPort(ingress_device, c))];
+  MessageTiming t = Time(m, out, in);
+  t.ingress_port = IngressPort(ingress_device, c);
+  out = in = t.last_byte;
+  return t;
+}
+
 MessageTiming FabricModel::Uncontended(const FabricMessage& m) const {
   return Time(m, Nanos(0), Nanos(0));
 }

@@ -84,6 +84,9 @@ class FabricModel {
   // Reserves the ports of `m` and returns its timing (see the header comment). Precondition:
   // devices in range (callers validate ranks).
   MessageTiming Commit(const FabricMessage& m);
+  // As Commit, but the message enters through `ingress_device`'s ingress port (of the class of
+  // src → dst) instead of dst's: a symmetric stand-in for dst (the predictor's replica folding).
+  MessageTiming CommitThrough(const FabricMessage& m, int ingress_device);
   // Every port free again at time 0 (a new run).
   void Reset();
 

@@ -1,56 +1,40 @@
 // rp::schedule::Executor: plays a schedule Program on emulated devices, training a real MLP with
-// DP × PP × TP on real buffers, and reports measured figures next to the predictor's.
+// DP × PP × TP on real buffers; every byte between devices crosses the modeled fabric, so the
+// timing of the run emerges from its own messages (DESIGN.md "The fabric", "Three timelines").
 //
-// One Run() trains `steps` steps. It starts one rp::Device per global rank of the grid
-// (rp::Cluster); every device thread walks its pipeline rank's op list (Program::ranks[pp]) once
-// per step:
-//   F / B / Bi / W   the REAL kernel of the device's MLP stage shard (rp::MlpStage; one stage
-//                    object per chunk with interleaved schedules) on real tensors, inside
-//                    Device::Compute: it then waits until the modeled end
-//                    max(previous modeled end, inputs' modeled arrival) + duration, mapped to
-//                    wall time by the time scale. Durations come from `cost` (per pipeline rank,
-//                    1/v per chunk op, Bi = B − W, as schedule::Predict uses them).
-//                    The last model stage computes softmax cross-entropy (loss, grad scale
-//                    1/global batch) inside its F.
-//   SendAct/SendGrad the real output buffer goes over a comm::Communicator p2p channel of the
-//                    (dp, tp) pipeline (one communicator for activations, one for gradients), its
-//                    arrival stamped by the link model from the op's modeled `bytes`; wire bytes
-//                    counted by comm are the real bytes.
-//   RecvAct/RecvGrad waits for the data (dependencies are enforced by the data), then on the clock
-//                    until its modeled arrival.
-//   TpAllReduce      the Megatron all-reduces really run inside F/B (MlpStage's TP callback →
-//                    comm AllReduce FP32 over the TP communicator); this op is their modeled time:
-//                    a rendezvous of the TP group in modeled time plus the ring cost of `bytes`.
-//   AllReduce        gradient bucket b (a contiguous slice of its chunk's real gradients) is posted
-//                    to the device's comm stream (Device::PostComm): comm ring AllReduce (sum) over
-//                    the DP group with `codec` / `segment_bytes`, overlapping the backward for
-//                    real. Modeled: starts when the whole DP group enqueued it and bucket b−1 is
-//                    done, lasts RingAllReduceCost of the op's `bytes` (exactly the predictor's
-//                    rule); the comm stream waits on the clock until that end.
-//   OptimizerStep    awaits every bucket, then runs rp::Optimizer::Step on each shard (a compute
-//                    op of cost.optimizer).
-// Between steps a barrier of all devices records the step (loss summed in (replica, micro-batch)
-// order in double, replica divergence, held-out accuracy of replica 0's model) and starts the
-// next step at a common modeled time, so every step is timed like the predictor's (from 0).
+// One Run() trains `steps` steps. It builds the execution plan (schedule/plan.h), the fabric
+// (runtime/fabric.h: one LP per device stream), timed communicators (pipelines, TP groups, DP
+// groups; comm/communicator.h) and one rp::Device per global rank (a compute thread and a comm
+// stream), and every device plays its pipeline rank's op list per step (schedule/runner.h):
+//   F / B / Bi / W   the real kernels of the device's MlpStage shard, layer by layer in modeled
+//                    time (each layer its share of the op's cost), with the real TP all-reduces
+//                    between layers as timed ring collectives on the TP group;
+//   Send / Recv      the real activation or gradient buffer, timed by the fabric with the op's
+//                    modeled bytes;
+//   gradient buckets (plan buckets, bucket_bytes) start their DP all-reduce on the comm stream
+//                    as soon as their lowest layer's gradient of the step's last micro-batch is
+//                    final — inside the last backward — timed by their own ring messages;
+//   Opt              awaits every bucket, then the optimizer (a compute op).
+// The program's kTpAllReduce and kAllReduce ops carry the modeled sizes of those collectives (see
+// schedule/plan.h); they take no time of their own.
+// Between steps all devices meet at a rendezvous (runtime/fabric.h) whose last arriver records
+// the step (loss, divergence, accuracy, per-device timelines) and starts the next step at a common
+// modeled time.
 //
-// Timing model agreement: the executor builds the predictor's PredictOptions from the same fields
-// (links, dp ring: codec + segment bytes; tp ring: fp32 + segment bytes) and calls
-// schedule::Predict on the same program and cost model; in both, a directed p2p link carries one
-// message at a time (a message waits for the previous one on its link).
+// Three timelines (DESIGN.md): measured = wall stamps on the device threads ÷ time scale; emulated
+// = the run's modeled timeline; predicted = schedule::Predict of the same plan. On the virtual
+// clock measured = emulated. fidelity.host = measured / emulated − 1, fidelity.model = emulated /
+// predicted − 1. Both the emulated and the predicted timelines come from the same plan and the same
+// fabric rules: on the virtual clock they are equal to the nanosecond (tests).
 //
-// Correctness (tests/schedule/executor_test.cc): with FP32 communication the loss curve follows
-// rp::ReferenceTrainer (bit-identical to the partitioned serial emulation when dp <= 2 and
-// tp <= 2); replicas are bit-identical after every step with every codec.
+// Correctness (tests/schedule/executor_test.cc): with FP32 communication the loss follows
+// rp::ReferenceTrainer; replicas are bit-identical after every step with every codec.
 //
-// Failure: any error (bad kernel shapes, codec overflow, a missing peer, a DeviceStop fault, an
-// injected OpFault, an exception thrown inside a device thread) ends the run within
-// watchdog_timeout + 1 s with a Status naming rank, op, peer, step; every thread is joined.
-// Exceptions never escape a device thread: they become Internal errors naming the op.
-// No partial step is committed: a step counts once every device passed the barrier that follows
-// it (Executor::committed_steps()); after a failure, every device that applied its optimizer
-// update for an uncommitted step is rolled back (parameters and optimizer state as before that
-// step). Executor::failure() then tells which rank, step and op failed first and which peers it
-// was waiting for; Executor::Parameters() reads the (committed) parameters.
+// Failure: any error (bad kernel shapes, codec overflow, a stalled or dead device, an injected
+// fault, an exception in a device thread) ends the run with a Status naming rank, op, peer and
+// step; a stall (no progress anywhere for watchdog_timeout: wall time on a real clock, progress of
+// the fabric on a virtual one) is reported, never a silent hang. No partial step is committed
+// (Executor::committed_steps, rollback of uncommitted optimizer updates; RunFailure).
 //
 // Thread safety: an Executor is used by one thread; Run() may be called once.
 //
@@ -65,7 +49,7 @@
 //   o.steps = 20;
 //   RP_ASSIGN_OR_RETURN(auto exec, Executor::Create(o));
 //   RP_ASSIGN_OR_RETURN(RunResult r, exec->Run());
-//   r.steps.back().loss; r.measured_step_ms; r.predicted_step_ms; r.fidelity;
+//   r.steps.back().loss; r.measured_step_ms; r.emulated_step_ms; r.predicted_step_ms;
 #pragma once
 
 #include <chrono>
@@ -83,6 +67,7 @@
 #include "runtime/faults.h"
 #include "runtime/lateness.h"
 #include "runtime/link.h"
+#include "schedule/plan.h"
 #include "runtime/model/mlp.h"
 #include "runtime/model/optimizer.h"
 #include "runtime/tracer.h"
@@ -115,15 +100,18 @@ struct ExecutorOptions {
   CostModel cost;  // F/B/W/optimizer per pipeline rank (1 or pp entries)
   LinkSpec links;  // p2p and collective links (default: ideal — α 0, infinite bandwidth)
 
-  // --- DP gradient all-reduce (kAllReduce ops) ---
-  comm::Codec codec = comm::Codec::kFp32;
-  size_t segment_bytes = comm::kDefaultSegmentBytes;  // FP32 bytes per ring message, multiple of 4
-  // Segment size the modeled ring cost assumes (RingModel::segment_bytes; 0 = one message per
-  // chunk, as SCENARIOS.md S1's "20 ms per ring step"). Used for executor and predictor alike.
-  uint64_t model_segment_bytes = 0;
+  // --- Collectives ---
+  comm::Codec codec = comm::Codec::kFp32;  // DP gradient all-reduce wire format (TP: FP32)
+  // Modeled FP32 bytes per ring message (DP and TP rings), a multiple of 4; 0 = one message per
+  // chunk (as SCENARIOS.md S1's "20 ms per ring step").
+  uint64_t segment_bytes = 0;
   bool error_feedback = false;  // lossy codecs: carry the quantization residual (comm option)
-  // Modeled segment size of the TP all-reduce ring (fp32). 0 = one message per chunk.
-  uint64_t tp_model_segment_bytes = 0;
+  double reduce_gbps = 0;       // modeled reduction throughput over FP32 bytes (0 = free)
+  // DDP bucket cap in modeled gradient bytes (PyTorch's bucket_cap_mb = 25); 0 = one bucket per
+  // chunk. With overlap_grad_allreduce a bucket starts inside the last backward; without, at the
+  // optimizer step.
+  uint64_t bucket_bytes = uint64_t{25} << 20;
+  bool overlap_grad_allreduce = true;
 
   // --- Clock ---
   // true: rp::VirtualClock, as fast as the host allows, deterministic modeled times (tests).
@@ -132,6 +120,8 @@ struct ExecutorOptions {
   double time_scale = 1.0;
 
   // --- Robustness and observation ---
+  // A stall: no progress for this long (real clock: wall time; virtual clock: no message committed
+  // and no op finished anywhere — a busy host cannot fake one).
   std::chrono::nanoseconds watchdog_timeout = kDefaultWatchdogTimeout;
   FaultPlan faults;  // optional (stragglers, jitter, degraded links, device stops)
   // Optional; not owned, must outlive Run(); num_devices() >= world size.
@@ -156,8 +146,8 @@ struct StepRecord {
   // Held-out accuracy / loss of replica 0's model after this step's update (NaN if not evaluated).
   double accuracy = std::numeric_limits<double>::quiet_NaN();
   double test_loss = std::numeric_limits<double>::quiet_NaN();
-  double measured_ms = 0;  // first op start to last op end: wall / time_scale (virtual: modeled)
-  double modeled_ms = 0;   // the same window in modeled time
+  double measured_ms = 0;   // first op start to last op end: wall / time_scale (virtual: emulated)
+  double emulated_ms = 0;   // the same window in the run's modeled time
   double predicted_ms = 0;  // schedule::Predict of this step (its own jitter draws, if any)
   double replica_divergence = 0;  // max |w_r − w_0| over replicas and shards, after the update
   // rp::ReferenceTrainer's loss at this step (NaN without run_reference) and |loss − it| / it.
@@ -165,25 +155,34 @@ struct StepRecord {
   double loss_rel_diff = std::numeric_limits<double>::quiet_NaN();
 };
 
-// One device (global rank), over the whole run (per-step figures are medians over steps unless
-// said otherwise).
-struct DeviceReport {
-  int rank = 0;
-  Coord coord;      // (dp, pp, tp)
-  int device = 0;   // placement device id
-  int node = 0;
-  // Metrics (schedule/metrics.h definitions) of the median-time step, measured in modeled time.
+// A device's figures of one step on one timeline (schedule/metrics.h definitions).
+struct TimelineFigures {
   double busy_ms = 0;
   double bubble_total = 0;  // (step − busy) / step
   double bubble_ideal = 0;  // (step − busy) / busy
   double comm_ms = 0;
   double exposed_comm_ms = 0;
+  double peer_wait_ms = 0;
   double overlap = 1;
-  uint64_t peak_activation_bytes = 0;  // real stored-activation bytes (MemoryTracker peak)
-  uint64_t wire_bytes = 0;     // all bytes this device put on channels (p2p + TP + DP), whole run
-  uint64_t p2p_bytes = 0;
-  uint64_t tp_bytes = 0;
-  uint64_t dp_bytes = 0;
+};
+TimelineFigures FiguresOf(const DeviceMetrics& m);
+
+// One device (global rank). Timeline figures are of the median-time step.
+struct DeviceReport {
+  int rank = 0;
+  Coord coord;      // (dp, pp, tp)
+  int device = 0;   // placement device id
+  int node = 0;
+  TimelineFigures measured, emulated, predicted;
+  // Memory: real bytes of stored activations (MemoryTracker peak over the run) and the modeled
+  // peak (the predictor's closed form over the described model's activation sizes).
+  uint64_t peak_activation_bytes = 0;
+  uint64_t modeled_peak_activation_bytes = 0;
+  // Bytes put on the wire over the whole run: real buffers (codec metadata included) and the
+  // modeled bytes the fabric timed, split by kind.
+  uint64_t wire_bytes = 0, p2p_bytes = 0, tp_bytes = 0, dp_bytes = 0;
+  uint64_t modeled_wire_bytes = 0, modeled_p2p_bytes = 0, modeled_tp_bytes = 0,
+           modeled_dp_bytes = 0;
   // Host figures (whole run).
   uint64_t compute_ops = 0;
   uint64_t overruns = 0;     // compute ops whose real work outlasted their modeled time
@@ -198,9 +197,10 @@ struct RunResult {
   std::vector<DeviceReport> devices;  // by global rank
   // Step time, modeled milliseconds: medians over steps.
   double measured_step_ms = 0;
-  double modeled_step_ms = 0;
-  double predicted_step_ms = 0;  // schedule::Predict on the same program / cost / links
-  double fidelity = 0;           // measured / predicted − 1
+  double emulated_step_ms = 0;
+  double predicted_step_ms = 0;  // schedule::Predict on the same plan
+  double fidelity_host = 0;      // measured / emulated − 1 (host noise)
+  double fidelity_model = 0;     // emulated / predicted − 1 (what the predictor misses)
   double t1_ms = 0;              // DESIGN.md: every compute op of the global batch on one device
   double speedup = 0;            // T1 / measured step
   double efficiency = 0;         // speedup / world
@@ -212,9 +212,9 @@ struct RunResult {
   // Max over steps of |loss − reference FP32 loss| / reference (NaN without run_reference).
   double max_loss_rel_diff = std::numeric_limits<double>::quiet_NaN();
   Prediction prediction;  // the predictor's full answer (per-device stats, timelines)
-  // The median step's measured timeline (modeled time relative to the step start), by rank:
-  // compute, send, receive, TP and gradient all-reduce intervals with their program op index
-  // (OpInterval::op), e.g. for a Gantt chart. Virtual clock: exact modeled times.
+  // The median step's timelines by rank: each interval carries its emulated times (start, end)
+  // and its measured wall stamps (wall_start, wall_end), relative to the step start, with its
+  // program op index (OpInterval::op) — e.g. for Gantt charts of both.
   int timeline_step = 0;
   std::vector<std::vector<OpInterval>> timelines;
   // Host figures.
@@ -295,14 +295,13 @@ class Executor {
   std::unique_ptr<Impl> impl_;
 };
 
-// The predictor options the executor uses for `options` (links, dp/tp ring models, stragglers as
-// per-device compute factors; jitter is not predicted).
+// The plan options of `options` (what the predictor and the runner play).
+PlanOptions PlanOptionsFor(const ExecutorOptions& options);
+// The predictor options the executor uses for `options` (stragglers as per-device compute factors;
+// per-step jitter draws are added per step).
 PredictOptions PredictOptionsFor(const ExecutorOptions& options);
 
 // Per global rank, the product of the straggler factors `faults` names (empty if none).
 std::vector<double> StragglerFactors(const FaultPlan& faults, int world);
-
-// schedule::Codec (cost model) for a comm::Codec.
-Codec CostCodec(comm::Codec codec);
 
 }  // namespace rp::schedule

@@ -1,37 +1,38 @@
-// Step metrics (DESIGN.md "Metrics") as pure functions over per-device op intervals, so the
-// Executor's measured timeline and the predictor's timeline go through one definition.
+// Step metrics (DESIGN.md "Metrics", "Communication vs waiting") as pure functions over a device's
+// op intervals, so the measured, emulated and predicted timelines go through one definition.
 //
-// Words. A device's step is a list of OpIntervals in modeled time, relative to the step start:
-//   kCompute        F, B, Bi, W, the optimizer update: [start, end) is busy time.
-//   kRecv           a receive: [start, end) = reached .. got the data; `comm` = the message's link
-//                   time. Exposed: min(end − start, comm) (the wait the link time explains).
-//   kTpAllReduce    the TP group all-reduce on the compute stream: [start, end) includes the
-//                   rendezvous with the group; `comm` = the ring cost, all of it exposed.
-//   kGradAllReduce  a DP gradient bucket on the comm stream: `comm` = its ring cost; not exposed
-//                   by itself (it overlaps compute).
-//   kGradWait       the optimizer's wait for the gradient buckets: all of it is exposed.
-//   kSend           departure .. arrival; counts nothing (the receiver counts the link time).
-// Definitions:
-//   busy        Σ compute durations
-//   bubble      step − busy; bubble_total = bubble / step; bubble_ideal = bubble / busy
-//   comm        Σ comm over kRecv, kTpAllReduce, kGradAllReduce
-//   exposed     Σ exposed parts above
-//   overlap     1 − exposed / comm (1 when comm = 0)
-//   T1          every compute op of the global batch on one device, no communication:
-//               Σ over pipeline ranks of DP × TP × (all its F/B/W costs) + one replica's
-//               optimizer steps (pp × tp × optimizer) — as schedule::Predict computes it
-//   speedup     T1 / step; efficiency = speedup / world
-//   fidelity    measured / predicted − 1
-// These are exactly the predictor's definitions (schedule/predictor.h); PredictedIntervals turns a
-// Prediction's timeline into intervals and the tests check both agree.
-//
+// Words. A device's step is a list of OpIntervals, relative to the step start, on two timelines:
+// emulated (the run's modeled times; the predictor fills the same fields for its own timeline) and
+// measured (wall stamps on the device's threads ÷ time scale; on a virtual clock equal to emulated).
+//   kCompute        F, B, Bi, W, the optimizer update (TP all-reduces inside F/B excluded): busy.
+//   kRecv           a p2p receive: the device waited from reaching it to the message's arrival.
+//   kTpAllReduce    a TP all-reduce inside F/B, on the compute stream (the device waits it all).
+//   kGradWait       the optimizer's wait for its gradient buckets (compute stream).
+//   kGradAllReduce  a DP bucket all-reduce on the comm stream (overlaps compute; not a wait).
+//   kSend           a p2p send (an instant on the sender: the receiver accounts the message).
+// A wait splits into transfer (the data it waited for was in flight: sent and not yet arrived,
+// or queued for a busy port) and peer wait (the peer had not sent it yet: a straggler, a
+// dependency). `comm` is the communication time an interval accounts for: a receive's message
+// flight (arrival − its ready time at the sender), a collective's transfer + reduce time.
+// Definitions (per timeline):
+//   busy         Σ compute durations
+//   bubble       step − busy; bubble_total = bubble / step; bubble_ideal = bubble / busy
+//   exposed      Σ transfer parts of the compute stream's waits (receives, TP all-reduces, the
+//                optimizer's wait)
+//   peer wait    Σ their peer-wait parts (part of the bubble, never communication)
+//   comm         Σ comm over receives, TP and DP all-reduces (emulated: the measured figure uses
+//                the same — how long the fabric took to move the data is a model quantity)
+//   overlap      1 − exposed / comm, in [0, 1] (1 when comm = 0)
+//   T1           every compute op of the global batch on one device, no communication
+//   speedup      T1 / step; efficiency = speedup / world
 // Pure functions; thread-compatible.
 //
 // Example:
-//   std::vector<OpInterval> ops = {{IntervalKind::kCompute, FromMillis(0), FromMillis(50)}};
-//   DeviceMetrics m = ComputeDeviceMetrics(ops, FromMillis(100));  // bubble_total 0.5
+//   std::vector<OpInterval> ops = {{.kind = IntervalKind::kCompute, .end = FromMillis(50)}};
+//   DeviceMetrics m = ComputeDeviceMetrics(ops, FromMillis(100), Timeline::kEmulated);
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -39,19 +40,30 @@
 #include "runtime/time.h"
 #include "schedule/cost_model.h"
 #include "schedule/grid.h"
-#include "schedule/predictor.h"
 #include "schedule/program.h"
 
 namespace rp::schedule {
 
 enum class IntervalKind : uint8_t { kCompute, kRecv, kSend, kTpAllReduce, kGradAllReduce, kGradWait };
+const char* IntervalKindName(IntervalKind k);  // "compute", "recv", ...
+
+enum class Timeline : uint8_t { kMeasured, kEmulated };
 
 struct OpInterval {
   IntervalKind kind = IntervalKind::kCompute;
+  int32_t op = -1;      // index of the op in program.ranks[pp] (-1 if none)
+  int32_t detail = -1;  // kGradAllReduce: the bucket (launch order); kTpAllReduce: its index in F/B
+  // Emulated (or predicted) timeline.
   Nanos start{0};
   Nanos end{0};
-  Nanos comm{0};  // link / ring time (kRecv, kTpAllReduce, kGradAllReduce)
-  int32_t op = -1;  // index of the op in program.ranks[pp] (-1 if none); for timelines
+  Nanos transfer{0};
+  Nanos peer{0};
+  Nanos comm{0};
+  // Measured timeline (wall ÷ time scale, relative to the step's measured start).
+  Nanos wall_start{0};
+  Nanos wall_end{0};
+  Nanos wall_transfer{0};
+  Nanos wall_peer{0};
 };
 
 struct DeviceMetrics {
@@ -61,14 +73,31 @@ struct DeviceMetrics {
   double bubble_ideal = 0;
   Nanos comm{0};
   Nanos exposed_comm{0};
+  Nanos peer_wait{0};
   double overlap = 1;
 };
 
-// The metrics of one device's step of length `step_time`.
-DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_time);
+// The metrics of one device's step of length `step_time` on `timeline`.
+DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_time,
+                                   Timeline timeline);
 
-// Step time of a set of devices: max end − min start over every interval (0 if none).
-Nanos StepTime(std::span<const std::vector<OpInterval>> devices);
+// Splits a wait [start, end) for data that was ready at its sender at `ready`: the part before
+// `ready` is peer wait, the rest transfer. Returns {transfer, peer}.
+struct WaitSplit {
+  Nanos transfer{0};
+  Nanos peer{0};
+};
+WaitSplit SplitWait(Nanos start, Nanos end, Nanos ready);
+
+// A stretch of a collective's wait (comm::CollectiveResult::Span, ring::RingTimer::Span).
+struct WaitSpan {
+  Nanos start{0};
+  Nanos end{0};
+  bool peer = false;
+};
+// Splits the wait [start, end) against a comm stream's spans (absolute times): the overlap with
+// peer spans is peer wait, the rest (transfer spans, reduction tails) transfer.
+WaitSplit SplitBySpans(Nanos start, Nanos end, std::span<const WaitSpan> spans);
 
 // T1 as defined above. InvalidArgument if the cost model has neither 1 nor pp entries.
 [[nodiscard]] absl::StatusOr<Nanos> SingleDeviceTime(const Program& prog, const GridShape& grid,
@@ -80,18 +109,8 @@ struct Scaling {
 };
 Scaling ComputeScaling(Nanos t1, Nanos step_time, int world);
 
-// measured / predicted − 1 (0 when predicted is 0).
-double Fidelity(Nanos measured, Nanos predicted);
-
-// The ring all-reduce time of `bytes` (fp32) over `group` (global ranks, ring order) at its slowest
-// link class, as schedule::Predict computes it (RingAllReduceCost). 0 for a group of one.
-[[nodiscard]] absl::StatusOr<Nanos> RingCostOverGroup(const ParallelGrid& grid,
-                                                      const std::vector<int>& group, uint64_t bytes,
-                                                      const LinkSpec& links, const RingModel& ring);
-
-// The intervals of global rank `rank` in `pred` (from Predict(prog, grid, cost, opts)).
-[[nodiscard]] absl::StatusOr<std::vector<OpInterval>> PredictedIntervals(
-    const Program& prog, const ParallelGrid& grid, const CostModel& cost,
-    const PredictOptions& opts, const Prediction& pred, int rank);
+// a / b − 1 (0 when b is 0): fidelity.host = measured / emulated − 1, fidelity.model = emulated /
+// predicted − 1.
+double Fidelity(Nanos a, Nanos b);
 
 }  // namespace rp::schedule

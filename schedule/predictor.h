@@ -1,40 +1,36 @@
-// Predict: plays a Program on a ParallelGrid in virtual time (discrete events, no threads, no clock).
+// Predict: plays an ExecutionPlan in modeled time without threads — a discrete-event simulation of
+// the same devices, ops, layer steps, ring collectives and fabric as the emulator, so on the
+// virtual clock the emulated timeline equals the predicted one to the nanosecond (tests).
 //
-// Model (the same rules the Executor follows in real time):
-//   - each device has one compute stream: compute ops (F, B, Bi, W, optimizer) run back to back, each
-//     for its CostModel time; a kTpAllReduce blocks the stream until every TP-group member has reached
-//     it, then takes the ring cost over the TP group;
-//   - a send is posted when the device reaches it (after the op it sends) and never blocks the
-//     device; each directed device-to-device link carries one message at a time, so the message
-//     departs when the link is free (the previous message on it has arrived) and arrives
-//     LinkParams::Duration(bytes) later (link class from the grid's placement); a receive waits for
-//     its message's arrival;
-//   - gradient buckets (kAllReduce) go on the device's comm stream: bucket b of the DP group starts when
-//     every member has enqueued it and bucket b−1 is done, and lasts RingAllReduceCost over the DP group
-//     (ring in DP order, at its slowest link class); kOptimizerStep waits for the device's last bucket.
+// How. Every device stream is a simulated LP with the emulator's rules (schedule/runner.h):
+//   compute ops take the plan's cost × fault factor, cut into layer steps (StepDurations); a TP
+//   all-reduce between layers is a ring::RingTimer over the TP group; a send posts its message; a
+//   receive waits for its message's arrival; the chunk's last backward launches buckets on the comm
+//   stream, each a RingTimer over the DP group starting at max(ready, previous bucket's end); the
+//   optimizer waits for every bucket.
+// Messages commit on a rp::FabricModel in key order (ready, tie rank, post count of the LP): the
+// simulation runs every LP until it blocks, then commits the pending message of least key — the
+// order rp::Fabric's conservative rule produces with threads. Ports, contention, NIC sharing,
+// degraded and slow links all come from the same FabricModel.
 //
-// Replica classes. Costs depend on the pipeline rank only, and before the optimizer step the only
-// cross-replica op is the asynchronous DP all-reduce, which no compute op waits for. So two DP replicas
-// whose links have the same classes (every PP hop, every TP ring) have identical timelines up to the
-// optimizer step. The predictor groups replicas by that signature, simulates one replica per class, then
-// computes the all-reduces per DP group and the optimizer step per device. (dedupe_replicas = false
-// simulates every replica: same result, slower; the tests check they agree.)
+// Replica folding. When every DP replica is identical — same link classes along every pipeline
+// hop, TP ring and DP ring, no per-replica faults, no NIC shared by two replicas — every replica's
+// timeline is the same (ties are broken by a replica-invariant rank first, schedule/plan.h), so the
+// simulation plays one replica and stands each DP ring message to the next replica in for the
+// message it receives from the previous one (same ports, same times). Exact, and what makes
+// DP 1024 × PP 16 predict in well under a second. fold_replicas = false plays every device
+// (tests check both agree).
 //
-// Metrics (DESIGN.md): step time = 0 to the last op end; per device busy = compute time, bubble = step −
-// busy, bubble_over_total = bubble / step, bubble_over_ideal = bubble / busy; comm = link time of the
-// messages it receives (arrival − the send's start: wire time plus any wait for a busy link) + its TP
-// and DP all-reduce time; exposed = the part of receive waits covered by the message's link time + TP all-reduce time + the optimizer's wait for the all-reduce; overlap =
-// 1 − exposed / comm (1 when comm = 0); T1 = all F/B/W time of all devices + one replica's optimizer time.
+// Metrics (schedule/metrics.h): per device on the predicted timeline; step time = the last op's
+// end (the step starts at 0); T1 = SingleDeviceTime.
 //
-// Errors: Validate's, plus InvalidArgument when the grid's pp differs from the program's ranks, the cost
-// model has neither 1 nor p entries, or W > B in a split program.
+// Errors: InvalidArgument for bad factors; ResourceExhausted if a modeled time does not fit in
+// int64 nanoseconds (naming the rank and op).
 //
 // Example:
-//   RP_ASSIGN_OR_RETURN(Program prog, BuildOneFOneB({.num_ranks = 4, .num_micro_batches = 8}));
-//   RP_ASSIGN_OR_RETURN(ParallelGrid grid, ParallelGrid::Create({.dp = 2, .pp = 4}));
-//   CostModel cost = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80)});
-//   RP_ASSIGN_OR_RETURN(Prediction pred, Predict(prog, grid, cost, {}));
-//   pred.step_time;  // 11 × 130 ms = 1430 ms with free links
+//   RP_ASSIGN_OR_RETURN(ExecutionPlan plan, BuildPlan(options));
+//   RP_ASSIGN_OR_RETURN(Prediction pred, Predict(plan, {}));
+//   pred.step_time;  // 1F1B, p = 4, m = 8, F = 50, B = 80 ms, free links: 11 × 130 ms = 1430 ms
 #pragma once
 
 #include <cstdint>
@@ -42,76 +38,47 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/link.h"
 #include "runtime/time.h"
-#include "schedule/cost_model.h"
-#include "schedule/grid.h"
-#include "schedule/program.h"
+#include "schedule/metrics.h"
+#include "schedule/plan.h"
 
 namespace rp::schedule {
 
 struct PredictOptions {
-  // Default: free links (alpha 0, infinite bandwidth). links.devices_per_node is not used: the grid's
-  // placement decides which class a pair of ranks uses.
-  LinkSpec links;
-  RingModel dp_ring;   // gradient all-reduce over the DP group
-  RingModel tp_ring;   // kTpAllReduce over the TP group
-  bool dedupe_replicas = true;
-  // Per global rank: every compute op of that device (F, B, Bi, W, optimizer) takes factor × its
-  // cost, rounded to the nearest ns — a straggler (runtime/faults.h Straggler, the same rounding as
-  // FaultInjector::ComputeDuration). Empty = 1 everywhere; else world size entries, each >= 1. T1
-  // stays the healthy single device's time.
+  // Per global rank: every compute op of that device takes factor × its cost (rounded as
+  // rp::ScaleDuration) — a straggler. Empty = 1 everywhere; else world-size entries, each >= 1.
   std::vector<double> compute_factor;
-  // Per compute op, replacing compute_factor when set: the factor of the `compute_op`-th compute op
-  // (F, B, Bi, W or the optimizer step, counted from 0 in the rank's program order) of global rank
-  // `rank`, >= 1 and finite — seeded per-op jitter (rp::FaultInjector::ComputeFactor, which
-  // includes the straggler factor). Every replica is then simulated on its own (no replica
-  // classes: each has its own draws).
+  // Per compute op, replacing compute_factor when set: the factor of the i-th compute op (F, B,
+  // Bi, W or the optimizer, counted from 0 in the rank's program order) of global rank `rank`, >= 1
+  // and finite (seeded jitter, rp::FaultInjector::ComputeFactor).
   std::function<double(int rank, int compute_op)> compute_op_factor;
-};
-
-// One op's predicted interval. Compute: [start, end). Send: start = departure, end = arrival at the peer.
-// Receive: start = when the device reached it, end = when it got the message. kAllReduce: the bucket's
-// interval on the comm stream. kTpAllReduce / kOptimizerStep: including the wait for the group /
-// all-reduces (the op itself occupies its last `cost` ns).
-struct OpTiming {
-  Nanos start{0};
-  Nanos end{0};
-};
-
-struct DeviceStats {
-  Nanos busy{0};
-  Nanos bubble{0};
-  double bubble_over_total = 0;
-  double bubble_over_ideal = 0;
-  Nanos comm{0};
-  Nanos exposed_comm{0};
-  double overlap = 1;
-  int peak_in_flight = 0;             // chunk activations (ValidationReport)
-  uint64_t peak_activation_bytes = 0;  // peak_in_flight × activation_bytes / v
+  int step = 0;               // training step (slow-link faults act from their step on)
+  bool fold_replicas = true;  // see "Replica folding"
 };
 
 struct Prediction {
   Nanos step_time{0};
   Nanos single_device_time{0};  // T1
-  double speedup = 0;           // T1 / step_time
-  double efficiency = 0;        // speedup / world size
-  std::vector<DeviceStats> devices;  // by global rank
-
-  // Timelines are stored once per replica class.
-  std::vector<int> class_of_replica;                        // by dp index
-  std::vector<std::vector<std::vector<OpTiming>>> timelines;  // [class][pp·TP + tp][op index]
+  double speedup = 0;
+  double efficiency = 0;
+  std::vector<DeviceMetrics> devices;          // by global rank (predicted timeline)
+  std::vector<uint64_t> modeled_wire_bytes;    // by global rank: bytes the fabric timed
+  std::vector<int> peak_in_flight;             // by global rank (chunk activations)
+  std::vector<uint64_t> peak_activation_bytes;  // by global rank (modeled)
+  // Timelines (emulated fields of OpInterval), stored once per replica class.
+  std::vector<int> class_of_replica;                          // by dp index
+  std::vector<std::vector<std::vector<OpInterval>>> timelines;  // [class][pp·TP + tp]
   int tp = 1;
+  bool folded = false;
 
-  int num_replica_classes() const { return static_cast<int>(timelines.size()); }
-  // The op timings of a global rank, parallel to program.ranks[pp] (rank must be valid).
-  const std::vector<OpTiming>& Timeline(const ParallelGrid& grid, int rank) const {
+  const std::vector<OpInterval>& Timeline(const ParallelGrid& grid, int rank) const {
     const Coord c = grid.CoordOf(rank);
-    return timelines[class_of_replica[c.dp]][c.pp * tp + c.tp];
+    return timelines[static_cast<size_t>(class_of_replica[static_cast<size_t>(c.dp)])]
+                    [static_cast<size_t>(c.pp * tp + c.tp)];
   }
 };
 
-[[nodiscard]] absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid,
-                                                 const CostModel& cost, const PredictOptions& opts = {});
+[[nodiscard]] absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan,
+                                                 const PredictOptions& opts = {});
 
 }  // namespace rp::schedule

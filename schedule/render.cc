@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
 #include "schedule/grid.h"
+#include "schedule/predictor.h"
 
 namespace rp::schedule {
 namespace {
@@ -18,7 +19,7 @@ std::string Label(const Op& op, int v) {
 }  // namespace
 
 absl::StatusOr<std::string> RenderTimeline(const Program& prog,
-                                           const std::vector<std::vector<OpTiming>>& timelines,
+                                           const std::vector<std::vector<OpInterval>>& timelines,
                                            Nanos slot) {
   if (slot <= Nanos(0)) return absl::InvalidArgumentError("RenderTimeline: slot must be > 0");
   if (timelines.size() != prog.ranks.size()) {
@@ -28,15 +29,17 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
   int64_t slots = 0;
   size_t width = 2;
   for (size_t s = 0; s < prog.ranks.size(); ++s) {
-    if (timelines[s].size() != prog.ranks[s].size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("RenderTimeline: rank ", s, " has ", timelines[s].size(), " timings for ",
-                       prog.ranks[s].size(), " ops"));
-    }
-    for (size_t i = 0; i < prog.ranks[s].size(); ++i) {
-      if (!IsCompute(prog.ranks[s][i].kind)) continue;
-      slots = std::max<int64_t>(slots, (timelines[s][i].end.count() + slot.count() - 1) / slot.count());
-      width = std::max(width, Label(prog.ranks[s][i], prog.num_chunks).size());
+    for (const OpInterval& iv : timelines[s]) {
+      if (iv.op < 0 || static_cast<size_t>(iv.op) >= prog.ranks[s].size()) {
+        return absl::InvalidArgumentError(absl::StrCat("RenderTimeline: rank ", s,
+                                                       " has an interval of op ", iv.op));
+      }
+      if (iv.kind != IntervalKind::kCompute ||
+          !IsCompute(prog.ranks[s][static_cast<size_t>(iv.op)].kind)) {
+        continue;
+      }
+      slots = std::max<int64_t>(slots, (iv.end.count() + slot.count() - 1) / slot.count());
+      width = std::max(width, Label(prog.ranks[s][static_cast<size_t>(iv.op)], prog.num_chunks).size());
     }
   }
   if (slots > 100000) return absl::InvalidArgumentError("RenderTimeline: more than 100000 slots");
@@ -47,12 +50,12 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
   out.push_back('\n');
   for (size_t s = 0; s < prog.ranks.size(); ++s) {
     std::vector<std::string> cells(slots, ".");
-    for (size_t i = 0; i < prog.ranks[s].size(); ++i) {
-      const Op& op = prog.ranks[s][i];
-      if (!IsCompute(op.kind)) continue;
-      const int64_t a = timelines[s][i].start.count() / slot.count();
-      const int64_t b = (timelines[s][i].end.count() + slot.count() - 1) / slot.count();
-      for (int64_t c = a; c < b; ++c) cells[c] = Label(op, prog.num_chunks);
+    for (const OpInterval& iv : timelines[s]) {
+      const Op& op = prog.ranks[s][static_cast<size_t>(iv.op)];
+      if (iv.kind != IntervalKind::kCompute || !IsCompute(op.kind)) continue;
+      const int64_t a = iv.start.count() / slot.count();
+      const int64_t b = (iv.end.count() + slot.count() - 1) / slot.count();
+      for (int64_t c = a; c < b; ++c) cells[static_cast<size_t>(c)] = Label(op, prog.num_chunks);
     }
     std::string row = absl::StrCat("rank ", s);
     row = row + std::string(head.size() - std::min(head.size(), row.size()), ' ');
@@ -64,13 +67,20 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
 }
 
 absl::StatusOr<std::string> RenderSlots(const Program& prog) {
-  RP_ASSIGN_OR_RETURN(ParallelGrid grid, ParallelGrid::Create({.dp = 1, .pp = prog.num_ranks, .tp = 1}));
   const int64_t v = prog.num_chunks;
   StageCost unit{.forward = Nanos(v), .backward = Nanos(prog.split_backward ? 2 * v : v),
                  .weight_grad = Nanos(prog.split_backward ? v : 0)};
-  RP_ASSIGN_OR_RETURN(Prediction pred, Predict(prog, grid, CostModel::Uniform(unit)));
-  std::vector<std::vector<OpTiming>> tl;
-  for (int s = 0; s < prog.num_ranks; ++s) tl.push_back(pred.Timeline(grid, s));
+  // A stand-in model with one layer per model stage (rendering needs only the schedule).
+  MlpConfig model{.input_dim = 4, .hidden = std::vector<int>(static_cast<size_t>(prog.num_model_stages() - 1), 4),
+                  .classes = 4};
+  RP_ASSIGN_OR_RETURN(ExecutionPlan plan,
+                      BuildPlan({.grid = {.dp = 1, .pp = prog.num_ranks, .tp = 1},
+                                 .program = prog,
+                                 .model = model,
+                                 .cost = CostModel::Uniform(unit)}));
+  RP_ASSIGN_OR_RETURN(Prediction pred, Predict(plan));
+  std::vector<std::vector<OpInterval>> tl;
+  for (int s = 0; s < prog.num_ranks; ++s) tl.push_back(pred.Timeline(plan.grid, s));
   return RenderTimeline(prog, tl, Nanos(1));
 }
 

@@ -19,16 +19,17 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/time.h"
-#include "schedule/predictor.h"
+#include "schedule/metrics.h"
 #include "schedule/program.h"
 
 namespace rp::schedule {
 
-// `timelines[s]` are the OpTimings of pipeline rank s's ops (Prediction::Timeline). Compute ops are drawn
-// in the slots [start / slot, ⌈end / slot⌉); a slot shared by two ops shows the later one.
-// InvalidArgument if slot <= 0 or the timelines do not match the program's op lists.
+// `timelines[s]` are the intervals of pipeline rank s (Prediction::Timeline, RunResult::timelines,
+// emulated times). Compute intervals are drawn in the slots [start / slot, ⌈end / slot⌉) with the
+// label of their op; a slot shared by two ops shows the later one. InvalidArgument if slot <= 0,
+// the timelines are not one per rank or name an op the rank does not have.
 [[nodiscard]] absl::StatusOr<std::string> RenderTimeline(
-    const Program& prog, const std::vector<std::vector<OpTiming>>& timelines, Nanos slot);
+    const Program& prog, const std::vector<std::vector<OpInterval>>& timelines, Nanos slot);
 
 // Unit-cost rendering (see above). Errors: Validate's.
 [[nodiscard]] absl::StatusOr<std::string> RenderSlots(const Program& prog);

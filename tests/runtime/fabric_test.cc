@@ -303,6 +303,24 @@ TEST(Fabric, AbortReleasesADeadlockAndWaitsNameTheirPeers) {
   EXPECT_EQ(fabric.progress(), progress);
 }
 
+// Regression: channels made while an LP waits on another (lazily created p2p channels) must not
+// move the channel it waits on.
+TEST(Fabric, ChannelsAddedWhileAnLpWaitsKeepItsChannel) {
+  auto f = Fabric::Create({.links = {}, .num_devices = 2, .tie_rank = {0, 1}});
+  ASSERT_TRUE(f.ok());
+  Fabric& fabric = **f;
+  const ChannelId ch = fabric.AddChannel(0, 1);
+  absl::StatusOr<Delivery> got;
+  std::thread receiver([&] { got = fabric.Await(1, ch, {.rank = 1, .op = "recv"}); });
+  while (fabric.Waits()[1].state != LpWait::State::kAwaitChannel) std::this_thread::yield();
+  for (int i = 0; i < 4096; ++i) fabric.AddChannel(0, 1);
+  ASSERT_TRUE(fabric.Post(0, ch, {.src = 0, .dst = 1, .bytes = 8, .ready = Nanos(5)}).ok());
+  fabric.Finish(0);
+  receiver.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->timing.arrival, Nanos(5));
+}
+
 TEST(Fabric, PostBeforeTheBoundIsRefused) {
   auto f = Fabric::Create({.links = {}, .num_devices = 2, .tie_rank = {0, 1}});
   ASSERT_TRUE(f.ok());

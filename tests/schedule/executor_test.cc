@@ -6,6 +6,7 @@
 #include <cmath>
 #include <tuple>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string>
 
@@ -100,11 +101,11 @@ TEST_P(ExecutorLoss, FollowsReferenceCurves) {
   EXPECT_LT(r->steps.back().loss, r->steps.front().loss);
   EXPECT_GT(r->final_accuracy, r->chance_accuracy);
   // Modeled time equals the predictor's (same rules, virtual clock).
-  EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
+  EXPECT_DOUBLE_EQ(r->emulated_step_ms, r->predicted_step_ms);
   std::printf("[figures] %s: max rel loss diff vs single device %.3g, loss %.6f -> %.6f, "
               "step %.3f ms (predicted %.3f)\n",
               Name(s).c_str(), max_rel, r->steps.front().loss, r->steps.back().loss,
-              r->modeled_step_ms, r->predicted_step_ms);
+              r->emulated_step_ms, r->predicted_step_ms);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -157,42 +158,19 @@ TEST(Executor, S1ModeledStepMatchesClosedForm) {
   o.program = *prog;
   o.cost = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80)});
   o.links.inter_node = {.alpha = FromMillis(20), .bandwidth_gbps = 0};
-  o.model_segment_bytes = 0;
+  o.segment_bytes = 0;  // one message per chunk: 2 (n − 1) ring steps of 20 ms
   o.virtual_time = true;
   o.steps = 2;
   o.run_reference = false;
   absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_DOUBLE_EQ(r->predicted_step_ms, 1210.0);
-  EXPECT_DOUBLE_EQ(r->modeled_step_ms, 1210.0);
+  EXPECT_DOUBLE_EQ(r->emulated_step_ms, 1210.0);
   EXPECT_DOUBLE_EQ(r->t1_ms, 4160.0);
   EXPECT_NEAR(r->speedup, 4160.0 / 1210.0, 1e-9);
   // Rank 0 (stage 0): busy 8 × 130 ms; bubble (p − 1)(F + B) + all-reduce wait.
-  EXPECT_DOUBLE_EQ(r->devices[0].busy_ms, 1040.0);
-  EXPECT_DOUBLE_EQ(r->devices[0].exposed_comm_ms, 40.0);
-}
-
-// Link queueing is emulated and predicted alike: GPipe with transfers slower than compute, so
-// activations and gradients wait for their link (see the predictor's golden test).
-TEST(Executor, LinkQueueingIsEmulatedAndPredictedAlike) {
-  const int m = 4;
-  absl::StatusOr<Program> prog = BuildGPipe({.num_ranks = 2, .num_micro_batches = m,
-                                             .activation_bytes = 4096, .gradient_bytes = 4096});
-  ASSERT_TRUE(prog.ok());
-  ExecutorOptions o;
-  o.grid = {.dp = 1, .pp = 2, .tp = 1};
-  o.program = *prog;
-  o.cost = CostModel::Uniform({.forward = FromMillis(1), .backward = FromMillis(2)});
-  o.links.intra_node = {.alpha = FromMillis(10), .bandwidth_gbps = 0};
-  o.virtual_time = true;
-  o.steps = 2;
-  o.run_reference = false;
-  absl::StatusOr<RunResult> r = CreateAndRun(o);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_DOUBLE_EQ(r->predicted_step_ms, 2 * (1 + 2) + 2 * m * 10.0);
-  EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
-  // Stage 1's received link time includes the queueing: sum over j of (j + 1) L − j F.
-  EXPECT_DOUBLE_EQ(r->devices[1].comm_ms, 10 + 19 + 28 + 37.0);
+  EXPECT_DOUBLE_EQ(r->devices[0].emulated.busy_ms, 1040.0);
+  EXPECT_DOUBLE_EQ(r->devices[0].emulated.exposed_comm_ms, 40.0);
 }
 
 // Seeded jitter is emulated and predicted alike: every step is predicted with the draws its devices
@@ -216,11 +194,11 @@ TEST(Executor, JitterIsPredictedStepByStep) {
   ASSERT_EQ(r->steps.size(), 3u);
   std::set<double> distinct;
   for (const StepRecord& s : r->steps) {
-    EXPECT_DOUBLE_EQ(s.modeled_ms, s.predicted_ms) << "step " << s.step;
+    EXPECT_DOUBLE_EQ(s.emulated_ms, s.predicted_ms) << "step " << s.step;
     distinct.insert(s.predicted_ms);
   }
   EXPECT_EQ(distinct.size(), 3u) << "each step has its own draws";
-  EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
+  EXPECT_DOUBLE_EQ(r->emulated_step_ms, r->predicted_step_ms);
   // Jitter only slows: every step is longer than the jitter-free prediction.
   o.faults.jitter = {};
   absl::StatusOr<RunResult> c = CreateAndRun(o);
@@ -246,57 +224,36 @@ TEST(Executor, StragglerIsEmulatedAndPredictedAlike) {
   o.faults.stragglers.push_back({.rank = 3, .factor = 1.5});
   absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_DOUBLE_EQ(r->modeled_step_ms, r->predicted_step_ms);
+  EXPECT_DOUBLE_EQ(r->emulated_step_ms, r->predicted_step_ms);
   EXPECT_GT(r->predicted_step_ms, base->predicted_step_ms);
   EXPECT_DOUBLE_EQ(r->t1_ms, base->t1_ms);
   // Stage 1 of replica 1 computes 4 x 130 x 1.5 = 780 ms.
-  EXPECT_DOUBLE_EQ(r->devices[3].busy_ms, 780.0);
-}
-
-// The metric functions over the predictor's own timeline reproduce its DeviceStats.
-TEST(Metrics, PredictedIntervalsReproducePredictorStats) {
-  for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1,
-                            ScheduleKind::kInterleaved}) {
-    const RunSetup s{.kind = kind, .dp = 2, .pp = 2, .tp = 2, .m = 4, .v = kind == ScheduleKind::kInterleaved ? 2 : 1};
-    ExecutorOptions o = MakeOptions(s, 1);
-    absl::StatusOr<ParallelGrid> grid = ParallelGrid::Create(o.grid, o.placement);
-    ASSERT_TRUE(grid.ok());
-    const PredictOptions po = PredictOptionsFor(o);
-    absl::StatusOr<Prediction> pred = Predict(o.program, *grid, o.cost, po);
-    ASSERT_TRUE(pred.ok()) << pred.status();
-    for (int r = 0; r < grid->world_size(); ++r) {
-      absl::StatusOr<std::vector<OpInterval>> iv =
-          PredictedIntervals(o.program, *grid, o.cost, po, *pred, r);
-      ASSERT_TRUE(iv.ok()) << iv.status();
-      const DeviceMetrics m = ComputeDeviceMetrics(*iv, pred->step_time);
-      const auto& want = pred->devices[static_cast<size_t>(r)];
-      EXPECT_EQ(m.busy, want.busy) << "rank " << r;
-      EXPECT_EQ(m.comm, want.comm) << "rank " << r;
-      EXPECT_EQ(m.exposed_comm, want.exposed_comm) << "rank " << r;
-      EXPECT_DOUBLE_EQ(m.bubble_total, want.bubble_over_total);
-      EXPECT_DOUBLE_EQ(m.overlap, want.overlap);
-    }
-    absl::StatusOr<Nanos> t1 = SingleDeviceTime(o.program, o.grid, o.cost);
-    ASSERT_TRUE(t1.ok());
-    EXPECT_EQ(*t1, pred->single_device_time);
-  }
+  EXPECT_DOUBLE_EQ(r->devices[3].emulated.busy_ms, 780.0);
 }
 
 TEST(Metrics, ClosedForms) {
   const std::vector<OpInterval> ops = {
-      {IntervalKind::kCompute, FromMillis(0), FromMillis(50)},
-      {IntervalKind::kRecv, FromMillis(50), FromMillis(80), FromMillis(20)},  // 20 of 30 exposed
-      {IntervalKind::kGradAllReduce, FromMillis(80), FromMillis(120), FromMillis(40)},
-      {IntervalKind::kGradWait, FromMillis(80), FromMillis(90)},
+      {.kind = IntervalKind::kCompute, .start = FromMillis(0), .end = FromMillis(50)},
+      // A receive: 10 ms peer wait, then 20 ms in flight; the message flew 25 ms.
+      {.kind = IntervalKind::kRecv, .start = FromMillis(50), .end = FromMillis(80),
+       .transfer = FromMillis(20), .peer = FromMillis(10), .comm = FromMillis(25)},
+      {.kind = IntervalKind::kGradAllReduce, .start = FromMillis(80), .end = FromMillis(120),
+       .comm = FromMillis(35)},
+      {.kind = IntervalKind::kGradWait, .start = FromMillis(80), .end = FromMillis(90),
+       .transfer = FromMillis(10)},
   };
-  const DeviceMetrics m = ComputeDeviceMetrics(ops, FromMillis(100));
+  const DeviceMetrics m = ComputeDeviceMetrics(ops, FromMillis(100), Timeline::kEmulated);
   EXPECT_EQ(m.busy, FromMillis(50));
   EXPECT_DOUBLE_EQ(m.bubble_total, 0.5);
   EXPECT_DOUBLE_EQ(m.bubble_ideal, 1.0);
   EXPECT_EQ(m.comm, FromMillis(60));
   EXPECT_EQ(m.exposed_comm, FromMillis(30));
+  EXPECT_EQ(m.peer_wait, FromMillis(10));
   EXPECT_DOUBLE_EQ(m.overlap, 0.5);
   EXPECT_NEAR(Fidelity(FromMillis(101), FromMillis(100)), 0.01, 1e-12);
+  const WaitSplit w = SplitWait(FromMillis(50), FromMillis(80), FromMillis(60));
+  EXPECT_EQ(w.peer, FromMillis(10));
+  EXPECT_EQ(w.transfer, FromMillis(20));
 }
 
 TEST(Executor, RejectsBadOptionsNamingTheField) {
@@ -312,6 +269,7 @@ TEST(Executor, RejectsBadOptionsNamingTheField) {
       {"steps", [](ExecutorOptions& o) { o.steps = 0; }},
       {"time_scale", [](ExecutorOptions& o) { o.virtual_time = false; o.time_scale = 0; }},
       {"segment_bytes", [](ExecutorOptions& o) { o.segment_bytes = 6; }},
+      {"reduce_gbps", [](ExecutorOptions& o) { o.reduce_gbps = -1; }},
       {"cost", [](ExecutorOptions& o) { o.cost.stages.resize(2); }},
       {"model", [](ExecutorOptions& o) { o.model.hidden = {30, 30, 30, 30, 30}; o.grid.tp = 4; }},
       {"model", [](ExecutorOptions& o) { o.model.hidden = {32}; }},
@@ -343,8 +301,12 @@ TEST(Executor, StalledPeerFailsNamingRankOpPeerStep) {
   const std::string msg(r.status().message());
   EXPECT_THAT(msg, HasSubstr("rank 0"));
   EXPECT_THAT(msg, HasSubstr("RecvGrad"));
-  EXPECT_THAT(msg, HasSubstr("peer rank 1"));
+  EXPECT_THAT(msg, HasSubstr("for rank 1"));
   EXPECT_THAT(msg, HasSubstr("step 0"));
+  const RunFailure* f = (*ex)->failure();
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->rank, 0);
+  EXPECT_EQ(f->missing_peers, std::vector<int>{1});
 }
 
 // On a real clock the run reports how many clock waits slept and how many of those ran crowded
@@ -376,27 +338,20 @@ TEST(Executor, TimelineMatchesPredictionAndIsTraced) {
   ASSERT_TRUE(ex.ok()) << ex.status();
   absl::StatusOr<RunResult> r = (*ex)->Run();
   ASSERT_TRUE(r.ok()) << r.status();
-  const PredictOptions po = PredictOptionsFor(o);
   ASSERT_EQ(r->timelines.size(), 8u);
   for (int rank = 0; rank < 8; ++rank) {
-    absl::StatusOr<std::vector<OpInterval>> want =
-        PredictedIntervals(o.program, (*ex)->grid(), o.cost, po, r->prediction, rank);
-    ASSERT_TRUE(want.ok());
-    // Same multiset of (op, kind, start, end); order differs only for buckets.
-    auto key = [](const OpInterval& a) {
-      return std::make_tuple(a.op, static_cast<int>(a.kind), a.start.count(), a.end.count(),
-                             a.comm.count());
-    };
-    std::vector<decltype(key(OpInterval{}))> got_k, want_k;
-    for (const OpInterval& a : r->timelines[static_cast<size_t>(rank)]) {
-      if (a.kind != IntervalKind::kSend) got_k.push_back(key(a));
+    const std::vector<OpInterval>& want = r->prediction.Timeline((*ex)->grid(), rank);
+    const std::vector<OpInterval>& got = r->timelines[static_cast<size_t>(rank)];
+    ASSERT_EQ(got.size(), want.size()) << "rank " << rank;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].kind, want[i].kind) << "rank " << rank << " interval " << i;
+      EXPECT_EQ(got[i].op, want[i].op) << "rank " << rank << " interval " << i;
+      EXPECT_EQ(got[i].start, want[i].start) << "rank " << rank << " interval " << i;
+      EXPECT_EQ(got[i].end, want[i].end) << "rank " << rank << " interval " << i;
+      EXPECT_EQ(got[i].transfer, want[i].transfer) << "rank " << rank << " interval " << i;
+      EXPECT_EQ(got[i].peer, want[i].peer) << "rank " << rank << " interval " << i;
+      EXPECT_EQ(got[i].comm, want[i].comm) << "rank " << rank << " interval " << i;
     }
-    for (const OpInterval& a : *want) {
-      if (a.kind != IntervalKind::kSend) want_k.push_back(key(a));
-    }
-    std::sort(got_k.begin(), got_k.end());
-    std::sort(want_k.begin(), want_k.end());
-    EXPECT_EQ(got_k, want_k) << "rank " << rank;
   }
   int computes = 0;
   for (const TraceEvent& e : tracer.Events()) {
@@ -404,6 +359,16 @@ TEST(Executor, TimelineMatchesPredictionAndIsTraced) {
   }
   // Per rank and step: m F + m Bi + m W + the optimizer.
   EXPECT_EQ(computes, 8 * 2 * (3 * 4 + 1));
+  // Every send is joined to its receive by a flow id.
+  std::map<uint64_t, int> flows;
+  for (const TraceEvent& e : tracer.Events()) {
+    if (e.kind == rp::OpKind::kSend || e.kind == rp::OpKind::kRecv) {
+      ASSERT_NE(e.flow_id, 0u);
+      flows[e.flow_id] += e.kind == rp::OpKind::kSend ? 1 : 10;
+    }
+  }
+  ASSERT_FALSE(flows.empty());
+  for (const auto& [id, n] : flows) EXPECT_EQ(n, 11) << "flow " << id;
 }
 
 // The default model learns: held-out accuracy far above chance (the prototypes reported chance).

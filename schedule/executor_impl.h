@@ -1,0 +1,77 @@
+// Executor internals (schedule/executor.h is the interface): the run's state, split by concern —
+//   executor.cc     Create (validation, plan, fabric, runners) and Run (communicators, devices,
+//                   the stall monitor)
+//   step_book.cc    the step boundary: loss, divergence, accuracy, per-device step metrics
+//   run_result.cc   RunResult: medians, per-device reports on three timelines, the reference
+//   run_failure.cc  RunFailure: the first failure, wait chains, rollback of uncommitted updates
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/device.h"
+#include "runtime/fabric.h"
+#include "runtime/model/dataset.h"
+#include "runtime/real_clock.h"
+#include "runtime/virtual_clock.h"
+#include "schedule/executor.h"
+#include "schedule/plan.h"
+#include "schedule/predictor.h"
+#include "schedule/runner.h"
+
+namespace rp::schedule {
+
+// Per step and device: the metrics on the measured and emulated timelines.
+struct StepMetrics {
+  DeviceMetrics measured, emulated;
+};
+
+class Executor::Impl {
+ public:
+  ExecutorOptions o;
+  std::optional<ExecutionPlan> plan;
+  std::optional<Dataset> data;
+  BatchLayout layout;
+  FaultInjector injector;
+  std::unique_ptr<Fabric> fabric;
+  RunContext ctx;
+  std::vector<std::unique_ptr<DeviceRunner>> runners;  // by global rank
+  bool ran = false;
+  int committed = 0;                  // steps every device passed the boundary after
+  std::optional<RunFailure> failure;  // after a failed Run
+
+  // Step bookkeeping (written by the boundary's last arriver; read after Run).
+  std::vector<StepRecord> records;
+  std::vector<std::vector<StepMetrics>> metrics;  // [step][rank]
+  // Intervals of every device for steps kept (all when small, else the last; see run_result.cc).
+  std::vector<std::vector<std::vector<OpInterval>>> kept;  // [step][rank]
+  int boundary_round = 0;
+  Nanos step_start{0};
+
+  absl::Status Build();
+  absl::StatusOr<RunResult> Run();
+
+  // step_book.cc
+  absl::StatusOr<Nanos> OnStepBoundary(Nanos max_end);
+  absl::Status Bookkeep(int step);
+  absl::Status Evaluate(StepRecord& rec);
+
+  // run_result.cc
+  absl::StatusOr<RunResult> Assemble(const Cluster& cluster, const Prediction& pred,
+                                     std::vector<Prediction> step_pred, double wall_seconds);
+
+  // run_failure.cc
+  absl::Status Fail(const absl::Status& run);
+  // The stall the monitor found: a DeadlineExceeded naming who waits for whom.
+  absl::Status StallStatus(std::chrono::nanoseconds quiet);
+
+ private:
+  absl::Status MakeCommunicators();
+  std::unique_ptr<RealClock> real_clock_;
+  std::unique_ptr<VirtualClock> virtual_clock_;
+};
+
+}  // namespace rp::schedule

@@ -1,0 +1,267 @@
+#include "schedule/plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+#include "runtime/timing.h"
+#include "schedule/validator.h"
+
+namespace rp::schedule {
+namespace {
+
+absl::Status Invalid(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+// `total` split over parts weighted by `weights` (exact: the parts sum to `total`).
+std::vector<uint64_t> SplitByWeight(uint64_t total, const std::vector<uint64_t>& weights) {
+  uint64_t all = 0;
+  for (uint64_t w : weights) all += w;
+  std::vector<uint64_t> out;
+  uint64_t done = 0, prev = 0;
+  for (uint64_t w : weights) {
+    done += w;
+    const uint64_t end =
+        all == 0 ? 0
+                 : static_cast<uint64_t>(ShareEnd(Nanos(static_cast<int64_t>(total)), done, all).count());
+    out.push_back(end - prev);
+    prev = end;
+  }
+  if (all == 0 && !out.empty()) out.back() = total;
+  return out;
+}
+
+// Modeled bytes of a pass's TP all-reduces (the program's kTpAllReduce op after F/B/Bi of the
+// chunk), and of the chunk's gradients (its kAllReduce ops).
+struct ModeledSizes {
+  std::array<uint64_t, kNumPasses> tp_bytes{};
+  uint64_t grad_bytes = 0;
+};
+
+std::vector<ModeledSizes> SizesOf(const Program& prog, int pp) {
+  std::vector<ModeledSizes> sizes(static_cast<size_t>(prog.num_chunks));
+  const std::vector<Op>& ops = prog.ranks[static_cast<size_t>(pp)];
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    ModeledSizes& s = sizes[static_cast<size_t>(op.chunk)];
+    if (op.kind == OpKind::kAllReduce) s.grad_bytes += op.bytes;
+    if (op.kind == OpKind::kTpAllReduce && i > 0) {
+      const int pass = PassIndex(ops[i - 1].kind);
+      if (pass >= 0) s.tp_bytes[static_cast<size_t>(pass)] = op.bytes;
+    }
+  }
+  return sizes;
+}
+
+absl::StatusOr<ChunkPlan> BuildChunk(const PlanOptions& o, const ModelPartition& part, int pp,
+                                     int chunk, const ModeledSizes& sizes) {
+  ChunkPlan c;
+  c.model_stage = o.program.ModelStage(pp, chunk);
+  RP_ASSIGN_OR_RETURN(std::vector<MlpStage::LayerInfo> layers,
+                      StageLayers(o.model, part, c.model_stage));
+  std::vector<uint64_t> weights;
+  for (const MlpStage::LayerInfo& l : layers) {
+    const uint64_t params = static_cast<uint64_t>(l.in) * static_cast<uint64_t>(l.out) +
+                            static_cast<uint64_t>(l.bias_size);
+    weights.push_back(params);
+    c.layers.push_back({.layer = l.layer,
+                        .weight = params,
+                        .grad_offset = static_cast<size_t>(l.weight_offset),
+                        .grad_count = static_cast<size_t>(params)});
+  }
+  const std::vector<uint64_t> grad_bytes = SplitByWeight(sizes.grad_bytes, weights);
+  for (size_t l = 0; l < c.layers.size(); ++l) c.layers[l].modeled_grad_bytes = grad_bytes[l];
+  const PassKind kinds[kNumPasses] = {PassKind::kForward, PassKind::kBackward,
+                                      PassKind::kBackwardInput, PassKind::kWeight};
+  for (int p = 0; p < kNumPasses; ++p) {
+    c.steps[static_cast<size_t>(p)] = PassSteps(layers, part.tp, kinds[p]);
+    int ars = 0;
+    for (const PassStep& s : c.steps[static_cast<size_t>(p)]) {
+      if (s.kind == PassStep::Kind::kLayer) {
+        c.total_weight[static_cast<size_t>(p)] += c.layers[static_cast<size_t>(s.local_layer)].weight;
+      } else {
+        ++ars;
+      }
+    }
+    const uint64_t elements = (sizes.tp_bytes[static_cast<size_t>(p)] + 3) / 4;
+    c.tp_elements[static_cast<size_t>(p)] =
+        ars == 0 ? std::vector<uint64_t>{}
+                 : SplitByWeight(elements, std::vector<uint64_t>(static_cast<size_t>(ars), 1));
+  }
+  // Buckets: reverse layer order, closed once they hold at least bucket_bytes.
+  c.bucket_of_layer.assign(c.layers.size(), -1);
+  const int n = static_cast<int>(c.layers.size());
+  int end = n;
+  uint64_t bytes = 0;
+  for (int l = n - 1; l >= 0; --l) {
+    bytes += c.layers[static_cast<size_t>(l)].modeled_grad_bytes;
+    if (l == 0 || (o.bucket_bytes > 0 && bytes >= o.bucket_bytes)) {
+      BucketPlan b;
+      b.first_layer = l;
+      b.end_layer = end;
+      b.grad_offset = c.layers[static_cast<size_t>(l)].grad_offset;
+      const LayerPlan& top = c.layers[static_cast<size_t>(end - 1)];
+      b.grad_count = top.grad_offset + top.grad_count - b.grad_offset;
+      b.modeled_elements = (bytes + 3) / 4;
+      c.bucket_of_layer[static_cast<size_t>(l)] = static_cast<int>(c.buckets.size());
+      c.buckets.push_back(b);
+      end = l;
+      bytes = 0;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+int PassIndex(OpKind kind) {
+  switch (kind) {
+    case OpKind::kForward: return 0;
+    case OpKind::kBackward: return 1;
+    case OpKind::kBackwardInput: return 2;
+    case OpKind::kWeightGrad: return 3;
+    default: return -1;
+  }
+}
+
+Nanos ExecutionPlan::OpCost(int pp, OpKind kind) const {
+  const RankPlan& r = ranks[static_cast<size_t>(pp)];
+  if (kind == OpKind::kOptimizerStep) return r.optimizer_cost;
+  const int p = PassIndex(kind);
+  return p < 0 ? Nanos(0) : r.op_cost[static_cast<size_t>(p)];
+}
+
+std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duration) {
+  const auto& steps = chunk.steps[static_cast<size_t>(pass)];
+  const uint64_t total = chunk.total_weight[static_cast<size_t>(pass)];
+  std::vector<Nanos> out;
+  out.reserve(steps.size());
+  uint64_t done = 0;
+  Nanos prev{0};
+  for (const PassStep& s : steps) {
+    if (s.kind != PassStep::Kind::kLayer) {
+      out.push_back(Nanos(0));
+      continue;
+    }
+    done += chunk.layers[static_cast<size_t>(s.local_layer)].weight;
+    const Nanos end = ShareEnd(duration, done, total);
+    out.push_back(end - prev);
+    prev = end;
+  }
+  return out;
+}
+
+absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
+  if (o.grid.dp < 1 || o.grid.pp < 1 || o.grid.tp < 1) {
+    return Invalid("grid", "dp, pp and tp must be >= 1");
+  }
+  absl::StatusOr<ParallelGrid> grid = ParallelGrid::Create(o.grid, o.placement);
+  if (!grid.ok()) return Invalid("grid", std::string(grid.status().message()));
+  if (o.program.num_ranks != o.grid.pp) {
+    return Invalid("program", absl::StrCat("has ", o.program.num_ranks,
+                                           " pipeline ranks but grid.pp = ", o.grid.pp));
+  }
+  if (absl::StatusOr<ValidationReport> r = Validate(o.program); !r.ok()) {
+    return Invalid("program", std::string(r.status().message()));
+  }
+  const int P = o.grid.pp, V = o.program.num_chunks;
+  if (o.cost.stages.size() != 1 && static_cast<int>(o.cost.stages.size()) != P) {
+    return Invalid("cost", absl::StrCat("has ", o.cost.stages.size(),
+                                        " stage entries, expected 1 or pp = ", P));
+  }
+  for (int s = 0; s < P; ++s) {
+    const StageCost& c = o.cost.Of(s);
+    if (c.forward < Nanos(0) || c.backward < Nanos(0) || c.weight_grad < Nanos(0) ||
+        c.optimizer < Nanos(0) || c.weight_grad > c.backward) {
+      return Invalid(absl::StrCat("cost.stages[", s, "]"),
+                     "times must be >= 0 and weight_grad <= backward");
+    }
+  }
+  if (!(o.reduce_gbps >= 0) || !std::isfinite(o.reduce_gbps)) {
+    return Invalid("reduce_gbps", "must be finite and >= 0");
+  }
+  ExecutionPlan plan{.options = o, .grid = *grid};
+  plan.v = V;
+  {
+    absl::StatusOr<ModelPartition> part = PartitionMlp(o.model, P * V, o.grid.tp, o.layers_per_stage);
+    if (!part.ok()) return Invalid("model", std::string(part.status().message()));
+    plan.partition = *part;
+  }
+  plan.ranks.resize(static_cast<size_t>(P));
+  for (int pp = 0; pp < P; ++pp) {
+    RankPlan& r = plan.ranks[static_cast<size_t>(pp)];
+    const StageCost& c = o.cost.Of(pp);
+    r.op_cost = {c.forward / V, c.backward / V, (c.backward - c.weight_grad) / V,
+                 c.weight_grad / V};
+    r.optimizer_cost = c.optimizer;
+    const std::vector<ModeledSizes> sizes = SizesOf(o.program, pp);
+    for (int ch = 0; ch < V; ++ch) {
+      absl::StatusOr<ChunkPlan> chunk =
+          BuildChunk(o, plan.partition, pp, ch, sizes[static_cast<size_t>(ch)]);
+      if (!chunk.ok()) return Invalid("model", std::string(chunk.status().message()));
+      r.chunks.push_back(*std::move(chunk));
+    }
+    // The op after which each chunk's gradients are final, and the buckets' launch order.
+    const OpKind grad_kind = o.program.split_backward ? OpKind::kWeightGrad : OpKind::kBackward;
+    const std::vector<Op>& ops = o.program.ranks[static_cast<size_t>(pp)];
+    std::vector<int> order_of_chunk;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind == grad_kind) r.chunks[static_cast<size_t>(ops[i].chunk)].last_grad_op = static_cast<int>(i);
+    }
+    std::vector<int> chunks(static_cast<size_t>(V));
+    for (int ch = 0; ch < V; ++ch) chunks[static_cast<size_t>(ch)] = ch;
+    std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
+      return r.chunks[static_cast<size_t>(a)].last_grad_op < r.chunks[static_cast<size_t>(b)].last_grad_op;
+    });
+    for (int ch : chunks) {
+      for (size_t b = 0; b < r.chunks[static_cast<size_t>(ch)].buckets.size(); ++b) {
+        r.bucket_order.emplace_back(ch, static_cast<int>(b));
+      }
+    }
+  }
+  // Fabric LPs and faults.
+  const int world = grid->world_size();
+  plan.num_lps = 2 * world;
+  plan.tie_rank.resize(static_cast<size_t>(plan.num_lps));
+  for (int rank = 0; rank < world; ++rank) {
+    const Coord c = grid->CoordOf(rank);
+    for (int stream = 0; stream < 2; ++stream) {
+      const uint64_t local = static_cast<uint64_t>((c.pp * o.grid.tp + c.tp) * 2 + stream);
+      plan.tie_rank[static_cast<size_t>(2 * rank + stream)] =
+          local * static_cast<uint64_t>(o.grid.dp) + static_cast<uint64_t>(c.dp);
+    }
+  }
+  for (const DegradedLink& d : o.faults.degraded_links) {
+    if (!grid->IsValidRank(d.src) || !grid->IsValidRank(d.dst)) {
+      return Invalid("faults", absl::StrCat("degraded link ", d.src, " -> ", d.dst,
+                                            ": ranks out of range"));
+    }
+    plan.link_faults.push_back(
+        {.src = grid->DeviceOf(d.src), .dst = grid->DeviceOf(d.dst), .factor = d.factor});
+  }
+  for (const OpFault& f : o.faults.op_faults) {
+    if (f.kind != OpFaultKind::kSlowLink) continue;
+    if (!grid->IsValidRank(f.rank) || !grid->IsValidRank(f.dst)) {
+      return Invalid("faults", absl::StrCat("slow link ", f.rank, " -> ", f.dst,
+                                            ": ranks out of range"));
+    }
+    plan.link_faults.push_back({.src = grid->DeviceOf(f.rank), .dst = grid->DeviceOf(f.dst),
+                                .factor = f.factor, .from_step = f.step});
+  }
+  plan.ring_segment_bytes =
+      o.segment_bytes == 0 ? size_t{1} << 30 : static_cast<size_t>(o.segment_bytes);
+  if (plan.ring_segment_bytes % 4 != 0 || plan.ring_segment_bytes > (size_t{1} << 30)) {
+    return Invalid("segment_bytes", "must be 0 (one message per chunk) or a multiple of 4 in [4, 1 GiB]");
+  }
+  LinkSpec spec = o.links;
+  spec.devices_per_node = o.placement.devices_per_node;
+  if (absl::StatusOr<FabricModel> m = FabricModel::Create(spec, world, plan.link_faults); !m.ok()) {
+    return Invalid("links", std::string(m.status().message()));
+  }
+  plan.options.links = spec;
+  return plan;
+}
+
+}  // namespace rp::schedule

@@ -1,0 +1,149 @@
+// rp::schedule::ExecutionPlan: everything one training step of a Program needs besides threads,
+// as plain data — the validated grid and program, each device's layers and passes, the gradient
+// buckets, the op durations, the fabric's LPs and groups. The emulator (schedule/runner.h) and the
+// predictor (schedule/predictor.h) both play a plan, so they run the same steps by construction.
+//
+// Words.
+//   chunk plan   one (pipeline rank, chunk): the model stage it holds, its layers (one TP shard;
+//                every shard of a stage has the same layout), and per pass (F, B, Bi, W) the steps
+//                of rp::PassSteps: layers in pass order with the TP all-reduces between them.
+//   weight       a layer's share of a pass's modeled duration: its parameter count (DESIGN.md
+//                "Gradient buckets overlap backward"). Step j of a pass of duration D ends at
+//                start + ShareEnd(D, weights of steps <= j, all weights) plus the TP all-reduces
+//                before it (runtime/timing.h), so the layer pieces sum to D exactly.
+//   bucket       contiguous layers of a chunk, formed in reverse layer order until their modeled
+//                gradient bytes reach bucket_bytes (PyTorch DDP's bucket_cap_mb: a bucket closes
+//                once it holds at least the cap; the last may be smaller). Its real elements are one
+//                contiguous range of the stage's grads(). It starts its DP all-reduce on the comm
+//                stream when its lowest layer's gradient of the step's last micro-batch is final:
+//                during the chunk's last backward (B, or W when split) with overlap, else when the
+//                device reaches its optimizer step.
+//   modeled size the bytes the fabric times: p2p messages carry their op's bytes; a pass's TP
+//                all-reduces share the program's kTpAllReduce bytes of that pass equally; a chunk's
+//                gradients weigh the program's kAllReduce bytes of that chunk (the described model's
+//                sizes with the FLOPs cost model, the real ones otherwise), shared over its layers by
+//                parameter count.
+//   LP           runtime/fabric.h: global rank r's compute stream is LP 2r, its comm stream 2r + 1.
+//                Tie ranks put the replica index last, ((pp·TP + tp)·2 + stream)·DP + dp, so every
+//                DP replica orders its ties the same way (what lets the predictor fold replicas).
+//
+// Thread safety: immutable after Build; any thread may read it.
+//
+// Example:
+//   RP_ASSIGN_OR_RETURN(ExecutionPlan plan, BuildPlan(options));
+//   const ChunkPlan& c = plan.Chunk(/*pp=*/1, /*chunk=*/0);
+//   for (const PassStep& s : c.steps[PassIndex(OpKind::kForward)]) ...
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "comm/codec.h"
+#include "runtime/fabric.h"
+#include "runtime/faults.h"
+#include "runtime/link.h"
+#include "runtime/model/mlp.h"
+#include "schedule/cost_model.h"
+#include "schedule/grid.h"
+#include "schedule/program.h"
+
+namespace rp::schedule {
+
+// The four compute passes of a chunk, in the order of ChunkPlan::steps.
+inline constexpr int kNumPasses = 4;
+// F → 0, B → 1, Bi → 2, W → 3; -1 for non-compute ops.
+int PassIndex(OpKind kind);
+
+struct LayerPlan {
+  int layer = 0;                 // global model layer
+  uint64_t weight = 0;           // its parameter count (one shard): its share of a pass
+  size_t grad_offset = 0;        // its real gradient elements in the stage's grads()
+  size_t grad_count = 0;
+  uint64_t modeled_grad_bytes = 0;
+};
+
+struct BucketPlan {
+  int first_layer = 0;           // local layers [first_layer, end_layer)
+  int end_layer = 0;
+  size_t grad_offset = 0;        // real elements [grad_offset, grad_offset + grad_count)
+  size_t grad_count = 0;
+  uint64_t modeled_elements = 0;  // FP32 elements the fabric times (modeled bytes / 4, rounded up)
+};
+
+struct ChunkPlan {
+  int model_stage = 0;
+  std::vector<LayerPlan> layers;
+  std::array<std::vector<PassStep>, kNumPasses> steps;  // per pass
+  std::array<uint64_t, kNumPasses> total_weight{};      // Σ layer weights over a pass's kLayer steps
+  // Modeled FP32 elements of each TP all-reduce of a pass (its kTpAllReduce steps in order).
+  std::array<std::vector<uint64_t>, kNumPasses> tp_elements;
+  std::vector<BucketPlan> buckets;  // in launch order (reverse layer order)
+  int last_grad_op = -1;            // op index (in the rank's list) after which grads are final
+  // For each local layer: the bucket it completes (its lowest layer), else -1.
+  std::vector<int> bucket_of_layer;
+};
+
+struct RankPlan {
+  std::vector<ChunkPlan> chunks;  // per chunk (v)
+  // Modeled duration of one chunk op of this pipeline rank (fault-free): F, B, Bi, W per chunk
+  // (the stage's cost / v) and the optimizer step.
+  std::array<Nanos, kNumPasses> op_cost{};
+  Nanos optimizer_cost{0};
+  // Buckets of every chunk in launch order: (chunk, bucket index in the chunk).
+  std::vector<std::pair<int, int>> bucket_order;
+};
+
+struct PlanOptions {
+  GridShape grid;
+  Placement placement;
+  Program program;
+  MlpConfig model;
+  std::vector<int> layers_per_stage;  // per MODEL stage (pp × v); empty = balanced
+  CostModel cost;
+  LinkSpec links;
+  comm::Codec codec = comm::Codec::kFp32;
+  // Modeled bytes per ring message (TP and DP); 0 = one message per chunk.
+  uint64_t segment_bytes = 0;
+  double reduce_gbps = 0;          // modeled reduction throughput (0 = free)
+  uint64_t bucket_bytes = 25ull << 20;  // DDP bucket cap (modeled bytes); 0 = one bucket per chunk
+  bool overlap_grad_allreduce = true;
+  FaultPlan faults;                 // degraded links and slow-link faults become fabric faults
+};
+
+struct ExecutionPlan {
+  PlanOptions options;
+  ParallelGrid grid;
+  ModelPartition partition;
+  int v = 1;  // chunks per rank
+  std::vector<RankPlan> ranks;  // per pipeline rank
+  // Fabric: devices, LPs (2 per global rank), tie ranks, link faults in device ids.
+  int num_lps = 0;
+  std::vector<uint64_t> tie_rank;
+  std::vector<LinkFault> link_faults;
+  // Modeled bytes of one ring message: CollectiveOptions::segment_bytes for every collective.
+  size_t ring_segment_bytes = 0;
+
+  const ChunkPlan& Chunk(int pp, int chunk) const {
+    return ranks[static_cast<size_t>(pp)].chunks[static_cast<size_t>(chunk)];
+  }
+  static LpId ComputeLp(int rank) { return 2 * rank; }
+  static LpId CommLp(int rank) { return 2 * rank + 1; }
+  // Members of the three kinds of groups of a global rank, in ring order (global ranks).
+  std::vector<int> PipelineGroup(int rank) const { return grid.PpGroup(rank); }
+  std::vector<int> TpGroup(int rank) const { return grid.TpGroup(rank); }
+  std::vector<int> DpGroup(int rank) const { return grid.DpGroup(rank); }
+  // The modeled duration of the `index`-th compute op kind `kind` of pipeline rank pp, fault-free.
+  Nanos OpCost(int pp, OpKind kind) const;
+};
+
+// Validates (InvalidArgument naming the field) and builds the plan: grid and placement, program vs
+// grid (Validate), cost entries, model partition (PP × v stages, TP divisibility), faults.
+[[nodiscard]] absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& options);
+
+// The durations of the kLayer steps of one pass of `duration` on `chunk`, in step order (0 for
+// the kTpAllReduce steps): consecutive ShareEnd differences, summing to `duration`.
+std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duration);
+
+}  // namespace rp::schedule

@@ -1,0 +1,386 @@
+// The predictor's simulation: the emulator's rules (schedule/runner.h, runner_ops.cc) replayed on
+// simulated LPs. Every rule here has its counterpart there; they record the same intervals.
+#include "schedule/predictor_sim.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+#include "runtime/timing.h"
+
+namespace rp::schedule::internal {
+namespace {
+
+using comm::ring::RingTimer;
+using comm::ring::TimedKind;
+using comm::ring::TimedShape;
+
+enum ChannelKind { kAct = 0, kGrad = 1, kTpRing = 2, kDpRing = 3 };
+
+}  // namespace
+
+Simulation::Simulation(const ExecutionPlan& plan, const PredictOptions& opts,
+                       std::vector<int> ranks, bool fold)
+    : plan_(plan),
+      opts_(opts),
+      ranks_(std::move(ranks)),
+      fold_(fold),
+      fabric_(FabricModel::Create(plan.options.links, plan.grid.world_size(), plan.link_faults)
+                  .value()) {
+  dev_of_rank_.assign(static_cast<size_t>(plan.grid.world_size()), -1);
+  devs_.resize(ranks_.size());
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Device& d = devs_[i];
+    d.rank = ranks_[i];
+    d.coord = plan.grid.CoordOf(d.rank);
+    const size_t buckets = plan.ranks[static_cast<size_t>(d.coord.pp)].bucket_order.size();
+    d.launched.assign(buckets, false);
+    d.buckets.resize(buckets);
+    dev_of_rank_[static_cast<size_t>(d.rank)] = static_cast<int>(i);
+  }
+  lp_seq_.assign(2 * ranks_.size(), 0);
+  queued_.assign(2 * ranks_.size(), false);
+}
+
+double Simulation::FactorOf(const Device& d, int compute_op) const {
+  if (opts_.compute_op_factor) return opts_.compute_op_factor(d.rank, compute_op);
+  if (!opts_.compute_factor.empty()) return opts_.compute_factor[static_cast<size_t>(d.rank)];
+  return 1.0;
+}
+
+void Simulation::MakeRunnable(int lp) {
+  if (queued_[static_cast<size_t>(lp)]) return;
+  queued_[static_cast<size_t>(lp)] = true;
+  runnable_.push_back(lp);
+}
+
+int Simulation::ChannelFor(int kind, int a, int b) {
+  auto [it, inserted] = channel_ids_.emplace(std::make_tuple(kind, a, b), 0);
+  if (inserted) {
+    it->second = static_cast<int>(channels_.size());
+    channels_.emplace_back();
+  }
+  return it->second;
+}
+
+void Simulation::Post(int lp, int channel, const FabricMessage& m, int ingress_device) {
+  const int dev = lp / 2;
+  const LpId global = 2 * devs_[static_cast<size_t>(dev)].rank + lp % 2;
+  pending_.push(Pending{.time = m.ready.count(),
+                        .tie = plan_.tie_rank[static_cast<size_t>(global)],
+                        .seq = lp_seq_[static_cast<size_t>(lp)]++,
+                        .channel = channel,
+                        .msg = m,
+                        .ingress_device = ingress_device});
+  devs_[static_cast<size_t>(dev)].modeled_bytes += m.bytes;
+}
+
+void Simulation::PostRing(int lp, Ring& ring, const RingTimer::Post& p) {
+  Post(lp, ring.send_channel,
+       {.src = ring.src_device, .dst = ring.dst_device, .bytes = p.bytes, .ready = p.ready,
+        .step = opts_.step},
+       ring.ingress_device);
+}
+
+bool Simulation::PumpRing(int lp, Ring& ring) {
+  while (!ring.timer.done()) {
+    Channel& ch = channels_[static_cast<size_t>(ring.recv_channel)];
+    if (ch.committed.empty()) {
+      ch.waiter = lp;
+      return false;
+    }
+    const MessageTiming t = ch.committed.front();
+    ch.committed.pop_front();
+    RingTimer::Post next;
+    if (ring.timer.OnReceive(t.arrival, t.ready, &next)) PostRing(lp, ring, next);
+  }
+  return true;
+}
+
+void Simulation::Record(Device& d, OpInterval iv) { d.intervals.push_back(iv); }
+
+absl::Status Simulation::Run() {
+  for (size_t i = 0; i < devs_.size(); ++i) MakeRunnable(LpOf(static_cast<int>(i), 0));
+  while (true) {
+    while (!runnable_.empty()) {
+      const int lp = runnable_.back();
+      runnable_.pop_back();
+      queued_[static_cast<size_t>(lp)] = false;
+      RP_RETURN_IF_ERROR(lp % 2 == 0 ? AdvanceCompute(lp / 2) : AdvanceComm(lp / 2));
+    }
+    if (pending_.empty()) break;
+    const Pending p = pending_.top();
+    pending_.pop();
+    const MessageTiming t = p.ingress_device >= 0 ? fabric_.CommitThrough(p.msg, p.ingress_device)
+                                                  : fabric_.Commit(p.msg);
+    if (IsSaturated(t.arrival)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "predict: a message of device ", p.msg.src, " arrives past the largest modeled time "
+          "(", kMaxModeledNs, " ns): the configuration's times do not fit"));
+    }
+    Channel& ch = channels_[static_cast<size_t>(p.channel)];
+    ch.committed.push_back(t);
+    if (ch.waiter >= 0) {
+      MakeRunnable(ch.waiter);
+      ch.waiter = -1;
+    }
+  }
+  for (const Device& d : devs_) {
+    if (!d.finished || d.dp_ring.has_value() || !d.queue.empty()) {
+      const auto& ops = plan_.options.program.ranks[static_cast<size_t>(d.coord.pp)];
+      return absl::InternalError(absl::StrCat(
+          "predict: rank ", d.rank, " stopped at op ", d.pc, " of ", ops.size(),
+          d.pc < ops.size() ? absl::StrCat(" (", ToString(ops[d.pc], plan_.v), ")") : "",
+          " with nothing left to commit"));
+    }
+    if (IsSaturated(d.cursor)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "predict: rank ", d.rank, "'s step does not fit in the largest modeled time"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::AdvanceCompute(int dev) {
+  Device& d = devs_[static_cast<size_t>(dev)];
+  const auto& ops = plan_.options.program.ranks[static_cast<size_t>(d.coord.pp)];
+  const int lp = LpOf(dev, 0);
+  while (d.pc < ops.size()) {
+    const Op& op = ops[d.pc];
+    const int32_t oi = static_cast<int32_t>(d.pc);
+    switch (op.kind) {
+      case OpKind::kForward:
+      case OpKind::kBackward:
+      case OpKind::kBackwardInput:
+      case OpKind::kWeightGrad:
+        if (!d.in_pass) BeginPass(d, op);
+        if (!StepPass(dev, op)) return absl::OkStatus();
+        d.in_pass = false;
+        break;
+      case OpKind::kSendAct:
+      case OpKind::kSendGrad: {
+        const bool grad = op.kind == OpKind::kSendGrad;
+        const int peer = plan_.grid.StageRank(d.rank, op.peer);
+        const int k = plan_.Chunk(d.coord.pp, op.chunk).model_stage;
+        (grad ? d.grad_ready : d.act_ready).erase({op.micro_batch, grad ? k - 1 : k + 1});
+        Post(lp, ChannelFor(grad ? kGrad : kAct, d.rank, peer),
+             {.src = plan_.grid.DeviceOf(d.rank), .dst = plan_.grid.DeviceOf(peer),
+              .bytes = op.bytes, .ready = d.cursor, .step = opts_.step},
+             -1);
+        Record(d, {.kind = IntervalKind::kSend, .op = oi, .start = d.cursor, .end = d.cursor});
+        break;
+      }
+      case OpKind::kRecvAct:
+      case OpKind::kRecvGrad: {
+        const bool grad = op.kind == OpKind::kRecvGrad;
+        const int peer = plan_.grid.StageRank(d.rank, op.peer);
+        Channel& ch = channels_[static_cast<size_t>(ChannelFor(grad ? kGrad : kAct, peer, d.rank))];
+        if (ch.committed.empty()) {
+          ch.waiter = lp;
+          return absl::OkStatus();
+        }
+        const MessageTiming t = ch.committed.front();
+        ch.committed.pop_front();
+        const Nanos reached = d.cursor, end = std::max(reached, t.arrival);
+        d.cursor = end;
+        const int k = plan_.Chunk(d.coord.pp, op.chunk).model_stage;
+        (grad ? d.grad_ready : d.act_ready)[{op.micro_batch, k}] = t.arrival;
+        const WaitSplit w = SplitWait(reached, end, t.ready);
+        Record(d, {.kind = IntervalKind::kRecv, .op = oi, .start = reached, .end = end,
+                   .transfer = w.transfer, .peer = w.peer, .comm = t.arrival - t.ready});
+        break;
+      }
+      case OpKind::kTpAllReduce:
+      case OpKind::kAllReduce: break;  // sizes only (schedule/plan.h)
+      case OpKind::kOptimizerStep:
+        if (!Optimizer(dev)) return absl::OkStatus();
+        break;
+    }
+    ++d.pc;
+  }
+  d.finished = true;
+  return absl::OkStatus();
+}
+
+void Simulation::BeginPass(Device& d, const Op& op) {
+  const ChunkPlan& chunk = plan_.Chunk(d.coord.pp, op.chunk);
+  const int K = plan_.options.program.num_model_stages();
+  const int k = chunk.model_stage;
+  Nanos ready{0};
+  if (op.kind == OpKind::kForward && k > 0) {
+    auto it = d.act_ready.find({op.micro_batch, k});
+    if (it != d.act_ready.end()) {
+      ready = it->second;
+      d.act_ready.erase(it);
+    }
+  } else if ((op.kind == OpKind::kBackward || op.kind == OpKind::kBackwardInput) && k < K - 1) {
+    auto it = d.grad_ready.find({op.micro_batch, k});
+    if (it != d.grad_ready.end()) {
+      ready = it->second;
+      d.grad_ready.erase(it);
+    }
+  }
+  const double factor = FactorOf(d, d.compute_ops++);
+  d.op_duration = ScaleDuration(plan_.OpCost(d.coord.pp, op.kind), factor);
+  d.durations = StepDurations(chunk, PassIndex(op.kind), d.op_duration);
+  d.cursor = std::max(d.cursor, ready);
+  d.op_start = d.segment_start = d.cursor;
+  d.step_index = 0;
+  d.tp_calls = 0;
+  d.in_pass = true;
+}
+
+bool Simulation::StepPass(int dev, const Op& op) {
+  Device& d = devs_[static_cast<size_t>(dev)];
+  const ChunkPlan& chunk = plan_.Chunk(d.coord.pp, op.chunk);
+  const int pass = PassIndex(op.kind);
+  const std::vector<PassStep>& steps = chunk.steps[static_cast<size_t>(pass)];
+  const bool launches =
+      plan_.options.overlap_grad_allreduce && static_cast<int>(d.pc) == chunk.last_grad_op;
+  const int32_t oi = static_cast<int32_t>(d.pc);
+  while (d.step_index < steps.size()) {
+    const PassStep& s = steps[d.step_index];
+    if (s.kind == PassStep::Kind::kLayer) {
+      d.cursor += d.durations[d.step_index];
+      ++d.step_index;
+      if (launches && s.grads_final) {
+        const int b = chunk.bucket_of_layer[static_cast<size_t>(s.local_layer)];
+        if (b >= 0) LaunchBucket(dev, op.chunk, b, d.cursor);
+      }
+      continue;
+    }
+    if (!d.tp_ring) {
+      Record(d, {.kind = IntervalKind::kCompute, .op = oi, .start = d.segment_start, .end = d.cursor});
+      const std::vector<int> group = plan_.TpGroup(d.rank);
+      const int T = static_cast<int>(group.size()), pos = d.coord.tp;
+      const int next = group[static_cast<size_t>((pos + 1) % T)];
+      const int prev = group[static_cast<size_t>((pos + T - 1) % T)];
+      const TimedShape shape = TimedShape::Ring(
+          T, chunk.tp_elements[static_cast<size_t>(pass)][static_cast<size_t>(d.tp_calls)],
+          plan_.ring_segment_bytes / 4, comm::Codec::kFp32, plan_.options.reduce_gbps);
+      d.tp_ring.emplace(Ring{.timer = RingTimer(TimedKind::kAllReduce, shape, T, pos, 0, d.cursor),
+                             .send_channel = ChannelFor(kTpRing, d.rank, next),
+                             .recv_channel = ChannelFor(kTpRing, prev, d.rank),
+                             .src_device = plan_.grid.DeviceOf(d.rank),
+                             .dst_device = plan_.grid.DeviceOf(next),
+                             .ingress_device = -1,
+                             .start = d.cursor});
+      for (const RingTimer::Post& p : d.tp_ring->timer.Begin()) PostRing(LpOf(dev, 0), *d.tp_ring, p);
+    }
+    if (!PumpRing(LpOf(dev, 0), *d.tp_ring)) return false;
+    const RingTimer& t = d.tp_ring->timer;
+    Record(d, {.kind = IntervalKind::kTpAllReduce, .op = oi, .detail = d.tp_calls,
+               .start = d.tp_ring->start, .end = t.end(), .transfer = t.transfer() + t.reduce(),
+               .peer = t.peer_wait(), .comm = t.transfer() + t.reduce()});
+    d.cursor = t.end();
+    d.tp_ring.reset();
+    ++d.step_index;
+    ++d.tp_calls;
+    d.segment_start = d.cursor;
+  }
+  Record(d, {.kind = IntervalKind::kCompute, .op = oi, .start = d.segment_start, .end = d.cursor});
+  const int K = plan_.options.program.num_model_stages();
+  const int k = chunk.model_stage;
+  if (op.kind == OpKind::kForward && k < K - 1) d.act_ready[{op.micro_batch, k + 1}] = d.cursor;
+  if ((op.kind == OpKind::kBackward || op.kind == OpKind::kBackwardInput) && k > 0) {
+    d.grad_ready[{op.micro_batch, k - 1}] = d.cursor;
+  }
+  return true;
+}
+
+void Simulation::LaunchBucket(int dev, int chunk, int bucket, Nanos ready) {
+  Device& d = devs_[static_cast<size_t>(dev)];
+  const auto& order = plan_.ranks[static_cast<size_t>(d.coord.pp)].bucket_order;
+  const int o = static_cast<int>(std::find(order.begin(), order.end(), std::make_pair(chunk, bucket)) -
+                                 order.begin());
+  d.launched[static_cast<size_t>(o)] = true;
+  if (plan_.grid.shape().dp == 1) {
+    d.buckets[static_cast<size_t>(o)] = BucketDone{.start = ready, .end = ready, .done = true};
+    return;
+  }
+  d.queue.push_back(Bucket{.order = o, .chunk = chunk, .index = bucket, .ready = ready});
+  MakeRunnable(LpOf(dev, 1));
+}
+
+absl::Status Simulation::AdvanceComm(int dev) {
+  Device& d = devs_[static_cast<size_t>(dev)];
+  const int lp = LpOf(dev, 1);
+  while (true) {
+    if (!d.dp_ring) {
+      if (d.queue.empty()) return absl::OkStatus();
+      d.current = d.queue.front();
+      d.queue.pop_front();
+      const Nanos start = std::max(d.current.ready, d.comm_prev_end);
+      const BucketPlan& b = plan_.Chunk(d.coord.pp, d.current.chunk).buckets[static_cast<size_t>(d.current.index)];
+      const std::vector<int> group = plan_.DpGroup(d.rank);
+      const int D = static_cast<int>(group.size()), pos = d.coord.dp;
+      const int next = group[static_cast<size_t>((pos + 1) % D)];
+      const int prev = group[static_cast<size_t>((pos + D - 1) % D)];
+      const TimedShape shape = TimedShape::Ring(D, b.modeled_elements, plan_.ring_segment_bytes / 4,
+                                                plan_.options.codec, plan_.options.reduce_gbps);
+      Ring r{.timer = RingTimer(TimedKind::kAllReduce, shape, D, pos, 0, start),
+             .src_device = plan_.grid.DeviceOf(d.rank),
+             .dst_device = plan_.grid.DeviceOf(next),
+             .start = start};
+      if (fold_) {
+        // Replicas are identical: the message from the previous replica is this one's own, through
+        // the same egress and (standing in for the next replica's) ingress port.
+        r.send_channel = r.recv_channel = ChannelFor(kDpRing, d.rank, d.rank);
+        r.ingress_device = plan_.grid.DeviceOf(d.rank);
+      } else {
+        r.send_channel = ChannelFor(kDpRing, d.rank, next);
+        r.recv_channel = ChannelFor(kDpRing, prev, d.rank);
+      }
+      d.dp_ring.emplace(std::move(r));
+      for (const RingTimer::Post& p : d.dp_ring->timer.Begin()) PostRing(lp, *d.dp_ring, p);
+    }
+    if (!PumpRing(lp, *d.dp_ring)) return absl::OkStatus();
+    const RingTimer& t = d.dp_ring->timer;
+    BucketDone& done = d.buckets[static_cast<size_t>(d.current.order)];
+    done = BucketDone{.start = d.dp_ring->start, .end = t.end(), .transfer = t.transfer(),
+                      .reduce = t.reduce(), .done = true};
+    for (const RingTimer::Span& sp : t.spans()) done.spans.push_back({sp.start, sp.end, sp.peer});
+    d.comm_prev_end = t.end();
+    d.dp_ring.reset();
+    if (d.at_optimizer) MakeRunnable(LpOf(dev, 0));
+  }
+}
+
+bool Simulation::Optimizer(int dev) {
+  Device& d = devs_[static_cast<size_t>(dev)];
+  const RankPlan& rp = plan_.ranks[static_cast<size_t>(d.coord.pp)];
+  if (!d.at_optimizer) {
+    for (size_t o = 0; o < rp.bucket_order.size(); ++o) {
+      if (!d.launched[o]) LaunchBucket(dev, rp.bucket_order[o].first, rp.bucket_order[o].second, d.cursor);
+    }
+    d.at_optimizer = true;
+  }
+  for (const BucketDone& b : d.buckets) {
+    if (!b.done) return false;
+  }
+  const int32_t oi = static_cast<int32_t>(d.pc);
+  const Nanos reached = d.cursor;
+  Nanos ar_end = reached;
+  std::vector<WaitSpan> spans;
+  for (size_t o = 0; o < d.buckets.size(); ++o) {
+    const BucketDone& b = d.buckets[o];
+    ar_end = std::max(ar_end, b.end);
+    spans.insert(spans.end(), b.spans.begin(), b.spans.end());
+    Record(d, {.kind = IntervalKind::kGradAllReduce, .op = oi, .detail = static_cast<int32_t>(o),
+               .start = b.start, .end = b.end, .comm = b.transfer + b.reduce});
+  }
+  const WaitSplit w = SplitBySpans(reached, ar_end, spans);
+  Record(d, {.kind = IntervalKind::kGradWait, .op = oi, .start = reached, .end = ar_end,
+             .transfer = w.transfer, .peer = w.peer});
+  d.cursor = ar_end;
+  const double factor = FactorOf(d, d.compute_ops++);
+  const Nanos start = d.cursor;
+  d.cursor = SaturatingAdd(d.cursor, ScaleDuration(plan_.OpCost(d.coord.pp, OpKind::kOptimizerStep), factor));
+  Record(d, {.kind = IntervalKind::kCompute, .op = oi, .start = start, .end = d.cursor});
+  for (BucketDone& b : d.buckets) b = BucketDone{};
+  d.at_optimizer = false;
+  return true;
+}
+
+}  // namespace rp::schedule::internal

@@ -1,0 +1,134 @@
+// The predictor's discrete-event simulation (internal to schedule/predictor.cc): the devices of
+// an ExecutionPlan — all of them, or one replica when replicas fold — each a compute LP and a comm
+// LP following the emulator's rules (schedule/runner.h), messages committed on a FabricModel in
+// key order. See schedule/predictor.h for the model and the folding argument.
+//
+// Thread safety: none (single-threaded by design).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <queue>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "comm/ring_timing.h"
+#include "runtime/fabric_model.h"
+#include "schedule/metrics.h"
+#include "schedule/plan.h"
+#include "schedule/predictor.h"
+
+namespace rp::schedule::internal {
+
+class Simulation {
+ public:
+  // Simulates `ranks` (global ranks: every rank, or replica 0's when `fold`).
+  Simulation(const ExecutionPlan& plan, const PredictOptions& opts, std::vector<int> ranks,
+             bool fold);
+  [[nodiscard]] absl::Status Run();
+
+  // Results, per simulated device (index into `ranks`).
+  const std::vector<OpInterval>& intervals(int i) const { return devs_[static_cast<size_t>(i)].intervals; }
+  Nanos end(int i) const { return devs_[static_cast<size_t>(i)].cursor; }
+  uint64_t modeled_bytes(int i) const { return devs_[static_cast<size_t>(i)].modeled_bytes; }
+
+ private:
+  struct Arrived {
+    MessageTiming timing;
+  };
+  struct Channel {
+    std::deque<MessageTiming> committed;  // committed, not yet consumed (FIFO)
+    int waiter = -1;                      // LP blocked on it
+  };
+  struct Pending {
+    int64_t time = 0;
+    uint64_t tie = 0;
+    uint64_t seq = 0;
+    int channel = 0;
+    FabricMessage msg;
+    int ingress_device = -1;  // folding: the stand-in ingress (-1: msg.dst's)
+    friend bool operator<(const Pending& a, const Pending& b) {  // min-heap by key
+      if (a.time != b.time) return a.time > b.time;
+      if (a.tie != b.tie) return a.tie > b.tie;
+      return a.seq > b.seq;
+    }
+  };
+  struct Bucket {
+    int order = 0, chunk = 0, index = 0;
+    Nanos ready{0};
+  };
+  struct BucketDone {
+    Nanos start{0}, end{0}, transfer{0}, reduce{0};
+    std::vector<WaitSpan> spans;
+    bool done = false;
+  };
+  // One ring collective in progress on an LP.
+  struct Ring {
+    comm::ring::RingTimer timer;
+    int send_channel = 0, recv_channel = 0;
+    int src_device = 0, dst_device = 0, ingress_device = -1;
+    Nanos start{0};
+  };
+  struct Device {
+    int rank = 0;
+    Coord coord;
+    // Compute stream.
+    size_t pc = 0;
+    Nanos cursor{0};
+    int compute_ops = 0;
+    bool in_pass = false;
+    size_t step_index = 0;
+    Nanos op_start{0}, segment_start{0}, op_duration{0};
+    std::vector<Nanos> durations;
+    int tp_calls = 0;
+    std::optional<Ring> tp_ring;
+    std::map<std::pair<int, int>, Nanos> act_ready, grad_ready;  // (mb, model stage)
+    std::vector<bool> launched;
+    bool at_optimizer = false;
+    bool finished = false;
+    // Comm stream.
+    std::deque<Bucket> queue;
+    std::optional<Ring> dp_ring;
+    Bucket current;
+    Nanos comm_prev_end{0};
+    std::vector<BucketDone> buckets;
+    // Results.
+    std::vector<OpInterval> intervals;
+    uint64_t modeled_bytes = 0;
+  };
+
+  int LpOf(int dev, int stream) const { return 2 * dev + stream; }
+  double FactorOf(const Device& d, int compute_op) const;
+  void MakeRunnable(int lp);
+  void Post(int lp, int channel, const FabricMessage& m, int ingress_device);
+  void PostRing(int lp, Ring& ring, const comm::ring::RingTimer::Post& p);
+  // Receives what has arrived for `ring`; false if it must wait (the LP is then blocked).
+  bool PumpRing(int lp, Ring& ring);
+  absl::Status AdvanceCompute(int dev);
+  absl::Status AdvanceComm(int dev);
+  // Compute-op pass: BeginPass starts it; StepPass runs it, false if blocked on a TP ring receive.
+  void BeginPass(Device& d, const Op& op);
+  bool StepPass(int dev, const Op& op);
+  void LaunchBucket(int dev, int chunk, int bucket, Nanos ready);
+  bool Optimizer(int dev);
+  int ChannelFor(int kind, int a, int b);  // kind: 0 act, 1 grad, 2 TP ring, 3 DP ring
+  void Record(Device& d, OpInterval iv);
+
+  const ExecutionPlan& plan_;
+  const PredictOptions& opts_;
+  const std::vector<int> ranks_;
+  const bool fold_;
+  FabricModel fabric_;
+  std::vector<Device> devs_;
+  std::vector<int> dev_of_rank_;  // global rank → simulated index, -1 if not simulated
+  std::vector<uint64_t> lp_seq_;
+  std::vector<Channel> channels_;
+  std::map<std::tuple<int, int, int>, int> channel_ids_;
+  std::priority_queue<Pending> pending_;
+  std::vector<int> runnable_;
+  std::vector<bool> queued_;
+};
+
+}  // namespace rp::schedule::internal

@@ -1,0 +1,174 @@
+// RunFailure (executor_impl.h): what failed first, whom it waited for and where those waits end;
+// uncommitted optimizer updates rolled back. And the stall the monitor reports.
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "schedule/executor_impl.h"
+
+namespace rp::schedule {
+namespace {
+
+std::string RankName(const ParallelGrid& g, int rank) {
+  const Coord c = g.CoordOf(rank);
+  return absl::StrCat("rank ", rank, " (dp ", c.dp, ", pp ", c.pp, ", tp ", c.tp, ")");
+}
+
+}  // namespace
+
+absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
+  const ParallelGrid& g = plan->grid;
+  const std::vector<LpWait> waits = fabric->Waits();
+  // Who waits for whom (ranks), and who runs without progress.
+  std::map<int, int> waits_for;
+  std::vector<std::string> lines;
+  std::vector<int> running;
+  std::string running_detail;
+  for (const LpWait& w : waits) {
+    const int rank = w.lp / 2;
+    if (w.state == LpWait::State::kAwaitChannel && w.peer >= 0) {
+      const int peer = w.peer / 2;
+      if (!waits_for.contains(rank)) waits_for[rank] = peer;
+      if (lines.size() < 4) {
+        lines.push_back(absl::StrCat(RankName(g, rank), " waits in '", w.site.op, "' at step ",
+                                     w.site.step, " for rank ", peer));
+      }
+    } else if (w.state == LpWait::State::kRunning &&
+               std::find(running.begin(), running.end(), rank) == running.end()) {
+      running.push_back(rank);
+      if (running_detail.empty()) {
+        running_detail = absl::StrCat(" (", w.lp % 2 == 0 ? "compute" : "comm",
+                                      " stream, last in '", w.site.op, "', modeled time ",
+                                      ToMillis(w.bound), " ms)");
+      }
+    }
+  }
+  const int first = waits_for.empty() ? (running.empty() ? -1 : running.front()) : waits_for.begin()->first;
+  // Follow the chain from the first waiter to a rank that waits for nobody.
+  std::vector<int> chain;
+  for (int at = first; at >= 0 && std::find(chain.begin(), chain.end(), at) == chain.end();) {
+    chain.push_back(at);
+    auto it = waits_for.find(at);
+    at = it == waits_for.end() ? -1 : it->second;
+  }
+  const std::string text = absl::StrCat(
+      "watchdog: no device made progress for ",
+      std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count(), " ms (timeout ",
+      std::chrono::duration_cast<std::chrono::milliseconds>(o.watchdog_timeout).count(),
+      " ms): ", lines.empty() ? "no device waits on a message" : absl::StrJoin(lines, "; "),
+      running.empty() ? ""
+                      : absl::StrCat("; running without progress: ", RankName(g, running.front()),
+                                     running_detail),
+      chain.size() > 1 ? absl::StrCat("; the wait chain ends at rank ", chain.back()) : "");
+  const absl::Status s = absl::DeadlineExceededError(text);
+  if (first >= 0) {
+    ErrorRecord e{.rank = first, .step = -1, .op = -1, .op_name = "stall", .status = s};
+    for (const LpWait& w : waits) {
+      if (w.lp / 2 == first && w.state == LpWait::State::kAwaitChannel) {
+        e.op_name = w.site.op;
+        e.step = w.site.step;
+      }
+    }
+    if (auto it = waits_for.find(first); it != waits_for.end()) e.waiting = {it->second};
+    ctx.NoteError(e);
+  }
+  return s;
+}
+
+absl::Status Executor::Impl::Fail(const absl::Status& run) {
+  // Every thread has joined: the devices' state is ours.
+  RunFailure f;
+  f.status = run;
+  f.committed_steps = committed;
+  for (auto& r : runners) {
+    if (r->backup_step() < 0 || r->backup_step() < committed) continue;
+    r->Rollback();
+    ++f.rolled_back;
+  }
+  std::vector<ErrorRecord> errs;
+  {
+    MutexLock lock(&ctx.errors_mu);
+    errs = ctx.errors;
+  }
+  // The record that carries the run's first failure: same code and its message contains the
+  // watchdog's (followers wrap it too, in longer messages: take the first, then the shortest).
+  const ErrorRecord* root = nullptr;
+  for (const ErrorRecord& e : errs) {
+    if (e.status.code() == run.code() && absl::StrContains(e.status.message(), run.message()) &&
+        (root == nullptr || e.status.message().size() < root->status.message().size())) {
+      root = &e;
+    }
+  }
+  if (root == nullptr) {
+    for (const ErrorRecord& e : errs) {
+      if (!absl::IsCancelled(e.status) && !absl::IsAborted(e.status)) {
+        root = &e;
+        break;
+      }
+    }
+  }
+  if (root == nullptr && !errs.empty()) root = &errs.front();
+  std::string where = "first failure: unknown rank";
+  const ParallelGrid& g = plan->grid;
+  if (root != nullptr) {
+    f.rank = root->rank;
+    f.step = root->step;
+    f.op = root->op;
+    f.op_name = root->op_name;
+    for (int r : root->waiting) {
+      if (r != root->rank) f.missing_peers.push_back(r);
+    }
+    // Follow each missing peer's own wait (its error record) to the end of the chain.
+    std::map<int, std::vector<int>> waits;  // rank → whom its failed wait waited for
+    for (const ErrorRecord& e : errs) {
+      if (!waits.contains(e.rank) || waits[e.rank].empty()) waits[e.rank] = e.waiting;
+    }
+    for (int r : f.missing_peers) {
+      std::vector<bool> seen(static_cast<size_t>(g.world_size()), false);
+      int at = r;
+      while (!seen[static_cast<size_t>(at)]) {
+        seen[static_cast<size_t>(at)] = true;
+        auto it = waits.find(at);
+        if (it == waits.end()) break;
+        int next = -1;
+        for (int x : it->second) {
+          if (x != at) {
+            next = x;
+            break;
+          }
+        }
+        if (next < 0) break;
+        at = next;
+      }
+      if (std::find(f.stuck_ranks.begin(), f.stuck_ranks.end(), at) == f.stuck_ranks.end()) {
+        f.stuck_ranks.push_back(at);
+      }
+    }
+    where = absl::StrCat("first failure: ", RankName(g, root->rank), " step ", root->step, " op ",
+                         root->op >= 0 ? absl::StrCat(root->op, " ") : "", "'", root->op_name,
+                         "'; missing peers: ",
+                         f.missing_peers.empty() ? "none" : absl::StrJoin(f.missing_peers, ", "),
+                         f.stuck_ranks == f.missing_peers
+                             ? ""
+                             : absl::StrCat(" (their wait chains end at rank(s) ",
+                                            absl::StrJoin(f.stuck_ranks, ", "), ")"));
+  }
+  const int64_t fired = ctx.fault_fired_ns.load(std::memory_order_acquire);
+  if (fired >= 0) {
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    f.seconds_after_fault = static_cast<double>(now - fired) * 1e-9;
+  }
+  absl::Status out(run.code(),
+                   absl::StrCat(run.message(), " [", where, "; committed steps: ", committed,
+                                "; uncommitted updates rolled back on ", f.rolled_back,
+                                " devices]"));
+  f.status = out;
+  failure = std::move(f);
+  return out;
+}
+
+}  // namespace rp::schedule

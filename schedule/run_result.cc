@@ -1,0 +1,134 @@
+// RunResult (executor_impl.h): step times on the three timelines, fidelities, per-device reports
+// of the median step, bytes and memory, host figures, and the single-device reference.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/model/reference_trainer.h"
+#include "runtime/status_macros.h"
+#include "schedule/executor_impl.h"
+
+namespace rp::schedule {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+uint64_t Total(const comm::WireStats& s) { return s.total_bytes(); }
+
+}  // namespace
+
+absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const Prediction& pred,
+                                                   std::vector<Prediction> step_pred,
+                                                   double wall_seconds) {
+  const ParallelGrid& g = plan->grid;
+  const int world = g.world_size();
+  RunResult res;
+  res.steps = records;
+  res.virtual_time = o.virtual_time;
+  res.time_scale = o.time_scale;
+  res.wall_seconds = wall_seconds;
+  res.faults = cluster.faults().Describe();
+  for (const LinkFault& f : plan->link_faults) {
+    res.slow_links.push_back({.src = g.RankAtDevice(f.src), .dst = g.RankAtDevice(f.dst),
+                              .first_step = f.from_step, .factor = f.factor});
+  }
+  std::vector<double> meas, emu, predicted;
+  for (size_t k = 0; k < res.steps.size(); ++k) {
+    StepRecord& r = res.steps[k];
+    r.predicted_ms = ToMillis(step_pred.empty() ? pred.step_time : step_pred[k].step_time);
+    meas.push_back(r.measured_ms);
+    emu.push_back(r.emulated_ms);
+    predicted.push_back(r.predicted_ms);
+    res.max_replica_divergence = std::max(res.max_replica_divergence, r.replica_divergence);
+  }
+  res.measured_step_ms = Median(meas);
+  res.emulated_step_ms = Median(emu);
+  res.predicted_step_ms = Median(predicted);
+  res.fidelity_host = Fidelity(FromMillis(res.measured_step_ms), FromMillis(res.emulated_step_ms));
+  res.fidelity_model = Fidelity(FromMillis(res.emulated_step_ms), FromMillis(res.predicted_step_ms));
+  res.t1_ms = ToMillis(pred.single_device_time);
+  const Scaling sc = ComputeScaling(pred.single_device_time, FromMillis(res.measured_step_ms), world);
+  res.speedup = sc.speedup;
+  res.efficiency = sc.efficiency;
+  res.final_loss = records.back().loss;
+  res.final_accuracy = records.back().accuracy;
+  res.chance_accuracy = data->MajorityFraction(Split::kTest);
+  // The median step (by measured time) gives the per-device figures and, when its intervals were
+  // kept, the timelines (else the last step's).
+  size_t med = 0;
+  {
+    std::vector<size_t> idx(records.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::sort(idx.begin(), idx.end(),
+              [&](size_t a, size_t b) { return records[a].measured_ms < records[b].measured_ms; });
+    med = idx[idx.size() / 2];
+  }
+  const size_t tl = kept[med].empty() ? kept.size() - 1 : med;
+  res.timeline_step = static_cast<int>(tl);
+  res.timelines = kept[tl];
+  res.prediction = step_pred.empty() ? pred : std::move(step_pred[med]);
+  res.predicted_speedup = res.prediction.speedup;
+  for (int r = 0; r < world; ++r) {
+    const DeviceRunner& x = *runners[static_cast<size_t>(r)];
+    const Device& dv = cluster.device(r);
+    DeviceReport rep;
+    rep.rank = r;
+    rep.coord = x.coord();
+    rep.device = g.DeviceOf(r);
+    rep.node = g.NodeOf(r);
+    rep.measured = FiguresOf(metrics[med][static_cast<size_t>(r)].measured);
+    rep.emulated = FiguresOf(metrics[med][static_cast<size_t>(r)].emulated);
+    rep.predicted = FiguresOf(res.prediction.devices[static_cast<size_t>(r)]);
+    rep.peak_activation_bytes = dv.memory().peak(MemoryKind::kActivations);
+    rep.modeled_peak_activation_bytes = res.prediction.peak_activation_bytes[static_cast<size_t>(r)];
+    const Coord c = x.coord();
+    const comm::WireStats& act = ctx.Pipe(c, false).rank(c.pp).stats();
+    const comm::WireStats& grad = ctx.Pipe(c, true).rank(c.pp).stats();
+    const comm::WireStats& tps = ctx.Tp(c).rank(c.tp).stats();
+    const comm::WireStats& dps = ctx.Dp(c).rank(c.dp).stats();
+    rep.p2p_bytes = Total(act) + Total(grad);
+    rep.tp_bytes = Total(tps);
+    rep.dp_bytes = Total(dps);
+    rep.wire_bytes = rep.p2p_bytes + rep.tp_bytes + rep.dp_bytes;
+    rep.modeled_p2p_bytes = act.modeled_bytes + grad.modeled_bytes;
+    rep.modeled_tp_bytes = tps.modeled_bytes;
+    rep.modeled_dp_bytes = dps.modeled_bytes;
+    rep.modeled_wire_bytes = rep.modeled_p2p_bytes + rep.modeled_tp_bytes + rep.modeled_dp_bytes;
+    const rp::DeviceStats& st = dv.stats();
+    rep.compute_ops = st.compute_ops;
+    rep.overruns = st.overruns;
+    rep.overrun_ms = ToMillis(st.overrun_time);
+    LatenessStats lat = st.lateness[0];
+    lat.Merge(st.lateness[1]);
+    rep.lateness_p50_ms = ToMillis(lat.Quantile(0.5));
+    rep.lateness_p99_ms = ToMillis(lat.Quantile(0.99));
+    rep.lateness_max_ms = ToMillis(lat.max());
+    res.lateness.Merge(lat);
+    res.overruns += st.overruns;
+    res.devices.push_back(rep);
+  }
+  if (ctx.real_clock != nullptr) {
+    res.clock_waits = ctx.real_clock->waits();
+    res.clock_crowded_waits = ctx.real_clock->crowded_waits();
+  }
+  if (o.run_reference) {
+    ReferenceOptions ro{.model = o.model, .layout = layout, .optimizer = o.optimizer,
+                        .num_stages = 1, .tp = 1, .layers_per_stage = {}};
+    RP_ASSIGN_OR_RETURN(auto ref, ReferenceTrainer::Create(ro, &*data));
+    res.max_loss_rel_diff = 0;
+    for (StepRecord& r : res.steps) {
+      RP_ASSIGN_OR_RETURN(StepResult sr, ref->Step());
+      r.reference_loss = sr.loss;
+      r.loss_rel_diff = std::fabs(r.loss - sr.loss) / std::max(std::fabs(sr.loss), 1e-30);
+      res.max_loss_rel_diff = std::max(res.max_loss_rel_diff, r.loss_rel_diff);
+    }
+  }
+  return res;
+}
+
+}  // namespace rp::schedule

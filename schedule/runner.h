@@ -1,0 +1,187 @@
+// rp::schedule::DeviceRunner: plays one device's op list per training step on its rp::Device —
+// one function per op kind — with every byte through the fabric (schedule/executor.h describes
+// the whole run; this file the device's part).
+//
+// Modeled time of a device (its cursor) moves only by its own ops and the messages it receives:
+//   compute op   start = max(cursor, inputs' readiness); its duration (the plan's cost × fault
+//                factor) is cut into the pass's layer steps (schedule/plan.h StepDurations); the
+//                real kernel runs, and at each of its TP all-reduce points the runner moves the
+//                cursor over the layers before it and runs the real all-reduce on the TP group,
+//                timed by its own messages; on a real clock the device waits until each step's
+//                modeled end before going on, so wall time follows modeled time.
+//   buckets      when the chunk's last backward passes a layer that completes a bucket, the
+//                bucket is handed to the comm stream (rp::Fabric::AddWork) ready at that moment;
+//                the comm stream runs the buckets in order, each a DP ring all-reduce of the real
+//                gradients starting at max(ready, previous bucket's end), and signals its gate.
+//   send/recv    a send posts the real buffer with its modeled bytes; a receive takes the next
+//                message of its pipeline channel: cursor = max(cursor, arrival); the wait splits
+//                into transfer and peer wait (schedule/metrics.h).
+//   optimizer    awaits each bucket's gate (a wait split by the comm stream's own spans), then
+//                the update (a compute op).
+// Every interval is recorded twice: emulated (modeled times) and measured (wall stamps ÷ time
+// scale; on a virtual clock equal to emulated).
+//
+// Thread safety: one runner per device; Body runs on the device's compute thread, bucket tasks on
+// its comm stream (they touch only the bucket records, handed over through the fabric's gates).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "comm/communicator.h"
+#include "runtime/clock.h"
+#include "runtime/device.h"
+#include "runtime/fabric.h"
+#include "runtime/model/dataset.h"
+#include "runtime/model/mlp.h"
+#include "runtime/model/optimizer.h"
+#include "runtime/model/tensor.h"
+#include "runtime/real_clock.h"
+#include "schedule/executor.h"
+#include "schedule/metrics.h"
+#include "schedule/plan.h"
+
+namespace rp::schedule {
+
+// What a device thread was doing when it failed (RunFailure's candidates).
+struct ErrorRecord {
+  int rank = -1, step = -1, op = -1;
+  std::string op_name;
+  std::vector<int> waiting;  // ranks it waited for
+  absl::Status status;
+};
+
+// One device's record of one step.
+struct DeviceStep {
+  std::vector<OpInterval> intervals;  // relative to the step start (both timelines)
+  Nanos emulated_end{0};              // absolute modeled end of its last op
+  Nanos measured_end{0};              // wall ÷ scale of its last op's end, relative to the start
+};
+
+// Shared by every runner of a run: the plan, the fabric, the communicators, the clock.
+struct RunContext {
+  const ExecutorOptions* options = nullptr;
+  const ExecutionPlan* plan = nullptr;
+  const Dataset* data = nullptr;
+  BatchLayout layout;
+  Fabric* fabric = nullptr;
+  Clock* clock = nullptr;
+  RealClock* real_clock = nullptr;  // null on a virtual clock
+  const FaultInjector* injector = nullptr;
+  // Pipelines, per (dp, tp) (index dp·TP + tp): activations and gradients on communicators of
+  // their own, so each (sender, receiver, kind) is one FIFO channel (program.h).
+  std::vector<std::unique_ptr<comm::Communicator>> pipes_act, pipes_grad;
+  std::vector<std::unique_ptr<comm::Communicator>> tps;    // per (dp, pp): index dp·PP + pp
+  std::vector<std::unique_ptr<comm::Communicator>> dps;    // per (pp, tp): index pp·TP + tp
+  RendezvousId barrier = -1;
+  std::atomic<int64_t> ops_done{0};  // progress for the stall monitor
+  std::atomic<int> clock_sleepers{0};  // device threads waiting on a real clock right now
+  std::atomic<int64_t> fault_fired_ns{-1};  // steady_clock ns of the first injected OpFault
+  Mutex errors_mu;
+  std::vector<ErrorRecord> errors ABSL_GUARDED_BY(errors_mu);
+  void NoteError(ErrorRecord e);
+  comm::Communicator& Pipe(const Coord& c, bool grad) const;
+  comm::Communicator& Tp(const Coord& c) const;
+  comm::Communicator& Dp(const Coord& c) const;
+};
+
+class DeviceRunner {
+ public:
+  // Builds the device's model shards (one per chunk) and optimizers.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<DeviceRunner>> Create(RunContext* ctx,
+                                                                             int rank);
+  ~DeviceRunner();
+
+  // The device thread's whole run: every step, each preceded by the step rendezvous
+  // (`on_step_boundary` runs on its last arriver; see Fabric::Arrive).
+  [[nodiscard]] absl::Status Body(Device& dev,
+                                  absl::FunctionRef<absl::StatusOr<Nanos>(Nanos)> on_step_boundary);
+
+  int rank() const { return rank_; }
+  const Coord& coord() const { return coord_; }
+  // Read after the compute thread stopped (or at the step boundary, by its last arriver).
+  const std::vector<DeviceStep>& steps() const { return steps_; }
+  std::vector<std::unique_ptr<MlpStage>>& stages() { return stages_; }
+  const std::vector<std::unique_ptr<MlpStage>>& stages() const { return stages_; }
+  std::vector<std::unique_ptr<Optimizer>>& optimizers() { return optimizers_; }
+  // Loss and correct predictions of each micro-batch of the last step (last model stage only).
+  const std::vector<double>& loss_sum() const { return loss_sum_; }
+  const std::vector<int64_t>& correct() const { return correct_; }
+  // Where the compute thread is: step, op index (-1 between ops), whom it waits for.
+  int cur_step() const { return cur_step_; }
+  int cur_op() const { return cur_op_; }
+  const std::vector<int>& waiting() const { return waiting_; }
+  // Commit protocol: the state before this device's last optimizer update and its step.
+  int backup_step() const { return backup_step_; }
+  void Rollback();
+
+ private:
+  DeviceRunner(RunContext* ctx, int rank);
+  struct Pending {
+    Tensor value;
+    Nanos ready{0};
+  };
+  struct BucketRecord {
+    Nanos ready{0}, start{0}, end{0};
+    Nanos transfer{0}, reduce{0};
+    std::vector<WaitSpan> spans;
+    Nanos wall_start_m{0}, wall_end_m{0};  // measured, relative to the step start
+  };
+
+  absl::Status RunStep(int step);
+  absl::Status RunOp(int step, int op_index);
+  absl::Status Compute(int step, int op_index, const Op& op);
+  absl::Status Send(int step, int op_index, const Op& op);
+  absl::Status Recv(int step, int op_index, const Op& op);
+  absl::Status OptimizerStep(int step, int op_index, const Op& op);
+  absl::Status InjectedFault(int step, int op_index, const Op& op, const OpFault& fault);
+  // A compute op's pass: the real kernel with the runner stepping modeled time through the
+  // plan's steps (TP all-reduces, bucket launches). `kernel` receives the TP and layer callbacks.
+  using Kernel = absl::FunctionRef<absl::Status(const TpAllReduceFn&, const LayerGradsDoneFn&)>;
+  absl::Status RunPass(int step, int op_index, const Op& op, Nanos ready, Kernel kernel);
+  absl::Status LaunchBucket(int step, int chunk, int bucket, Nanos ready);
+  absl::Status RunBucket(int step, int order, int chunk, int bucket, Nanos ready);
+  // Measured time (modeled units) relative to the current step's start.
+  Nanos WallNow() const;
+  Nanos WallOf(Nanos modeled) const;  // a modeled instant on the measured axis of the step
+  absl::Status Sleep(Nanos until, const WaitSite& site);
+  void Record(OpInterval iv);
+  void AccountActivations();
+
+  RunContext* const ctx_;
+  const int rank_;
+  const Coord coord_;
+  Device* dev_ = nullptr;
+  std::vector<std::unique_ptr<MlpStage>> stages_;
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;
+  std::map<std::pair<int, int>, Pending> acts_;   // (mb, model stage) → stage input
+  std::map<std::pair<int, int>, Pending> grads_;  // (mb, model stage) → stage output gradient
+  std::map<int, Tensor> dlogits_;
+  std::vector<double> loss_sum_;
+  std::vector<int64_t> correct_;
+  int64_t act_accounted_ = 0;
+  // The current step.
+  Nanos step_start_{0};
+  int64_t step_wall_origin_ns_ = 0;  // steady_clock ns of the step's modeled start
+  std::vector<DeviceStep> steps_;
+  int tp_calls_ = 0;  // TP all-reduces so far in the current op
+  // Buckets: per launch order, a gate and the comm stream's record.
+  std::vector<GateId> gates_;
+  std::vector<BucketRecord> buckets_;  // written by the comm stream before its gate's Signal
+  std::vector<bool> launched_;
+  Nanos comm_prev_end_{0};             // comm stream only
+  std::vector<int> comm_waiting_;      // comm stream only: whom its current bucket waits for
+  // Failure bookkeeping.
+  int cur_step_ = -1, cur_op_ = -1;
+  std::vector<int> waiting_;
+  int backup_step_ = -1;
+  std::vector<std::vector<float>> backup_params_;
+  std::vector<std::unique_ptr<Optimizer>> backup_opt_;
+};
+
+}  // namespace rp::schedule

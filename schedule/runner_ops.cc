@@ -1,0 +1,442 @@
+// DeviceRunner's op functions: compute passes (layer by layer, TP all-reduces, bucket launches),
+// p2p sends and receives, the comm stream's buckets and the optimizer step. See runner.h.
+#include <algorithm>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/model/kernels.h"
+#include "runtime/status_macros.h"
+#include "schedule/runner.h"
+
+namespace rp::schedule {
+namespace {
+
+std::chrono::nanoseconds CommTimeout(const ExecutorOptions& o) {
+  return o.virtual_time ? std::chrono::nanoseconds(std::chrono::hours(24))
+                        : 10 * o.watchdog_timeout;
+}
+
+uint64_t FlowId(int src_rank, uint64_t ticket) {
+  return (static_cast<uint64_t>(src_rank) + 1) << 40 | (ticket & ((uint64_t{1} << 40) - 1));
+}
+
+absl::Status WithSite(const absl::Status& s, const Coord& c, int rank, int step, const Op& op,
+                      int peer_rank) {
+  if (s.ok()) return s;
+  return absl::Status(
+      s.code(), absl::StrCat("rank ", rank, " (dp ", c.dp, ", pp ", c.pp, ", tp ", c.tp,
+                             ") step ", step, " op ", ToString(op),
+                             peer_rank >= 0 ? absl::StrCat(" peer rank ", peer_rank) : "", ": ",
+                             s.message()));
+}
+
+std::vector<WaitSpan> Spans(const std::vector<comm::CollectiveResult::Span>& spans) {
+  std::vector<WaitSpan> out;
+  out.reserve(spans.size());
+  for (const auto& sp : spans) out.push_back({sp.start, sp.end, sp.peer});
+  return out;
+}
+
+// The measured split of a wait [wall_start, wall_end) on the step's measured axis against modeled
+// spans mapped onto it (modeled t sits at t − step_start).
+WaitSplit SplitWallBySpans(Nanos wall_start, Nanos wall_end, std::vector<WaitSpan> spans,
+                           Nanos step_start) {
+  for (WaitSpan& sp : spans) {
+    sp.start -= step_start;
+    sp.end -= step_start;
+  }
+  return SplitBySpans(wall_start, wall_end, spans);
+}
+
+}  // namespace
+
+absl::Status DeviceRunner::Compute(int step, int op_index, const Op& op) {
+  const ExecutionPlan& plan = *ctx_->plan;
+  const int K = ctx_->options->program.num_model_stages();
+  const int k = plan.Chunk(coord_.pp, op.chunk).model_stage;
+  MlpStage& stage = *stages_[static_cast<size_t>(op.chunk)];
+  const float grad_scale = 1.0f / static_cast<float>(ctx_->layout.global_batch());
+  const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
+  auto kernel_fault = [&] {
+    if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
+      (void)InjectedFault(step, op_index, op, *fault);  // throws
+    }
+  };
+  auto site_err = [&](const absl::Status& s) { return WithSite(s, coord_, rank_, step, op, -1); };
+  switch (op.kind) {
+    case OpKind::kForward: {
+      Pending in;
+      std::vector<int32_t> labels;
+      const bool last = k == K - 1;
+      if (k == 0 || last) {
+        RP_ASSIGN_OR_RETURN(Batch b, ctx_->data->TrainMicroBatch(ctx_->layout, step, coord_.dp,
+                                                                 op.micro_batch));
+        if (k == 0) in.value = std::move(b.inputs);
+        labels = std::move(b.labels);
+      }
+      if (k > 0) {
+        auto it = acts_.find({op.micro_batch, k});
+        if (it == acts_.end()) {
+          return site_err(absl::FailedPreconditionError("its input activation never arrived"));
+        }
+        in = std::move(it->second);
+        acts_.erase(it);
+      }
+      Tensor out;
+      RP_RETURN_IF_ERROR(RunPass(step, op_index, op, in.ready,
+                                 [&](const TpAllReduceFn& tp, const LayerGradsDoneFn&) -> absl::Status {
+                                   kernel_fault();
+                                   RP_ASSIGN_OR_RETURN(out, stage.Forward(op.micro_batch, in.value, tp));
+                                   if (!last) return absl::OkStatus();
+                                   Tensor dl(out.rows(), out.cols());
+                                   RP_ASSIGN_OR_RETURN(LossStats ls,
+                                                       SoftmaxCrossEntropy(out, labels, grad_scale, dl));
+                                   loss_sum_[static_cast<size_t>(op.micro_batch)] += ls.loss_sum;
+                                   correct_[static_cast<size_t>(op.micro_batch)] += ls.correct;
+                                   dlogits_[op.micro_batch] = std::move(dl);
+                                   return absl::OkStatus();
+                                 }));
+      if (!last) acts_[{op.micro_batch, k + 1}] = Pending{std::move(out), dev_->cursor()};
+      break;
+    }
+    case OpKind::kBackward:
+    case OpKind::kBackwardInput: {
+      Pending dy;
+      if (k == K - 1) {
+        auto it = dlogits_.find(op.micro_batch);
+        if (it == dlogits_.end()) return site_err(absl::FailedPreconditionError("backward before its forward"));
+        dy.value = std::move(it->second);
+        dlogits_.erase(it);
+      } else {
+        auto it = grads_.find({op.micro_batch, k});
+        if (it == grads_.end()) {
+          return site_err(absl::FailedPreconditionError("its output gradient never arrived"));
+        }
+        dy = std::move(it->second);
+        grads_.erase(it);
+      }
+      Tensor dx;
+      RP_RETURN_IF_ERROR(RunPass(step, op_index, op, dy.ready,
+                                 [&](const TpAllReduceFn& tp, const LayerGradsDoneFn& done) -> absl::Status {
+                                   kernel_fault();
+                                   if (op.kind == OpKind::kBackward) {
+                                     RP_ASSIGN_OR_RETURN(dx, stage.Backward(op.micro_batch, dy.value, tp, done));
+                                   } else {
+                                     RP_ASSIGN_OR_RETURN(dx, stage.BackwardInput(op.micro_batch, dy.value, tp));
+                                   }
+                                   return absl::OkStatus();
+                                 }));
+      if (k > 0) grads_[{op.micro_batch, k - 1}] = Pending{std::move(dx), dev_->cursor()};
+      break;
+    }
+    case OpKind::kWeightGrad:
+      RP_RETURN_IF_ERROR(RunPass(step, op_index, op, kZeroTime,
+                                 [&](const TpAllReduceFn&, const LayerGradsDoneFn& done) {
+                                   kernel_fault();
+                                   return stage.BackwardWeight(op.micro_batch, done);
+                                 }));
+      break;
+    default: break;
+  }
+  AccountActivations();
+  return absl::OkStatus();
+}
+
+absl::Status DeviceRunner::RunPass(int step, int op_index, const Op& op, Nanos ready,
+                                   Kernel kernel) {
+  const ExecutionPlan& plan = *ctx_->plan;
+  const ExecutorOptions& o = *ctx_->options;
+  const ChunkPlan& chunk = plan.Chunk(coord_.pp, op.chunk);
+  const int pass = PassIndex(op.kind);
+  const std::vector<PassStep>& steps = chunk.steps[static_cast<size_t>(pass)];
+  const OpInfo info{.name = OpKindName(op.kind), .micro_batch = op.micro_batch, .step = step};
+  RP_ASSIGN_OR_RETURN(const Device::ComputeOp c,
+                      dev_->BeginCompute(info, plan.OpCost(coord_.pp, op.kind), ready));
+  const std::vector<Nanos> durations = StepDurations(chunk, pass, c.duration);
+  const bool launches = o.overlap_grad_allreduce && op_index == chunk.last_grad_op;
+  size_t si = 0;
+  Nanos cursor = c.start, kernel_time{0};
+  Nanos segment_start = c.start, segment_wall = WallNow();
+  auto clock_now = [&] { return ctx_->real_clock ? ctx_->clock->Now() : Nanos(0); };
+  Nanos kernel_clock = clock_now();
+  absl::Status launch_error;
+  auto close_segment = [&](Nanos wall_end) {
+    Record({.kind = IntervalKind::kCompute, .op = op_index, .start = segment_start - step_start_,
+            .end = cursor - step_start_, .wall_start = segment_wall, .wall_end = wall_end});
+  };
+  // Moves the cursor over layer steps up to (excluding) the next TP all-reduce, or through the
+  // step of local layer `through` if >= 0.
+  auto advance = [&](int through) {
+    while (si < steps.size() && steps[si].kind == PassStep::Kind::kLayer) {
+      const PassStep& s = steps[si];
+      cursor += durations[si];
+      ++si;
+      if (launches && s.grads_final) {
+        const int b = chunk.bucket_of_layer[static_cast<size_t>(s.local_layer)];
+        if (b >= 0 && launch_error.ok()) launch_error = LaunchBucket(step, op.chunk, b, cursor);
+      }
+      if (s.local_layer == through) return;
+    }
+  };
+  tp_calls_ = 0;
+  const TpAllReduceFn tp = [&](std::span<float> buffer) -> absl::Status {
+    advance(-1);
+    if (si >= steps.size() || steps[si].kind != PassStep::Kind::kTpAllReduce) {
+      return absl::InternalError("the pass reached a TP all-reduce its plan does not have");
+    }
+    kernel_time += clock_now() - kernel_clock;
+    RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = "TP all-reduce", .step = step}));
+    const Nanos wall0 = WallNow();
+    close_segment(wall0);
+    const std::vector<int> group = plan.TpGroup(rank_);
+    waiting_ = {group[static_cast<size_t>((coord_.tp + o.grid.tp - 1) % o.grid.tp)]};
+    const comm::CollectiveOptions co{
+        .segment_bytes = plan.ring_segment_bytes,
+        .timeout = CommTimeout(o),
+        .model = {.elements = chunk.tp_elements[static_cast<size_t>(pass)][static_cast<size_t>(tp_calls_)],
+                  .step = step,
+                  .reduce_gbps = o.reduce_gbps}};
+    RP_ASSIGN_OR_RETURN(comm::CollectiveResult r,
+                        ctx_->Tp(coord_).rank(coord_.tp).AllReduce(buffer, buffer, co, cursor));
+    waiting_.clear();
+    const Nanos wall1 = WallNow();
+    const WaitSplit w = SplitWallBySpans(wall0, wall1, Spans(r.spans), step_start_);
+    Record({.kind = IntervalKind::kTpAllReduce, .op = op_index, .detail = tp_calls_,
+            .start = cursor - step_start_, .end = r.end - step_start_,
+            .transfer = r.transfer + r.reduce, .peer = r.peer_wait, .comm = r.transfer + r.reduce,
+            .wall_start = wall0, .wall_end = wall1, .wall_transfer = w.transfer,
+            .wall_peer = w.peer});
+    dev_->Trace({.name = "TpAllReduce", .kind = rp::OpKind::kCollective,
+                 .micro_batch = op.micro_batch, .step = step, .bytes = r.modeled_bytes},
+                dev_->WallNow(), dev_->WallNow(), cursor, r.end);
+    cursor = r.end;
+    ++si;
+    ++tp_calls_;
+    segment_start = cursor;
+    segment_wall = wall1;
+    kernel_clock = clock_now();
+    return absl::OkStatus();
+  };
+  const LayerGradsDoneFn done = [&](int local_layer) { advance(local_layer); };
+  RP_RETURN_IF_ERROR(WithSite(kernel(tp, done), coord_, rank_, step, op, -1));
+  advance(-1);
+  RP_RETURN_IF_ERROR(launch_error);
+  if (si != steps.size()) {
+    return absl::InternalError("the pass ended before the TP all-reduces of its plan");
+  }
+  kernel_time += clock_now() - kernel_clock;
+  RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = info.name, .step = step}));
+  RP_RETURN_IF_ERROR(dev_->EndCompute(info, c, cursor, kernel_time));
+  close_segment(WallNow());
+  return absl::OkStatus();
+}
+
+absl::Status DeviceRunner::Send(int step, int op_index, const Op& op) {
+  const int k = ctx_->plan->Chunk(coord_.pp, op.chunk).model_stage;
+  const bool grad = op.kind == OpKind::kSendGrad;
+  const int peer_rank = ctx_->plan->grid.StageRank(rank_, op.peer);
+  auto& store = grad ? grads_ : acts_;
+  auto it = store.find({op.micro_batch, grad ? k - 1 : k + 1});
+  if (it == store.end()) {
+    return WithSite(absl::FailedPreconditionError("nothing to send (op before its compute)"),
+                    coord_, rank_, step, op, peer_rank);
+  }
+  auto buf = std::make_unique<comm::Buffer>(std::move(it->second.value).Release());
+  store.erase(it);
+  const Nanos ready = dev_->cursor();
+  const int64_t w0 = dev_->WallNow();
+  absl::StatusOr<uint64_t> ticket = ctx_->Pipe(coord_, grad).rank(coord_.pp).Send(
+      op.peer, std::move(buf), ready,
+      {.modeled_bytes = op.bytes, .step = step, .timeout = CommTimeout(*ctx_->options)});
+  if (!ticket.ok()) return WithSite(ticket.status(), coord_, rank_, step, op, peer_rank);
+  const Nanos wall = WallNow();
+  Record({.kind = IntervalKind::kSend, .op = op_index, .start = ready - step_start_,
+          .end = ready - step_start_, .wall_start = wall, .wall_end = wall});
+  dev_->Trace({.name = OpKindName(op.kind), .kind = rp::OpKind::kSend, .micro_batch = op.micro_batch,
+               .step = step, .peer = peer_rank, .bytes = op.bytes},
+              w0, dev_->WallNow(), ready, ready, FlowId(rank_, *ticket));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceRunner::Recv(int step, int op_index, const Op& op) {
+  const int k = ctx_->plan->Chunk(coord_.pp, op.chunk).model_stage;
+  const bool grad = op.kind == OpKind::kRecvGrad;
+  const int peer_rank = ctx_->plan->grid.StageRank(rank_, op.peer);
+  const Nanos reached = dev_->cursor();
+  const Nanos wall0 = WallNow();
+  const int64_t w0 = dev_->WallNow();
+  waiting_ = {peer_rank};
+  absl::StatusOr<comm::Received> r = ctx_->Pipe(coord_, grad).rank(coord_.pp).Recv(
+      op.peer, {.step = step, .timeout = CommTimeout(*ctx_->options), .what = OpKindName(op.kind)});
+  if (!r.ok()) return WithSite(r.status(), coord_, rank_, step, op, peer_rank);
+  const Nanos arrival = r->timing.arrival;
+  const Nanos end = std::max(reached, arrival);
+  dev_->AdvanceCursor(end);
+  RP_RETURN_IF_ERROR(WithSite(Sleep(end, {.rank = rank_, .op = OpKindName(op.kind),
+                                          .peer = peer_rank, .step = step,
+                                          .micro_batch = op.micro_batch}),
+                              coord_, rank_, step, op, peer_rank));
+  waiting_.clear();
+  const int rows = ctx_->layout.microbatch_size;
+  const int64_t n = static_cast<int64_t>(r->buffer->size());
+  Tensor t(rows, rows > 0 ? n / rows : 0, std::move(*r->buffer));
+  (grad ? grads_ : acts_)[{op.micro_batch, k}] = Pending{std::move(t), arrival};
+  const Nanos wall1 = WallNow();
+  const WaitSplit e = SplitWait(reached, end, r->timing.ready);
+  const WaitSplit w = SplitWait(wall0, wall1, WallOf(r->timing.ready));
+  Record({.kind = IntervalKind::kRecv, .op = op_index, .start = reached - step_start_,
+          .end = end - step_start_, .transfer = e.transfer, .peer = e.peer,
+          .comm = arrival - r->timing.ready, .wall_start = wall0, .wall_end = wall1,
+          .wall_transfer = w.transfer, .wall_peer = w.peer});
+  dev_->Trace({.name = OpKindName(op.kind), .kind = rp::OpKind::kRecv, .micro_batch = op.micro_batch,
+               .step = step, .peer = peer_rank, .bytes = op.bytes},
+              w0, dev_->WallNow(), reached, end, FlowId(peer_rank, r->ticket));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceRunner::LaunchBucket(int step, int chunk, int bucket, Nanos ready) {
+  const auto& order = ctx_->plan->ranks[static_cast<size_t>(coord_.pp)].bucket_order;
+  const auto it = std::find(order.begin(), order.end(), std::make_pair(chunk, bucket));
+  const int o = static_cast<int>(it - order.begin());
+  launched_[static_cast<size_t>(o)] = true;
+  if (ctx_->options->grid.dp == 1) {  // nothing to reduce: done when ready
+    buckets_[static_cast<size_t>(o)] = BucketRecord{.ready = ready, .start = ready, .end = ready};
+    ctx_->fabric->Signal(gates_[static_cast<size_t>(o)], ready);
+    return absl::OkStatus();
+  }
+  ctx_->fabric->AddWork(ExecutionPlan::CommLp(rank_), ready);
+  dev_->PostComm([this, step, o, chunk, bucket, ready]() -> absl::Status {
+    absl::Status s;
+    try {
+      s = RunBucket(step, o, chunk, bucket, ready);
+    } catch (const std::exception& e) {
+      s = absl::InternalError(absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ", o,
+                                           ": exception on the comm stream: ", e.what()));
+    }
+    if (!s.ok()) {
+      ctx_->NoteError({.rank = rank_, .step = step, .op = -1,
+                       .op_name = absl::StrCat("gradient bucket ", o, " (DP all-reduce)"),
+                       .waiting = comm_waiting_, .status = s});
+    }
+    return s;
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket, Nanos ready) {
+  const ExecutorOptions& o = *ctx_->options;
+  const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
+  const Nanos start = std::max(ready, comm_prev_end_);
+  std::span<float> g = stages_[static_cast<size_t>(chunk)]->grads().subspan(b.grad_offset, b.grad_count);
+  const std::vector<int> group = ctx_->plan->DpGroup(rank_);
+  comm_waiting_ = {group[static_cast<size_t>((coord_.dp + o.grid.dp - 1) % o.grid.dp)]};
+  const int64_t w0 = dev_->WallNow();
+  const Nanos wall0 = WallNow();
+  const comm::CollectiveOptions co{
+      .codec = o.codec,
+      .segment_bytes = ctx_->plan->ring_segment_bytes,
+      .timeout = CommTimeout(o),
+      .error_feedback = o.error_feedback,
+      .model = {.elements = b.modeled_elements, .step = step, .reduce_gbps = o.reduce_gbps}};
+  absl::StatusOr<comm::CollectiveResult> r =
+      ctx_->Dp(coord_).rank(coord_.dp).AllReduce(g, g, co, start);
+  if (!r.ok()) {
+    return absl::Status(r.status().code(),
+                        absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ", order,
+                                     " (DP all-reduce): ", r.status().message()));
+  }
+  comm_waiting_.clear();
+  comm_prev_end_ = r->end;
+  buckets_[static_cast<size_t>(order)] =
+      BucketRecord{.ready = ready, .start = start, .end = r->end, .transfer = r->transfer,
+                   .reduce = r->reduce, .spans = Spans(r->spans), .wall_start_m = wall0,
+                   .wall_end_m = WallNow()};
+  dev_->Trace({.name = "AllReduce", .kind = rp::OpKind::kCollective, .step = step,
+               .bytes = r->modeled_bytes},
+              w0, dev_->WallNow(), start, r->end);
+  // Publishes the record (the fabric's lock orders it before the waiter's read).
+  ctx_->fabric->Signal(gates_[static_cast<size_t>(order)], r->end);
+  ctx_->fabric->FinishWork(ExecutionPlan::CommLp(rank_));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
+  const ExecutionPlan& plan = *ctx_->plan;
+  const RankPlan& rp = plan.ranks[static_cast<size_t>(coord_.pp)];
+  const LpId lp = ExecutionPlan::ComputeLp(rank_);
+  // Buckets not launched inside the backward (without overlap: all of them) start now.
+  for (size_t o = 0; o < rp.bucket_order.size(); ++o) {
+    if (!launched_[o]) {
+      RP_RETURN_IF_ERROR(LaunchBucket(step, rp.bucket_order[o].first, rp.bucket_order[o].second,
+                                      dev_->cursor()));
+    }
+  }
+  const Nanos reached = dev_->cursor();
+  const Nanos wall0 = WallNow();
+  Nanos ar_end = reached;
+  std::vector<WaitSpan> spans;
+  for (size_t o = 0; o < gates_.size(); ++o) {
+    RP_ASSIGN_OR_RETURN(const Nanos end,
+                        ctx_->fabric->AwaitGate(lp, gates_[o],
+                                                {.rank = rank_, .op = "Opt (awaits its gradient buckets)",
+                                                 .step = step}));
+    ctx_->fabric->ResetGate(gates_[o]);
+    ar_end = std::max(ar_end, end);
+    BucketRecord& b = buckets_[o];
+    spans.insert(spans.end(), b.spans.begin(), b.spans.end());
+    Record({.kind = IntervalKind::kGradAllReduce, .op = op_index, .detail = static_cast<int32_t>(o),
+            .start = b.start - step_start_, .end = b.end - step_start_,
+            .comm = b.transfer + b.reduce, .wall_start = b.wall_start_m, .wall_end = b.wall_end_m});
+  }
+  dev_->AdvanceCursor(ar_end);
+  RP_RETURN_IF_ERROR(Sleep(ar_end, {.rank = rank_, .op = "Opt (awaits its gradient buckets)",
+                                    .step = step}));
+  const Nanos wall1 = WallNow();
+  const WaitSplit e = SplitBySpans(reached, ar_end, spans);
+  const WaitSplit w = SplitWallBySpans(wall0, wall1, spans, step_start_);
+  Record({.kind = IntervalKind::kGradWait, .op = op_index, .start = reached - step_start_,
+          .end = ar_end - step_start_, .transfer = e.transfer, .peer = e.peer,
+          .wall_start = wall0, .wall_end = wall1, .wall_transfer = w.transfer, .wall_peer = w.peer});
+  const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
+  const OpInfo info{.name = "Opt", .step = step};
+  const Nanos start = dev_->cursor();
+  const Nanos opt_wall0 = WallNow();
+  absl::StatusOr<Nanos> end = dev_->Compute(info, plan.OpCost(coord_.pp, OpKind::kOptimizerStep),
+                                            ar_end, [&]() -> absl::Status {
+    // Commit protocol: keep the state before the update until the step is committed.
+    backup_params_.resize(stages_.size());
+    backup_opt_.resize(stages_.size());
+    for (size_t ch = 0; ch < stages_.size(); ++ch) {
+      const std::span<const float> w = std::as_const(*stages_[ch]).params();
+      backup_params_[ch].assign(w.begin(), w.end());
+      if (backup_opt_[ch]) {
+        *backup_opt_[ch] = *optimizers_[ch];
+      } else {
+        backup_opt_[ch] = std::make_unique<Optimizer>(*optimizers_[ch]);
+      }
+    }
+    backup_step_ = step;
+    if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
+      (void)InjectedFault(step, op_index, op, *fault);  // throws
+    }
+    for (size_t ch = 0; ch < stages_.size(); ++ch) {
+      RP_RETURN_IF_ERROR(optimizers_[ch]->Step(stages_[ch]->params(), stages_[ch]->grads()));
+    }
+    return absl::OkStatus();
+  });
+  if (!end.ok()) return WithSite(end.status(), coord_, rank_, step, op, -1);
+  Record({.kind = IntervalKind::kCompute, .op = op_index, .start = start - step_start_,
+          .end = *end - step_start_, .wall_start = opt_wall0, .wall_end = WallNow()});
+  return absl::OkStatus();
+}
+
+void DeviceRunner::Rollback() {
+  for (size_t ch = 0; ch < stages_.size(); ++ch) {
+    const std::span<float> w = stages_[ch]->params();
+    std::copy(backup_params_[ch].begin(), backup_params_[ch].end(), w.begin());
+    *optimizers_[ch] = *backup_opt_[ch];
+  }
+  backup_step_ = -1;
+}
+
+}  // namespace rp::schedule

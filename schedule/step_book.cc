@@ -1,0 +1,139 @@
+// The step boundary (executor_impl.h): the last device to finish a step records it — loss,
+// accuracy, replica divergence, each device's metrics on the measured and emulated timelines —
+// while every other device waits at the rendezvous, then picks the next step's modeled start.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/model/kernels.h"
+#include "runtime/status_macros.h"
+#include "schedule/executor_impl.h"
+
+namespace rp::schedule {
+namespace {
+
+// Interval lists are kept for every step while world × steps stays below this, else for the last
+// step only (bounded memory for thousands of devices; see RunResult::timeline_step).
+constexpr int64_t kKeepAllIntervals = 8192;
+
+// Host time to leave every device thread to wake before a real-clock step starts: 1 ms plus 5 µs
+// per device (measured: below that, large layouts start their first ops late).
+Nanos WakeMargin(int world, double time_scale) {
+  return Nanos(static_cast<int64_t>((1e6 + 5e3 * world) / time_scale));
+}
+
+}  // namespace
+
+absl::StatusOr<Nanos> Executor::Impl::OnStepBoundary(Nanos max_end) {
+  const int round = boundary_round++;
+  if (round > 0) RP_RETURN_IF_ERROR(Bookkeep(round - 1));
+  Nanos release = max_end;
+  if (ctx.real_clock != nullptr) {
+    release = std::max(release, ctx.clock->Now() + WakeMargin(plan->grid.world_size(), o.time_scale));
+  }
+  step_start = release;
+  committed = round;  // every device passed the boundary after step round − 1
+  return release;
+}
+
+absl::Status Executor::Impl::Bookkeep(int step) {
+  const ParallelGrid& g = plan->grid;
+  const GridShape s = g.shape();
+  StepRecord rec;
+  rec.step = step;
+  // Loss: Σ_d Σ_j loss_sum(d, j) in (d, j) order, from the last model stage's TP rank 0.
+  const int last_pp = o.program.RankOfModelStage(o.program.num_model_stages() - 1);
+  double loss = 0;
+  int64_t correct = 0;
+  for (int dp = 0; dp < s.dp; ++dp) {
+    const DeviceRunner& x = *runners[static_cast<size_t>(g.RankOf({dp, last_pp, 0}))];
+    for (int j = 0; j < layout.microbatches; ++j) {
+      loss += x.loss_sum()[static_cast<size_t>(j)];
+      correct += x.correct()[static_cast<size_t>(j)];
+    }
+  }
+  const double B = static_cast<double>(layout.global_batch());
+  rec.loss = loss / B;
+  rec.train_accuracy = static_cast<double>(correct) / B;
+  // Divergence: max |w_r − w_0| over replicas, per shard.
+  double div = 0;
+  for (int dp = 1; dp < s.dp; ++dp) {
+    for (int pp = 0; pp < s.pp; ++pp) {
+      for (int tp = 0; tp < s.tp; ++tp) {
+        const auto& a = runners[static_cast<size_t>(g.RankOf({0, pp, tp}))]->stages();
+        const auto& b = runners[static_cast<size_t>(g.RankOf({dp, pp, tp}))]->stages();
+        for (size_t ch = 0; ch < a.size(); ++ch) {
+          const std::span<const float> wa = std::as_const(*a[ch]).params();
+          const std::span<const float> wb = std::as_const(*b[ch]).params();
+          for (size_t i = 0; i < wa.size(); ++i) {
+            const double diff = std::fabs(static_cast<double>(wa[i]) - static_cast<double>(wb[i]));
+            if (!(diff <= div)) div = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
+          }
+        }
+      }
+    }
+  }
+  rec.replica_divergence = div;
+  // Step windows: emulated from the modeled start to the last op end; measured from the step's
+  // start mapped to wall time to the last wall stamp (virtual clock: equal).
+  Nanos emulated_end{0}, measured{0};
+  for (const auto& r : runners) {
+    const DeviceStep& ds = r->steps().back();
+    emulated_end = std::max(emulated_end, ds.emulated_end);
+    measured = std::max(measured, ds.measured_end);
+  }
+  const Nanos emulated = emulated_end - step_start;
+  if (o.virtual_time) measured = emulated;
+  rec.emulated_ms = ToMillis(emulated);
+  rec.measured_ms = ToMillis(measured);
+  std::vector<StepMetrics> m(runners.size());
+  const bool keep = int64_t{g.world_size()} * o.steps <= kKeepAllIntervals || step == o.steps - 1;
+  std::vector<std::vector<OpInterval>> intervals;
+  for (size_t r = 0; r < runners.size(); ++r) {
+    const std::vector<OpInterval>& iv = runners[r]->steps().back().intervals;
+    m[r].emulated = ComputeDeviceMetrics(iv, emulated, Timeline::kEmulated);
+    m[r].measured = ComputeDeviceMetrics(iv, measured, Timeline::kMeasured);
+    if (keep) intervals.push_back(iv);
+  }
+  metrics.push_back(std::move(m));
+  kept.push_back(std::move(intervals));
+  records.push_back(rec);
+  const bool last = step == o.steps - 1;
+  if (last || (o.eval_every > 0 && (step + 1) % o.eval_every == 0)) {
+    RP_RETURN_IF_ERROR(Evaluate(records.back()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
+  const ParallelGrid& g = plan->grid;
+  const int64_t total = o.eval_samples > 0 ? std::min(o.eval_samples, data->size(Split::kTest))
+                                           : data->size(Split::kTest);
+  constexpr int64_t kEvalRows = 512;          // rows per evaluation batch
+  constexpr int kEvalMicroBatch = 1 << 30;    // an id no training micro-batch uses
+  double loss = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < total; begin += kEvalRows) {
+    const int64_t n = std::min(kEvalRows, total - begin);
+    RP_ASSIGN_OR_RETURN(Batch b, data->Slice(Split::kTest, begin, n));
+    Tensor x = std::move(b.inputs);
+    for (int k = 0; k < o.program.num_model_stages(); ++k) {
+      const int pp = o.program.RankOfModelStage(k), ch = o.program.ChunkOfModelStage(k);
+      std::vector<MlpStage*> shards;
+      for (int tp = 0; tp < g.shape().tp; ++tp) {
+        shards.push_back(
+            runners[static_cast<size_t>(g.RankOf({0, pp, tp}))]->stages()[static_cast<size_t>(ch)].get());
+      }
+      RP_ASSIGN_OR_RETURN(x, RunTpGroupSerial(shards, MlpStage::Pass::kInfer, kEvalMicroBatch, x));
+    }
+    RP_ASSIGN_OR_RETURN(LossStats ls, SoftmaxCrossEntropy(x, b.labels, 1.0f, MatrixView{}));
+    loss += ls.loss_sum;
+    correct += ls.correct;
+  }
+  rec.accuracy = total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+  rec.test_loss = total > 0 ? loss / static_cast<double>(total) : 0.0;
+  return absl::OkStatus();
+}
+
+}  // namespace rp::schedule
