@@ -331,6 +331,20 @@ absl::Status Executor::Impl::Build() {
   if (absl::StatusOr<ValidationReport> r = Validate(o.program); !r.ok()) {
     return Invalid("program", std::string(r.status().message()));
   }
+  // [J] Two chunks in a V, two directions and fused F&B ops are predicted but not yet played.
+  {
+    bool fused = false;
+    for (const auto& list : o.program.ranks) {
+      for (const Op& op : list) fused = fused || op.kind == OpKind::kForwardBackward;
+    }
+    if (fused || (!o.program.placement.empty() &&
+                  !(o.program.placement ==
+                    StagePlacement::Loop(o.program.num_ranks, o.program.num_chunks)))) {
+      return absl::UnimplementedError(absl::StrCat(
+          "executor: program: schedule ", ScheduleName(o.program.kind),
+          " (V placement, two directions or fused F&B ops) is not executed yet; `predict` models it"));
+    }
+  }
   P = o.grid.pp;
   D = o.grid.dp;
   T = o.grid.tp;
@@ -760,6 +774,8 @@ absl::Status Executor::Impl::RunStep(Device& dev, Dev& d, int step) {
         }));
         break;
       }
+      case OpKind::kForwardBackward:  // [J] refused by Build
+        return site_err(absl::UnimplementedError("fused F&B ops are not executed yet"));
       case OpKind::kOptimizerStep: {
         Nanos ar_end{0};
         for (size_t b = 0; b < tickets.size(); ++b) {

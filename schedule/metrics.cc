@@ -121,6 +121,7 @@ absl::StatusOr<std::vector<OpInterval>> PredictedIntervals(const Program& prog,
       case OpKind::kBackward:
       case OpKind::kBackwardInput:
       case OpKind::kWeightGrad:
+      case OpKind::kForwardBackward:
         out.push_back({IntervalKind::kCompute, t.start, t.end});
         break;
       case OpKind::kSendAct:

@@ -46,6 +46,14 @@ struct RankCosts {
   Nanos f, b, bi, w, opt;
 };
 
+// [J] Channel of messages into device `l` from its next (or previous) pipeline neighbour: with two
+// chunks per rank (V placement, two directions) a device receives activations (and gradients) from
+// both neighbours, so one FIFO per (receiver, sender side, kind). Both sides compute "the sender is
+// the receiver's next" (with p = 2 the two neighbours are one device and the answer is always yes).
+size_t ChannelIndex(int l, bool from_next, bool grad) {
+  return (static_cast<size_t>(l) * 2 + (from_next ? 1 : 0)) * 2 + (grad ? 1 : 0);
+}
+
 struct Message {
   Nanos arrival;
   Nanos link;  // arrival − the send's start: the wire time plus any wait for the link
@@ -80,7 +88,7 @@ class ReplicaSim {
         op_factors_(op_factors) {
     const int n = prog.num_ranks * tp;
     dev_.assign(n, Dev{});
-    channels_.resize(static_cast<size_t>(n) * 2);
+    channels_.resize(static_cast<size_t>(n) * 4);
     link_free_.assign(static_cast<size_t>(n) * 2, Nanos(0));
     tp_count_.assign(prog.num_ranks, 0);
     tp_max_.assign(prog.num_ranks, Nanos(0));
@@ -113,6 +121,8 @@ class ReplicaSim {
     bool blocked = false;
     bool in_tp = false;
     Nanos busy_fbw{0};
+    Nanos first_compute{-1};  // [J] start of the first F/B/Bi/W/F&B (−1: none yet)
+    Nanos last_compute{0};    // [J] end of the last one
     Nanos busy_base{0};  // busy_fbw without the device's compute factor (for T1)
     int compute_ops = 0;  // compute ops done (the next one's index for compute_op_factor)
     Nanos comm{0};
@@ -152,18 +162,22 @@ class ReplicaSim {
         case OpKind::kForward:
         case OpKind::kBackward:
         case OpKind::kBackwardInput:
-        case OpKind::kWeightGrad: {
+        case OpKind::kWeightGrad:
+        case OpKind::kForwardBackward: {
           const Nanos dur = op.kind == OpKind::kForward    ? c.f
                             : op.kind == OpKind::kBackward ? c.b
                             : op.kind == OpKind::kWeightGrad ? c.w
-                                                             : c.bi;
+                            : op.kind == OpKind::kForwardBackward ? c.f + c.b  // [J] fused F&B
+                                                                  : c.bi;
           const double f = op_factors_ == nullptr
                                ? factors_[l]
                                : (*op_factors_)[static_cast<size_t>(l)][static_cast<size_t>(d.compute_ops)];
           ++d.compute_ops;
           const Nanos scaled = ScaleCost(dur, f);
           tl[d.pc] = {d.t, d.t + scaled};
+          if (d.first_compute < Nanos(0)) d.first_compute = d.t;  // [J]
           d.t += scaled;
+          d.last_compute = d.t;  // [J]
           d.busy_fbw += scaled;
           d.busy_base += dur;
           break;
@@ -180,14 +194,18 @@ class ReplicaSim {
           Nanos& free_at = link_free_[static_cast<size_t>(l) * 2 + (to_next ? 0 : 1)];
           const Nanos arrival = std::max(d.t, free_at) + lp.Duration(op.bytes);
           free_at = arrival;
-          channels_[dst * 2 + (grad ? 1 : 0)].q.push_back(Message{arrival, arrival - d.t});
+          // [J] keyed as the receiver keys it: is this rank the receiver's next neighbour?
+          const bool from_next_at_dst = s == (op.peer + 1) % p;
+          channels_[ChannelIndex(dst, from_next_at_dst, grad)].q.push_back(
+              Message{arrival, arrival - d.t});
           tl[d.pc] = {d.t, arrival};
           Wake(dst);
           break;
         }
         case OpKind::kRecvAct:
         case OpKind::kRecvGrad: {
-          auto& ch = channels_[l * 2 + (op.kind == OpKind::kRecvGrad ? 1 : 0)];
+          const bool from_next = op.peer == (s + 1) % prog_.num_ranks;  // [J]
+          auto& ch = channels_[ChannelIndex(l, from_next, op.kind == OpKind::kRecvGrad)];
           if (ch.head == ch.q.size()) {
             d.blocked = true;
             return absl::OkStatus();
@@ -260,7 +278,7 @@ class ReplicaSim {
   const std::vector<double> factors_;  // per l: compute factor of that device (1 = healthy)
   const std::vector<std::vector<double>>* const op_factors_;  // per l, per compute op; or null
   std::vector<Dev> dev_;
-  std::vector<Channel> channels_;  // [l·2 + (grad ? 1 : 0)]: messages to device l
+  std::vector<Channel> channels_;  // [ChannelIndex(l, from_next, grad)]: messages to device l
   std::vector<Nanos> link_free_;  // [l·2 + (to next ? 0 : 1)]: when that directed link is free
   std::vector<int> tp_count_;
   std::vector<Nanos> tp_max_;
@@ -275,7 +293,9 @@ class ReplicaSim {
 absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid, const CostModel& cost,
                                    const PredictOptions& opts) {
   RP_ASSIGN_OR_RETURN(ValidationReport report, Validate(prog));
-  const int p = prog.num_ranks, v = prog.num_chunks;
+  // [J] a chunk op costs 1 / (chunks per direction) of the rank's StageCost: with two directions
+  // (DualPipe) each chunk is a whole stage of its direction.
+  const int p = prog.num_ranks, v = prog.chunks_per_direction();
   const GridShape shape = grid.shape();
   if (shape.pp != p) {
     return absl::InvalidArgumentError(
@@ -458,6 +478,9 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
       step = std::max(step, end);
       DeviceStats& st = stats[c][l];
       st.busy = d.busy_fbw + opt;
+      st.pipeline_busy = d.busy_fbw;                                              // [J]
+      st.span = d.first_compute < Nanos(0) ? Nanos(0) : d.last_compute - d.first_compute;  // [J]
+      pred.makespan = std::max(pred.makespan, d.last_compute);                    // [J]
       st.comm = d.comm + ar_total[l];
       st.exposed_comm = d.exposed + wait;
       st.peak_in_flight = report.peak_in_flight[s];
@@ -483,6 +506,11 @@ absl::StatusOr<Prediction> Predict(const Program& prog, const ParallelGrid& grid
     st.overlap = st.comm.count() > 0 ? 1.0 - static_cast<double>(st.exposed_comm.count()) /
                                                  static_cast<double>(st.comm.count())
                                      : 1.0;
+    st.makespan_bubble = pred.makespan - st.pipeline_busy;            // [J]
+    st.span_bubble = st.span - st.pipeline_busy;                      // [J]
+    pred.max_span = std::max(pred.max_span, st.span);                 // [J]
+    pred.makespan_bubble = std::max(pred.makespan_bubble, st.makespan_bubble);  // [J]
+    pred.span_bubble = std::max(pred.span_bubble, st.span_bubble);    // [J]
     pred.devices[r] = st;
     t1 += devs[c][l].busy_base;
   }

@@ -88,7 +88,12 @@ struct DeviceStats {
   Nanos exposed_comm{0};
   double overlap = 1;
   int peak_in_flight = 0;             // chunk activations (ValidationReport)
-  uint64_t peak_activation_bytes = 0;  // peak_in_flight × activation_bytes / v
+  uint64_t peak_activation_bytes = 0;  // peak_in_flight × activation_bytes / chunks_per_direction
+  // [J] The pipeline alone: its compute ops F, B, Bi, W and F&B (no all-reduce, no optimizer).
+  Nanos pipeline_busy{0};    // their time
+  Nanos span{0};             // per-rank span: this device's first such op's start to its last one's end
+  Nanos makespan_bubble{0};  // Prediction::makespan − pipeline_busy: idle time with the flush
+  Nanos span_bubble{0};      // span − pipeline_busy: what zero-bubble papers quote
 };
 
 struct Prediction {
@@ -97,6 +102,13 @@ struct Prediction {
   double speedup = 0;           // T1 / step_time
   double efficiency = 0;        // speedup / world size
   std::vector<DeviceStats> devices;  // by global rank
+  // [J] Pipeline makespan and per-rank span (DeviceStats): the makespan is the last F/B/Bi/W/F&B end
+  // over all devices (the step's pipeline part, with its flush: what a user waits for before the
+  // optimizer); the spans are per device. Bubbles: the largest over devices.
+  Nanos makespan{0};
+  Nanos max_span{0};
+  Nanos makespan_bubble{0};
+  Nanos span_bubble{0};
 
   // Timelines are stored once per replica class.
   std::vector<int> class_of_replica;                        // by dp index
