@@ -168,12 +168,15 @@ absl::Status CheckExactlyOnce(const Program& prog) {
         const int idx = k * m + j;
         auto bad = [&](const char* what, int count) {
           return absl::InvalidArgumentError(absl::StrCat(
-              what, " of model stage ", k, prog.num_directions() > 1 ? absl::StrCat(" of direction ", d) : "",
+              what, " of model stage ", k,
+              prog.num_directions() > 1 ? absl::StrCat(" of direction ", d) : "",
               " (rank ", at.rank, " chunk ", at.chunk, "), micro-batch ", j, " appears ", count,
               " times, expected once"));
         };
         if (nf[idx] != 1) return bad("F", nf[idx]);
-        if (nb[idx] + nbi[idx] != 1) return bad(prog.split_backward ? "B or Bi" : "B", nb[idx] + nbi[idx]);
+        if (nb[idx] + nbi[idx] != 1) {
+          return bad(prog.split_backward ? "B or Bi" : "B", nb[idx] + nbi[idx]);
+        }
         if (nbi[idx] == 1 && nw[idx] != 1) return bad("W", nw[idx]);
         if (nbi[idx] == 0 && nw[idx] != 0) {
           return absl::InvalidArgumentError(absl::StrCat(

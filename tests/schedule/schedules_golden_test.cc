@@ -155,7 +155,8 @@ TEST(SchedulesGolden, PeakActivationBytesUseTheChunkSize) {
 std::vector<std::vector<std::pair<Nanos, Nanos>>> ListSimulate(const Program& prog,
                                                                const CostModel& cost, int divisor) {
   const int p = prog.num_ranks, last = prog.num_model_stages() - 1;
-  std::map<std::pair<int, int>, Nanos> f_end, b_end;  // (stage, micro-batch): the micro-batch fixes the direction
+  // (stage, micro-batch): the micro-batch fixes the direction.
+  std::map<std::pair<int, int>, Nanos> f_end, b_end;
   std::vector<size_t> next(p, 0);
   std::vector<Nanos> free_at(p, Nanos(0));
   std::vector<std::vector<std::pair<Nanos, Nanos>>> out(p);
@@ -230,7 +231,8 @@ TEST(SchedulesGolden, UnequalPerRankCostsMatchAnIndependentListSimulation) {
   for (int p : {2, 4, 6}) {
     CostModel cost;
     for (int r = 0; r < p; ++r) {  // every rank different (even ms: a V chunk's half stays integral)
-      cost.stages.push_back({.forward = FromMillis(40 + 6 * r), .backward = FromMillis(70 + 10 * ((r * 7) % p)),
+      cost.stages.push_back({.forward = FromMillis(40 + 6 * r),
+                             .backward = FromMillis(70 + 10 * ((r * 7) % p)),
                              .weight_grad = FromMillis(30 + 2 * r)});
     }
     for (int m : {2 * p, 3 * p}) {
