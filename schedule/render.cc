@@ -9,10 +9,16 @@
 
 namespace rp::schedule {
 namespace {
-std::string Label(const Op& op, int v) {
-  const char* k = op.kind == OpKind::kForward ? "F" : op.kind == OpKind::kWeightGrad ? "W" : "B";
-  std::string s = absl::StrCat(k, op.micro_batch);
-  if (v > 1) s.push_back(static_cast<char>('a' + op.chunk % 26));
+// The cell of compute op `op`: F<mb>, B<mb> (B or Bi), W<mb>, a chunk letter after it when v > 1.
+// An F&B shows its forward part in its first cell and "&" + its backward part in the others.
+std::string Label(const Op& op, int v, bool backward_part = false) {
+  const bool fused_b = op.kind == OpKind::kForwardBackward && backward_part;
+  const char* k = op.kind == OpKind::kForward || (op.kind == OpKind::kForwardBackward && !fused_b)
+                      ? "F"
+                  : op.kind == OpKind::kWeightGrad ? "W"
+                                                   : "B";
+  std::string s = absl::StrCat(fused_b ? "&" : "", k, fused_b ? op.backward_micro_batch : op.micro_batch);
+  if (v > 1) s.push_back(static_cast<char>('a' + (fused_b ? op.backward_chunk : op.chunk) % 26));
   return s;
 }
 }  // namespace
@@ -36,7 +42,7 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
     for (size_t i = 0; i < prog.ranks[s].size(); ++i) {
       if (!IsCompute(prog.ranks[s][i].kind)) continue;
       slots = std::max<int64_t>(slots, (timelines[s][i].end.count() + slot.count() - 1) / slot.count());
-      width = std::max(width, Label(prog.ranks[s][i], prog.num_chunks).size());
+      width = std::max(width, Label(prog.ranks[s][i], prog.num_chunks, true).size());
     }
   }
   if (slots > 100000) return absl::InvalidArgumentError("RenderTimeline: more than 100000 slots");
@@ -52,7 +58,7 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
       if (!IsCompute(op.kind)) continue;
       const int64_t a = timelines[s][i].start.count() / slot.count();
       const int64_t b = (timelines[s][i].end.count() + slot.count() - 1) / slot.count();
-      for (int64_t c = a; c < b; ++c) cells[c] = Label(op, prog.num_chunks);
+      for (int64_t c = a; c < b; ++c) cells[c] = Label(op, prog.num_chunks, c > a);
     }
     std::string row = absl::StrCat("rank ", s);
     row = row + std::string(head.size() - std::min(head.size(), row.size()), ' ');
@@ -65,7 +71,9 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
 
 absl::StatusOr<std::string> RenderSlots(const Program& prog) {
   RP_ASSIGN_OR_RETURN(ParallelGrid grid, ParallelGrid::Create({.dp = 1, .pp = prog.num_ranks, .tp = 1}));
-  const int64_t v = prog.num_chunks;
+  // One slot per chunk op (a chunk op costs 1 / chunks_per_direction of the rank's StageCost); a whole
+  // B takes two in split programs (Bi + W), an F&B its F's and its B's.
+  const int64_t v = prog.chunks_per_direction();
   StageCost unit{.forward = Nanos(v), .backward = Nanos(prog.split_backward ? 2 * v : v),
                  .weight_grad = Nanos(prog.split_backward ? v : 0)};
   RP_ASSIGN_OR_RETURN(Prediction pred, Predict(prog, grid, CostModel::Uniform(unit)));
