@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "schedule/generators.h"
+#include "schedule/orders.h"
 #include "schedule/program.h"
 
 namespace rp::schedule {
@@ -119,6 +120,23 @@ TEST(ScheduleOrder, ZeroBubbleH2IsSailSgsHandSchedule) {
         Repeat(want, m - ws, "W0");
         EXPECT_EQ(Tokens(*prog, r), want) << "p=" << p << " m=" << m << " rank " << r;
         ExpectMicroBatchOrder(*prog, r);
+      }
+    }
+  }
+}
+
+TEST(ScheduleOrder, ZeroBubbleH1IsTheHandScheduleWithOneWarmUpForwardPerRank) {
+  // get_hand_schedule(warmup_c = 1) asserts n >= 2p; our ZB-H1 (1F1B's order, W(k − r) after Bi(k))
+  // is the same list there and also serves m < p.
+  for (int p = 1; p <= 6; ++p) {
+    for (int m = p; m <= 3 * p; ++m) {
+      const ComputeOrder h1 = ZeroBubbleH1Order(p, m), hand = HandZeroBubbleOrder(p, m, 1);
+      for (int r = 0; r < p; ++r) {
+        ASSERT_EQ(h1[r].size(), hand[r].size()) << "p=" << p << " m=" << m << " rank " << r;
+        for (size_t i = 0; i < h1[r].size(); ++i) {
+          EXPECT_EQ(h1[r][i].kind, hand[r][i].kind);
+          EXPECT_EQ(h1[r][i].mb, hand[r][i].mb);
+        }
       }
     }
   }
