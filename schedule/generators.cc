@@ -1,22 +1,22 @@
 #include "schedule/generators.h"
 
 #include <algorithm>
+#include <array>
+#include <deque>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+#include "schedule/orders.h"
 
 namespace rp::schedule {
 namespace {
 
-// A compute op before wiring: kind, micro-batch, chunk.
-struct Compute {
-  OpKind kind;
-  int mb;
-  int chunk;
-};
-using Order = std::vector<std::vector<Compute>>;  // per pipeline rank
+using Order = ComputeOrder;
+using Compute = ComputeOp;
 
 absl::Status CheckCommon(const PipelineOptions& o, const char* who) {
   if (o.num_ranks < 1) {
@@ -47,85 +47,108 @@ absl::Status CheckCommon(const PipelineOptions& o, const char* who) {
   return absl::OkStatus();
 }
 
+// The chunk count a schedule needs: InvalidArgument naming num_chunks otherwise.
+absl::Status NeedChunks(const PipelineOptions& o, const char* who, int chunks, const char* why) {
+  if (o.num_chunks == chunks) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(who, ": num_chunks (v) must be ", chunks, " (", why,
+                                                 "), got ", o.num_chunks));
+}
+
 // Elements [0, n) split into `parts` contiguous parts, the first n % parts one longer.
 uint64_t PartSize(uint64_t n, uint64_t parts, uint64_t i) { return n / parts + (i < n % parts ? 1 : 0); }
 
+// The chunk whose weight gradients of one micro-batch `c` finalizes (B, W, or F&B's backward), or −1.
+int GradientChunk(const Compute& c) {
+  switch (c.kind) {
+    case OpKind::kBackward:
+    case OpKind::kWeightGrad: return c.chunk;
+    case OpKind::kForwardBackward: return c.backward_chunk;
+    default: return -1;
+  }
+}
+
 // Adds sends, receives, TP all-reduces, gradient buckets and the optimizer step around the compute
-// order.
-Program Wire(ScheduleKind kind, const PipelineOptions& o, int v, bool split, const Order& order) {
+// order. A hand-off to a chunk of the same rank needs no message.
+Program Wire(ScheduleKind kind, const PipelineOptions& o, StagePlacement placement, bool split,
+             const Order& order) {
   Program prog;
   prog.kind = kind;
   prog.num_ranks = o.num_ranks;
-  prog.num_chunks = v;
+  prog.num_chunks = placement.num_chunks();
   prog.num_micro_batches = o.num_micro_batches;
   prog.split_backward = split;
+  prog.placement = std::move(placement);
   prog.ranks.resize(o.num_ranks);
-  const int p = o.num_ranks;
-  const int K = p * v;
+  const int p = o.num_ranks, v = prog.num_chunks;
   const uint64_t grad_elems = o.gradient_bytes / 4;
   for (int s = 0; s < p; ++s) {
     std::vector<Op>& ops = prog.ranks[s];
     ops.reserve(order[s].size() * 3 + 8);
-    // The index in order[s] of each chunk's last backward (the op after which its gradients are final).
+    // The index in order[s] of each chunk's last gradient-finalizing op.
     std::vector<int> last_grad(v, -1);
-    const OpKind grad_kind = split ? OpKind::kWeightGrad : OpKind::kBackward;
     for (int i = 0; i < static_cast<int>(order[s].size()); ++i) {
-      if (order[s][i].kind == grad_kind) last_grad[order[s][i].chunk] = i;
+      if (const int c = GradientChunk(order[s][i]); c >= 0) last_grad[c] = i;
     }
     int bucket = 0;
     auto add_buckets = [&](int chunk) {
       const uint64_t chunk_elems = PartSize(grad_elems, v, chunk);
       for (int b = 0; b < o.buckets_per_chunk; ++b) {
-        Op ar{.kind = OpKind::kAllReduce, .micro_batch = -1, .chunk = chunk, .peer = -1,
-              .bucket = bucket++, .bytes = 4 * PartSize(chunk_elems, o.buckets_per_chunk, b)};
-        ops.push_back(ar);
+        ops.push_back(Op{.kind = OpKind::kAllReduce, .micro_batch = -1, .chunk = chunk, .peer = -1,
+                         .bucket = bucket++,
+                         .bytes = 4 * PartSize(chunk_elems, o.buckets_per_chunk, b)});
+      }
+    };
+    // A message of `kind` for (mb, chunk) to or from the holder `other`, unless it is this rank.
+    auto message = [&](OpKind msg_kind, int mb, int chunk, const std::optional<ChunkRef>& other) {
+      if (other.has_value() && other->rank != s) {
+        ops.push_back(Op{.kind = msg_kind, .micro_batch = mb, .chunk = chunk, .peer = other->rank,
+                         .bytes = o.activation_bytes});
+      }
+    };
+    auto recv_act = [&](int mb, int c) { message(OpKind::kRecvAct, mb, c, prog.PrevHolder(s, c)); };
+    auto send_act = [&](int mb, int c) { message(OpKind::kSendAct, mb, c, prog.NextHolder(s, c)); };
+    auto recv_grad = [&](int mb, int c) { message(OpKind::kRecvGrad, mb, c, prog.NextHolder(s, c)); };
+    auto send_grad = [&](int mb, int c) { message(OpKind::kSendGrad, mb, c, prog.PrevHolder(s, c)); };
+    auto tp = [&](int mb, int c) {
+      if (o.tp_allreduce_bytes > 0) {
+        ops.push_back(Op{.kind = OpKind::kTpAllReduce, .micro_batch = mb, .chunk = c,
+                         .bytes = o.tp_allreduce_bytes});
       }
     };
     for (int i = 0; i < static_cast<int>(order[s].size()); ++i) {
       const Compute& c = order[s][i];
-      const int k = c.chunk * p + s;
-      const int prev_rank = (k - 1 + p) % p;  // rank of model stage k−1
-      const int next_rank = (k + 1) % p;      // rank of model stage k+1
-      const bool has_prev = k > 0 && prev_rank != s;
-      const bool has_next = k < K - 1 && next_rank != s;
-      Op op{.kind = c.kind, .micro_batch = c.mb, .chunk = c.chunk};
-      auto tp = [&] {
-        if (o.tp_allreduce_bytes > 0) {
-          ops.push_back(Op{.kind = OpKind::kTpAllReduce, .micro_batch = c.mb, .chunk = c.chunk,
-                           .bytes = o.tp_allreduce_bytes});
-        }
-      };
+      const Op op{.kind = c.kind, .micro_batch = c.mb, .chunk = c.chunk,
+                  .backward_micro_batch = c.backward_mb, .backward_chunk = c.backward_chunk};
       switch (c.kind) {
         case OpKind::kForward:
-          if (has_prev) {
-            ops.push_back(Op{.kind = OpKind::kRecvAct, .micro_batch = c.mb, .chunk = c.chunk,
-                             .peer = prev_rank, .bytes = o.activation_bytes});
-          }
+          recv_act(c.mb, c.chunk);
           ops.push_back(op);
-          tp();
-          if (has_next) {
-            ops.push_back(Op{.kind = OpKind::kSendAct, .micro_batch = c.mb, .chunk = c.chunk,
-                             .peer = next_rank, .bytes = o.activation_bytes});
-          }
+          tp(c.mb, c.chunk);
+          send_act(c.mb, c.chunk);
           break;
         case OpKind::kBackward:
         case OpKind::kBackwardInput:
-          if (has_next) {
-            ops.push_back(Op{.kind = OpKind::kRecvGrad, .micro_batch = c.mb, .chunk = c.chunk,
-                             .peer = next_rank, .bytes = o.activation_bytes});
-          }
+          recv_grad(c.mb, c.chunk);
           ops.push_back(op);
-          tp();
-          if (has_prev) {
-            ops.push_back(Op{.kind = OpKind::kSendGrad, .micro_batch = c.mb, .chunk = c.chunk,
-                             .peer = prev_rank, .bytes = o.activation_bytes});
-          }
+          tp(c.mb, c.chunk);
+          send_grad(c.mb, c.chunk);
+          break;
+        case OpKind::kForwardBackward:
+          recv_act(c.mb, c.chunk);
+          recv_grad(c.backward_mb, c.backward_chunk);
+          ops.push_back(op);
+          tp(c.mb, c.chunk);
+          tp(c.backward_mb, c.backward_chunk);
+          send_act(c.mb, c.chunk);
+          send_grad(c.backward_mb, c.backward_chunk);
           break;
         default:
           ops.push_back(op);
           break;
       }
-      if (grad_elems > 0 && o.overlap_grad_allreduce && last_grad[c.chunk] == i) add_buckets(c.chunk);
+      if (grad_elems > 0 && o.overlap_grad_allreduce) {
+        if (const int g = GradientChunk(c); g >= 0 && last_grad[g] == i) add_buckets(g);
+      }
     }
     if (grad_elems > 0 && !o.overlap_grad_allreduce) {
       for (int c = v - 1; c >= 0; --c) add_buckets(c);
@@ -135,88 +158,109 @@ Program Wire(ScheduleKind kind, const PipelineOptions& o, int v, bool split, con
   return prog;
 }
 
-Order OneFOneBOrder(int p, int m, OpKind backward) {
-  Order order(p);
-  for (int s = 0; s < p; ++s) {
-    const int warmup = std::min(p - s - 1, m);
-    auto& o = order[s];
-    for (int j = 0; j < warmup; ++j) o.push_back({OpKind::kForward, j, 0});
-    for (int i = 0; i < m - warmup; ++i) {
-      o.push_back({OpKind::kForward, warmup + i, 0});
-      o.push_back({backward, i, 0});
+// Megatron's group size N for BuildInterleaved, checked (see PipelineOptions).
+absl::StatusOr<int> InterleavedGroup(const PipelineOptions& o) {
+  const int p = o.num_ranks, m = o.num_micro_batches;
+  if (o.pytorch_rounds) {
+    if (o.microbatch_group != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "BuildInterleaved: microbatch_group (N=", o.microbatch_group,
+          ") must be 0 with pytorch_rounds (PyTorch derives N = m / max(1, m / p))"));
     }
-    for (int j = m - warmup; j < m; ++j) o.push_back({backward, j, 0});
+    return PyTorchMicrobatchGroup(p, m);
   }
-  return order;
+  const int n = o.microbatch_group == 0 ? p : o.microbatch_group;
+  if (n < p || n > m) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BuildInterleaved: microbatch_group (N=", n, ") must be in [p, m] = [", p, ", ",
+                     m, "] (Megatron: num_micro_batches (m=", m, ") must be >= p",
+                     o.microbatch_group == 0 ? "" : " and >= N", ")"));
+  }
+  const int rest = m % n;
+  if (rest != 0 && rest < p) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BuildInterleaved: num_micro_batches (m=", m, ") mod microbatch_group (N=", n, ") is ", rest,
+        "; it must be 0 or at least num_ranks (p=", p, "): a last group shorter than p stalls the ",
+        "pipeline (Megatron); with N = p, m must be a multiple of num_ranks (p=", p, ")"));
+  }
+  return n;
 }
 
 }  // namespace
 
 absl::StatusOr<Program> BuildGPipe(const PipelineOptions& o) {
-  if (auto st = CheckCommon(o, "BuildGPipe"); !st.ok()) return st;
-  Order order(o.num_ranks);
-  for (auto& r : order) {
-    for (int j = 0; j < o.num_micro_batches; ++j) r.push_back({OpKind::kForward, j, 0});
-    for (int j = 0; j < o.num_micro_batches; ++j) r.push_back({OpKind::kBackward, j, 0});
-  }
-  return Wire(ScheduleKind::kGPipe, o, 1, false, order);
+  RP_RETURN_IF_ERROR(CheckCommon(o, "BuildGPipe"));
+  return Wire(ScheduleKind::kGPipe, o, StagePlacement::Loop(o.num_ranks, 1), false,
+              GPipeOrder(o.num_ranks, o.num_micro_batches));
 }
 
 absl::StatusOr<Program> BuildOneFOneB(const PipelineOptions& o) {
-  if (auto st = CheckCommon(o, "BuildOneFOneB"); !st.ok()) return st;
-  return Wire(ScheduleKind::kOneFOneB, o, 1, false,
+  RP_RETURN_IF_ERROR(CheckCommon(o, "BuildOneFOneB"));
+  return Wire(ScheduleKind::kOneFOneB, o, StagePlacement::Loop(o.num_ranks, 1), false,
               OneFOneBOrder(o.num_ranks, o.num_micro_batches, OpKind::kBackward));
 }
 
 absl::StatusOr<Program> BuildInterleaved(const PipelineOptions& o) {
-  if (auto st = CheckCommon(o, "BuildInterleaved"); !st.ok()) return st;
-  const int p = o.num_ranks, m = o.num_micro_batches, v = o.num_chunks;
-  if (m % p != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "BuildInterleaved: num_micro_batches (m=", m, ") must be a multiple of num_ranks (p=", p,
-        "): micro-batches pass through the ", v, " chunks in groups of p"));
-  }
-  // Megatron-LM's order: the k-th forward of a rank is micro-batch (k / (p·v))·p + k % p of chunk
-  // (k / p) % v; the k-th backward the same micro-batch of chunk v − 1 − (k / p) % v.
-  const int total = m * v;
-  auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
-  Order order(p);
-  for (int s = 0; s < p; ++s) {
-    int warmup = m == p ? total : std::min(total, (p - s - 1) * 2 + (v - 1) * p);
-    auto& ord = order[s];
-    auto fwd = [&](int k) { ord.push_back({OpKind::kForward, mb_of(k), (k / p) % v}); };
-    auto bwd = [&](int k) { ord.push_back({OpKind::kBackward, mb_of(k), v - 1 - (k / p) % v}); };
-    for (int k = 0; k < warmup; ++k) fwd(k);
-    for (int k = 0; k < total - warmup; ++k) {
-      fwd(warmup + k);
-      bwd(k);
-    }
-    for (int k = total - warmup; k < total; ++k) bwd(k);
-  }
-  return Wire(ScheduleKind::kInterleaved, o, v, false, order);
+  RP_RETURN_IF_ERROR(CheckCommon(o, "BuildInterleaved"));
+  RP_ASSIGN_OR_RETURN(const int group, InterleavedGroup(o));
+  return Wire(ScheduleKind::kInterleaved, o, StagePlacement::Loop(o.num_ranks, o.num_chunks), false,
+              InterleavedOrder(o.num_ranks, o.num_micro_batches, o.num_chunks, group));
 }
 
 absl::StatusOr<Program> BuildZeroBubble(const PipelineOptions& o) {
-  if (auto st = CheckCommon(o, "BuildZeroBubble"); !st.ok()) return st;
+  RP_RETURN_IF_ERROR(CheckCommon(o, "BuildZeroBubble"));
+  return Wire(ScheduleKind::kZeroBubbleH1, o, StagePlacement::Loop(o.num_ranks, 1), true,
+              ZeroBubbleH1Order(o.num_ranks, o.num_micro_batches));
+}
+
+absl::StatusOr<Program> BuildZeroBubbleH2(const PipelineOptions& o) {
+  RP_RETURN_IF_ERROR(CheckCommon(o, "BuildZeroBubbleH2"));
+  RP_RETURN_IF_ERROR(NeedChunks(o, "BuildZeroBubbleH2", 1, "one stage per rank"));
   const int p = o.num_ranks, m = o.num_micro_batches;
-  // ZB-H1: 1F1B's order of F and B (B = input gradient only); rank s defers its weight gradients by s
-  // micro-batches — W(k − s) right after B(k) — and runs the last min(s + 1, m) W's after its last B.
-  // The last rank thus runs F B F B ... while the gradient chain goes up the pipeline without waiting
-  // for any W, and the deferred W's fill the drain (Qi et al., 2023, Fig. 3).
-  Order order = OneFOneBOrder(p, m, OpKind::kBackwardInput);
-  for (int s = 0; s < p; ++s) {
-    std::vector<Compute> with_w;
-    int next_w = 0;
-    for (const Compute& c : order[s]) {
-      with_w.push_back(c);
-      if (c.kind == OpKind::kBackwardInput && c.mb - s >= 0) {
-        with_w.push_back({OpKind::kWeightGrad, next_w++, 0});
-      }
-    }
-    while (next_w < m) with_w.push_back({OpKind::kWeightGrad, next_w++, 0});
-    order[s] = std::move(with_w);
+  if (m < 2 * p) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BuildZeroBubbleH2: num_micro_batches (m=", m, ") must be >= 2 x num_ranks (2p=", 2 * p,
+        "): rank 0 warms up with 2(p - 1) forwards (sail-sg get_hand_schedule asserts m >= 2p)"));
   }
-  return Wire(ScheduleKind::kZeroBubbleH1, o, 1, true, order);
+  return Wire(ScheduleKind::kZeroBubbleH2, o, StagePlacement::Loop(p, 1), true,
+              HandZeroBubbleOrder(p, m, 2));
+}
+
+absl::StatusOr<Program> BuildZeroBubbleV(const PipelineOptions& o) {
+  RP_RETURN_IF_ERROR(CheckCommon(o, "BuildZeroBubbleV"));
+  RP_RETURN_IF_ERROR(NeedChunks(o, "BuildZeroBubbleV", 2, "two stages per rank in a V"));
+  return Wire(ScheduleKind::kZeroBubbleV, o, StagePlacement::V(o.num_ranks), true,
+              ZeroBubbleVOrder(o.num_ranks, o.num_micro_batches));
+}
+
+absl::StatusOr<Program> BuildDualPipeV(const PipelineOptions& o) {
+  RP_RETURN_IF_ERROR(CheckCommon(o, "BuildDualPipeV"));
+  RP_RETURN_IF_ERROR(NeedChunks(o, "BuildDualPipeV", 2, "two stages per rank in a V"));
+  const int p = o.num_ranks, m = o.num_micro_batches;
+  if (m < 2 * p) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BuildDualPipeV: num_micro_batches (m=", m, ") must be >= 2 x num_ranks (2p=", 2 * p,
+        "), as DeepSeek's DualPipeV asserts"));
+  }
+  RP_ASSIGN_OR_RETURN(const Order order, DualPipeVOrder(p, m, o.fused_fb));
+  return Wire(ScheduleKind::kDualPipeV, o, StagePlacement::V(p), true, order);
+}
+
+absl::StatusOr<Program> BuildDualPipe(const PipelineOptions& o) {
+  RP_RETURN_IF_ERROR(CheckCommon(o, "BuildDualPipe"));
+  RP_RETURN_IF_ERROR(NeedChunks(o, "BuildDualPipe", 2, "one stage per direction on every rank"));
+  const int p = o.num_ranks, m = o.num_micro_batches;
+  if (p % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BuildDualPipe: num_ranks (p=", p, ") must be even (the two directions meet in the middle)"));
+  }
+  if (m % 2 != 0 || m < 2 * p) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BuildDualPipe: num_micro_batches (m=", m, ") must be even and >= 2 x num_ranks (2p=", 2 * p,
+        "), as DeepSeek's DualPipe asserts (half of them flow each way)"));
+  }
+  RP_ASSIGN_OR_RETURN(const Order order, DualPipeOrder(p, m, o.fused_fb));
+  return Wire(ScheduleKind::kDualPipe, o, StagePlacement::Bidirectional(p), true, order);
 }
 
 absl::StatusOr<Program> BuildSchedule(ScheduleKind kind, const PipelineOptions& o) {
@@ -225,9 +269,29 @@ absl::StatusOr<Program> BuildSchedule(ScheduleKind kind, const PipelineOptions& 
     case ScheduleKind::kOneFOneB: return BuildOneFOneB(o);
     case ScheduleKind::kInterleaved: return BuildInterleaved(o);
     case ScheduleKind::kZeroBubbleH1: return BuildZeroBubble(o);
+    case ScheduleKind::kZeroBubbleH2: return BuildZeroBubbleH2(o);
+    case ScheduleKind::kZeroBubbleV: return BuildZeroBubbleV(o);
+    case ScheduleKind::kDualPipeV: return BuildDualPipeV(o);
+    case ScheduleKind::kDualPipe: return BuildDualPipe(o);
     case ScheduleKind::kCustom: break;
   }
   return absl::InvalidArgumentError("BuildSchedule: no generator for a custom schedule");
+}
+
+absl::StatusOr<int> PyTorchMicrobatchGroup(int num_ranks, int num_micro_batches) {
+  if (num_ranks < 1 || num_micro_batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("PyTorchMicrobatchGroup: num_ranks (p=", num_ranks,
+                                                   ") and num_micro_batches (m=", num_micro_batches,
+                                                   ") must be >= 1"));
+  }
+  const int rounds = std::max(1, num_micro_batches / num_ranks);
+  if (num_micro_batches % rounds != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BuildInterleaved: num_micro_batches (m=", num_micro_batches,
+        ") must be a multiple of the number of rounds max(1, m / p) = ", rounds,
+        " (PyTorch ScheduleInterleaved1F1B)"));
+  }
+  return num_micro_batches / rounds;
 }
 
 }  // namespace rp::schedule

@@ -16,8 +16,22 @@ const char* IntervalKindName(IntervalKind k) {
     case IntervalKind::kTpAllReduce: return "tp_allreduce";
     case IntervalKind::kGradAllReduce: return "grad_allreduce";
     case IntervalKind::kGradWait: return "grad_wait";
+    case IntervalKind::kOptimizer: return "optimizer";
   }
   return "?";
+}
+
+PipelineFigures ComputePipelineFigures(std::span<DeviceMetrics> devices) {
+  PipelineFigures f;
+  for (const DeviceMetrics& m : devices) f.makespan = std::max(f.makespan, m.pipeline_end);
+  for (DeviceMetrics& m : devices) {
+    m.makespan_bubble = f.makespan - m.pipeline_busy;
+    m.span_bubble = m.span - m.pipeline_busy;
+    f.max_span = std::max(f.max_span, m.span);
+    f.makespan_bubble = std::max(f.makespan_bubble, m.makespan_bubble);
+    f.span_bubble = std::max(f.span_bubble, m.span_bubble);
+  }
+  return f;
 }
 
 WaitSplit SplitWait(Nanos start, Nanos end, Nanos ready) {
@@ -42,10 +56,20 @@ DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_t
                                    Timeline timeline) {
   const bool wall = timeline == Timeline::kMeasured;
   DeviceMetrics m;
+  bool any_compute = false;
   for (const OpInterval& op : ops) {
     const Nanos len = std::max(Nanos(0), wall ? op.wall_end - op.wall_start : op.end - op.start);
     switch (op.kind) {
-      case IntervalKind::kCompute: m.busy += len; break;
+      case IntervalKind::kCompute: {
+        m.busy += len;
+        m.pipeline_busy += len;
+        const Nanos a = wall ? op.wall_start : op.start, b = wall ? op.wall_end : op.end;
+        m.pipeline_start = any_compute ? std::min(m.pipeline_start, a) : a;
+        m.pipeline_end = any_compute ? std::max(m.pipeline_end, b) : b;
+        any_compute = true;
+        break;
+      }
+      case IntervalKind::kOptimizer: m.busy += len; break;
       case IntervalKind::kRecv:
       case IntervalKind::kTpAllReduce:
       case IntervalKind::kGradWait:
@@ -57,6 +81,7 @@ DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_t
       case IntervalKind::kSend: break;
     }
   }
+  m.span = m.pipeline_end - m.pipeline_start;
   m.bubble = step_time - m.busy;
   const double step = static_cast<double>(step_time.count());
   m.bubble_total = step > 0 ? static_cast<double>(m.bubble.count()) / step : 0.0;
@@ -73,7 +98,7 @@ DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_t
 
 absl::StatusOr<Nanos> SingleDeviceTime(const Program& prog, const GridShape& grid,
                                        const CostModel& cost) {
-  const int p = prog.num_ranks, v = prog.num_chunks;
+  const int p = prog.num_ranks, v = prog.chunks_per_direction();
   if (cost.stages.size() != 1 && static_cast<int>(cost.stages.size()) != p) {
     return absl::InvalidArgumentError(absl::StrCat("cost model has ", cost.stages.size(),
                                                    " stage entries, expected 1 or ", p));
@@ -91,6 +116,7 @@ absl::StatusOr<Nanos> SingleDeviceTime(const Program& prog, const GridShape& gri
         case OpKind::kBackward: per_device += c.backward / v; break;
         case OpKind::kBackwardInput: per_device += (c.backward - c.weight_grad) / v; break;
         case OpKind::kWeightGrad: per_device += c.weight_grad / v; break;
+        case OpKind::kForwardBackward: per_device += c.forward / v + c.backward / v; break;
         default: break;
       }
     }

@@ -4,7 +4,8 @@
 // Words. A device's step is a list of OpIntervals, relative to the step start, on two timelines:
 // emulated (the run's modeled times; the predictor fills the same fields for its own timeline) and
 // measured (wall stamps on the device's threads ÷ time scale; on a virtual clock equal to emulated).
-//   kCompute        F, B, Bi, W, the optimizer update (TP all-reduces inside F/B excluded): busy.
+//   kCompute        F, B, Bi, W, F&B (TP all-reduces inside them excluded): busy, the pipeline.
+//   kOptimizer      the optimizer update: busy, not the pipeline.
 //   kRecv           a p2p receive: the device waited from reaching it to the message's arrival.
 //   kTpAllReduce    a TP all-reduce inside F/B, on the compute stream (the device waits it all).
 //   kGradWait       the optimizer's wait for its gradient buckets (compute stream).
@@ -15,7 +16,10 @@
 // dependency). `comm` is the communication time an interval accounts for: a receive's message
 // flight (arrival − its ready time at the sender), a collective's transfer + reduce time.
 // Definitions (per timeline):
-//   busy         Σ compute durations
+//   busy         Σ compute and optimizer durations
+//   pipeline     the compute intervals alone: pipeline_busy = Σ their durations, span = the
+//                device's first one's start to its last one's end (the per-rank span zero-bubble
+//                papers quote); the makespan of a step is the last pipeline end over devices
 //   bubble       step − busy; bubble_total = bubble / step; bubble_ideal = bubble / busy
 //   exposed      Σ transfer parts of the compute stream's waits (receives, TP all-reduces, the
 //                optimizer's wait)
@@ -44,7 +48,9 @@
 
 namespace rp::schedule {
 
-enum class IntervalKind : uint8_t { kCompute, kRecv, kSend, kTpAllReduce, kGradAllReduce, kGradWait };
+enum class IntervalKind : uint8_t {
+  kCompute, kRecv, kSend, kTpAllReduce, kGradAllReduce, kGradWait, kOptimizer
+};
 const char* IntervalKindName(IntervalKind k);  // "compute", "recv", ...
 
 enum class Timeline : uint8_t { kMeasured, kEmulated };
@@ -52,7 +58,9 @@ enum class Timeline : uint8_t { kMeasured, kEmulated };
 struct OpInterval {
   IntervalKind kind = IntervalKind::kCompute;
   int32_t op = -1;      // index of the op in program.ranks[pp] (-1 if none)
-  int32_t detail = -1;  // kGradAllReduce: the bucket (launch order); kTpAllReduce: its index in F/B
+  // kGradAllReduce: the bucket (launch order); kTpAllReduce: its index in the op; kCompute: 1 for
+  // the backward part of an F&B.
+  int32_t detail = -1;
   // Emulated (or predicted) timeline.
   Nanos start{0};
   Nanos end{0};
@@ -68,6 +76,13 @@ struct OpInterval {
 
 struct DeviceMetrics {
   Nanos busy{0};
+  Nanos pipeline_busy{0};
+  Nanos pipeline_start{0};  // the first compute interval's start (0 if none)
+  Nanos pipeline_end{0};    // the last one's end
+  Nanos span{0};            // pipeline_end − pipeline_start
+  // With the step's makespan (the last pipeline end over devices, see PipelineFigures):
+  Nanos makespan_bubble{0};  // makespan − pipeline_busy: idle time with the flush
+  Nanos span_bubble{0};      // span − pipeline_busy: what zero-bubble papers quote
   Nanos bubble{0};
   double bubble_total = 0;
   double bubble_ideal = 0;
@@ -80,6 +95,17 @@ struct DeviceMetrics {
 // The metrics of one device's step of length `step_time` on `timeline`.
 DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_time,
                                    Timeline timeline);
+
+// The pipeline figures of a step over its devices: the makespan (last pipeline end), the largest
+// per-rank span, and the largest bubbles of each kind; fills each device's makespan_bubble and
+// span_bubble.
+struct PipelineFigures {
+  Nanos makespan{0};
+  Nanos max_span{0};
+  Nanos makespan_bubble{0};
+  Nanos span_bubble{0};
+};
+PipelineFigures ComputePipelineFigures(std::span<DeviceMetrics> devices);
 
 // Splits a wait [start, end) for data that was ready at its sender at `ready`: the part before
 // `ready` is peer wait, the rest transfer. Returns {transfer, peer}.

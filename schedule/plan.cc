@@ -48,8 +48,15 @@ std::vector<ModeledSizes> SizesOf(const Program& prog, int pp) {
     ModeledSizes& s = sizes[static_cast<size_t>(op.chunk)];
     if (op.kind == OpKind::kAllReduce) s.grad_bytes += op.bytes;
     if (op.kind == OpKind::kTpAllReduce && i > 0) {
-      const int pass = PassIndex(ops[i - 1].kind);
-      if (pass >= 0) s.tp_bytes[static_cast<size_t>(pass)] = op.bytes;
+      const Op& prev = ops[i - 1];
+      if (prev.kind == OpKind::kForwardBackward) {
+        // One kTpAllReduce after an F&B carries both parts' bytes (the F's; the B's is the same
+        // size per layer in this model).
+        s.tp_bytes[0] = op.bytes;
+        sizes[static_cast<size_t>(prev.backward_chunk)].tp_bytes[1] = op.bytes;
+      } else if (const int pass = PassIndex(prev.kind); pass >= 0) {
+        s.tp_bytes[static_cast<size_t>(pass)] = op.bytes;
+      }
     }
   }
   return sizes;
@@ -129,6 +136,7 @@ int PassIndex(OpKind kind) {
 Nanos ExecutionPlan::OpCost(int pp, OpKind kind) const {
   const RankPlan& r = ranks[static_cast<size_t>(pp)];
   if (kind == OpKind::kOptimizerStep) return r.optimizer_cost;
+  if (kind == OpKind::kForwardBackward) return r.op_cost[0] + r.op_cost[1];
   const int p = PassIndex(kind);
   return p < 0 ? Nanos(0) : r.op_cost[static_cast<size_t>(p)];
 }
@@ -167,6 +175,7 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
     return Invalid("program", std::string(r.status().message()));
   }
   const int P = o.grid.pp, V = o.program.num_chunks;
+  const int per_direction = o.program.chunks_per_direction();
   if (o.cost.stages.size() != 1 && static_cast<int>(o.cost.stages.size()) != P) {
     return Invalid("cost", absl::StrCat("has ", o.cost.stages.size(),
                                         " stage entries, expected 1 or pp = ", P));
@@ -185,7 +194,8 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
   ExecutionPlan plan{.options = o, .grid = *grid};
   plan.v = V;
   {
-    absl::StatusOr<ModelPartition> part = PartitionMlp(o.model, P * V, o.grid.tp, o.layers_per_stage);
+    absl::StatusOr<ModelPartition> part =
+        PartitionMlp(o.model, o.program.num_model_stages(), o.grid.tp, o.layers_per_stage);
     if (!part.ok()) return Invalid("model", std::string(part.status().message()));
     plan.partition = *part;
   }
@@ -193,8 +203,10 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
   for (int pp = 0; pp < P; ++pp) {
     RankPlan& r = plan.ranks[static_cast<size_t>(pp)];
     const StageCost& c = o.cost.Of(pp);
-    r.op_cost = {c.forward / V, c.backward / V, (c.backward - c.weight_grad) / V,
-                 c.weight_grad / V};
+    // A chunk op costs 1 / (chunks per direction) of the rank's stage cost (a DualPipe chunk is a
+    // whole stage of its direction).
+    r.op_cost = {c.forward / per_direction, c.backward / per_direction,
+                 (c.backward - c.weight_grad) / per_direction, c.weight_grad / per_direction};
     r.optimizer_cost = c.optimizer;
     const std::vector<ModeledSizes> sizes = SizesOf(o.program, pp);
     for (int ch = 0; ch < V; ++ch) {
@@ -203,12 +215,15 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
       if (!chunk.ok()) return Invalid("model", std::string(chunk.status().message()));
       r.chunks.push_back(*std::move(chunk));
     }
-    // The op after which each chunk's gradients are final, and the buckets' launch order.
-    const OpKind grad_kind = o.program.split_backward ? OpKind::kWeightGrad : OpKind::kBackward;
+    // The op after which each chunk's gradients are final (its last B, W, or F&B whose backward
+    // part is that chunk), and the buckets' launch order.
     const std::vector<Op>& ops = o.program.ranks[static_cast<size_t>(pp)];
-    std::vector<int> order_of_chunk;
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].kind == grad_kind) r.chunks[static_cast<size_t>(ops[i].chunk)].last_grad_op = static_cast<int>(i);
+      const Op& op = ops[i];
+      int chunk = -1;
+      if (op.kind == OpKind::kBackward || op.kind == OpKind::kWeightGrad) chunk = op.chunk;
+      if (op.kind == OpKind::kForwardBackward) chunk = op.backward_chunk;
+      if (chunk >= 0) r.chunks[static_cast<size_t>(chunk)].last_grad_op = static_cast<int>(i);
     }
     std::vector<int> chunks(static_cast<size_t>(V));
     for (int ch = 0; ch < V; ++ch) chunks[static_cast<size_t>(ch)] = ch;

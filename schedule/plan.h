@@ -53,7 +53,7 @@ namespace rp::schedule {
 
 // The four compute passes of a chunk, in the order of ChunkPlan::steps.
 inline constexpr int kNumPasses = 4;
-// F → 0, B → 1, Bi → 2, W → 3; -1 for non-compute ops.
+// F → 0, B → 1, Bi → 2, W → 3; -1 for other ops (an F&B is an F pass then a B pass).
 int PassIndex(OpKind kind);
 
 struct LayerPlan {
@@ -80,7 +80,9 @@ struct ChunkPlan {
   // Modeled FP32 elements of each TP all-reduce of a pass (its kTpAllReduce steps in order).
   std::array<std::vector<uint64_t>, kNumPasses> tp_elements;
   std::vector<BucketPlan> buckets;  // in launch order (reverse layer order)
-  int last_grad_op = -1;            // op index (in the rank's list) after which grads are final
+  // Op index (in the rank's list) after which its gradients are final: its last B, W, or F&B whose
+  // backward part is this chunk.
+  int last_grad_op = -1;
   // For each local layer: the bucket it completes (its lowest layer), else -1.
   std::vector<int> bucket_of_layer;
 };
@@ -134,7 +136,7 @@ struct ExecutionPlan {
   std::vector<int> PipelineGroup(int rank) const { return grid.PpGroup(rank); }
   std::vector<int> TpGroup(int rank) const { return grid.TpGroup(rank); }
   std::vector<int> DpGroup(int rank) const { return grid.DpGroup(rank); }
-  // The modeled duration of the `index`-th compute op kind `kind` of pipeline rank pp, fault-free.
+  // The fault-free modeled duration of an op of kind `kind` on pipeline rank pp (F&B: F + B).
   Nanos OpCost(int pp, OpKind kind) const;
 };
 

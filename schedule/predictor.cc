@@ -120,9 +120,15 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
     const int peak = report.peak_in_flight[static_cast<size_t>(c.pp)];
     pred.peak_in_flight[static_cast<size_t>(r)] = peak;
     pred.peak_activation_bytes[static_cast<size_t>(r)] =
-        static_cast<uint64_t>(peak) * (plan.options.cost.Of(c.pp).activation_bytes /
-                                       static_cast<uint64_t>(plan.v));
+        static_cast<uint64_t>(peak) *
+        (plan.options.cost.Of(c.pp).activation_bytes /
+         static_cast<uint64_t>(plan.options.program.chunks_per_direction()));
   }
+  const PipelineFigures pf = ComputePipelineFigures(pred.devices);
+  pred.makespan = pf.makespan;
+  pred.max_span = pf.max_span;
+  pred.makespan_bubble = pf.makespan_bubble;
+  pred.span_bubble = pf.span_bubble;
   RP_ASSIGN_OR_RETURN(pred.single_device_time,
                       SingleDeviceTime(plan.options.program, shape, plan.options.cost));
   const Scaling sc = ComputeScaling(pred.single_device_time, pred.step_time, world);

@@ -62,6 +62,13 @@ struct Prediction {
   double speedup = 0;
   double efficiency = 0;
   std::vector<DeviceMetrics> devices;          // by global rank (predicted timeline)
+  // The pipeline alone (F, B, Bi, W, F&B; no all-reduce, no optimizer): makespan (the last
+  // pipeline end over devices: what a user waits for before the optimizer, with the flush), the
+  // largest per-rank span, and the largest bubbles of each kind (schedule/metrics.h).
+  Nanos makespan{0};
+  Nanos max_span{0};
+  Nanos makespan_bubble{0};
+  Nanos span_bubble{0};
   std::vector<uint64_t> modeled_wire_bytes;    // by global rank: bytes the fabric timed
   std::vector<int> peak_in_flight;             // by global rank (chunk activations)
   std::vector<uint64_t> peak_activation_bytes;  // by global rank (modeled)

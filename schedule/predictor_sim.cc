@@ -154,6 +154,7 @@ absl::Status Simulation::AdvanceCompute(int dev) {
       case OpKind::kBackward:
       case OpKind::kBackwardInput:
       case OpKind::kWeightGrad:
+      case OpKind::kForwardBackward:
         if (!d.in_pass) BeginPass(d, op);
         if (!StepPass(dev, op)) return absl::OkStatus();
         d.in_pass = false;
@@ -204,28 +205,59 @@ absl::Status Simulation::AdvanceCompute(int dev) {
 }
 
 void Simulation::BeginPass(Device& d, const Op& op) {
-  const ChunkPlan& chunk = plan_.Chunk(d.coord.pp, op.chunk);
   const int K = plan_.options.program.num_model_stages();
-  const int k = chunk.model_stage;
+  const RankPlan& rp = plan_.ranks[static_cast<size_t>(d.coord.pp)];
+  const bool has_f = op.kind == OpKind::kForward || op.kind == OpKind::kForwardBackward;
+  const bool has_b = op.kind != OpKind::kForward;
+  const OpKind b_kind = op.kind == OpKind::kForwardBackward ? OpKind::kBackward : op.kind;
+  const int b_chunk = op.kind == OpKind::kForwardBackward ? op.backward_chunk : op.chunk;
+  const int b_mb = op.kind == OpKind::kForwardBackward ? op.backward_micro_batch : op.micro_batch;
   Nanos ready{0};
-  if (op.kind == OpKind::kForward && k > 0) {
-    auto it = d.act_ready.find({op.micro_batch, k});
-    if (it != d.act_ready.end()) {
-      ready = it->second;
-      d.act_ready.erase(it);
+  d.parts.clear();
+  std::vector<Nanos> bases;
+  if (has_f) {
+    const int k = plan_.Chunk(d.coord.pp, op.chunk).model_stage;
+    if (k > 0) {
+      auto it = d.act_ready.find({op.micro_batch, k});
+      if (it != d.act_ready.end()) {
+        ready = std::max(ready, it->second);
+        d.act_ready.erase(it);
+      }
     }
-  } else if ((op.kind == OpKind::kBackward || op.kind == OpKind::kBackwardInput) && k < K - 1) {
-    auto it = d.grad_ready.find({op.micro_batch, k});
-    if (it != d.grad_ready.end()) {
-      ready = it->second;
-      d.grad_ready.erase(it);
-    }
+    d.parts.push_back({.pass = 0, .chunk = op.chunk});
+    bases.push_back(rp.op_cost[0]);
   }
+  if (has_b) {
+    const int k = plan_.Chunk(d.coord.pp, b_chunk).model_stage;
+    if (b_kind != OpKind::kWeightGrad && k < K - 1) {
+      auto it = d.grad_ready.find({b_mb, k});
+      if (it != d.grad_ready.end()) {
+        ready = std::max(ready, it->second);
+        d.grad_ready.erase(it);
+      }
+    }
+    const int pass = PassIndex(b_kind);
+    d.parts.push_back({.pass = pass, .chunk = b_chunk,
+                       .detail = op.kind == OpKind::kForwardBackward ? 1 : -1});
+    bases.push_back(rp.op_cost[static_cast<size_t>(pass)]);
+  }
+  // One fault draw for the whole op; the parts cut its duration by their costs (as RunParts).
+  Nanos base{0};
+  for (Nanos b : bases) base += b;
   const double factor = FactorOf(d, d.compute_ops++);
-  d.op_duration = ScaleDuration(plan_.OpCost(d.coord.pp, op.kind), factor);
-  d.durations = StepDurations(chunk, PassIndex(op.kind), d.op_duration);
+  const Nanos duration = ScaleDuration(base, factor);
+  uint64_t done = 0;
+  Nanos prev{0};
+  for (size_t i = 0; i < d.parts.size(); ++i) {
+    done += static_cast<uint64_t>(bases[i].count());
+    const Nanos share = ShareEnd(duration, done, static_cast<uint64_t>(base.count()));
+    d.parts[i].durations = StepDurations(plan_.Chunk(d.coord.pp, d.parts[i].chunk), d.parts[i].pass,
+                                         share - prev);
+    prev = share;
+  }
   d.cursor = std::max(d.cursor, ready);
-  d.op_start = d.segment_start = d.cursor;
+  d.segment_start = d.cursor;
+  d.part_index = 0;
   d.step_index = 0;
   d.tp_calls = 0;
   d.in_pass = true;
@@ -233,58 +265,74 @@ void Simulation::BeginPass(Device& d, const Op& op) {
 
 bool Simulation::StepPass(int dev, const Op& op) {
   Device& d = devs_[static_cast<size_t>(dev)];
-  const ChunkPlan& chunk = plan_.Chunk(d.coord.pp, op.chunk);
-  const int pass = PassIndex(op.kind);
-  const std::vector<PassStep>& steps = chunk.steps[static_cast<size_t>(pass)];
-  const bool launches =
-      plan_.options.overlap_grad_allreduce && static_cast<int>(d.pc) == chunk.last_grad_op;
   const int32_t oi = static_cast<int32_t>(d.pc);
-  while (d.step_index < steps.size()) {
-    const PassStep& s = steps[d.step_index];
-    if (s.kind == PassStep::Kind::kLayer) {
-      d.cursor += d.durations[d.step_index];
-      ++d.step_index;
-      if (launches && s.grads_final) {
-        const int b = chunk.bucket_of_layer[static_cast<size_t>(s.local_layer)];
-        if (b >= 0) LaunchBucket(dev, op.chunk, b, d.cursor);
+  while (d.part_index < d.parts.size()) {
+    const Device::Part& part = d.parts[d.part_index];
+    const ChunkPlan& chunk = plan_.Chunk(d.coord.pp, part.chunk);
+    const std::vector<PassStep>& steps = chunk.steps[static_cast<size_t>(part.pass)];
+    const bool launches =
+        plan_.options.overlap_grad_allreduce && static_cast<int>(d.pc) == chunk.last_grad_op;
+    while (d.step_index < steps.size()) {
+      const PassStep& s = steps[d.step_index];
+      if (s.kind == PassStep::Kind::kLayer) {
+        d.cursor = SaturatingAdd(d.cursor, part.durations[d.step_index]);
+        ++d.step_index;
+        if (launches && s.grads_final) {
+          const int b = chunk.bucket_of_layer[static_cast<size_t>(s.local_layer)];
+          if (b >= 0) LaunchBucket(dev, part.chunk, b, d.cursor);
+        }
+        continue;
       }
-      continue;
+      if (!d.tp_ring) {
+        Record(d, {.kind = IntervalKind::kCompute, .op = oi, .detail = part.detail,
+                   .start = d.segment_start, .end = d.cursor});
+        const std::vector<int> group = plan_.TpGroup(d.rank);
+        const int T = static_cast<int>(group.size()), pos = d.coord.tp;
+        const int next = group[static_cast<size_t>((pos + 1) % T)];
+        const int prev = group[static_cast<size_t>((pos + T - 1) % T)];
+        const TimedShape shape = TimedShape::Ring(
+            T, chunk.tp_elements[static_cast<size_t>(part.pass)][static_cast<size_t>(d.tp_calls)],
+            plan_.ring_segment_bytes / 4, comm::Codec::kFp32, plan_.options.reduce_gbps);
+        d.tp_ring.emplace(Ring{.timer = RingTimer(TimedKind::kAllReduce, shape, T, pos, 0, d.cursor),
+                               .send_channel = ChannelFor(kTpRing, d.rank, next),
+                               .recv_channel = ChannelFor(kTpRing, prev, d.rank),
+                               .src_device = plan_.grid.DeviceOf(d.rank),
+                               .dst_device = plan_.grid.DeviceOf(next),
+                               .ingress_device = -1,
+                               .start = d.cursor});
+        for (const RingTimer::Post& p : d.tp_ring->timer.Begin()) {
+          PostRing(LpOf(dev, 0), *d.tp_ring, p);
+        }
+      }
+      if (!PumpRing(LpOf(dev, 0), *d.tp_ring)) return false;
+      const RingTimer& t = d.tp_ring->timer;
+      Record(d, {.kind = IntervalKind::kTpAllReduce, .op = oi, .detail = d.tp_calls,
+                 .start = d.tp_ring->start, .end = t.end(), .transfer = t.transfer() + t.reduce(),
+                 .peer = t.peer_wait(), .comm = t.transfer() + t.reduce()});
+      d.cursor = t.end();
+      d.tp_ring.reset();
+      ++d.step_index;
+      ++d.tp_calls;
+      d.segment_start = d.cursor;
     }
-    if (!d.tp_ring) {
-      Record(d, {.kind = IntervalKind::kCompute, .op = oi, .start = d.segment_start, .end = d.cursor});
-      const std::vector<int> group = plan_.TpGroup(d.rank);
-      const int T = static_cast<int>(group.size()), pos = d.coord.tp;
-      const int next = group[static_cast<size_t>((pos + 1) % T)];
-      const int prev = group[static_cast<size_t>((pos + T - 1) % T)];
-      const TimedShape shape = TimedShape::Ring(
-          T, chunk.tp_elements[static_cast<size_t>(pass)][static_cast<size_t>(d.tp_calls)],
-          plan_.ring_segment_bytes / 4, comm::Codec::kFp32, plan_.options.reduce_gbps);
-      d.tp_ring.emplace(Ring{.timer = RingTimer(TimedKind::kAllReduce, shape, T, pos, 0, d.cursor),
-                             .send_channel = ChannelFor(kTpRing, d.rank, next),
-                             .recv_channel = ChannelFor(kTpRing, prev, d.rank),
-                             .src_device = plan_.grid.DeviceOf(d.rank),
-                             .dst_device = plan_.grid.DeviceOf(next),
-                             .ingress_device = -1,
-                             .start = d.cursor});
-      for (const RingTimer::Post& p : d.tp_ring->timer.Begin()) PostRing(LpOf(dev, 0), *d.tp_ring, p);
-    }
-    if (!PumpRing(LpOf(dev, 0), *d.tp_ring)) return false;
-    const RingTimer& t = d.tp_ring->timer;
-    Record(d, {.kind = IntervalKind::kTpAllReduce, .op = oi, .detail = d.tp_calls,
-               .start = d.tp_ring->start, .end = t.end(), .transfer = t.transfer() + t.reduce(),
-               .peer = t.peer_wait(), .comm = t.transfer() + t.reduce()});
-    d.cursor = t.end();
-    d.tp_ring.reset();
-    ++d.step_index;
-    ++d.tp_calls;
+    Record(d, {.kind = IntervalKind::kCompute, .op = oi, .detail = part.detail,
+               .start = d.segment_start, .end = d.cursor});
     d.segment_start = d.cursor;
+    d.step_index = 0;
+    d.tp_calls = 0;
+    ++d.part_index;
   }
-  Record(d, {.kind = IntervalKind::kCompute, .op = oi, .start = d.segment_start, .end = d.cursor});
   const int K = plan_.options.program.num_model_stages();
-  const int k = chunk.model_stage;
-  if (op.kind == OpKind::kForward && k < K - 1) d.act_ready[{op.micro_batch, k + 1}] = d.cursor;
-  if ((op.kind == OpKind::kBackward || op.kind == OpKind::kBackwardInput) && k > 0) {
-    d.grad_ready[{op.micro_batch, k - 1}] = d.cursor;
+  if (op.kind == OpKind::kForward || op.kind == OpKind::kForwardBackward) {
+    const int k = plan_.Chunk(d.coord.pp, op.chunk).model_stage;
+    if (k < K - 1) d.act_ready[{op.micro_batch, k + 1}] = d.cursor;
+  }
+  if (op.kind == OpKind::kBackward || op.kind == OpKind::kBackwardInput ||
+      op.kind == OpKind::kForwardBackward) {
+    const int chunk = op.kind == OpKind::kForwardBackward ? op.backward_chunk : op.chunk;
+    const int mb = op.kind == OpKind::kForwardBackward ? op.backward_micro_batch : op.micro_batch;
+    const int k = plan_.Chunk(d.coord.pp, chunk).model_stage;
+    if (k > 0) d.grad_ready[{mb, k - 1}] = d.cursor;
   }
   return true;
 }
@@ -377,7 +425,7 @@ bool Simulation::Optimizer(int dev) {
   const double factor = FactorOf(d, d.compute_ops++);
   const Nanos start = d.cursor;
   d.cursor = SaturatingAdd(d.cursor, ScaleDuration(plan_.OpCost(d.coord.pp, OpKind::kOptimizerStep), factor));
-  Record(d, {.kind = IntervalKind::kCompute, .op = oi, .start = start, .end = d.cursor});
+  Record(d, {.kind = IntervalKind::kOptimizer, .op = oi, .start = start, .end = d.cursor});
   for (BucketDone& b : d.buckets) b = BucketDone{};
   d.at_optimizer = false;
   return true;

@@ -79,9 +79,15 @@ class Simulation {
     Nanos cursor{0};
     int compute_ops = 0;
     bool in_pass = false;
+    struct Part {
+      int pass = 0, chunk = 0;
+      int32_t detail = -1;
+      std::vector<Nanos> durations;
+    };
+    std::vector<Part> parts;  // the current compute op's passes (an F&B has two)
+    size_t part_index = 0;
     size_t step_index = 0;
-    Nanos op_start{0}, segment_start{0}, op_duration{0};
-    std::vector<Nanos> durations;
+    Nanos segment_start{0};
     int tp_calls = 0;
     std::optional<Ring> tp_ring;
     std::map<std::pair<int, int>, Nanos> act_ready, grad_ready;  // (mb, model stage)

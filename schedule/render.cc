@@ -10,10 +10,16 @@
 
 namespace rp::schedule {
 namespace {
-std::string Label(const Op& op, int v) {
-  const char* k = op.kind == OpKind::kForward ? "F" : op.kind == OpKind::kWeightGrad ? "W" : "B";
-  std::string s = absl::StrCat(k, op.micro_batch);
-  if (v > 1) s.push_back(static_cast<char>('a' + op.chunk % 26));
+// The cell of compute op `op`: F<mb>, B<mb> (B or Bi), W<mb>, a chunk letter after it when v > 1.
+// An F&B shows its forward part in its first cell and "&" + its backward part in the others.
+std::string Label(const Op& op, int v, bool backward_part = false) {
+  const bool fused_b = op.kind == OpKind::kForwardBackward && backward_part;
+  const char* k = op.kind == OpKind::kForward || (op.kind == OpKind::kForwardBackward && !fused_b)
+                      ? "F"
+                  : op.kind == OpKind::kWeightGrad ? "W"
+                                                   : "B";
+  std::string s = absl::StrCat(fused_b ? "&" : "", k, fused_b ? op.backward_micro_batch : op.micro_batch);
+  if (v > 1) s.push_back(static_cast<char>('a' + (fused_b ? op.backward_chunk : op.chunk) % 26));
   return s;
 }
 }  // namespace
@@ -26,6 +32,12 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
     return absl::InvalidArgumentError(absl::StrCat("RenderTimeline: ", timelines.size(),
                                                    " timelines for ", prog.ranks.size(), " ranks"));
   }
+  // The compute intervals to draw: those of compute ops (a fused F&B's backward part carries
+  // detail 1).
+  auto drawn = [&](size_t s, const OpInterval& iv) {
+    return iv.kind == IntervalKind::kCompute &&
+           IsCompute(prog.ranks[s][static_cast<size_t>(iv.op)].kind);
+  };
   int64_t slots = 0;
   size_t width = 2;
   for (size_t s = 0; s < prog.ranks.size(); ++s) {
@@ -34,12 +46,9 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
         return absl::InvalidArgumentError(absl::StrCat("RenderTimeline: rank ", s,
                                                        " has an interval of op ", iv.op));
       }
-      if (iv.kind != IntervalKind::kCompute ||
-          !IsCompute(prog.ranks[s][static_cast<size_t>(iv.op)].kind)) {
-        continue;
-      }
+      if (!drawn(s, iv)) continue;
       slots = std::max<int64_t>(slots, (iv.end.count() + slot.count() - 1) / slot.count());
-      width = std::max(width, Label(prog.ranks[s][static_cast<size_t>(iv.op)], prog.num_chunks).size());
+      width = std::max(width, Label(prog.ranks[s][static_cast<size_t>(iv.op)], prog.num_chunks, true).size());
     }
   }
   if (slots > 100000) return absl::InvalidArgumentError("RenderTimeline: more than 100000 slots");
@@ -49,13 +58,15 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
   for (int64_t c = 0; c < slots; ++c) absl::StrAppend(&out, " ", pad(absl::StrCat(c), width));
   out.push_back('\n');
   for (size_t s = 0; s < prog.ranks.size(); ++s) {
-    std::vector<std::string> cells(slots, ".");
+    std::vector<std::string> cells(static_cast<size_t>(slots), ".");
     for (const OpInterval& iv : timelines[s]) {
+      if (!drawn(s, iv)) continue;
       const Op& op = prog.ranks[s][static_cast<size_t>(iv.op)];
-      if (iv.kind != IntervalKind::kCompute || !IsCompute(op.kind)) continue;
       const int64_t a = iv.start.count() / slot.count();
       const int64_t b = (iv.end.count() + slot.count() - 1) / slot.count();
-      for (int64_t c = a; c < b; ++c) cells[static_cast<size_t>(c)] = Label(op, prog.num_chunks);
+      for (int64_t c = a; c < b; ++c) {
+        cells[static_cast<size_t>(c)] = Label(op, prog.num_chunks, iv.detail == 1);
+      }
     }
     std::string row = absl::StrCat("rank ", s);
     row = row + std::string(head.size() - std::min(head.size(), row.size()), ' ');
@@ -67,11 +78,14 @@ absl::StatusOr<std::string> RenderTimeline(const Program& prog,
 }
 
 absl::StatusOr<std::string> RenderSlots(const Program& prog) {
-  const int64_t v = prog.num_chunks;
+  // One slot per chunk op (a chunk op costs 1 / chunks_per_direction of the rank's StageCost); a
+  // whole B takes two in split programs (Bi + W), an F&B its F's and its B's.
+  const int64_t v = prog.chunks_per_direction();
   StageCost unit{.forward = Nanos(v), .backward = Nanos(prog.split_backward ? 2 * v : v),
                  .weight_grad = Nanos(prog.split_backward ? v : 0)};
   // A stand-in model with one layer per model stage (rendering needs only the schedule).
-  MlpConfig model{.input_dim = 4, .hidden = std::vector<int>(static_cast<size_t>(prog.num_model_stages() - 1), 4),
+  MlpConfig model{.input_dim = 4,
+                  .hidden = std::vector<int>(static_cast<size_t>(prog.num_model_stages() - 1), 4),
                   .classes = 4};
   RP_ASSIGN_OR_RETURN(ExecutionPlan plan,
                       BuildPlan({.grid = {.dp = 1, .pp = prog.num_ranks, .tp = 1},

@@ -154,7 +154,8 @@ absl::Status DeviceRunner::RunOp(int step, int op_index) {
     case OpKind::kForward:
     case OpKind::kBackward:
     case OpKind::kBackwardInput:
-    case OpKind::kWeightGrad: return Compute(step, op_index, op);
+    case OpKind::kWeightGrad:
+    case OpKind::kForwardBackward: return Compute(step, op_index, op);
     case OpKind::kSendAct:
     case OpKind::kSendGrad: return Send(step, op_index, op);
     case OpKind::kRecvAct:

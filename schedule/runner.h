@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -140,10 +141,27 @@ class DeviceRunner {
   absl::Status Recv(int step, int op_index, const Op& op);
   absl::Status OptimizerStep(int step, int op_index, const Op& op);
   absl::Status InjectedFault(int step, int op_index, const Op& op, const OpFault& fault);
-  // A compute op's pass: the real kernel with the runner stepping modeled time through the
-  // plan's steps (TP all-reduces, bucket launches). `kernel` receives the TP and layer callbacks.
-  using Kernel = absl::FunctionRef<absl::Status(const TpAllReduceFn&, const LayerGradsDoneFn&)>;
-  absl::Status RunPass(int step, int op_index, const Op& op, Nanos ready, Kernel kernel);
+  // One pass of a compute op (an F&B has two): the chunk whose plan steps it follows, its
+  // fault-free cost, and the real kernel, which receives the TP and layer callbacks.
+  using Kernel = std::function<absl::Status(const TpAllReduceFn&, const LayerGradsDoneFn&)>;
+  struct Part {
+    int pass = 0;
+    int chunk = 0;
+    Nanos base{0};
+    int32_t detail = -1;  // recorded on its compute intervals (1: an F&B's backward part)
+    Kernel kernel;
+  };
+  // Runs a compute op's parts back to back as ONE compute op (one fault draw): the real kernels
+  // with the runner stepping modeled time through each part's plan steps (TP all-reduces, bucket
+  // launches).
+  absl::Status RunParts(int step, int op_index, const Op& op, Nanos ready, std::vector<Part> parts);
+  // The stage input of F(mb) of model stage k (data, a received or a local activation), and the
+  // output gradient of B(mb) of stage k; kernels for them.
+  absl::StatusOr<Pending> TakeInput(int step, const Op& op, int k, int mb);
+  absl::StatusOr<Pending> TakeOutputGrad(int step, const Op& op, int k, int mb);
+  Part ForwardPart(int step, int op_index, const Op& op, int chunk, int mb, Pending* in, Tensor* out);
+  Part BackwardPart(int step, int op_index, const Op& op, OpKind kind, int chunk, int mb,
+                    Pending* dy, Tensor* dx);
   absl::Status LaunchBucket(int step, int chunk, int bucket, Nanos ready);
   absl::Status RunBucket(int step, int order, int chunk, int bucket, Nanos ready);
   // Measured time (modeled units) relative to the current step's start.

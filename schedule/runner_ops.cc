@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/model/kernels.h"
 #include "runtime/status_macros.h"
+#include "runtime/timing.h"
 #include "schedule/runner.h"
 
 namespace rp::schedule {
@@ -50,184 +51,233 @@ WaitSplit SplitWallBySpans(Nanos wall_start, Nanos wall_end, std::vector<WaitSpa
 
 }  // namespace
 
+absl::StatusOr<DeviceRunner::Pending> DeviceRunner::TakeInput(int step, const Op& op, int k,
+                                                              int mb) {
+  Pending in;
+  if (k == 0) {
+    RP_ASSIGN_OR_RETURN(Batch b, ctx_->data->TrainMicroBatch(ctx_->layout, step, coord_.dp, mb));
+    in.value = std::move(b.inputs);
+    return in;
+  }
+  auto it = acts_.find({mb, k});
+  if (it == acts_.end()) {
+    return WithSite(absl::FailedPreconditionError("its input activation never arrived"), coord_,
+                    rank_, step, op, -1);
+  }
+  in = std::move(it->second);
+  acts_.erase(it);
+  return in;
+}
+
+absl::StatusOr<DeviceRunner::Pending> DeviceRunner::TakeOutputGrad(int step, const Op& op, int k,
+                                                                   int mb) {
+  Pending dy;
+  if (k == ctx_->options->program.num_model_stages() - 1) {
+    auto it = dlogits_.find(mb);
+    if (it == dlogits_.end()) {
+      return WithSite(absl::FailedPreconditionError("backward before its forward"), coord_, rank_,
+                      step, op, -1);
+    }
+    dy.value = std::move(it->second);
+    dlogits_.erase(it);
+    return dy;
+  }
+  auto it = grads_.find({mb, k});
+  if (it == grads_.end()) {
+    return WithSite(absl::FailedPreconditionError("its output gradient never arrived"), coord_,
+                    rank_, step, op, -1);
+  }
+  dy = std::move(it->second);
+  grads_.erase(it);
+  return dy;
+}
+
+DeviceRunner::Part DeviceRunner::ForwardPart(int step, int op_index, const Op& op, int chunk,
+                                             int mb, Pending* in, Tensor* out) {
+  const ExecutionPlan& plan = *ctx_->plan;
+  const int K = ctx_->options->program.num_model_stages();
+  const int k = plan.Chunk(coord_.pp, chunk).model_stage;
+  MlpStage* stage = stages_[static_cast<size_t>(chunk)].get();
+  const float grad_scale = 1.0f / static_cast<float>(ctx_->layout.global_batch());
+  const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
+  return Part{
+      .pass = 0, .chunk = chunk, .base = plan.ranks[static_cast<size_t>(coord_.pp)].op_cost[0],
+      .kernel = [=, this](const TpAllReduceFn& tp, const LayerGradsDoneFn&) -> absl::Status {
+        if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
+          (void)InjectedFault(step, op_index, op, *fault);  // throws
+        }
+        RP_ASSIGN_OR_RETURN(*out, stage->Forward(mb, in->value, tp));
+        if (k != K - 1) return absl::OkStatus();
+        RP_ASSIGN_OR_RETURN(Batch b, ctx_->data->TrainMicroBatch(ctx_->layout, step, coord_.dp, mb));
+        Tensor dl(out->rows(), out->cols());
+        RP_ASSIGN_OR_RETURN(LossStats ls, SoftmaxCrossEntropy(*out, b.labels, grad_scale, dl));
+        loss_sum_[static_cast<size_t>(mb)] += ls.loss_sum;
+        correct_[static_cast<size_t>(mb)] += ls.correct;
+        dlogits_[mb] = std::move(dl);
+        return absl::OkStatus();
+      }};
+}
+
+DeviceRunner::Part DeviceRunner::BackwardPart(int step, int op_index, const Op& op, OpKind kind,
+                                              int chunk, int mb, Pending* dy, Tensor* dx) {
+  const ExecutionPlan& plan = *ctx_->plan;
+  MlpStage* stage = stages_[static_cast<size_t>(chunk)].get();
+  const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
+  const int pass = PassIndex(kind);
+  return Part{
+      .pass = pass, .chunk = chunk,
+      .base = plan.ranks[static_cast<size_t>(coord_.pp)].op_cost[static_cast<size_t>(pass)],
+      .kernel = [=, this](const TpAllReduceFn& tp, const LayerGradsDoneFn& done) -> absl::Status {
+        if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
+          (void)InjectedFault(step, op_index, op, *fault);  // throws
+        }
+        if (kind == OpKind::kWeightGrad) return stage->BackwardWeight(mb, done);
+        if (kind == OpKind::kBackward) {
+          RP_ASSIGN_OR_RETURN(*dx, stage->Backward(mb, dy->value, tp, done));
+        } else {
+          RP_ASSIGN_OR_RETURN(*dx, stage->BackwardInput(mb, dy->value, tp));
+        }
+        return absl::OkStatus();
+      }};
+}
+
 absl::Status DeviceRunner::Compute(int step, int op_index, const Op& op) {
   const ExecutionPlan& plan = *ctx_->plan;
   const int K = ctx_->options->program.num_model_stages();
-  const int k = plan.Chunk(coord_.pp, op.chunk).model_stage;
-  MlpStage& stage = *stages_[static_cast<size_t>(op.chunk)];
-  const float grad_scale = 1.0f / static_cast<float>(ctx_->layout.global_batch());
-  const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
-  auto kernel_fault = [&] {
-    if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
-      (void)InjectedFault(step, op_index, op, *fault);  // throws
+  const bool has_f = op.kind == OpKind::kForward || op.kind == OpKind::kForwardBackward;
+  const bool has_b = op.kind != OpKind::kForward;
+  const OpKind b_kind = op.kind == OpKind::kForwardBackward ? OpKind::kBackward : op.kind;
+  const int f_chunk = op.chunk, f_mb = op.micro_batch;
+  const int b_chunk = op.kind == OpKind::kForwardBackward ? op.backward_chunk : op.chunk;
+  const int b_mb = op.kind == OpKind::kForwardBackward ? op.backward_micro_batch : op.micro_batch;
+  const int kf = plan.Chunk(coord_.pp, f_chunk).model_stage;
+  const int kb = plan.Chunk(coord_.pp, b_chunk).model_stage;
+  Pending in, dy;
+  Tensor out, dx;
+  Nanos ready{0};
+  std::vector<Part> parts;
+  if (has_f) {
+    RP_ASSIGN_OR_RETURN(in, TakeInput(step, op, kf, f_mb));
+    ready = std::max(ready, in.ready);
+    parts.push_back(ForwardPart(step, op_index, op, f_chunk, f_mb, &in, &out));
+  }
+  if (has_b) {
+    if (b_kind != OpKind::kWeightGrad) {
+      RP_ASSIGN_OR_RETURN(dy, TakeOutputGrad(step, op, kb, b_mb));
+      ready = std::max(ready, dy.ready);
     }
-  };
-  auto site_err = [&](const absl::Status& s) { return WithSite(s, coord_, rank_, step, op, -1); };
-  switch (op.kind) {
-    case OpKind::kForward: {
-      Pending in;
-      std::vector<int32_t> labels;
-      const bool last = k == K - 1;
-      if (k == 0 || last) {
-        RP_ASSIGN_OR_RETURN(Batch b, ctx_->data->TrainMicroBatch(ctx_->layout, step, coord_.dp,
-                                                                 op.micro_batch));
-        if (k == 0) in.value = std::move(b.inputs);
-        labels = std::move(b.labels);
-      }
-      if (k > 0) {
-        auto it = acts_.find({op.micro_batch, k});
-        if (it == acts_.end()) {
-          return site_err(absl::FailedPreconditionError("its input activation never arrived"));
-        }
-        in = std::move(it->second);
-        acts_.erase(it);
-      }
-      Tensor out;
-      RP_RETURN_IF_ERROR(RunPass(step, op_index, op, in.ready,
-                                 [&](const TpAllReduceFn& tp, const LayerGradsDoneFn&) -> absl::Status {
-                                   kernel_fault();
-                                   RP_ASSIGN_OR_RETURN(out, stage.Forward(op.micro_batch, in.value, tp));
-                                   if (!last) return absl::OkStatus();
-                                   Tensor dl(out.rows(), out.cols());
-                                   RP_ASSIGN_OR_RETURN(LossStats ls,
-                                                       SoftmaxCrossEntropy(out, labels, grad_scale, dl));
-                                   loss_sum_[static_cast<size_t>(op.micro_batch)] += ls.loss_sum;
-                                   correct_[static_cast<size_t>(op.micro_batch)] += ls.correct;
-                                   dlogits_[op.micro_batch] = std::move(dl);
-                                   return absl::OkStatus();
-                                 }));
-      if (!last) acts_[{op.micro_batch, k + 1}] = Pending{std::move(out), dev_->cursor()};
-      break;
-    }
-    case OpKind::kBackward:
-    case OpKind::kBackwardInput: {
-      Pending dy;
-      if (k == K - 1) {
-        auto it = dlogits_.find(op.micro_batch);
-        if (it == dlogits_.end()) return site_err(absl::FailedPreconditionError("backward before its forward"));
-        dy.value = std::move(it->second);
-        dlogits_.erase(it);
-      } else {
-        auto it = grads_.find({op.micro_batch, k});
-        if (it == grads_.end()) {
-          return site_err(absl::FailedPreconditionError("its output gradient never arrived"));
-        }
-        dy = std::move(it->second);
-        grads_.erase(it);
-      }
-      Tensor dx;
-      RP_RETURN_IF_ERROR(RunPass(step, op_index, op, dy.ready,
-                                 [&](const TpAllReduceFn& tp, const LayerGradsDoneFn& done) -> absl::Status {
-                                   kernel_fault();
-                                   if (op.kind == OpKind::kBackward) {
-                                     RP_ASSIGN_OR_RETURN(dx, stage.Backward(op.micro_batch, dy.value, tp, done));
-                                   } else {
-                                     RP_ASSIGN_OR_RETURN(dx, stage.BackwardInput(op.micro_batch, dy.value, tp));
-                                   }
-                                   return absl::OkStatus();
-                                 }));
-      if (k > 0) grads_[{op.micro_batch, k - 1}] = Pending{std::move(dx), dev_->cursor()};
-      break;
-    }
-    case OpKind::kWeightGrad:
-      RP_RETURN_IF_ERROR(RunPass(step, op_index, op, kZeroTime,
-                                 [&](const TpAllReduceFn&, const LayerGradsDoneFn& done) {
-                                   kernel_fault();
-                                   return stage.BackwardWeight(op.micro_batch, done);
-                                 }));
-      break;
-    default: break;
+    parts.push_back(BackwardPart(step, op_index, op, b_kind, b_chunk, b_mb, &dy, &dx));
+    if (op.kind == OpKind::kForwardBackward) parts.back().detail = 1;
+  }
+  RP_RETURN_IF_ERROR(RunParts(step, op_index, op, ready, std::move(parts)));
+  if (has_f && kf < K - 1) acts_[{f_mb, kf + 1}] = Pending{std::move(out), dev_->cursor()};
+  if (has_b && b_kind != OpKind::kWeightGrad && kb > 0) {
+    grads_[{b_mb, kb - 1}] = Pending{std::move(dx), dev_->cursor()};
   }
   AccountActivations();
   return absl::OkStatus();
 }
 
-absl::Status DeviceRunner::RunPass(int step, int op_index, const Op& op, Nanos ready,
-                                   Kernel kernel) {
+absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos ready,
+                                    std::vector<Part> parts) {
   const ExecutionPlan& plan = *ctx_->plan;
   const ExecutorOptions& o = *ctx_->options;
-  const ChunkPlan& chunk = plan.Chunk(coord_.pp, op.chunk);
-  const int pass = PassIndex(op.kind);
-  const std::vector<PassStep>& steps = chunk.steps[static_cast<size_t>(pass)];
   const OpInfo info{.name = OpKindName(op.kind), .micro_batch = op.micro_batch, .step = step};
-  RP_ASSIGN_OR_RETURN(const Device::ComputeOp c,
-                      dev_->BeginCompute(info, plan.OpCost(coord_.pp, op.kind), ready));
-  const std::vector<Nanos> durations = StepDurations(chunk, pass, c.duration);
-  const bool launches = o.overlap_grad_allreduce && op_index == chunk.last_grad_op;
-  size_t si = 0;
-  Nanos cursor = c.start, kernel_time{0};
-  Nanos segment_start = c.start, segment_wall = WallNow();
+  Nanos base{0};
+  for (const Part& p : parts) base += p.base;
+  RP_ASSIGN_OR_RETURN(const Device::ComputeOp c, dev_->BeginCompute(info, base, ready));
   auto clock_now = [&] { return ctx_->real_clock ? ctx_->clock->Now() : Nanos(0); };
-  Nanos kernel_clock = clock_now();
-  absl::Status launch_error;
-  auto close_segment = [&](Nanos wall_end) {
-    Record({.kind = IntervalKind::kCompute, .op = op_index, .start = segment_start - step_start_,
-            .end = cursor - step_start_, .wall_start = segment_wall, .wall_end = wall_end});
-  };
-  // Moves the cursor over layer steps up to (excluding) the next TP all-reduce, or through the
-  // step of local layer `through` if >= 0.
-  auto advance = [&](int through) {
-    while (si < steps.size() && steps[si].kind == PassStep::Kind::kLayer) {
-      const PassStep& s = steps[si];
-      cursor += durations[si];
-      ++si;
-      if (launches && s.grads_final) {
-        const int b = chunk.bucket_of_layer[static_cast<size_t>(s.local_layer)];
-        if (b >= 0 && launch_error.ok()) launch_error = LaunchBucket(step, op.chunk, b, cursor);
+  Nanos cursor = c.start, kernel_time{0};
+  uint64_t done_base = 0;
+  Nanos prev_share{0};
+  for (const Part& part : parts) {
+    const ChunkPlan& chunk = plan.Chunk(coord_.pp, part.chunk);
+    const std::vector<PassStep>& steps = chunk.steps[static_cast<size_t>(part.pass)];
+    // This part's share of the op's (faulted) duration: the parts cut it by their costs.
+    done_base += static_cast<uint64_t>(part.base.count());
+    const Nanos share = ShareEnd(c.duration, done_base, static_cast<uint64_t>(base.count()));
+    const std::vector<Nanos> durations = StepDurations(chunk, part.pass, share - prev_share);
+    prev_share = share;
+    const bool launches = o.overlap_grad_allreduce && op_index == chunk.last_grad_op;
+    size_t si = 0;
+    Nanos segment_start = cursor, segment_wall = WallNow();
+    Nanos kernel_clock = clock_now();
+    absl::Status launch_error;
+    auto close_segment = [&](Nanos wall_end) {
+      Record({.kind = IntervalKind::kCompute, .op = op_index, .detail = part.detail,
+              .start = segment_start - step_start_, .end = cursor - step_start_,
+              .wall_start = segment_wall, .wall_end = wall_end});
+    };
+    // Moves the cursor over layer steps up to (excluding) the next TP all-reduce, or through the
+    // step of local layer `through` if >= 0, launching the buckets the layers complete.
+    auto advance = [&](int through) {
+      while (si < steps.size() && steps[si].kind == PassStep::Kind::kLayer) {
+        const PassStep& s = steps[si];
+        cursor += durations[si];
+        ++si;
+        if (launches && s.grads_final) {
+          const int b = chunk.bucket_of_layer[static_cast<size_t>(s.local_layer)];
+          if (b >= 0 && launch_error.ok()) launch_error = LaunchBucket(step, part.chunk, b, cursor);
+        }
+        if (s.local_layer == through) return;
       }
-      if (s.local_layer == through) return;
-    }
-  };
-  tp_calls_ = 0;
-  const TpAllReduceFn tp = [&](std::span<float> buffer) -> absl::Status {
+    };
+    tp_calls_ = 0;
+    const TpAllReduceFn tp = [&](std::span<float> buffer) -> absl::Status {
+      advance(-1);
+      if (si >= steps.size() || steps[si].kind != PassStep::Kind::kTpAllReduce) {
+        return absl::InternalError("the pass reached a TP all-reduce its plan does not have");
+      }
+      kernel_time += clock_now() - kernel_clock;
+      RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = "TP all-reduce", .step = step}));
+      const Nanos wall0 = WallNow();
+      close_segment(wall0);
+      const std::vector<int> group = plan.TpGroup(rank_);
+      waiting_ = {group[static_cast<size_t>((coord_.tp + o.grid.tp - 1) % o.grid.tp)]};
+      const comm::CollectiveOptions co{
+          .segment_bytes = plan.ring_segment_bytes,
+          .timeout = CommTimeout(o),
+          .model = {.elements = chunk.tp_elements[static_cast<size_t>(part.pass)]
+                                                 [static_cast<size_t>(tp_calls_)],
+                    .step = step,
+                    .reduce_gbps = o.reduce_gbps}};
+      RP_ASSIGN_OR_RETURN(comm::CollectiveResult r,
+                          ctx_->Tp(coord_).rank(coord_.tp).AllReduce(buffer, buffer, co, cursor));
+      waiting_.clear();
+      const Nanos wall1 = WallNow();
+      const WaitSplit w = SplitWallBySpans(wall0, wall1, Spans(r.spans), step_start_);
+      Record({.kind = IntervalKind::kTpAllReduce, .op = op_index, .detail = tp_calls_,
+              .start = cursor - step_start_, .end = r.end - step_start_,
+              .transfer = r.transfer + r.reduce, .peer = r.peer_wait, .comm = r.transfer + r.reduce,
+              .wall_start = wall0, .wall_end = wall1, .wall_transfer = w.transfer,
+              .wall_peer = w.peer});
+      dev_->Trace({.name = "TpAllReduce", .kind = rp::OpKind::kCollective,
+                   .micro_batch = op.micro_batch, .step = step, .bytes = r.modeled_bytes},
+                  dev_->WallNow(), dev_->WallNow(), cursor, r.end);
+      cursor = r.end;
+      ++si;
+      ++tp_calls_;
+      segment_start = cursor;
+      segment_wall = wall1;
+      kernel_clock = clock_now();
+      return absl::OkStatus();
+    };
+    const LayerGradsDoneFn done = [&](int local_layer) { advance(local_layer); };
+    RP_RETURN_IF_ERROR(WithSite(part.kernel(tp, done), coord_, rank_, step, op, -1));
     advance(-1);
-    if (si >= steps.size() || steps[si].kind != PassStep::Kind::kTpAllReduce) {
-      return absl::InternalError("the pass reached a TP all-reduce its plan does not have");
+    RP_RETURN_IF_ERROR(launch_error);
+    if (si != steps.size()) {
+      return absl::InternalError("the pass ended before the TP all-reduces of its plan");
     }
     kernel_time += clock_now() - kernel_clock;
-    RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = "TP all-reduce", .step = step}));
-    const Nanos wall0 = WallNow();
-    close_segment(wall0);
-    const std::vector<int> group = plan.TpGroup(rank_);
-    waiting_ = {group[static_cast<size_t>((coord_.tp + o.grid.tp - 1) % o.grid.tp)]};
-    const comm::CollectiveOptions co{
-        .segment_bytes = plan.ring_segment_bytes,
-        .timeout = CommTimeout(o),
-        .model = {.elements = chunk.tp_elements[static_cast<size_t>(pass)][static_cast<size_t>(tp_calls_)],
-                  .step = step,
-                  .reduce_gbps = o.reduce_gbps}};
-    RP_ASSIGN_OR_RETURN(comm::CollectiveResult r,
-                        ctx_->Tp(coord_).rank(coord_.tp).AllReduce(buffer, buffer, co, cursor));
-    waiting_.clear();
-    const Nanos wall1 = WallNow();
-    const WaitSplit w = SplitWallBySpans(wall0, wall1, Spans(r.spans), step_start_);
-    Record({.kind = IntervalKind::kTpAllReduce, .op = op_index, .detail = tp_calls_,
-            .start = cursor - step_start_, .end = r.end - step_start_,
-            .transfer = r.transfer + r.reduce, .peer = r.peer_wait, .comm = r.transfer + r.reduce,
-            .wall_start = wall0, .wall_end = wall1, .wall_transfer = w.transfer,
-            .wall_peer = w.peer});
-    dev_->Trace({.name = "TpAllReduce", .kind = rp::OpKind::kCollective,
-                 .micro_batch = op.micro_batch, .step = step, .bytes = r.modeled_bytes},
-                dev_->WallNow(), dev_->WallNow(), cursor, r.end);
-    cursor = r.end;
-    ++si;
-    ++tp_calls_;
-    segment_start = cursor;
-    segment_wall = wall1;
-    kernel_clock = clock_now();
-    return absl::OkStatus();
-  };
-  const LayerGradsDoneFn done = [&](int local_layer) { advance(local_layer); };
-  RP_RETURN_IF_ERROR(WithSite(kernel(tp, done), coord_, rank_, step, op, -1));
-  advance(-1);
-  RP_RETURN_IF_ERROR(launch_error);
-  if (si != steps.size()) {
-    return absl::InternalError("the pass ended before the TP all-reduces of its plan");
+    if (&part == &parts.back()) {
+      RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = info.name, .step = step}));
+      RP_RETURN_IF_ERROR(dev_->EndCompute(info, c, cursor, kernel_time));
+    } else {
+      RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = info.name, .step = step}));
+    }
+    close_segment(WallNow());
   }
-  kernel_time += clock_now() - kernel_clock;
-  RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = info.name, .step = step}));
-  RP_RETURN_IF_ERROR(dev_->EndCompute(info, c, cursor, kernel_time));
-  close_segment(WallNow());
   return absl::OkStatus();
 }
 
@@ -425,7 +475,7 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
     return absl::OkStatus();
   });
   if (!end.ok()) return WithSite(end.status(), coord_, rank_, step, op, -1);
-  Record({.kind = IntervalKind::kCompute, .op = op_index, .start = start - step_start_,
+  Record({.kind = IntervalKind::kOptimizer, .op = op_index, .start = start - step_start_,
           .end = *end - step_start_, .wall_start = opt_wall0, .wall_end = WallNow()});
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,7 +18,15 @@ std::string Where(const Program& prog, int rank, size_t i) {
   return absl::StrCat("rank ", rank, " op #", i, " ", ToString(prog.ranks[rank][i], prog.num_chunks));
 }
 
-absl::Status CheckStructure(const Program& prog) {
+// The direction mismatch of micro-batch `mb` on chunk `chunk` of rank `s`, or "" when they agree.
+std::string DirectionMismatch(const Program& prog, int s, int chunk, int mb) {
+  const int want = prog.DirectionOf(s, chunk), got = prog.DirectionOfMicroBatch(mb);
+  if (want == got) return "";
+  return absl::StrCat(": micro-batch ", mb, " flows in direction ", got, " but chunk ", chunk,
+                      " holds a stage of direction ", want);
+}
+
+absl::Status CheckSizes(const Program& prog) {
   const int p = prog.num_ranks, v = prog.num_chunks, m = prog.num_micro_batches;
   if (p < 1 || v < 1 || m < 1) {
     return absl::InvalidArgumentError(absl::StrCat("program: num_ranks=", p, ", num_chunks=", v,
@@ -27,64 +36,91 @@ absl::Status CheckStructure(const Program& prog) {
     return absl::InvalidArgumentError(absl::StrCat("program: ", prog.ranks.size(),
                                                    " op lists for num_ranks=", p));
   }
-  const int K = p * v;
+  if (!prog.placement.empty() &&
+      (prog.placement.num_ranks() != p || prog.placement.num_chunks() != v)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "program: placement is for ", prog.placement.num_ranks(), " ranks x ",
+        prog.placement.num_chunks(), " chunks, the program has num_ranks=", p, ", num_chunks=", v));
+  }
+  if (prog.num_directions() == 2 && m < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "program: two directions need num_micro_batches >= 2 (one per direction), got ", m));
+  }
+  return absl::OkStatus();
+}
+
+// A send or receive names the rank of the neighbouring stage's holder, which is another rank.
+absl::Status CheckPeer(const Program& prog, int s, size_t i) {
+  const Op& op = prog.ranks[s][i];
+  const bool toward_next = op.kind == OpKind::kSendAct || op.kind == OpKind::kRecvGrad;
+  const std::optional<ChunkRef> other =
+      toward_next ? prog.NextHolder(s, op.chunk) : prog.PrevHolder(s, op.chunk);
+  const int k = prog.ModelStage(s, op.chunk);
+  if (!other.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(prog, s, i), ": model stage ", k, " has no ",
+                                                   toward_next ? "next" : "previous",
+                                                   " stage to talk to"));
+  }
+  if (op.peer != other->rank || other->rank == s) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(prog, s, i), ": peer must be rank ", other->rank, " (model stage ",
+        toward_next ? k + 1 : k - 1, ")",
+        other->rank == s ? ", which is this rank: a local hand-off needs no message" : ""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStructure(const Program& prog) {
+  RP_RETURN_IF_ERROR(CheckSizes(prog));
+  const int p = prog.num_ranks, v = prog.num_chunks, m = prog.num_micro_batches;
   for (int s = 0; s < p; ++s) {
     const auto& ops = prog.ranks[s];
     int next_bucket = 0;
     int optimizer = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
+      auto bad = [&](const auto&... what) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(prog, s, i), what...));
+      };
       const bool step_level = op.kind == OpKind::kAllReduce || op.kind == OpKind::kOptimizerStep;
       if (!step_level && (op.micro_batch < 0 || op.micro_batch >= m)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Where(prog, s, i), ": micro_batch out of range [0, ", m, ")"));
+        return bad(": micro_batch out of range [0, ", m, ")");
       }
-      if (op.chunk < 0 || op.chunk >= v) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Where(prog, s, i), ": chunk out of range [0, ", v, ")"));
+      if (op.chunk < 0 || op.chunk >= v) return bad(": chunk out of range [0, ", v, ")");
+      if (optimizer > 0) return bad(": op after the optimizer step (it must be last)");
+      if (!step_level) {
+        if (std::string e = DirectionMismatch(prog, s, op.chunk, op.micro_batch); !e.empty()) {
+          return bad(e);
+        }
       }
-      if (optimizer > 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Where(prog, s, i), ": op after the optimizer step (it must be last)"));
+      const bool fused = op.kind == OpKind::kForwardBackward;
+      if (!fused && (op.backward_micro_batch != -1 || op.backward_chunk != -1)) {
+        return bad(": backward_micro_batch/backward_chunk are for F&B ops only");
       }
-      const int k = prog.ModelStage(s, op.chunk);
       switch (op.kind) {
-        case OpKind::kBackward:
-          if (prog.split_backward) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                Where(prog, s, i), ": whole backward in a split-backward (zero-bubble) program"));
+        case OpKind::kForwardBackward:
+          if (op.backward_micro_batch < 0 || op.backward_micro_batch >= m ||
+              op.backward_chunk < 0 || op.backward_chunk >= v) {
+            return bad(": backward part out of range (micro-batch [0, ", m, "), chunk [0, ", v, "))");
+          }
+          if (std::string e = DirectionMismatch(prog, s, op.backward_chunk, op.backward_micro_batch);
+              !e.empty()) {
+            return bad(" (backward part)", e);
           }
           break;
         case OpKind::kBackwardInput:
         case OpKind::kWeightGrad:
-          if (!prog.split_backward) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                Where(prog, s, i), ": Bi/W op in a program without split_backward"));
-          }
+          if (!prog.split_backward) return bad(": Bi/W op in a program without split_backward");
           break;
         case OpKind::kSendAct:
         case OpKind::kRecvGrad:
         case OpKind::kSendGrad:
-        case OpKind::kRecvAct: {
-          const bool toward_next = op.kind == OpKind::kSendAct || op.kind == OpKind::kRecvGrad;
-          const int other = toward_next ? k + 1 : k - 1;
-          if (other < 0 || other >= K) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                Where(prog, s, i), ": model stage ", k, " has no ", toward_next ? "next" : "previous",
-                " stage to talk to"));
-          }
-          const int want = prog.RankOfModelStage(other);
-          if (op.peer != want || want == s) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                Where(prog, s, i), ": peer must be rank ", want, " (model stage ", other, ")",
-                want == s ? ", which is this rank: no message needed" : ""));
-          }
+        case OpKind::kRecvAct:
+          RP_RETURN_IF_ERROR(CheckPeer(prog, s, i));
           break;
-        }
         case OpKind::kAllReduce:
           if (op.bucket != next_bucket) {
-            return absl::InvalidArgumentError(absl::StrCat(Where(prog, s, i), ": bucket ", op.bucket,
-                                                           " out of order, expected ", next_bucket));
+            return bad(": bucket ", op.bucket, " out of order, expected ", next_bucket);
           }
           ++next_bucket;
           break;
@@ -105,27 +141,49 @@ absl::Status CheckStructure(const Program& prog) {
 
 absl::Status CheckExactlyOnce(const Program& prog) {
   const int p = prog.num_ranks, m = prog.num_micro_batches, K = prog.num_model_stages();
-  // counts[kind][k * m + mb]
-  std::vector<int> nf(K * m, 0), nb(K * m, 0), nw(K * m, 0);
+  // Counts per (model stage, micro-batch): the micro-batch fixes the direction.
+  const size_t n = static_cast<size_t>(K) * m;
+  std::vector<int> nf(n, 0), nb(n, 0), nbi(n, 0), nw(n, 0);
   for (int s = 0; s < p; ++s) {
     for (const Op& op : prog.ranks[s]) {
       const int idx = prog.ModelStage(s, op.chunk) * m + op.micro_batch;
-      if (op.kind == OpKind::kForward) ++nf[idx];
-      if (op.kind == OpKind::kBackward || op.kind == OpKind::kBackwardInput) ++nb[idx];
-      if (op.kind == OpKind::kWeightGrad) ++nw[idx];
+      switch (op.kind) {
+        case OpKind::kForward: ++nf[idx]; break;
+        case OpKind::kBackward: ++nb[idx]; break;
+        case OpKind::kBackwardInput: ++nbi[idx]; break;
+        case OpKind::kWeightGrad: ++nw[idx]; break;
+        case OpKind::kForwardBackward:
+          ++nf[idx];
+          ++nb[prog.ModelStage(s, op.backward_chunk) * m + op.backward_micro_batch];
+          break;
+        default: break;
+      }
     }
   }
-  for (int k = 0; k < K; ++k) {
-    for (int j = 0; j < m; ++j) {
-      const int idx = k * m + j;
-      auto bad = [&](const char* what, int n) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, " of model stage ", k, " (rank ", prog.RankOfModelStage(k), " chunk ",
-            prog.ChunkOfModelStage(k), "), micro-batch ", j, " appears ", n, " times, expected once"));
-      };
-      if (nf[idx] != 1) return bad("F", nf[idx]);
-      if (nb[idx] != 1) return bad(prog.split_backward ? "Bi" : "B", nb[idx]);
-      if (prog.split_backward && nw[idx] != 1) return bad("W", nw[idx]);
+  for (int d = 0; d < prog.num_directions(); ++d) {
+    for (int k = 0; k < K; ++k) {
+      const ChunkRef at = prog.HolderOf({d, k});
+      for (int j = prog.FirstMicroBatch(d); j < prog.FirstMicroBatch(d) + prog.NumMicroBatches(d);
+           ++j) {
+        const int idx = k * m + j;
+        auto bad = [&](const char* what, int count) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, " of model stage ", k,
+              prog.num_directions() > 1 ? absl::StrCat(" of direction ", d) : "",
+              " (rank ", at.rank, " chunk ", at.chunk, "), micro-batch ", j, " appears ", count,
+              " times, expected once"));
+        };
+        if (nf[idx] != 1) return bad("F", nf[idx]);
+        if (nb[idx] + nbi[idx] != 1) {
+          return bad(prog.split_backward ? "B or Bi" : "B", nb[idx] + nbi[idx]);
+        }
+        if (nbi[idx] == 1 && nw[idx] != 1) return bad("W", nw[idx]);
+        if (nbi[idx] == 0 && nw[idx] != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "W of model stage ", k, " micro-batch ", j, " appears ", nw[idx],
+              " times, but its backward is a whole B (no W expected)"));
+        }
+      }
     }
   }
   return absl::OkStatus();
@@ -133,19 +191,20 @@ absl::Status CheckExactlyOnce(const Program& prog) {
 
 struct Message {
   int mb;
-  int stage;  // consumer model stage
+  int stage;  // consumer model stage (the micro-batch fixes the direction)
 };
 
 class DryRun {
  public:
   DryRun(const Program& prog, const ValidateOptions& opts) : prog_(prog), opts_(opts) {
     const int p = prog.num_ranks, m = prog.num_micro_batches, K = prog.num_model_stages();
-    f_.assign(K * m, 0);
-    b_.assign(K * m, 0);
-    w_.assign(K * m, 0);
-    act_in_.assign(K * m, 0);
-    grad_in_.assign(K * m, 0);
-    grads_final_.assign(K, 0);
+    const size_t n = static_cast<size_t>(K) * m;
+    f_.assign(n, 0);
+    b_.assign(n, 0);
+    w_.assign(n, 0);
+    act_in_.assign(n, 0);
+    grad_in_.assign(n, 0);
+    grads_final_.assign(static_cast<size_t>(p) * prog.num_chunks, 0);
     pc_.assign(p, 0);
     blocked_.assign(p, 0);
     channels_.resize(static_cast<size_t>(p) * p * 2);
@@ -164,8 +223,7 @@ class DryRun {
       const int s = work.back();
       work.pop_back();
       blocked_[s] = 0;
-      auto st = Advance(s, work);
-      if (!st.ok()) return st;
+      RP_RETURN_IF_ERROR(Advance(s, work));
     }
     std::string stuck;
     for (int s = 0; s < p; ++s) {
@@ -199,48 +257,74 @@ class DryRun {
     return absl::InvalidArgumentError(absl::StrCat("dependency violated: ", Where(prog_, s, pc_[s]),
                                                    " runs before ", need));
   }
+  // The inputs of F(mb) on chunk `chunk` of rank s: the previous stage's F (local) or its message.
+  absl::Status ForwardInputs(int s, int chunk, int mb) {
+    const std::optional<ChunkRef> prev = prog_.PrevHolder(s, chunk);
+    if (!prev.has_value()) return absl::OkStatus();
+    const int k = prog_.ModelStage(s, chunk);
+    const bool local = prev->rank == s;
+    return Dep(local ? f_[Idx(k - 1, mb)] : act_in_[Idx(k, mb)], s,
+               local ? "F of the previous model stage" : "receiving its input");
+  }
+  // The inputs of B/Bi(mb): its own F and the next stage's B (local) or its gradient message.
+  absl::Status BackwardInputs(int s, int chunk, int mb) {
+    const int k = prog_.ModelStage(s, chunk);
+    RP_RETURN_IF_ERROR(Dep(f_[Idx(k, mb)], s, "its own F"));
+    const std::optional<ChunkRef> next = prog_.NextHolder(s, chunk);
+    if (!next.has_value()) return absl::OkStatus();
+    const bool local = next->rank == s;
+    return Dep(local ? b_[Idx(k + 1, mb)] : grad_in_[Idx(k, mb)], s,
+               local ? "B of the next model stage" : "receiving its gradient");
+  }
+  void DoForward(int s, int chunk, int mb) {
+    f_[Idx(prog_.ModelStage(s, chunk), mb)] = 1;
+    report_.peak_in_flight[s] = std::max(report_.peak_in_flight[s], ++held_[s]);
+    report_.peak_awaiting_backward[s] = std::max(report_.peak_awaiting_backward[s], ++awaiting_[s]);
+  }
+  // A backward's gradient is final for its chunk: count it (−1 once every micro-batch is in).
+  void GradientFinal(int s, int chunk) {
+    int& n = grads_final_[static_cast<size_t>(s) * prog_.num_chunks + chunk];
+    if (++n == prog_.NumMicroBatches(prog_.DirectionOf(s, chunk))) n = -1;
+  }
+  void DoBackward(int s, int chunk, int mb, bool whole) {
+    b_[Idx(prog_.ModelStage(s, chunk), mb)] = 1;
+    --awaiting_[s];
+    if (whole) {
+      --held_[s];
+      GradientFinal(s, chunk);
+    }
+  }
 
   // Runs rank s until it blocks or finishes; wakes the ranks it unblocks.
   absl::Status Advance(int s, std::vector<int>& work) {
     const auto& ops = prog_.ranks[s];
-    const int p = prog_.num_ranks, m = prog_.num_micro_batches, K = prog_.num_model_stages();
     while (pc_[s] < ops.size()) {
       const Op& op = ops[pc_[s]];
       const int k = prog_.ModelStage(s, op.chunk);
       const int mb = op.micro_batch;
       switch (op.kind) {
-        case OpKind::kForward: {
-          if (k > 0) {
-            const bool local = prog_.RankOfModelStage(k - 1) == s;
-            RP_RETURN_IF_ERROR(Dep(local ? f_[Idx(k - 1, mb)] : act_in_[Idx(k, mb)], s,
-                                   local ? "F of the previous model stage" : "receiving its input"));
-          }
-          f_[Idx(k, mb)] = 1;
-          report_.peak_in_flight[s] = std::max(report_.peak_in_flight[s], ++held_[s]);
-          report_.peak_awaiting_backward[s] = std::max(report_.peak_awaiting_backward[s], ++awaiting_[s]);
+        case OpKind::kForward:
+          RP_RETURN_IF_ERROR(ForwardInputs(s, op.chunk, mb));
+          DoForward(s, op.chunk, mb);
           break;
-        }
         case OpKind::kBackward:
-        case OpKind::kBackwardInput: {
-          RP_RETURN_IF_ERROR(Dep(f_[Idx(k, mb)], s, "its own F"));
-          if (k < K - 1) {
-            const bool local = prog_.RankOfModelStage(k + 1) == s;
-            RP_RETURN_IF_ERROR(Dep(local ? b_[Idx(k + 1, mb)] : grad_in_[Idx(k, mb)], s,
-                                   local ? "B of the next model stage" : "receiving its gradient"));
-          }
-          b_[Idx(k, mb)] = 1;
-          --awaiting_[s];
-          if (op.kind == OpKind::kBackward) {
-            --held_[s];
-            if (++grads_final_[k] == m) grads_final_[k] = -1;
-          }
+        case OpKind::kBackwardInput:
+          RP_RETURN_IF_ERROR(BackwardInputs(s, op.chunk, mb));
+          DoBackward(s, op.chunk, mb, op.kind == OpKind::kBackward);
           break;
-        }
+        case OpKind::kForwardBackward:
+          // Both parts' inputs must be there before the op starts; F's activations are stored before
+          // B frees its own (both are live during the op).
+          RP_RETURN_IF_ERROR(ForwardInputs(s, op.chunk, mb));
+          RP_RETURN_IF_ERROR(BackwardInputs(s, op.backward_chunk, op.backward_micro_batch));
+          DoForward(s, op.chunk, mb);
+          DoBackward(s, op.backward_chunk, op.backward_micro_batch, true);
+          break;
         case OpKind::kWeightGrad:
           RP_RETURN_IF_ERROR(Dep(b_[Idx(k, mb)], s, "its Bi"));
           w_[Idx(k, mb)] = 1;
           --held_[s];
-          if (++grads_final_[k] == m) grads_final_[k] = -1;
+          GradientFinal(s, op.chunk);
           break;
         case OpKind::kSendAct:
         case OpKind::kSendGrad: {
@@ -296,10 +380,10 @@ class DryRun {
           break;
         }
         case OpKind::kAllReduce:
-          if (grads_final_[k] != -1) {
+          if (grads_final_[static_cast<size_t>(s) * prog_.num_chunks + op.chunk] != -1) {
             return absl::InvalidArgumentError(absl::StrCat(
-                "dependency violated: ", Where(prog_, s, pc_[s]), " starts before every backward of chunk ",
-                op.chunk, " has produced its gradients"));
+                "dependency violated: ", Where(prog_, s, pc_[s]),
+                " starts before every backward of chunk ", op.chunk, " has produced its gradients"));
           }
           ++report_.num_buckets[s];
           break;
@@ -309,7 +393,6 @@ class DryRun {
       }
       ++pc_[s];
     }
-    (void)p;
     return absl::OkStatus();
   }
 
@@ -320,8 +403,8 @@ class DryRun {
 
   const Program& prog_;
   const ValidateOptions& opts_;
-  std::vector<char> f_, b_, w_, act_in_, grad_in_;
-  std::vector<int> grads_final_;  // per model stage: backwards done, −1 once all m are
+  std::vector<char> f_, b_, w_, act_in_, grad_in_;  // per (model stage, micro-batch)
+  std::vector<int> grads_final_;  // per (rank, chunk): gradient-final backwards, −1 once all are
   std::vector<size_t> pc_;
   std::vector<char> blocked_;
   std::vector<int> held_;      // F done, last backward op not done

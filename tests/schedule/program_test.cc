@@ -18,17 +18,31 @@ using ::testing::HasSubstr;
 struct Case {
   ScheduleKind kind;
   int p, m, v;
+  int group = 0;       // interleaved microbatch_group (0: p)
+  bool fused = true;   // DualPipe(V) fused_fb
 };
 
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (int p = 1; p <= 6; ++p) {
-    for (int m = 1; m <= 10; ++m) {
+    for (int m = 1; m <= 12; ++m) {
       cases.push_back({ScheduleKind::kGPipe, p, m, 1});
       cases.push_back({ScheduleKind::kOneFOneB, p, m, 1});
       cases.push_back({ScheduleKind::kZeroBubbleH1, p, m, 1});
-      if (m % p == 0) {
-        for (int v = 1; v <= 3; ++v) cases.push_back({ScheduleKind::kInterleaved, p, m, v});
+      cases.push_back({ScheduleKind::kZeroBubbleV, p, m, 2});
+      if (m >= 2 * p) {
+        cases.push_back({ScheduleKind::kZeroBubbleH2, p, m, 1});
+        cases.push_back({ScheduleKind::kDualPipeV, p, m, 2, 0, true});
+        cases.push_back({ScheduleKind::kDualPipeV, p, m, 2, 0, false});
+        if (p % 2 == 0 && m % 2 == 0) {
+          cases.push_back({ScheduleKind::kDualPipe, p, m, 2, 0, true});
+          cases.push_back({ScheduleKind::kDualPipe, p, m, 2, 0, false});
+        }
+      }
+      // Megatron's groups: every N in [p, m] with m mod N in {0} ∪ [p, N).
+      for (int n = p; n <= m; ++n) {
+        if (m % n != 0 && m % n < p) continue;
+        for (int v = 1; v <= 3; ++v) cases.push_back({ScheduleKind::kInterleaved, p, m, v, n});
       }
     }
   }
@@ -37,10 +51,12 @@ std::vector<Case> AllCases() {
 
 TEST(Generators, EveryProgramValidatesForAnyPAndM) {
   for (const Case& c : AllCases()) {
-    SCOPED_TRACE(::testing::Message() << ScheduleName(c.kind) << " p=" << c.p << " m=" << c.m << " v=" << c.v);
+    SCOPED_TRACE(::testing::Message() << ScheduleName(c.kind) << " p=" << c.p << " m=" << c.m
+                                      << " v=" << c.v << " N=" << c.group << " fused=" << c.fused);
     auto prog = BuildSchedule(c.kind, {.num_ranks = c.p, .num_micro_batches = c.m, .num_chunks = c.v,
                                        .activation_bytes = 64, .tp_allreduce_bytes = 16,
-                                       .gradient_bytes = 4000, .buckets_per_chunk = 2});
+                                       .gradient_bytes = 4000, .buckets_per_chunk = 2,
+                                       .microbatch_group = c.group, .fused_fb = c.fused});
     ASSERT_TRUE(prog.ok()) << prog.status();
     auto rep = Validate(*prog);
     ASSERT_TRUE(rep.ok()) << rep.status();
@@ -59,13 +75,27 @@ TEST(Generators, EveryProgramValidatesForAnyPAndM) {
           EXPECT_EQ(awaiting, std::min(c.p - s, c.m)) << "rank " << s;
           EXPECT_EQ(peak, std::min(c.p, c.m)) << "rank " << s;
           break;
-        default:
-          // Megatron interleaved: rank s holds its warm-up forwards, 2(p − s − 1) + (v − 1)p chunks
-          // (all m·v when m == p), plus the one of its first steady-state forward.
-          EXPECT_EQ(peak, c.m == c.p ? c.m * c.v
-                                     : std::min(c.m * c.v, 2 * (c.p - s - 1) + (c.v - 1) * c.p + 1))
-              << "rank " << s;
+        case ScheduleKind::kZeroBubbleH2:  // SCHEDULES.md: 2p − 1 in flight (on every rank)
+          EXPECT_EQ(peak, 2 * c.p - 1) << "rank " << s;
           break;
+        case ScheduleKind::kZeroBubbleV:  // 1F1B's memory: 2p chunks (p micro-batches of 2 chunks)
+          if (c.m >= 2 * c.p - 1) {
+            EXPECT_EQ(peak, 2 * c.p) << "rank " << s;
+          }
+          break;
+        case ScheduleKind::kDualPipeV:  // DeepSeek's README: PP + 1 chunks, PP = 2p stages
+          EXPECT_EQ(peak, 2 * c.p + 1) << "rank " << s;
+          break;
+        case ScheduleKind::kDualPipe:  // PP + 1 with PP = p stages
+          EXPECT_EQ(peak, c.p + 1) << "rank " << s;
+          break;
+        default: {
+          // Megatron interleaved: rank s holds its warm-up forwards, 2(p − s − 1) + (v − 1)N chunks
+          // (at most all m·v), plus the one of its first steady-state forward.
+          const int warmup = 2 * (c.p - s - 1) + (c.v - 1) * c.group;
+          EXPECT_EQ(peak, std::min(c.m * c.v, warmup + 1)) << "rank " << s;
+          break;
+        }
       }
     }
   }

@@ -1,0 +1,263 @@
+// Golden values of ../shared/SCHEDULES.md for every schedule (free links; F = 50, I = 40, W = 40 ms per
+// full stage, a chunk op costs 1/v of its rank's — 1/1 for DualPipe's one chunk per direction), the
+// uniform-cost per-rank span bubbles, the peak live activations, and unequal per-rank costs checked
+// against an independent list simulation written here.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "schedule/generators.h"
+#include "schedule/predictor.h"
+#include "tests/schedule/predict_helpers.h"
+#include "schedule/validator.h"
+
+namespace rp::schedule {
+namespace {
+
+struct Sched {
+  const char* name;
+  ScheduleKind kind;
+  int v;
+  bool fused = true;
+};
+
+const Sched kOneFOneB{"1f1b", ScheduleKind::kOneFOneB, 1};
+const Sched kGPipe{"gpipe", ScheduleKind::kGPipe, 1};
+const Sched kInterleaved2{"interleaved v=2", ScheduleKind::kInterleaved, 2};
+const Sched kInterleaved4{"interleaved v=4", ScheduleKind::kInterleaved, 4};
+const Sched kH1{"zb-h1", ScheduleKind::kZeroBubbleH1, 1};
+const Sched kH2{"zb-h2", ScheduleKind::kZeroBubbleH2, 1};
+const Sched kV{"zb-v", ScheduleKind::kZeroBubbleV, 2};
+const Sched kDualPipeVFused{"dualpipev fused", ScheduleKind::kDualPipeV, 2, true};
+const Sched kDualPipeVApart{"dualpipev independent", ScheduleKind::kDualPipeV, 2, false};
+const Sched kDualPipeFused{"dualpipe fused", ScheduleKind::kDualPipe, 2, true};
+const Sched kDualPipeApart{"dualpipe independent", ScheduleKind::kDualPipe, 2, false};
+
+Program MustBuild(const Sched& s, int p, int m) {
+  auto prog = BuildSchedule(s.kind, {.num_ranks = p, .num_micro_batches = m, .num_chunks = s.v,
+                                     .fused_fb = s.fused});
+  EXPECT_TRUE(prog.ok()) << s.name << ": " << prog.status();
+  return prog.ok() ? *prog : Program{};
+}
+
+Prediction MustPredict(const Program& prog, const CostModel& cost) {
+  auto grid = ParallelGrid::Create({.pp = prog.num_ranks});
+  EXPECT_TRUE(grid.ok());
+  auto pred = PredictProgram(prog, *grid, cost);
+  EXPECT_TRUE(pred.ok()) << pred.status();
+  return pred.ok() ? *pred : Prediction{};
+}
+
+// F = 50, B = I + W = 80, W = 40 ms per micro-batch of a full stage.
+const CostModel kTableCost = CostModel::Uniform(
+    {.forward = FromMillis(50), .backward = FromMillis(80), .weight_grad = FromMillis(40)});
+
+Nanos Ms(double ms) { return Nanos(static_cast<int64_t>(ms * 1e6)); }
+
+struct Row {
+  Sched setup;
+  double makespan4, bubble4, makespan8, bubble8;  // p = 4, m = 8 and p = 8, m = 16
+};
+
+TEST(SchedulesGolden, MakespanAndBubbleOfTheTable) {
+  const std::vector<Row> rows = {
+      {kGPipe, 1430, 390, 2990, 910},
+      {kOneFOneB, 1430, 390, 2990, 910},
+      {kInterleaved2, 1235, 195, 2535, 455},
+      {kInterleaved4, 1137.5, 97.5, 2307.5, 227.5},
+      {kH1, 1190, 150, 2430, 350},
+      {kH2, 1190, 150, 2430, 350},
+      {kV, 1125, 85, 2285, 205},
+      {kDualPipeVApart, 1115, 75, 2255, 175},
+      {kDualPipeVFused, 1190, 150, 2430, 350},
+      {kDualPipeApart, 1090, 50, 2230, 150},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.setup.name);
+    const Prediction four = MustPredict(MustBuild(row.setup, 4, 8), kTableCost);
+    EXPECT_EQ(four.makespan, Ms(row.makespan4));
+    EXPECT_EQ(four.makespan_bubble, Ms(row.bubble4));
+    EXPECT_EQ(four.step_time, four.makespan);  // no all-reduce, no optimizer cost
+    const Prediction eight = MustPredict(MustBuild(row.setup, 8, 16), kTableCost);
+    EXPECT_EQ(eight.makespan, Ms(row.makespan8));
+    EXPECT_EQ(eight.makespan_bubble, Ms(row.bubble8));
+    for (const DeviceMetrics& d : four.devices) {  // every rank does m full stages of work
+      EXPECT_EQ(d.pipeline_busy, 8 * FromMillis(130));
+      EXPECT_EQ(d.makespan_bubble, four.makespan - d.pipeline_busy);
+    }
+  }
+}
+
+TEST(SchedulesGolden, PerRankSpanOfTheZeroBubbleSchedules) {
+  // SCHEDULES.md: ZB-H2 and ZB-V close the bubble inside each rank's span, (p − 1)(F + I − 2W) with
+  // free links; the flush at the end of the step remains in the makespan.
+  for (const Sched& s : {kH2, kV}) {
+    SCOPED_TRACE(s.name);
+    const Prediction four = MustPredict(MustBuild(s, 4, 8), kTableCost);
+    EXPECT_EQ(four.max_span, FromMillis(1070));
+    EXPECT_EQ(four.span_bubble, FromMillis(30));
+    const Prediction eight = MustPredict(MustBuild(s, 8, 16), kTableCost);
+    EXPECT_EQ(eight.max_span, FromMillis(2150));
+    EXPECT_EQ(eight.span_bubble, FromMillis(70));
+    for (const DeviceMetrics& d : eight.devices) EXPECT_EQ(d.span_bubble, d.span - d.pipeline_busy);
+  }
+  // Schedules without a flush-free tail: span = makespan on the busiest rank.
+  const Prediction one = MustPredict(MustBuild(kOneFOneB, 4, 8), kTableCost);
+  EXPECT_EQ(one.max_span, one.makespan);
+  EXPECT_EQ(one.span_bubble, FromMillis(390));
+}
+
+TEST(SchedulesGolden, UniformCostPerRankSpanBubbles) {
+  // F = I = W = 1 per stage (1000 ns, so the halves of a V's chunks stay integral), p = 4, m = 8.
+  const CostModel unit = CostModel::Uniform(
+      {.forward = Nanos(1000), .backward = Nanos(2000), .weight_grad = Nanos(1000)});
+  const std::vector<std::pair<Sched, double>> cases = {
+      {kOneFOneB, 9}, {kH1, 3}, {kH2, 0}, {kV, 0}, {kDualPipeVFused, 3.0}, {kDualPipeVApart, 1.5}};
+  for (const auto& [setup, bubble] : cases) {
+    SCOPED_TRACE(setup.name);
+    const Prediction pred = MustPredict(MustBuild(setup, 4, 8), unit);
+    EXPECT_EQ(pred.span_bubble, Nanos(static_cast<int64_t>(bubble * 1000)));
+  }
+  // DualPipeV's README: (PP/2 − 1)(F&B + B − 3W) with PP = 8 stages, chunk F = I = W = 1/2:
+  // 3 × (1.5 + 1 − 1.5) = 3, the fused figure.
+  const Prediction fused = MustPredict(MustBuild(kDualPipeVFused, 4, 8), unit);
+  EXPECT_EQ(fused.span_bubble, 3 * (Nanos(1500) + Nanos(1000) - 3 * Nanos(500)));
+}
+
+TEST(SchedulesGolden, PeakLiveActivationsInChunkUnits) {
+  const std::vector<std::pair<Sched, std::vector<int>>> rows = {
+      {kOneFOneB, {4, 3, 2, 1}},      {kInterleaved2, {11, 9, 7, 5}}, {kH1, {4, 4, 4, 4}},
+      {kH2, {7, 7, 7, 7}},            {kV, {8, 8, 8, 8}},             {kDualPipeVFused, {9, 9, 9, 9}},
+      {kDualPipeVApart, {9, 9, 9, 9}}, {kDualPipeFused, {5, 5, 5, 5}}, {kDualPipeApart, {5, 5, 5, 5}}};
+  for (const auto& [setup, peaks] : rows) {
+    SCOPED_TRACE(setup.name);
+    auto rep = Validate(MustBuild(setup, 4, 8));
+    ASSERT_TRUE(rep.ok()) << rep.status();
+    EXPECT_EQ(rep->peak_in_flight, peaks);
+  }
+}
+
+TEST(SchedulesGolden, PeakActivationBytesUseTheChunkSize) {
+  // activation_bytes is one micro-batch of the rank's whole share: a V chunk holds half of it, a
+  // DualPipe chunk (one stage of one direction) all of it.
+  CostModel cost = kTableCost;
+  cost.stages[0].activation_bytes = 1000;
+  EXPECT_EQ(MustPredict(MustBuild(kV, 4, 8), cost).peak_activation_bytes[0], 8u * 500);
+  EXPECT_EQ(MustPredict(MustBuild(kDualPipeFused, 4, 8), cost).peak_activation_bytes[0],
+            5u * 1000);
+}
+
+// An independent model of the same rule (SCHEDULES.md: a rank runs its compute ops in order; an op
+// starts when the rank is free and its producers are done; free links): per rank the start and end of
+// each compute op, in program order.
+std::vector<std::vector<std::pair<Nanos, Nanos>>> ListSimulate(const Program& prog,
+                                                               const CostModel& cost, int divisor) {
+  const int p = prog.num_ranks, last = prog.num_model_stages() - 1;
+  // (stage, micro-batch): the micro-batch fixes the direction.
+  std::map<std::pair<int, int>, Nanos> f_end, b_end;
+  std::vector<size_t> next(p, 0);
+  std::vector<Nanos> free_at(p, Nanos(0));
+  std::vector<std::vector<std::pair<Nanos, Nanos>>> out(p);
+  std::vector<std::vector<Op>> compute(p);
+  for (int r = 0; r < p; ++r) {
+    for (const Op& op : prog.ranks[r]) {
+      if (IsCompute(op.kind)) compute[r].push_back(op);
+    }
+  }
+  // The time the inputs of F / B of (stage k, mb) exist, or −1 if not yet.
+  auto fwd_ready = [&](int k, int mb) {
+    if (k == 0) return Nanos(0);
+    auto it = f_end.find({k - 1, mb});
+    return it == f_end.end() ? Nanos(-1) : it->second;
+  };
+  auto bwd_ready = [&](int k, int mb) {
+    auto own = f_end.find({k, mb});
+    if (own == f_end.end()) return Nanos(-1);
+    if (k == last) return own->second;
+    auto it = b_end.find({k + 1, mb});
+    return it == b_end.end() ? Nanos(-1) : std::max(own->second, it->second);
+  };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      while (next[r] < compute[r].size()) {
+        const Op& op = compute[r][next[r]];
+        const StageCost& c = cost.Of(r);
+        const Nanos f = c.forward / divisor, b = c.backward / divisor, w = c.weight_grad / divisor;
+        const int k = prog.ModelStage(r, op.chunk);
+        Nanos ready{0}, dur{0};
+        switch (op.kind) {
+          case OpKind::kForward: ready = fwd_ready(k, op.micro_batch); dur = f; break;
+          case OpKind::kBackward: ready = bwd_ready(k, op.micro_batch); dur = b; break;
+          case OpKind::kBackwardInput: ready = bwd_ready(k, op.micro_batch); dur = b - w; break;
+          case OpKind::kWeightGrad: ready = Nanos(0); dur = w; break;  // its Bi ran earlier here
+          case OpKind::kForwardBackward: {
+            const Nanos a = fwd_ready(k, op.micro_batch);
+            const Nanos bb = bwd_ready(prog.ModelStage(r, op.backward_chunk), op.backward_micro_batch);
+            ready = a < Nanos(0) || bb < Nanos(0) ? Nanos(-1) : std::max(a, bb);
+            dur = f + b;
+            break;
+          }
+          default: break;
+        }
+        if (ready < Nanos(0)) break;
+        const Nanos start = std::max(free_at[r], ready), end = start + dur;
+        if (op.kind == OpKind::kForward || op.kind == OpKind::kForwardBackward) {
+          f_end[{k, op.micro_batch}] = end;
+        }
+        if (op.kind == OpKind::kBackward || op.kind == OpKind::kBackwardInput) {
+          b_end[{k, op.micro_batch}] = end;
+        }
+        if (op.kind == OpKind::kForwardBackward) {
+          b_end[{prog.ModelStage(r, op.backward_chunk), op.backward_micro_batch}] = end;
+        }
+        free_at[r] = end;
+        out[r].push_back({start, end});
+        ++next[r];
+        progress = true;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(SchedulesGolden, UnequalPerRankCostsMatchAnIndependentListSimulation) {
+  const std::vector<Sched> all = {kGPipe,          kOneFOneB,       kInterleaved2,  kH1,
+                                  kH2,             kV,              kDualPipeVFused, kDualPipeVApart,
+                                  kDualPipeFused,  kDualPipeApart};
+  for (int p : {2, 4, 6}) {
+    CostModel cost;
+    for (int r = 0; r < p; ++r) {  // every rank different (even ms: a V chunk's half stays integral)
+      cost.stages.push_back({.forward = FromMillis(40 + 6 * r),
+                             .backward = FromMillis(70 + 10 * ((r * 7) % p)),
+                             .weight_grad = FromMillis(30 + 2 * r)});
+    }
+    for (int m : {2 * p, 3 * p}) {
+      for (const Sched& s : all) {
+        SCOPED_TRACE(::testing::Message() << s.name << " p=" << p << " m=" << m);
+        const Program prog = MustBuild(s, p, m);
+        auto grid = ParallelGrid::Create({.pp = p});
+        ASSERT_TRUE(grid.ok());
+        auto pred = PredictProgram(prog, *grid, cost);
+        ASSERT_TRUE(pred.ok()) << pred.status();
+        const auto expected = ListSimulate(prog, cost, prog.chunks_per_direction());
+        Nanos makespan{0};
+        for (int r = 0; r < p; ++r) {
+          const std::vector<std::pair<Nanos, Nanos>> got = ComputeSpans(*pred, *grid, r);
+          ASSERT_EQ(got.size(), expected[r].size()) << "rank " << r << ": a rank stalled";
+          EXPECT_EQ(got, expected[r]) << "rank " << r;
+          EXPECT_EQ(pred->devices[r].span, expected[r].back().second - expected[r].front().first);
+          makespan = std::max(makespan, expected[r].back().second);
+        }
+        EXPECT_EQ(pred->makespan, makespan);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rp::schedule
