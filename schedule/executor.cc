@@ -166,10 +166,13 @@ absl::Status Executor::Impl::MakeCommunicators() {
       ctx.tps.push_back(std::move(c));
     }
   }
-  for (int pp = 0; pp < s.pp; ++pp) {
-    for (int tp = 0; tp < s.tp; ++tp) {
-      RP_ASSIGN_OR_RETURN(auto c, make(g.DpGroup(g.RankOf({0, pp, tp})), true, ring_clock));
-      ctx.dps.push_back(std::move(c));
+  ctx.grads.resize(static_cast<size_t>(plan->num_grad_groups()));
+  for (int r = 0; r < g.world_size(); ++r) {
+    for (int ch = 0; ch < plan->v; ++ch) {
+      auto& slot = ctx.grads[static_cast<size_t>(plan->GradGroupId(r, ch))];
+      if (slot == nullptr) {
+        RP_ASSIGN_OR_RETURN(slot, make(plan->GradGroup(r, ch, nullptr), true, ring_clock));
+      }
     }
   }
   return absl::OkStatus();
@@ -220,7 +223,8 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
                                        .tracer = o.tracer,
                                        .faults = o.faults,
                                        .watchdog_timeout = o.watchdog_timeout,
-                                       .comm_streams = o.grid.dp > 1}));
+                                       .comm_streams = o.grid.dp > 1 ||
+                                                       o.program.num_directions() > 1}));
   // The stall monitor: a failure anywhere aborts every communicator and the fabric, so no device
   // stays blocked; no progress for the watchdog timeout (while nobody sleeps on a real clock) is
   // a stall, reported with who waits for whom.
@@ -231,7 +235,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     while (!done.load(std::memory_order_acquire)) {
       if (cluster->watchdog().WaitForFailure(kMonitorPeriod)) {
         const absl::Status s = cluster->watchdog().status();
-        for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.dps}) {
+        for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads}) {
           for (auto& c : *v) c->Abort(s);
         }
         fabric->Abort(s);

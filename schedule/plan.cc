@@ -141,6 +141,39 @@ Nanos ExecutionPlan::OpCost(int pp, OpKind kind) const {
   return p < 0 ? Nanos(0) : r.op_cost[static_cast<size_t>(p)];
 }
 
+std::vector<int> ExecutionPlan::GradGroup(int rank, int chunk, int* index) const {
+  const Program& prog = options.program;
+  const Coord c = grid.CoordOf(rank);
+  if (prog.num_directions() == 1) {
+    if (index != nullptr) *index = c.dp;
+    return grid.DpGroup(rank);
+  }
+  const int stage = prog.ModelStage(c.pp, chunk);
+  std::vector<int> group;
+  for (int d = 0; d < prog.num_directions(); ++d) {
+    const ChunkRef holder = prog.HolderOf({d, stage});
+    const std::vector<int> dp = grid.DpGroup(grid.RankOf({c.dp, holder.rank, c.tp}));
+    if (index != nullptr && holder.rank == c.pp && holder.chunk == chunk) {
+      *index = static_cast<int>(group.size()) + c.dp;
+    }
+    group.insert(group.end(), dp.begin(), dp.end());
+  }
+  return group;
+}
+
+int ExecutionPlan::num_grad_groups() const {
+  const GridShape s = grid.shape();
+  const int per = options.program.num_directions() == 1 ? s.pp : options.program.num_model_stages();
+  return per * s.tp;
+}
+
+int ExecutionPlan::GradGroupId(int rank, int chunk) const {
+  const Coord c = grid.CoordOf(rank);
+  const int tp = grid.shape().tp;
+  if (options.program.num_directions() == 1) return c.pp * tp + c.tp;
+  return options.program.ModelStage(c.pp, chunk) * tp + c.tp;
+}
+
 std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duration) {
   const auto& steps = chunk.steps[static_cast<size_t>(pass)];
   const uint64_t total = chunk.total_weight[static_cast<size_t>(pass)];
@@ -230,6 +263,13 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
     std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
       return r.chunks[static_cast<size_t>(a)].last_grad_op < r.chunks[static_cast<size_t>(b)].last_grad_op;
     });
+    if (o.program.num_directions() > 1) {
+      // Mirror groups: every bucket at the optimizer, in model-stage order (see plan.h).
+      std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
+        return r.chunks[static_cast<size_t>(a)].model_stage < r.chunks[static_cast<size_t>(b)].model_stage;
+      });
+      for (int ch : chunks) r.chunks[static_cast<size_t>(ch)].last_grad_op = -1;
+    }
     for (int ch : chunks) {
       for (size_t b = 0; b < r.chunks[static_cast<size_t>(ch)].buckets.size(); ++b) {
         r.bucket_order.emplace_back(ch, static_cast<int>(b));

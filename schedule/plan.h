@@ -136,6 +136,15 @@ struct ExecutionPlan {
   std::vector<int> PipelineGroup(int rank) const { return grid.PpGroup(rank); }
   std::vector<int> TpGroup(int rank) const { return grid.TpGroup(rank); }
   std::vector<int> DpGroup(int rank) const { return grid.DpGroup(rank); }
+  // The gradient group of (global rank, chunk): every copy of that chunk's model stage, in ring
+  // order — its DP group, or with two directions (DualPipe) the DP groups of both copies, the
+  // direction-0 holder's replicas first (the mirror all-reduce on top of DP's). `index` receives
+  // this copy's position in it.
+  std::vector<int> GradGroup(int rank, int chunk, int* index) const;
+  // One gradient group per (model stage, tp) for two-direction programs, else per (pp, tp):
+  // GradGroupId(rank, chunk) numbers them (the executor's communicators).
+  int num_grad_groups() const;
+  int GradGroupId(int rank, int chunk) const;
   // The fault-free modeled duration of an op of kind `kind` on pipeline rank pp (F&B: F + B).
   Nanos OpCost(int pp, OpKind kind) const;
 };

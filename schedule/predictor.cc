@@ -33,7 +33,8 @@ absl::Status CheckFactors(const ExecutionPlan& plan, const PredictOptions& opts)
 bool CanFold(const ExecutionPlan& plan, const PredictOptions& opts) {
   const ParallelGrid& g = plan.grid;
   const GridShape s = g.shape();
-  if (!opts.fold_replicas || s.dp == 1 || opts.compute_op_factor || !plan.link_faults.empty()) {
+  if (!opts.fold_replicas || s.dp == 1 || opts.compute_op_factor || !plan.link_faults.empty() ||
+      plan.options.program.num_directions() > 1) {
     return false;
   }
   auto at = [&](int dp, int pp, int tp) { return g.RankOf({dp, pp, tp}); };

@@ -343,7 +343,7 @@ void Simulation::LaunchBucket(int dev, int chunk, int bucket, Nanos ready) {
   const int o = static_cast<int>(std::find(order.begin(), order.end(), std::make_pair(chunk, bucket)) -
                                  order.begin());
   d.launched[static_cast<size_t>(o)] = true;
-  if (plan_.grid.shape().dp == 1) {
+  if (plan_.GradGroup(d.rank, chunk, nullptr).size() == 1) {  // nothing to reduce
     d.buckets[static_cast<size_t>(o)] = BucketDone{.start = ready, .end = ready, .done = true};
     return;
   }
@@ -361,8 +361,11 @@ absl::Status Simulation::AdvanceComm(int dev) {
       d.queue.pop_front();
       const Nanos start = std::max(d.current.ready, d.comm_prev_end);
       const BucketPlan& b = plan_.Chunk(d.coord.pp, d.current.chunk).buckets[static_cast<size_t>(d.current.index)];
-      const std::vector<int> group = plan_.DpGroup(d.rank);
-      const int D = static_cast<int>(group.size()), pos = d.coord.dp;
+      int pos = 0;
+      const std::vector<int> group = plan_.GradGroup(d.rank, d.current.chunk, &pos);
+      const int D = static_cast<int>(group.size());
+      // One channel space per gradient group (two groups may join the same pair of devices).
+      const int kind = kDpRing + 4 * (1 + plan_.GradGroupId(d.rank, d.current.chunk));
       const int next = group[static_cast<size_t>((pos + 1) % D)];
       const int prev = group[static_cast<size_t>((pos + D - 1) % D)];
       const TimedShape shape = TimedShape::Ring(D, b.modeled_elements, plan_.ring_segment_bytes / 4,
@@ -374,11 +377,11 @@ absl::Status Simulation::AdvanceComm(int dev) {
       if (fold_) {
         // Replicas are identical: the message from the previous replica is this one's own, through
         // the same egress and (standing in for the next replica's) ingress port.
-        r.send_channel = r.recv_channel = ChannelFor(kDpRing, d.rank, d.rank);
+        r.send_channel = r.recv_channel = ChannelFor(kind, d.rank, d.rank);
         r.ingress_device = plan_.grid.DeviceOf(d.rank);
       } else {
-        r.send_channel = ChannelFor(kDpRing, d.rank, next);
-        r.recv_channel = ChannelFor(kDpRing, prev, d.rank);
+        r.send_channel = ChannelFor(kind, d.rank, next);
+        r.recv_channel = ChannelFor(kind, prev, d.rank);
       }
       d.dp_ring.emplace(std::move(r));
       for (const RingTimer::Post& p : d.dp_ring->timer.Begin()) PostRing(lp, *d.dp_ring, p);

@@ -90,7 +90,18 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
     const comm::WireStats& act = ctx.Pipe(c, false).rank(c.pp).stats();
     const comm::WireStats& grad = ctx.Pipe(c, true).rank(c.pp).stats();
     const comm::WireStats& tps = ctx.Tp(c).rank(c.tp).stats();
-    const comm::WireStats& dps = ctx.Dp(c).rank(c.dp).stats();
+    comm::WireStats dps;
+    std::vector<int> seen;
+    for (int ch = 0; ch < plan->v; ++ch) {
+      const int id = plan->GradGroupId(r, ch);
+      if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+      seen.push_back(id);
+      int index = 0;
+      plan->GradGroup(r, ch, &index);
+      const comm::WireStats& w = ctx.Grad(id).rank(index).stats();
+      for (int k = 0; k < 4; ++k) dps.collective_bytes[k] += w.collective_bytes[k];
+      dps.modeled_bytes += w.modeled_bytes;
+    }
     rep.p2p_bytes = Total(act) + Total(grad);
     rep.tp_bytes = Total(tps);
     rep.dp_bytes = Total(dps);

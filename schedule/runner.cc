@@ -25,9 +25,7 @@ comm::Communicator& RunContext::Pipe(const Coord& c, bool grad) const {
 comm::Communicator& RunContext::Tp(const Coord& c) const {
   return *tps[static_cast<size_t>(c.dp * options->grid.pp + c.pp)];
 }
-comm::Communicator& RunContext::Dp(const Coord& c) const {
-  return *dps[static_cast<size_t>(c.pp * options->grid.tp + c.tp)];
-}
+
 
 DeviceRunner::DeviceRunner(RunContext* ctx, int rank)
     : ctx_(ctx), rank_(rank), coord_(ctx->plan->grid.CoordOf(rank)) {}

@@ -78,7 +78,9 @@ struct RunContext {
   // their own, so each (sender, receiver, kind) is one FIFO channel (program.h).
   std::vector<std::unique_ptr<comm::Communicator>> pipes_act, pipes_grad;
   std::vector<std::unique_ptr<comm::Communicator>> tps;    // per (dp, pp): index dp·PP + pp
-  std::vector<std::unique_ptr<comm::Communicator>> dps;    // per (pp, tp): index pp·TP + tp
+  // Gradient groups (ExecutionPlan::GradGroupId): the DP groups, or with two directions the
+  // mirror + DP groups of each model stage.
+  std::vector<std::unique_ptr<comm::Communicator>> grads;
   RendezvousId barrier = -1;
   std::atomic<int64_t> ops_done{0};  // progress for the stall monitor
   std::atomic<int> clock_sleepers{0};  // device threads waiting on a real clock right now
@@ -88,7 +90,7 @@ struct RunContext {
   void NoteError(ErrorRecord e);
   comm::Communicator& Pipe(const Coord& c, bool grad) const;
   comm::Communicator& Tp(const Coord& c) const;
-  comm::Communicator& Dp(const Coord& c) const;
+  comm::Communicator& Grad(int group) const { return *grads[static_cast<size_t>(group)]; }
 };
 
 class DeviceRunner {

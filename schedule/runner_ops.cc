@@ -349,7 +349,7 @@ absl::Status DeviceRunner::LaunchBucket(int step, int chunk, int bucket, Nanos r
   const auto it = std::find(order.begin(), order.end(), std::make_pair(chunk, bucket));
   const int o = static_cast<int>(it - order.begin());
   launched_[static_cast<size_t>(o)] = true;
-  if (ctx_->options->grid.dp == 1) {  // nothing to reduce: done when ready
+  if (ctx_->plan->GradGroup(rank_, chunk, nullptr).size() == 1) {  // nothing to reduce
     buckets_[static_cast<size_t>(o)] = BucketRecord{.ready = ready, .start = ready, .end = ready};
     ctx_->fabric->Signal(gates_[static_cast<size_t>(o)], ready);
     return absl::OkStatus();
@@ -378,8 +378,10 @@ absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket,
   const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
   const Nanos start = std::max(ready, comm_prev_end_);
   std::span<float> g = stages_[static_cast<size_t>(chunk)]->grads().subspan(b.grad_offset, b.grad_count);
-  const std::vector<int> group = ctx_->plan->DpGroup(rank_);
-  comm_waiting_ = {group[static_cast<size_t>((coord_.dp + o.grid.dp - 1) % o.grid.dp)]};
+  int index = 0;
+  const std::vector<int> group = ctx_->plan->GradGroup(rank_, chunk, &index);
+  const int n = static_cast<int>(group.size());
+  comm_waiting_ = {group[static_cast<size_t>((index + n - 1) % n)]};
   const int64_t w0 = dev_->WallNow();
   const Nanos wall0 = WallNow();
   const comm::CollectiveOptions co{
@@ -389,7 +391,7 @@ absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket,
       .error_feedback = o.error_feedback,
       .model = {.elements = b.modeled_elements, .step = step, .reduce_gbps = o.reduce_gbps}};
   absl::StatusOr<comm::CollectiveResult> r =
-      ctx_->Dp(coord_).rank(coord_.dp).AllReduce(g, g, co, start);
+      ctx_->Grad(ctx_->plan->GradGroupId(rank_, chunk)).rank(index).AllReduce(g, g, co, start);
   if (!r.ok()) {
     return absl::Status(r.status().code(),
                         absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ", order,

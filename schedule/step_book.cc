@@ -42,13 +42,15 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   const GridShape s = g.shape();
   StepRecord rec;
   rec.step = step;
-  // Loss: Σ_d Σ_j loss_sum(d, j) in (d, j) order, from the last model stage's TP rank 0.
-  const int last_pp = o.program.RankOfModelStage(o.program.num_model_stages() - 1);
+  // Loss: Σ_d Σ_j loss_sum(d, j) in (d, j) order, from the TP rank 0 of the last model stage's
+  // holder of micro-batch j's direction.
+  const int K = o.program.num_model_stages();
   double loss = 0;
   int64_t correct = 0;
   for (int dp = 0; dp < s.dp; ++dp) {
-    const DeviceRunner& x = *runners[static_cast<size_t>(g.RankOf({dp, last_pp, 0}))];
     for (int j = 0; j < layout.microbatches; ++j) {
+      const int last_pp = o.program.RankOfModelStage(K - 1, o.program.DirectionOfMicroBatch(j));
+      const DeviceRunner& x = *runners[static_cast<size_t>(g.RankOf({dp, last_pp, 0}))];
       loss += x.loss_sum()[static_cast<size_t>(j)];
       correct += x.correct()[static_cast<size_t>(j)];
     }
