@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/ring_steps.h"
+#include "comm/ring_machine.h"
 #include "comm/ring_timing.h"
 #include "runtime/status_macros.h"
 
@@ -42,6 +43,10 @@ absl::Status ValidateCollectiveOptions(const CollectiveOptions& options) {
       options.segment_bytes > (size_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat("segment_bytes: ", options.segment_bytes,
                                                    " (must be a multiple of 4 in [4, 1 GiB])"));
+  }
+  if (options.feedback_slot < 0 || options.feedback_slot > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("feedback_slot: ", options.feedback_slot, " (must be in [0, 2^20])"));
   }
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError(
@@ -84,6 +89,7 @@ class RingRunner {
         model_(options.model),
         timed_(rc->group().options().fabric != nullptr) {
     feedback_ = options.error_feedback && codec_ != Codec::kFp32;
+    feedback_slot_ = options.feedback_slot;
     result_.start = start;
     result_.end = start;
   }
@@ -95,7 +101,7 @@ class RingRunner {
   // waits, as it reads nothing more, so no two failing ranks wait for each other. Bounded by the
   // timeout.
   ~RingRunner() {
-    if (!began_) return;
+    if (!began_ || timed_) return;  // timed messages own their bytes: nothing is lent
     rc_.in_op_.store(false, std::memory_order_seq_cst);
     if (finished_) return;
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
@@ -122,18 +128,11 @@ class RingRunner {
                        group_.abort_status().ToString()));
     }
     op_id_ = rc_.next_op_id_++;
-    if (timed_) {
-      const uint64_t modeled = model_.elements == WireModel::kRealCount ? count_ : model_.elements;
-      shape_ = kind_ == OpKind::kBroadcast
-                   ? ring::TimedShape::Chain(modeled, seg_, codec_)
-                   : ring::TimedShape::Ring(n_, modeled, seg_, codec_, model_.reduce_gbps);
-      segments_ = shape_.segments();
-      rc_.posted_.clear();
-    }
+    if (feedback_) residual_ = rc_.Residual(feedback_slot_, count_).data();
+    if (timed_) return absl::OkStatus();  // RunTimed does the rest
     // Chunk 0 is the largest chunk; a broadcast's segments span the whole buffer.
     const size_t max_segments = static_cast<size_t>(
-        timed_ ? segments_
-               : ring::NumSegments(
+        ring::NumSegments(
                      kind_ == OpKind::kBroadcast ? count_ : ring::ChunkRange(count_, n_, 0).size,
                      seg_));
     if (rc_.ready_.size() < max_segments) {
@@ -142,9 +141,9 @@ class RingRunner {
       rc_.fwd_hops_.resize(max_segments);
     }
     std::fill_n(rc_.ready_.begin(), max_segments, start_);
-    forward_ = !timed_ && group_.options().forward_lends && codec_ == Codec::kFp32 && n_ > 2;
+    forward_ = group_.options().forward_lends && codec_ == Codec::kFp32 && n_ > 2;
     stream_ = count_ * sizeof(float) * static_cast<size_t>(n_) >= group_.options().streaming_min_bytes;
-    if (!timed_ && codec_ != Codec::kFp32 && n_ > 1) {
+    if (codec_ != Codec::kFp32 && n_ > 1) {
       const size_t bytes = (SegmentWireBytes(codec_, seg_) + 63) / 64 * 64;
       const size_t buffers = group_.options().channel_capacity + 2;
       if (rc_.pool_buffer_bytes_ < bytes || rc_.pool_.size() < buffers) {
@@ -158,12 +157,6 @@ class RingRunner {
         }
         rc_.pool_buffer_bytes_ = bytes;
       }
-    }
-    if (feedback_ && rc_.residual_.size() != count_) rc_.residual_.assign(count_, 0.0f);
-    // Timed: the messages available at the start (step 0, or a broadcast root's chain).
-    if (timed_) {
-      timer_.emplace(TimedKindOf(kind_), shape_, n_, r_, broadcast_root_, start_);
-      for (const ring::RingTimer::Post& p : timer_->Begin()) RP_RETURN_IF_ERROR(PostTicket(p));
     }
     return absl::OkStatus();
   }
@@ -229,24 +222,61 @@ class RingRunner {
       RP_RETURN_IF_ERROR(OnAck(a));
     }
     finished_ = true;
-    if (timed_) {
-      result_.end = timer_->end();
-      result_.transfer = timer_->transfer();
-      result_.peer_wait = timer_->peer_wait();
-      result_.reduce = timer_->reduce();
-      result_.spans.clear();
-      for (const ring::RingTimer::Span& sp : timer_->spans()) {
-        result_.spans.push_back({sp.start, sp.end, sp.peer});
-      }
-      rc_.stats_.modeled_bytes += result_.modeled_bytes;
-    }
+    if (timed_) rc_.stats_.modeled_bytes += result_.modeled_bytes;
     rc_.stats_.collective_bytes[static_cast<int>(codec_)] += result_.wire_bytes;
     rc_.stats_.messages += result_.messages;
     rc_.stats_.forwarded += result_.forwarded;
     return absl::OkStatus();
   }
 
+  // Timed (a fabric): runs the collective as a RingMachine driven by this thread — posts its
+  // sends, awaits the next ring message (and, with a clock, its arrival), feeds it, repeats.
+  // Nothing is lent and nothing acknowledged: each message owns its bytes.
+  absl::Status RunTimed(RingMachine::Buffers buffers) {
+    const CommunicatorOptions& go = group_.options();
+    if (feedback_) buffers.residual = residual_;
+    RingMachine machine({.kind = TimedKindOf(kind_), .n = n_, .rank = r_, .root = broadcast_root_,
+                         .device = rc_.device(), .next_device = group_.device(next_),
+                         .count = count_, .codec = codec_, .segment_elems = seg_, .model = model_,
+                         .error_feedback = feedback_, .op_id = op_id_},
+                        buffers, start_);
+    std::vector<RingMachine::Send> sends;
+    absl::Status s = machine.Begin(&sends);
+    if (!s.ok()) return FailLocal(s, "encoding", 0);
+    const LpId lp = go.lps[static_cast<size_t>(r_)];
+    while (true) {
+      for (RingMachine::Send& send : sends) {
+        if (go.send_hook) go.send_hook(r_);
+        absl::StatusOr<uint64_t> ticket =
+            go.fabric->Post(lp, group_.RingChannel(r_), send.message, std::move(send.payload));
+        if (!ticket.ok()) return FailLocal(ticket.status(), "posting to the fabric", machine.next_step());
+      }
+      sends.clear();
+      if (machine.done()) break;
+      const int step = machine.next_step();
+      const WaitSite site{.rank = rc_.device(), .op = "collective receive",
+                          .peer = group_.device(prev_), .step = model_.step};
+      absl::StatusOr<Delivery> d = go.fabric->Await(lp, group_.RingChannel(prev_), site, timeout_);
+      if (!d.ok()) return Fail(d.status(), "waiting for", prev_, step);
+      if (go.clock != nullptr) go.clock->WaitUntil(d->timing.arrival);
+      const auto* payload = dynamic_cast<const SegmentPayload*>(d->payload.get());
+      if (payload == nullptr) {
+        return Fail(absl::InternalError("a ring message without its data"), "receiving from",
+                    prev_, step);
+      }
+      s = machine.OnReceive(d->timing, *payload, &sends);
+      if (!s.ok()) {
+        return s.code() == absl::StatusCode::kFailedPrecondition
+                   ? Fail(s, "receiving from", prev_, step)
+                   : FailLocal(s, "reducing", step);
+      }
+    }
+    result_ = machine.result();
+    return absl::OkStatus();
+  }
+
   const CollectiveResult& result() const { return result_; }
+  bool timed() const { return timed_; }
 
   // The rank's reusable scratch buffer, at least `elems` long.
   float* Scratch(size_t elems) {
@@ -257,12 +287,8 @@ class RingRunner {
  private:
   // Segments of `chunk` and the real range of its segment k: the modeled K when timed, else
   // segment_bytes-sized pieces (comm/ring_steps.h).
-  int Segments(Range chunk) const {
-    return timed_ ? segments_ : ring::NumSegments(chunk.size, seg_);
-  }
-  Range Segment(Range chunk, int k) const {
-    return timed_ ? ring::SplitSegment(chunk, segments_, k) : ring::SegmentRange(chunk, seg_, k);
-  }
+  int Segments(Range chunk) const { return ring::NumSegments(chunk.size, seg_); }
+  Range Segment(Range chunk, int k) const { return ring::SegmentRange(chunk, seg_, k); }
 
   std::string Prefix() const {
     return absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ", OpName(kind_), " #", op_id_);
@@ -378,42 +404,6 @@ class RingRunner {
     return p;
   }
 
-  // Timed: a segment's data is pushed the moment its message is posted (step 0 at once; segment k
-  // of step t + 1 right after segment k of step t was received and consumed, which is when its
-  // data exists). A receiver whose message the fabric committed therefore never waits for the
-  // data behind it while holding back the fabric (runtime/fabric.h: such a wait would count as
-  // running). Links are unbounded, so these sends never block.
-  template <typename PlanFn>
-  absl::Status RunStepsTimed(int num_steps, const PlanFn& plan) {
-    auto send = [&](const StepPlan& sp, int k) -> absl::Status {
-      const Range g = Segment(sp.send, k);
-      return SendSegment(sp.send_src + g.begin, sp.adopt != nullptr ? sp.adopt + g.begin : nullptr,
-                         g, sp.step, sp.send_chunk, k, rc_.ready_[static_cast<size_t>(k)],
-                         sp.feedback, 0);
-    };
-    StepPlan next = plan(0);
-    for (int k = 0; k < next.ks; ++k) RP_RETURN_IF_ERROR(send(next, k));
-    for (int rt = 0; rt < num_steps; ++rt) {
-      const StepPlan rp = next;
-      if (rt + 1 < num_steps) next = plan(rt + 1);
-      for (int rk = 0; rk < rp.kr; ++rk) {
-        const Range g = Segment(rp.recv, rk);
-        Stamped<WireMsg> m;
-        RP_RETURN_IF_ERROR(RecvSegment(rp.step, rp.recv_chunk, rk, g.size, &m));
-        if (rp.reduce) {
-          absl::Status st_add = DecodeAdd(codec_, rp.add + g.begin, m.body.payload, g.size,
-                                          rp.dst + (g.begin - rp.dst_offset), g.begin);
-          if (!st_add.ok()) return FailLocal(st_add, "reducing", rp.step);
-        } else {
-          Decode(codec_, m.body.payload, g.size, rp.dst + g.begin);
-        }
-        RP_RETURN_IF_ERROR(Release(m, rp.step, rk));
-        if (rt + 1 < num_steps) RP_RETURN_IF_ERROR(send(next, rk));
-      }
-    }
-    return absl::OkStatus();
-  }
-
   // Runs steps 0 .. num_steps - 1 (plan(t) describes step t; the chunk sent at step t + 1 is the
   // chunk received at step t). Messages leave in step-major order, as the receiver expects them,
   // but as early as possible: segment k of step t + 1 is ready once segment k of step t has been
@@ -426,7 +416,6 @@ class RingRunner {
   template <typename PlanFn>
   absl::Status RunSteps(int num_steps, const PlanFn& plan) {
     if (num_steps <= 0) return absl::OkStatus();
-    if (timed_) return RunStepsTimed(num_steps, plan);
     int st = 0, sk = 0;  // the next message to send: segment sk of step st
     StepPlan sp = plan(0);
     auto send_next = [&](bool* sent) -> absl::Status {
@@ -506,7 +495,6 @@ class RingRunner {
                            Nanos ready, bool feedback, int32_t hops, bool* sent = nullptr) {
     RP_RETURN_IF_ERROR(DrainAcks());
     const uint64_t bytes = SegmentWireBytes(codec_, g.size);
-    if (timed_) return SendOwned(src, adopt, g, step, chunk, k, ready, feedback, sent);
     const bool inline_msg = rc_.slots_to_next_ != nullptr && bytes <= rc_.slot_bytes_ &&
                             bytes <= group_.options().inline_bytes;
     if (sent != nullptr) {
@@ -518,7 +506,6 @@ class RingRunner {
     m.pool_buffer = nullptr;
     m.payload = reinterpret_cast<const std::byte*>(src);
     m.needs_ack = true;
-    m.owned = false;
     std::byte* wire = nullptr;  // where to encode (lossy codecs and inline messages)
     if (inline_msg) {
       // The slot is free once the next rank popped the message after the one that used it.
@@ -542,7 +529,7 @@ class RingRunner {
       if (codec_ == Codec::kFp32) {
         if (g.size > 0) std::memcpy(wire, src, bytes);  // as lent: the receiver checks sums
       } else if (feedback) {
-        st = EncodeWithFeedback(codec_, src, g.size, rc_.residual_.data() + g.begin, wire,
+        st = EncodeWithFeedback(codec_, src, g.size, residual_ + g.begin, wire,
                                 g.begin);
       } else {
         st = Encode(codec_, src, g.size, wire, g.begin);
@@ -584,87 +571,10 @@ class RingRunner {
     return absl::OkStatus();
   }
 
-  // Timed: sends segment `g` as a buffer of its own (encoded, adopted and with feedback as
-  // SendSegment describes) under the ticket posted for it. Never waits for the receiver.
-  absl::Status SendOwned(const float* src, float* adopt, Range g, int step, int chunk, int k,
-                         Nanos ready, bool feedback, bool* sent) {
-    if (sent != nullptr) *sent = true;
-    if (rc_.posted_.empty() || rc_.posted_.front().second != ready) {
-      return FailLocal(absl::InternalError(absl::StrCat(
-                           "timed send of segment ", k, " ready at ", ready.count(),
-                           " ns without its posted ticket")),
-                       "sending", step);
-    }
-    const uint64_t ticket = rc_.posted_.front().first;
-    rc_.posted_.pop_front();
-    const uint64_t bytes = SegmentWireBytes(codec_, g.size);
-    std::unique_ptr<std::byte[]> owned;
-    if (g.size > 0) {
-      owned = std::make_unique_for_overwrite<std::byte[]>(bytes);
-      absl::Status st;
-      if (codec_ == Codec::kFp32) {
-        std::memcpy(owned.get(), src, bytes);
-      } else if (feedback) {
-        st = EncodeWithFeedback(codec_, src, g.size, rc_.residual_.data() + g.begin, owned.get(),
-                                g.begin);
-      } else {
-        st = Encode(codec_, src, g.size, owned.get(), g.begin);
-      }
-      if (!st.ok()) return FailLocal(st, "encoding", step);
-      if (adopt != nullptr && codec_ != Codec::kFp32) Decode(codec_, owned.get(), g.size, adopt);
-    }
-    WireMsg m;
-    m.payload = owned.get();
-    m.pool_buffer = owned.get();
-    m.op_id = op_id_;
-    m.count = count_;
-    m.elems = static_cast<uint32_t>(g.size);
-    m.step = step;
-    m.chunk = chunk;
-    m.segment = k;
-    m.hops = 0;
-    m.kind = kind_;
-    m.codec = codec_;
-    m.needs_ack = false;
-    m.owned = true;
-    if (group_.options().send_hook) group_.options().send_hook(r_);
-    absl::Status s = rc_.to_next_->Send(m, ready, ticket, timeout_);
-    if (!s.ok()) return Fail(s, "sending to", next_, step);
-    owned.release();  // the receiver (or the communicator, if never received) frees it
-    result_.wire_bytes += bytes;
-    result_.modeled_bytes += shape_.segment_bytes(k);
-    ++result_.messages;
-    return absl::OkStatus();
-  }
-
-  // Timed: posts the modeled message of the rank's next send (ring::RingTimer decides which and
-  // when); the send of its data later uses the ticket.
-  absl::Status PostTicket(const ring::RingTimer::Post& p) {
-    Fabric& fabric = *group_.options().fabric;
-    const FabricMessage msg{.src = rc_.device(), .dst = group_.device(next_), .bytes = p.bytes,
-                            .ready = p.ready, .step = model_.step};
-    absl::StatusOr<uint64_t> ticket =
-        fabric.Post(group_.options().lps[static_cast<size_t>(r_)], group_.RingChannel(r_), msg);
-    if (!ticket.ok()) return FailLocal(ticket.status(), "posting to the fabric", p.step);
-    rc_.posted_.emplace_back(*ticket, p.ready);
-    rc_.ready_[static_cast<size_t>(p.segment)] = p.ready;
-    return absl::OkStatus();
-  }
-
   // Receives the next message and checks it is the expected segment of the same collective.
   // Timed: first awaits its modeled timing (and, with a clock, its arrival), then lets the ring
   // timer account it and post the segment that depends on it.
   absl::Status RecvSegment(int step, int chunk, int k, size_t elems, Stamped<WireMsg>* m) {
-    Delivery d;
-    if (timed_) {
-      const WaitSite site{.rank = rc_.device(), .op = "collective receive",
-                          .peer = group_.device(prev_), .step = model_.step};
-      absl::StatusOr<Delivery> got = group_.options().fabric->Await(
-          group_.options().lps[static_cast<size_t>(r_)], group_.RingChannel(prev_), site,
-          timeout_);
-      if (!got.ok()) return Fail(got.status(), "waiting for", prev_, step);
-      d = *got;
-    }
     absl::Status s = rc_.from_prev_->Recv(m, timeout_);
     if (!s.ok()) return Fail(s, "waiting for", prev_, step);
     const WireMsg& w = m->body;
@@ -684,31 +594,14 @@ class RingRunner {
                       " of ", w.elems, " elements")),
                   "receiving from", prev_, step);
     }
-    if (!timed_) {
-      result_.end = std::max(result_.end, m->arrival);
-      rc_.ready_[static_cast<size_t>(k)] = std::max(start_, m->arrival);
-      return absl::OkStatus();
-    }
-    if (m->ticket != d.ticket) {
-      return Fail(absl::InternalError(absl::StrCat("data of ticket ", m->ticket,
-                                                   " arrived for the fabric's ticket ", d.ticket)),
-                  "receiving from", prev_, step);
-    }
-    const Nanos arrival = d.timing.arrival;
-    m->arrival = arrival;
-    if (Clock* clock = group_.options().clock; clock != nullptr) clock->WaitUntil(arrival);
-    ring::RingTimer::Post next;
-    if (timer_->OnReceive(arrival, d.timing.ready, &next)) RP_RETURN_IF_ERROR(PostTicket(next));
+    result_.end = std::max(result_.end, m->arrival);
+    rc_.ready_[static_cast<size_t>(k)] = std::max(start_, m->arrival);
     return absl::OkStatus();
   }
 
   // Tells the previous rank this rank is done with the message's bytes (inline messages need no
   // acknowledgement: popping the next message frees their slot).
   absl::Status Release(const Stamped<WireMsg>& m, int step, int k) {
-    if (m.body.owned) {
-      std::unique_ptr<std::byte[]> done(m.body.pool_buffer);  // re-owned, freed
-      return absl::OkStatus();
-    }
     if (!m.body.needs_ack) return absl::OkStatus();
     absl::Status s = rc_.acks_to_prev_->Push(Ack{m.body.pool_buffer, m.body.hops}, timeout_);
     if (!s.ok()) return Fail(s, "acknowledging to", prev_, step);
@@ -726,11 +619,10 @@ class RingRunner {
   const Nanos start_;
   const WireModel model_;
   const bool timed_;  // a fabric times the messages
-  ring::TimedShape shape_;  // timed: the modeled shape
-  int segments_ = 1;        // timed: K, segments per chunk
   int broadcast_root_ = 0;
-  std::optional<ring::RingTimer> timer_;  // timed: the rank's modeled messages
   bool feedback_ = false;
+  int feedback_slot_ = 0;
+  float* residual_ = nullptr;  // error feedback: count_ elements
   bool forward_ = false;  // all-gather forwarding of lent views (FP32, n > 2)
   bool stream_ = false;   // held views are copied with streaming stores
   bool began_ = false;
@@ -780,7 +672,12 @@ absl::Status RingAllReduce::Run(Nanos start) {
     CopyIfDistinct(in_.data(), out_.data(), in_.size());
   } else {
     const ring::Range own = ring::ChunkRange(in_.size(), n, comm_->rank());
-    RP_RETURN_IF_ERROR(run.AllReducePhases(in_.data(), out_.data(), out_.data() + own.begin));
+    if (run.timed()) {
+      RP_RETURN_IF_ERROR(run.RunTimed({.in = in_.data(), .out = out_.data(), .work = out_.data(),
+                                       .own_out = out_.data() + own.begin}));
+    } else {
+      RP_RETURN_IF_ERROR(run.AllReducePhases(in_.data(), out_.data(), out_.data() + own.begin));
+    }
   }
   RP_RETURN_IF_ERROR(run.Finish());
   result_ = run.result();
@@ -819,7 +716,11 @@ absl::Status RingReduceScatter::Run(Nanos start) {
     } else {
       work = run.Scratch(in_.size());
     }
-    RP_RETURN_IF_ERROR(run.ReduceScatterPhase(in_.data(), work, out_.data()));
+    if (run.timed()) {
+      RP_RETURN_IF_ERROR(run.RunTimed({.in = in_.data(), .work = work, .own_out = out_.data()}));
+    } else {
+      RP_RETURN_IF_ERROR(run.ReduceScatterPhase(in_.data(), work, out_.data()));
+    }
   }
   RP_RETURN_IF_ERROR(run.Finish());
   result_ = run.result();
@@ -848,7 +749,11 @@ absl::Status RingAllGather::Run(Nanos start) {
   const int n = comm_->size();
   const ring::Range own = ring::ChunkRange(out_.size(), n, comm_->rank());
   CopyIfDistinct(in_.data(), out_.data() + own.begin, own.size);
-  if (n > 1) RP_RETURN_IF_ERROR(run.AllGatherPhase(out_.data()));
+  if (n > 1 && run.timed()) {
+    RP_RETURN_IF_ERROR(run.RunTimed({.out = out_.data()}));
+  } else if (n > 1) {
+    RP_RETURN_IF_ERROR(run.AllGatherPhase(out_.data()));
+  }
   RP_RETURN_IF_ERROR(run.Finish());
   result_ = run.result();
   return absl::OkStatus();
@@ -883,7 +788,11 @@ absl::Status RingBroadcast::Run(Nanos start) {
   if (comm_->size() == 1) {
     CopyIfDistinct(src, out_.data(), out_.size());
   } else {
-    RP_RETURN_IF_ERROR(run.BroadcastChain(root_, src, out_.data()));
+    if (run.timed()) {
+      RP_RETURN_IF_ERROR(run.RunTimed({.in = src, .out = out_.data()}));
+    } else {
+      RP_RETURN_IF_ERROR(run.BroadcastChain(root_, src, out_.data()));
+    }
   }
   RP_RETURN_IF_ERROR(run.Finish());
   result_ = run.result();

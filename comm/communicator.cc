@@ -94,24 +94,27 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
                            : 0;
   const int n = comm->size();
   for (int r = 0; r < n; ++r) {
+    if (timed) {
+      // Timed ring messages travel with their fabric messages (comm/ring_machine.h).
+      if (n > 1) {
+        comm->ring_fabric_.push_back(options.fabric->AddChannel(
+            options.lps[static_cast<size_t>(r)], options.lps[static_cast<size_t>((r + 1) % n)]));
+      }
+      continue;
+    }
     ChannelOptions co;
     co.src_device = options.devices[static_cast<size_t>(r)];
     co.dst_device = options.devices[static_cast<size_t>((r + 1) % n)];
-    co.capacity = timed ? 0 : options.channel_capacity;  // timed: unbounded
+    co.capacity = options.channel_capacity;
     co.spin_iterations = options.spin_iterations;
     co.yield_iterations = options.yield_iterations;
     comm->ring_data_.push_back(std::make_unique<Channel<internal::WireMsg>>(co));
     // Acks: a rank drains its acknowledgements before each send, when at most capacity (queued)
     // + 1 (being consumed) + held (forwarded, see collectives.cc) of its messages are
-    // unacknowledged; it then sends one more. So pushes never find the queue full. (Timed
-    // messages are never acknowledged.)
+    // unacknowledged; it then sends one more. So pushes never find the queue full.
     comm->ring_acks_.push_back(std::make_unique<SpscQueue<internal::Ack>>(
-        timed ? 2 : options.channel_capacity + options.max_held_segments + 4,
-        options.spin_iterations, options.yield_iterations));
-    if (timed && n > 1) {
-      comm->ring_fabric_.push_back(options.fabric->AddChannel(
-          options.lps[static_cast<size_t>(r)], options.lps[static_cast<size_t>((r + 1) % n)]));
-    }
+        options.channel_capacity + options.max_held_segments + 4, options.spin_iterations,
+        options.yield_iterations));
     // 64 bytes of slack so the first slot can be aligned.
     // Not zeroed: a page is touched only when a message is written into it.
     comm->ring_slots_.push_back(
@@ -120,6 +123,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   for (int r = 0; r < n; ++r) {
     auto rc = std::unique_ptr<RankComm>(new RankComm(comm.get(), r));
     const int prev = (r + n - 1) % n;
+    if (timed) {
+      comm->ranks_.push_back(std::move(rc));
+      continue;
+    }
     rc->to_next_ = comm->ring_data_[static_cast<size_t>(r)].get();
     rc->from_prev_ = comm->ring_data_[static_cast<size_t>(prev)].get();
     rc->acks_from_next_ = comm->ring_acks_[static_cast<size_t>(r)].get();
@@ -136,15 +143,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   return comm;
 }
 
-Communicator::~Communicator() {
-  // Timed messages own their wire buffers: free those nobody received (a failed run).
-  for (auto& ch : ring_data_) {
-    Stamped<internal::WireMsg> m;
-    while (ch->TryRecvNoWait(&m)) {
-      if (m.body.owned) std::unique_ptr<std::byte[]> done(m.body.pool_buffer);
-    }
-  }
-}
+Communicator::~Communicator() = default;
 
 void Communicator::Abort(const absl::Status& status) {
   {
@@ -193,6 +192,26 @@ ChannelId Communicator::P2PFabricChannel(int src, int dst) {
 }
 
 int RankComm::size() const { return group_->size(); }
+uint64_t RankComm::residual_bytes() const {
+  uint64_t bytes = 0;
+  for (const std::vector<float>& r : residuals_) bytes += r.size() * sizeof(float);
+  return bytes;
+}
+
+std::span<float> RankComm::Residual(int slot, size_t count) {
+  const size_t s = static_cast<size_t>(slot < 0 ? 0 : slot);
+  if (residuals_.size() <= s) residuals_.resize(s + 1);
+  if (residuals_[s].size() != count) residuals_[s].assign(count, 0.0f);
+  return residuals_[s];
+}
+
+void RankComm::Account(const CollectiveResult& result, Codec codec) {
+  stats_.collective_bytes[static_cast<int>(codec)] += result.wire_bytes;
+  stats_.modeled_bytes += result.modeled_bytes;
+  stats_.messages += result.messages;
+  stats_.forwarded += result.forwarded;
+}
+
 bool RankComm::timed() const { return group_->options().fabric != nullptr; }
 int RankComm::device() const { return group_->device(rank_); }
 
@@ -262,7 +281,7 @@ absl::StatusOr<Received> RankComm::Recv(int peer, const P2POptions& options) {
         {.rank = device(), .op = options.what, .peer = group_->device(peer), .step = options.step},
         options.timeout);
     if (!got.ok()) return where(got.status());
-    d = *got;
+    d = *std::move(got);
   }
   Nanos ready{0};
   uint64_t ticket = 0;

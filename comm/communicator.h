@@ -150,6 +150,9 @@ struct CollectiveOptions {
   // Keep a per-rank residual of the quantization error and add it before the next encode
   // (lossy codecs only; its memory is RankComm::residual_bytes()).
   bool error_feedback = false;
+  // Which of the rank's residuals error feedback uses, >= 0 (e.g. one per gradient bucket, so
+  // buckets of different sizes keep theirs). A residual is zeroed when its size changes.
+  int feedback_slot = 0;
   // Timed communicators: modeled sizes (segment_bytes then cuts the MODELED chunk).
   WireModel model = {};
 };
@@ -236,7 +239,6 @@ struct WireMsg {
   OpKind kind;
   Codec codec;
   bool needs_ack;  // false for inline messages: the receiver sends no acknowledgement
-  bool owned;      // timed lossy codecs: pool_buffer was allocated for this message only
 };
 // Returned by the receiver after it consumed a message (the sender may reuse the bytes). The hops
 // of the acknowledged message come back with it: hops > 0 means the sender forwarded a view it
@@ -292,8 +294,16 @@ class RankComm {
 
   const WireStats& stats() const { return stats_; }
   // Bytes of error-feedback residual this rank holds.
-  uint64_t residual_bytes() const { return residual_.size() * sizeof(float); }
+  uint64_t residual_bytes() const;
   Communicator& group() { return *group_; }
+
+  // ---- For collectives driven by an event-driven comm stream (comm/comm_stream.h) ----
+  // The rank's next collective sequence number (collectives are matched by it across ranks).
+  uint64_t TakeOpId() { return next_op_id_++; }
+  // Error-feedback residual `slot` sized `count` (zeroed when its size changes).
+  std::span<float> Residual(int slot, size_t count);
+  // Counts a finished collective in stats().
+  void Account(const CollectiveResult& result, Codec codec);
 
  private:
   friend class Communicator;
@@ -330,7 +340,7 @@ class RankComm {
   std::vector<std::byte*> free_buffers_;
   size_t pool_buffer_bytes_ = 0;
   std::vector<float> scratch_;   // out-of-place reduce-scatter partial sums
-  std::vector<float> residual_;  // error feedback
+  std::vector<std::vector<float>> residuals_;  // error feedback, per CollectiveOptions::feedback_slot
   std::vector<Nanos> ready_;     // modeled ready time per segment of the current chunk
   // Forwarding (CommunicatorOptions::forward_lends): per segment of the chunk received at the
   // previous all-gather step, the held lent view to forward (nullptr: forward this rank's copy)
@@ -339,8 +349,6 @@ class RankComm {
   std::vector<int32_t> fwd_hops_;
   size_t held_ = 0;
   absl::flat_hash_map<int64_t, OwningChannel<Buffer>*> p2p_cache_;
-  // Timed: tickets posted for ring messages not yet sent, in order, with their ready times.
-  std::deque<std::pair<uint64_t, Nanos>> posted_;
   WireStats stats_;
 };
 
@@ -361,6 +369,10 @@ class Communicator {
   bool aborted() const { return aborted_.load(std::memory_order_seq_cst); }
   // The status that aborted the group (OK if none).
   absl::Status abort_status() const;
+  // Timed groups: the fabric channel of ring link r -> r + 1 (-1 for a group of one).
+  ChannelId RingChannel(int r) const {
+    return ring_fabric_.empty() ? ChannelId{-1} : ring_fabric_[static_cast<size_t>(r)];
+  }
 
  private:
   explicit Communicator(const CommunicatorOptions& options) : options_(options) {}
@@ -368,7 +380,6 @@ class Communicator {
   friend class internal::RingRunner;
   OwningChannel<Buffer>* GetP2P(int src, int dst);
   // Timed: the fabric channel of ring link r -> r + 1, and of p2p pair src -> dst (made on first use).
-  ChannelId RingChannel(int r) const { return ring_fabric_[static_cast<size_t>(r)]; }
   ChannelId P2PFabricChannel(int src, int dst);
 
   const CommunicatorOptions options_;

@@ -94,6 +94,26 @@ void Device::Trace(const OpInfo& op, int64_t wall_start_ns, int64_t wall_end_ns,
   tracer_->Record(e);
 }
 
+void Device::TraceComm(const OpInfo& op, int64_t wall_start_ns, int64_t wall_end_ns,
+                       Nanos model_start, Nanos model_end) const {
+  if (tracer_ == nullptr || comm_thread_.joinable()) return;
+  if (CurrentStream() != static_cast<int>(Stream::kCompute)) return;
+  TraceEvent e;
+  e.wall_start_ns = wall_start_ns;
+  e.wall_end_ns = wall_end_ns;
+  e.model_start_ns = model_start.count();
+  e.model_end_ns = model_end.count();
+  e.bytes = op.bytes;
+  e.name = op.name;
+  e.rank = rank_;
+  e.peer = op.peer;
+  e.micro_batch = op.micro_batch;
+  e.step = op.step;
+  e.kind = op.kind;
+  e.stream = Stream::kComm;
+  tracer_->Record(e);
+}
+
 void Device::RecordFaultsAtStart() {
   if (faults_recorded_) return;
   faults_recorded_ = true;

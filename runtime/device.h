@@ -165,6 +165,10 @@ class Device {
   // from another thread is dropped). No-op without a tracer.
   void Trace(const OpInfo& op, int64_t wall_start_ns, int64_t wall_end_ns, Nanos model_start,
              Nanos model_end, uint64_t flow_id = 0, const char* detail = "") const;
+  // Records one op on this device's comm-stream track from its compute thread — for a device
+  // whose comm stream is event-driven (no comm thread writes that track). No-op without a tracer.
+  void TraceComm(const OpInfo& op, int64_t wall_start_ns, int64_t wall_end_ns, Nanos model_start,
+                 Nanos model_end) const;
   // Tracer::WallNow(), or 0 without a tracer.
   int64_t WallNow() const { return tracer_ ? tracer_->WallNow() : 0; }
 

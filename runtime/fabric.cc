@@ -23,6 +23,7 @@ const char* LpStateName(LpWait::State s) {
 // One LP. Its fields are guarded by the fabric's mutex (annotated through Fabric::mu_ uses).
 struct Fabric::Lp {
   Nanos bound{0};
+
   uint64_t next_seq = 0;
   uint64_t tie = 0;
   LpWait::State state = LpWait::State::kRunning;
@@ -30,6 +31,29 @@ struct Fabric::Lp {
   int work = 0;
   WaitSite site;
   CondVar cv;
+};
+
+// Unlocks the fabric, then wakes the LPs resumed meanwhile: a woken thread does not find the lock
+// still held by its waker.
+class Fabric::Unlocker {
+ public:
+  explicit Unlocker(Fabric* f) ABSL_EXCLUSIVE_LOCK_FUNCTION(f->mu_) : f_(f) {
+    f_->mu_.Lock();
+  }
+  ~Unlocker() ABSL_UNLOCK_FUNCTION() {
+    f_->mu_.AssertHeld();
+    // Each thread keeps its own buffer: swapped in under the lock, drained after it.
+    thread_local std::vector<Lp*> wake;
+    wake.clear();
+    wake.swap(f_->wake_);
+    f_->mu_.Unlock();
+    for (Lp* l : wake) l->cv.Signal();
+  }
+  Unlocker(const Unlocker&) = delete;
+  Unlocker& operator=(const Unlocker&) = delete;
+
+ private:
+  Fabric* const f_;
 };
 
 absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Create(const FabricOptions& options) {
@@ -54,7 +78,8 @@ Fabric::Fabric(const FabricOptions& options, FabricModel model)
   const size_t n = options_.tie_rank.size();
   lps_.reserve(n);
   while (leaves_ < n) leaves_ *= 2;
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
+  handlers_.resize(n);
   tree_.assign(2 * leaves_, Key{std::numeric_limits<int64_t>::max(), ~uint64_t{0}, ~uint64_t{0}});
   for (size_t i = 0; i < n; ++i) {
     lps_.push_back(std::make_unique<Lp>());
@@ -102,20 +127,45 @@ void Fabric::Resume(LpId lp, Nanos at_least) {
   l.state = LpWait::State::kRunning;
   UpdateTree(lp);
   progress_.fetch_add(1, std::memory_order_relaxed);
-  l.cv.Signal();
+  wake_.push_back(&l);  // signalled once the lock is released (Unlocker)
 }
 
+void Fabric::WakePending() {
+  for (Lp* l : wake_) l->cv.Signal();
+  wake_.clear();
+}
+
+
 void Fabric::CommitReady() {
-  while (!pending_.empty() && pending_.top().key < tree_[1]) {
+  while (!pending_.empty() && pending_.top().key < tree_[1] &&
+         !aborted_.load(std::memory_order_relaxed)) {
     const Pending p = pending_.top();
     pending_.pop();
     Channel& c = channels_[static_cast<size_t>(p.channel)];
     Ticket& t = c.queue[static_cast<size_t>(p.index - c.consumed)];
     t.timing = model_.Commit(t.message);
     t.committed = true;
-    committed_.fetch_add(1, std::memory_order_relaxed);
+    last_committed_ = p.key;
+      committed_.fetch_add(1, std::memory_order_relaxed);
     progress_.fetch_add(1, std::memory_order_relaxed);
     if (options_.on_commit) options_.on_commit(t.message, t.timing);
+    if (const Handler& handler = c.handler ? c.handler : handlers_[static_cast<size_t>(c.dst)];
+        handler) {
+      // Event-driven receiver: handed over now. A channel's keys increase along it, so what
+      // commits is its front.
+      if (p.index != c.consumed) {
+        AbortLocked(absl::InternalError(
+            absl::StrCat("fabric: channel ", p.channel, " committed out of order")));
+        return;
+      }
+      Delivery d{.message = t.message, .timing = t.timing, .ticket = t.seq,
+                 .payload = std::move(t.payload)};
+      c.queue.pop_front();
+      ++c.consumed;
+      Scope scope(*this);
+      handler(scope, p.channel, std::move(d));  // may post, signal (the loop re-checks)
+      continue;
+    }
     Lp& receiver = *lps_[static_cast<size_t>(c.dst)];
     if (receiver.state == LpWait::State::kAwaitChannel && receiver.awaited_channel == p.channel &&
         p.index == c.consumed) {
@@ -125,33 +175,62 @@ void Fabric::CommitReady() {
 }
 
 ChannelId Fabric::AddChannel(LpId src, LpId dst) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   channels_.push_back(Channel{.src = src, .dst = dst, .queue = {}, .consumed = 0});
   return static_cast<ChannelId>(channels_.size() - 1);
 }
 
 GateId Fabric::AddGate() {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   gates_.push_back(Gate{});
   return static_cast<GateId>(gates_.size() - 1);
 }
 
 RendezvousId Fabric::AddRendezvous(int members) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   rendezvous_.push_back(Rendezvous{});
   rendezvous_.back().members = members;
   return static_cast<RendezvousId>(rendezvous_.size() - 1);
 }
 
 void Fabric::StartParked(LpId lp) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   Lp& l = *lps_[static_cast<size_t>(lp)];
   if (l.work == 0) SetState(lp, LpWait::State::kParked);
   CommitReady();
 }
 
-absl::StatusOr<uint64_t> Fabric::Post(LpId lp, ChannelId channel, const FabricMessage& m) {
-  MutexLock lock(&mu_);
+void Fabric::SetHandler(LpId lp, Handler handler) {
+  Unlocker lock(this);
+  handlers_[static_cast<size_t>(lp)] = std::move(handler);
+  Lp& l = *lps_[static_cast<size_t>(lp)];
+  l.site = WaitSite{.op = "idle"};
+  SetState(lp, LpWait::State::kParked);
+  CommitReady();
+}
+
+void Fabric::SetChannelHandler(ChannelId channel, Handler handler) {
+  Unlocker lock(this);
+  channels_[static_cast<size_t>(channel)].handler = std::move(handler);
+}
+
+void Fabric::Run(absl::FunctionRef<void(Scope&)> fn) {
+  Unlocker lock(this);
+  Scope scope(*this);
+  fn(scope);
+  CommitReady();
+}
+
+absl::StatusOr<uint64_t> Fabric::Post(LpId lp, ChannelId channel, const FabricMessage& m,
+                                      std::unique_ptr<FabricPayload> payload) {
+  Unlocker lock(this);
+  absl::StatusOr<uint64_t> seq = PostLocked(lp, channel, m, std::move(payload));
+  if (seq.ok()) CommitReady();
+  return seq;
+}
+
+absl::StatusOr<uint64_t> Fabric::PostLocked(LpId lp, ChannelId channel, const FabricMessage& m,
+                                            std::unique_ptr<FabricPayload> payload) {
   if (channel < 0 || static_cast<size_t>(channel) >= channels_.size() ||
       channels_[static_cast<size_t>(channel)].src != lp) {
     return absl::InvalidArgumentError(
@@ -163,27 +242,38 @@ absl::StatusOr<uint64_t> Fabric::Post(LpId lp, ChannelId channel, const FabricMe
         "fabric: LP ", lp, " posts a message ready at ", m.ready.count(),
         " ns, before its bound ", l.bound.count(), " ns (a message out of modeled-time order)"));
   }
+  const Key key{m.ready.count(), l.tie, l.next_seq};
+  // Equal times are allowed: a message that arrives when it is ready (a free link) lets its
+  // receiver post at that very time, with any tie rank; its order against equal-time messages
+  // already committed is then causal, the same in every run.
+  if (key.time < last_committed_.time) {
+    return absl::InternalError(absl::StrCat(
+        "fabric: LP ", lp, " (tie rank ", l.tie, ", post ", l.next_seq, ", state ",
+        LpStateName(l.state), ") posts a message ready at ", m.ready.count(),
+        " ns after one ready at ", last_committed_.time, " ns (tie rank ", last_committed_.tie,
+        ", post ", last_committed_.seq, ") committed (the conservative rule was broken)"));
+  }
   Channel& c = channels_[static_cast<size_t>(channel)];
   const uint64_t seq = l.next_seq++;
   const uint64_t index = c.consumed + c.queue.size();
-  c.queue.push_back(Ticket{.message = m, .timing = {}, .seq = seq, .committed = false});
-  pending_.push(Pending{.key = Key{m.ready.count(), l.tie, seq}, .channel = channel, .index = index});
+  c.queue.push_back(Ticket{.message = m, .timing = {}, .seq = seq, .committed = false,
+                           .payload = std::move(payload)});
+  pending_.push(Pending{.key = key, .channel = channel, .index = index});
   l.bound = m.ready;
   if (l.state == LpWait::State::kRunning) UpdateTree(lp);
   progress_.fetch_add(1, std::memory_order_relaxed);
-  CommitReady();
   return seq;
 }
 
 void Fabric::Advance(LpId lp, Nanos t) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   const Key before = tree_[1];
   RaiseBound(lp, t);
   if (before < tree_[1]) CommitReady();
 }
 
 void Fabric::Finish(LpId lp) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   SetState(lp, LpWait::State::kDone);
   CommitReady();
 }
@@ -196,6 +286,7 @@ absl::Status Fabric::WaitWhile(LpId lp, const std::function<bool()>& blocked,
                                 : std::chrono::steady_clock::time_point::max();
   while (blocked()) {
     if (aborted_.load(std::memory_order_acquire)) return abort_status_;
+    WakePending();  // before sleeping: whom this thread resumed must not wait for its unlock
     if (!bounded) {
       l.cv.Wait(&mu_);
     } else if (l.cv.WaitUntilSteady(&mu_, deadline) && blocked()) {
@@ -212,7 +303,7 @@ absl::Status Fabric::WaitWhile(LpId lp, const std::function<bool()>& blocked,
 
 absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSite& site,
                                        std::chrono::nanoseconds timeout) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   if (channel < 0 || static_cast<size_t>(channel) >= channels_.size() ||
       channels_[static_cast<size_t>(channel)].dst != lp) {
     return absl::InvalidArgumentError(
@@ -246,11 +337,12 @@ absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSit
   if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
   RaiseBound(lp, t.timing.arrival);
   progress_.fetch_add(1, std::memory_order_relaxed);
-  return Delivery{.message = t.message, .timing = t.timing, .ticket = t.seq};
+  return Delivery{.message = t.message, .timing = t.timing, .ticket = t.seq,
+                  .payload = std::move(t.payload)};
 }
 
 void Fabric::AddWork(LpId lp, Nanos ready) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   Lp& l = *lps_[static_cast<size_t>(lp)];
   ++l.work;
   if (l.state == LpWait::State::kParked) {
@@ -261,7 +353,7 @@ void Fabric::AddWork(LpId lp, Nanos ready) {
 }
 
 void Fabric::FinishWork(LpId lp) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   Lp& l = *lps_[static_cast<size_t>(lp)];
   if (l.work > 0) --l.work;
   if (l.work == 0 && l.state == LpWait::State::kRunning) {
@@ -272,7 +364,11 @@ void Fabric::FinishWork(LpId lp) {
 }
 
 void Fabric::Signal(GateId gate, Nanos t) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
+  SignalLocked(gate, t);
+}
+
+void Fabric::SignalLocked(GateId gate, Nanos t) {
   Gate& g = gates_[static_cast<size_t>(gate)];
   g.signalled = true;
   g.time = t;
@@ -283,7 +379,7 @@ void Fabric::Signal(GateId gate, Nanos t) {
 }
 
 absl::StatusOr<Nanos> Fabric::AwaitGate(LpId lp, GateId gate, const WaitSite& site) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   Gate& g = gates_[static_cast<size_t>(gate)];
   Lp& l = *lps_[static_cast<size_t>(lp)];
   l.site = site;
@@ -309,7 +405,7 @@ absl::StatusOr<Nanos> Fabric::AwaitGate(LpId lp, GateId gate, const WaitSite& si
 }
 
 void Fabric::ResetGate(GateId gate) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
   gates_[static_cast<size_t>(gate)] = Gate{};
 }
 
@@ -320,6 +416,7 @@ absl::StatusOr<Nanos> Fabric::Arrive(LpId lp, RendezvousId rv, Nanos t, const Wa
   l.site = site;
   if (aborted_.load(std::memory_order_acquire)) {
     const absl::Status s = abort_status_;
+    WakePending();
     mu_.Unlock();
     return s;
   }
@@ -338,18 +435,21 @@ absl::StatusOr<Nanos> Fabric::Arrive(LpId lp, RendezvousId rv, Nanos t, const Wa
     });
     if (!s.ok()) {
       if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
+      WakePending();
       mu_.Unlock();
       return s;
     }
     const Rendezvous& done = rendezvous_[static_cast<size_t>(rv)];
     absl::StatusOr<Nanos> out =
         done.status.ok() ? absl::StatusOr<Nanos>(done.release) : absl::StatusOr<Nanos>(done.status);
+    WakePending();
     mu_.Unlock();
     return out;
   }
   // The last arriver: everyone else waits (excluded), so what on_last reads is quiescent.
   const Nanos max = r.max;
   CommitReady();
+  WakePending();
   mu_.Unlock();
   absl::StatusOr<Nanos> release = on_last(max);
   mu_.Lock();
@@ -361,12 +461,17 @@ absl::StatusOr<Nanos> Fabric::Arrive(LpId lp, RendezvousId rv, Nanos t, const Wa
   for (LpId w : rr.waiting) Resume(w, rr.release);
   rr.waiting.clear();
   Resume(lp, rr.release);
+  WakePending();
   mu_.Unlock();
   return release;
 }
 
 void Fabric::Abort(const absl::Status& status) {
-  MutexLock lock(&mu_);
+  Unlocker lock(this);
+  AbortLocked(status);
+}
+
+void Fabric::AbortLocked(const absl::Status& status) {
   if (aborted_.load(std::memory_order_acquire)) return;
   abort_status_ = status.ok() ? absl::CancelledError("fabric aborted") : status;
   aborted_.store(true, std::memory_order_release);
@@ -395,6 +500,40 @@ std::vector<LpWait> Fabric::Waits() const {
 uint64_t Fabric::pending() const {
   MutexLock lock(&mu_);
   return pending_.size();
+}
+
+// ---- Scope ----
+
+absl::StatusOr<uint64_t> Fabric::Scope::Post(LpId lp, ChannelId channel, const FabricMessage& m,
+                                             std::unique_ptr<FabricPayload> payload) {
+  fabric_.mu_.AssertHeld();
+  return fabric_.PostLocked(lp, channel, m, std::move(payload));
+}
+
+void Fabric::Scope::Signal(GateId gate, Nanos t) {
+  fabric_.mu_.AssertHeld();
+  fabric_.SignalLocked(gate, t);
+}
+
+void Fabric::Scope::Abort(const absl::Status& status) {
+  fabric_.mu_.AssertHeld();
+  fabric_.AbortLocked(status);
+}
+
+void Fabric::Scope::Awaiting(LpId lp, ChannelId channel, const WaitSite& site) {
+  fabric_.mu_.AssertHeld();
+  Lp& l = *fabric_.lps_[static_cast<size_t>(lp)];
+  l.site = site;
+  l.awaited_channel = channel;
+  l.state = LpWait::State::kAwaitChannel;  // excluded either way: the tree is unchanged
+}
+
+void Fabric::Scope::Idle(LpId lp) {
+  fabric_.mu_.AssertHeld();
+  Lp& l = *fabric_.lps_[static_cast<size_t>(lp)];
+  l.site = WaitSite{.op = "idle"};
+  l.awaited_channel = -1;
+  l.state = LpWait::State::kParked;
 }
 
 }  // namespace rp

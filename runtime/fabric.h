@@ -32,7 +32,18 @@
 // signal or release it waits for (or by Abort). The interface is narrow on purpose (post, await,
 // advance, park, signal, rendezvous) so the same rule can later span processes.
 //
-// Errors. Post fails (InvalidArgument, a caller bug) if a message is ready before its LP's bound.
+// Event-driven LPs. An LP may instead be a state machine that no thread runs (SetHandler): every
+// message on a channel it receives is handed to its handler the moment the message commits, in
+// commit (key) order, under the fabric's lock, in whichever thread commits it; the handler reacts
+// through a Scope (posts as that LP, signals gates). Such an LP never holds back commits: what it
+// posts follows from a message it was handed (ready >= that message's arrival, later than every
+// key committed so far) or is posted through Run by a running LP whose key precedes it. A comm
+// stream run this way costs no thread and no context switch per message (DESIGN.md "The time
+// engine"); the commit order, and so the timeline, is the same as with a thread awaiting the
+// channel.
+//
+// Errors. Post fails (InvalidArgument, a caller bug) if a message is ready before its LP's bound,
+// and (Internal) if it is ready before a message already committed (a broken conservative rule).
 // Waits return Cancelled once Abort was called (a failed run). Waits have no timeout of their
 // own: stalls are detected centrally from progress() (rp::FabricMonitor in the executor), which
 // sees every LP's wait site (Waits()).
@@ -88,11 +99,18 @@ struct FabricOptions {
   std::function<void(const FabricMessage&, const MessageTiming&)> on_commit;
 };
 
+// A message's real data, carried with it from Post to its receiver (e.g. a ring segment's wire
+// bytes). Derive from it; the fabric owns it in between and never looks inside.
+struct FabricPayload {
+  virtual ~FabricPayload() = default;
+};
+
 // A message as its receiver gets it.
 struct Delivery {
   FabricMessage message;
   MessageTiming timing;
   uint64_t ticket = 0;  // the sender's post count at posting (per LP, from 0)
+  std::unique_ptr<FabricPayload> payload;  // as posted (may be null)
 };
 
 // What an LP is doing, for stall reports.
@@ -108,6 +126,10 @@ const char* LpStateName(LpWait::State s);
 
 class Fabric {
  public:
+  class Scope;
+  // An event-driven LP's reaction to a message on `channel` (see "Event-driven LPs").
+  using Handler = std::function<void(Scope&, ChannelId channel, Delivery delivery)>;
+
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Fabric>> Create(const FabricOptions& options);
   ~Fabric();
   Fabric(const Fabric&) = delete;
@@ -122,11 +144,28 @@ class Fabric {
   RendezvousId AddRendezvous(int members);
   // An LP that starts parked (e.g. a comm stream with no work yet). Call before it runs.
   void StartParked(LpId lp);
+  // Makes `lp` event-driven (see "Event-driven LPs"): parked, never run by a thread, and every
+  // message on a channel it receives goes to `handler` at commit. Its posts must come in
+  // nondecreasing ready order (its bound is its last post's ready time; a message handed to it
+  // does not raise it, since the handler may keep it for later). Before any message is posted.
+  void SetHandler(LpId lp, Handler handler);
+  // Hands every message on `channel` to `handler` at commit instead of queueing it for Await —
+  // for a thread-run receiver that has handed the channel to a state machine (e.g. a compute
+  // stream whose TP all-reduces run as handlers while it awaits their end on a gate). Before any
+  // message is posted on the channel.
+  void SetChannelHandler(ChannelId channel, Handler handler);
+  // Runs fn under the fabric's lock (then commits what became committable), e.g. a compute stream
+  // starting its event-driven comm stream's next collective. Posts made through the scope must
+  // not precede the calling LP's own key (ready >= its bound, and a later tie rank at equal
+  // times), so nothing already committed could have been ordered after them.
+  void Run(absl::FunctionRef<void(Scope&)> fn);
 
   // --- Senders ---
   // Posts `m` from `lp` on `channel` (lp must be the channel's sender; m.ready >= lp's bound).
   // Raises the bound to m.ready. Never blocks. Returns the ticket (lp's post count).
-  [[nodiscard]] absl::StatusOr<uint64_t> Post(LpId lp, ChannelId channel, const FabricMessage& m);
+  // `payload` travels with the message to its receiver (Delivery::payload).
+  [[nodiscard]] absl::StatusOr<uint64_t> Post(LpId lp, ChannelId channel, const FabricMessage& m,
+                                              std::unique_ptr<FabricPayload> payload = nullptr);
   // lp promises that its future posts are ready at or after t (monotone: lower values ignored).
   void Advance(LpId lp, Nanos t);
   // lp posts nothing more until it is given work again (AddWork) — for the end of a run.
@@ -193,11 +232,13 @@ class Fabric {
     MessageTiming timing;
     uint64_t seq = 0;
     bool committed = false;
+    std::unique_ptr<FabricPayload> payload;
   };
   struct Channel {
     LpId src = 0, dst = 0;
     std::deque<Ticket> queue;  // posted, not yet consumed; front = next
     uint64_t consumed = 0;     // tickets popped so far (index of queue.front())
+    Handler handler;           // SetChannelHandler (else the receiver LP's, if any)
   };
   struct Pending {
     Key key;
@@ -220,12 +261,19 @@ class Fabric {
     std::vector<LpId> waiting;
   };
 
+  class Unlocker;
   explicit Fabric(const FabricOptions& options, FabricModel model);
+  void WakePending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetState(LpId lp, LpWait::State s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Resume(LpId lp, Nanos at_least) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RaiseBound(LpId lp, Nanos t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateTree(LpId lp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> PostLocked(LpId lp, ChannelId channel, const FabricMessage& m,
+                                      std::unique_ptr<FabricPayload> payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SignalLocked(GateId gate, Nanos t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AbortLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Key LpKey(LpId lp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WaitWhile(LpId lp, const std::function<bool()>& blocked,
                          std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max())
@@ -240,6 +288,9 @@ class Fabric {
   std::vector<Gate> gates_ ABSL_GUARDED_BY(mu_);
   std::vector<Rendezvous> rendezvous_ ABSL_GUARDED_BY(mu_);
   std::priority_queue<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  Key last_committed_ ABSL_GUARDED_BY(mu_){-1, 0, 0};  // the key of the latest commit
+  std::vector<Handler> handlers_ ABSL_GUARDED_BY(mu_);  // per LP; empty = run by a thread
+  std::vector<Lp*> wake_ ABSL_GUARDED_BY(mu_);  // resumed, to be signalled after unlocking
   // Min-tree over the LPs' keys (an excluded LP holds the maximal key): tree_[1] is the minimum.
   size_t leaves_ = 1;
   std::vector<Key> tree_ ABSL_GUARDED_BY(mu_);
@@ -247,6 +298,29 @@ class Fabric {
   std::atomic<bool> aborted_{false};
   std::atomic<uint64_t> progress_{0};
   std::atomic<uint64_t> committed_{0};
+};
+
+// What an event-driven LP's handler (and Fabric::Run's function) may do, under the fabric's lock.
+// Valid only during the call it is passed to.
+class Fabric::Scope {
+ public:
+  // Post as `lp` (see Fabric::Post).
+  [[nodiscard]] absl::StatusOr<uint64_t> Post(LpId lp, ChannelId channel, const FabricMessage& m,
+                                              std::unique_ptr<FabricPayload> payload = nullptr);
+  // See Fabric::Signal.
+  void Signal(GateId gate, Nanos t);
+  // See Fabric::Abort.
+  void Abort(const absl::Status& status);
+  bool aborted() const { return fabric_.aborted(); }
+  // For stall reports (Waits): event-driven `lp` now waits for the next message on `channel`
+  // (from its sender) at `site`, or is idle.
+  void Awaiting(LpId lp, ChannelId channel, const WaitSite& site);
+  void Idle(LpId lp);
+
+ private:
+  friend class Fabric;
+  explicit Scope(Fabric& fabric) : fabric_(fabric) {}
+  Fabric& fabric_;
 };
 
 }  // namespace rp

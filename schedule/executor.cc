@@ -131,7 +131,8 @@ absl::Status Executor::Impl::Build() {
   for (int r = 0; r < world; ++r) {
     RP_ASSIGN_OR_RETURN(auto runner, DeviceRunner::Create(&ctx, r));
     runners.push_back(std::move(runner));
-    fabric->StartParked(ExecutionPlan::CommLp(r));  // a comm stream has no work yet
+    // A comm stream has no work yet. On a virtual clock it is event-driven (MakeCommunicators).
+    if (!o.virtual_time) fabric->StartParked(ExecutionPlan::CommLp(r));
   }
   return absl::OkStatus();
 }
@@ -162,8 +163,26 @@ absl::Status Executor::Impl::MakeCommunicators() {
   }
   for (int dp = 0; dp < s.dp; ++dp) {
     for (int pp = 0; pp < s.pp; ++pp) {
-      RP_ASSIGN_OR_RETURN(auto c, make(g.TpGroup(g.RankOf({dp, pp, 0})), false, ring_clock));
+      const std::vector<int> group = g.TpGroup(g.RankOf({dp, pp, 0}));
+      RP_ASSIGN_OR_RETURN(auto c, make(group, false, ring_clock));
+      if (o.virtual_time && s.tp > 1) {
+        ctx.tp_streams.resize(static_cast<size_t>(g.world_size()));
+        for (int i = 0; i < s.tp; ++i) {
+          ctx.tp_streams[static_cast<size_t>(group[static_cast<size_t>(i)])] =
+              std::make_unique<comm::EventCommStream>(
+                  fabric.get(), ExecutionPlan::ComputeLp(group[static_cast<size_t>(i)]),
+                  /*lp_is_event_driven=*/false,
+                  std::vector<ChannelId>{c->RingChannel((i + s.tp - 1) % s.tp)});
+        }
+      }
       ctx.tps.push_back(std::move(c));
+    }
+  }
+  if (o.virtual_time) {
+    for (int r = 0; r < g.world_size(); ++r) {
+      ctx.comm_streams.push_back(
+          std::make_unique<comm::EventCommStream>(fabric.get(), ExecutionPlan::CommLp(r),
+                                                  /*lp_is_event_driven=*/true));
     }
   }
   ctx.grads.resize(static_cast<size_t>(plan->num_grad_groups()));
@@ -223,8 +242,9 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
                                        .tracer = o.tracer,
                                        .faults = o.faults,
                                        .watchdog_timeout = o.watchdog_timeout,
-                                       .comm_streams = o.grid.dp > 1 ||
-                                                       o.program.num_directions() > 1}));
+                                       .comm_streams = !o.virtual_time &&
+                                                       (o.grid.dp > 1 ||
+                                                        o.program.num_directions() > 1)}));
   // The stall monitor: a failure anywhere aborts every communicator and the fabric, so no device
   // stays blocked; no progress for the watchdog timeout (while nobody sleeps on a real clock) is
   // a stall, reported with who waits for whom.

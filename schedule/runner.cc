@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<DeviceRunner>> DeviceRunner::Create(RunContext* c
   }
   const size_t buckets = plan.ranks[static_cast<size_t>(r->coord_.pp)].bucket_order.size();
   for (size_t b = 0; b < buckets; ++b) r->gates_.push_back(ctx->fabric->AddGate());
+  r->tp_gate_ = ctx->fabric->AddGate();
   r->buckets_.resize(buckets);
   r->launched_.assign(buckets, false);
   return r;

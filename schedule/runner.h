@@ -10,9 +10,12 @@
 //                timed by its own messages; on a real clock the device waits until each step's
 //                modeled end before going on, so wall time follows modeled time.
 //   buckets      when the chunk's last backward passes a layer that completes a bucket, the
-//                bucket is handed to the comm stream (rp::Fabric::AddWork) ready at that moment;
-//                the comm stream runs the buckets in order, each a DP ring all-reduce of the real
-//                gradients starting at max(ready, previous bucket's end), and signals its gate.
+//                bucket is handed to the comm stream ready at that moment; the comm stream runs
+//                the buckets in order, each a DP ring all-reduce of the real gradients starting
+//                at max(ready, previous bucket's end), and signals its gate. On a real clock the
+//                comm stream is the device's comm thread (rp::Fabric::AddWork, Device::PostComm);
+//                on a virtual clock it is event-driven (comm::EventCommStream): the fabric runs
+//                each bucket's ring as its messages commit, with no thread.
 //   send/recv    a send posts the real buffer with its modeled bytes; a receive takes the next
 //                message of its pipeline channel: cursor = max(cursor, arrival); the wait splits
 //                into transfer and peer wait (schedule/metrics.h).
@@ -22,7 +25,8 @@
 // scale; on a virtual clock equal to emulated).
 //
 // Thread safety: one runner per device; Body runs on the device's compute thread, bucket tasks on
-// its comm stream (they touch only the bucket records, handed over through the fabric's gates).
+// its comm stream — a thread, or the fabric's handler under its lock (they touch only the bucket
+// records and the bucket's gradients, handed over through the fabric's lock and gates).
 #pragma once
 
 #include <atomic>
@@ -34,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "comm/comm_stream.h"
 #include "comm/communicator.h"
 #include "runtime/clock.h"
 #include "runtime/device.h"
@@ -81,6 +86,12 @@ struct RunContext {
   // Gradient groups (ExecutionPlan::GradGroupId): the DP groups, or with two directions the
   // mirror + DP groups of each model stage.
   std::vector<std::unique_ptr<comm::Communicator>> grads;
+  // Per device, on a virtual clock: the comm stream as an event-driven LP of the fabric (no comm
+  // thread; see comm/comm_stream.h). Empty: each device's comm stream is a thread.
+  std::vector<std::unique_ptr<comm::EventCommStream>> comm_streams;
+  // Per device, on a virtual clock with TP > 1: the TP ring all-reduces of its compute stream as
+  // state machines fed by the fabric while the compute thread awaits their end on a gate.
+  std::vector<std::unique_ptr<comm::EventCommStream>> tp_streams;
   RendezvousId barrier = -1;
   std::atomic<int64_t> ops_done{0};  // progress for the stall monitor
   std::atomic<int> clock_sleepers{0};  // device threads waiting on a real clock right now
@@ -134,6 +145,8 @@ class DeviceRunner {
     Nanos transfer{0}, reduce{0};
     std::vector<WaitSpan> spans;
     Nanos wall_start_m{0}, wall_end_m{0};  // measured, relative to the step start
+    uint64_t modeled_bytes = 0;
+    int64_t trace_wall_start = 0, trace_wall_end = 0;  // event-driven: hand-over .. end (tracer ns)
   };
 
   absl::Status RunStep(int step);
@@ -165,7 +178,14 @@ class DeviceRunner {
   Part BackwardPart(int step, int op_index, const Op& op, OpKind kind, int chunk, int mb,
                     Pending* dy, Tensor* dx);
   absl::Status LaunchBucket(int step, int chunk, int bucket, Nanos ready);
+  // One TP all-reduce of `buffer` from modeled `start` (on the TP group's ring; event-driven on a
+  // virtual clock).
+  absl::StatusOr<comm::CollectiveResult> TpAllReduce(int step, std::span<float> buffer,
+                                                     const comm::CollectiveOptions& co, Nanos start);
   absl::Status RunBucket(int step, int order, int chunk, int bucket, Nanos ready);
+  // The same bucket handed to the device's event-driven comm stream.
+  void EnqueueBucket(int step, int order, int chunk, int bucket, Nanos ready);
+  comm::CollectiveOptions BucketOptions(int step, int order, const BucketPlan& b) const;
   // Measured time (modeled units) relative to the current step's start.
   Nanos WallNow() const;
   Nanos WallOf(Nanos modeled) const;  // a modeled instant on the measured axis of the step
@@ -190,6 +210,9 @@ class DeviceRunner {
   int64_t step_wall_origin_ns_ = 0;  // steady_clock ns of the step's modeled start
   std::vector<DeviceStep> steps_;
   int tp_calls_ = 0;  // TP all-reduces so far in the current op
+  // Event-driven TP all-reduces: the gate the compute thread awaits, the result handed over.
+  GateId tp_gate_ = -1;
+  absl::StatusOr<comm::CollectiveResult> tp_result_;
   // Buckets: per launch order, a gate and the comm stream's record.
   std::vector<GateId> gates_;
   std::vector<BucketRecord> buckets_;  // written by the comm stream before its gate's Signal

@@ -241,8 +241,7 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
                                                  [static_cast<size_t>(tp_calls_)],
                     .step = step,
                     .reduce_gbps = o.reduce_gbps}};
-      RP_ASSIGN_OR_RETURN(comm::CollectiveResult r,
-                          ctx_->Tp(coord_).rank(coord_.tp).AllReduce(buffer, buffer, co, cursor));
+      RP_ASSIGN_OR_RETURN(comm::CollectiveResult r, TpAllReduce(step, buffer, co, cursor));
       waiting_.clear();
       const Nanos wall1 = WallNow();
       const WaitSplit w = SplitWallBySpans(wall0, wall1, Spans(r.spans), step_start_);
@@ -354,6 +353,10 @@ absl::Status DeviceRunner::LaunchBucket(int step, int chunk, int bucket, Nanos r
     ctx_->fabric->Signal(gates_[static_cast<size_t>(o)], ready);
     return absl::OkStatus();
   }
+  if (!ctx_->comm_streams.empty()) {
+    EnqueueBucket(step, o, chunk, bucket, ready);
+    return absl::OkStatus();
+  }
   ctx_->fabric->AddWork(ExecutionPlan::CommLp(rank_), ready);
   dev_->PostComm([this, step, o, chunk, bucket, ready]() -> absl::Status {
     absl::Status s;
@@ -373,8 +376,107 @@ absl::Status DeviceRunner::LaunchBucket(int step, int chunk, int bucket, Nanos r
   return absl::OkStatus();
 }
 
-absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket, Nanos ready) {
+absl::StatusOr<comm::CollectiveResult> DeviceRunner::TpAllReduce(
+    int step, std::span<float> buffer, const comm::CollectiveOptions& co, Nanos start) {
+  comm::Communicator& tp = ctx_->Tp(coord_);
+  if (ctx_->tp_streams.empty() || tp.size() == 1) {
+    return tp.rank(coord_.tp).AllReduce(buffer, buffer, co, start);
+  }
+  const int n = tp.size(), index = coord_.tp, prev = (index + n - 1) % n;
+  const comm::ring::Range own = comm::ring::ChunkRange(buffer.size(), n, index);
+  const WaitSite site{.rank = rank_, .op = "TP all-reduce", .peer = tp.device(prev), .step = step};
+  comm::EventCommStream::Collective c{
+      .spec = {.kind = comm::ring::TimedKind::kAllReduce, .n = n, .rank = index,
+               .device = tp.device(index), .next_device = tp.device((index + 1) % n),
+               .count = buffer.size(), .codec = co.codec,
+               .segment_elems = co.segment_bytes / sizeof(float), .model = co.model,
+               .op_id = tp.rank(index).TakeOpId()},
+      .buffers = {.in = buffer.data(), .out = buffer.data(), .work = buffer.data(),
+                  .own_out = buffer.data() + own.begin},
+      .ready = start,
+      .send_channel = tp.RingChannel(index),
+      .recv_channel = tp.RingChannel(prev),
+      .site = site,
+      .done = [this, &tp, index, codec = co.codec](
+                  Fabric::Scope& scope, const absl::StatusOr<comm::CollectiveResult>& r) {
+        if (r.ok()) tp.rank(index).Account(*r, codec);
+        tp_result_ = r;
+        scope.Signal(tp_gate_, r.ok() ? r->end : Nanos(0));
+        if (!r.ok()) scope.Abort(r.status());
+      }};
+  ctx_->tp_streams[static_cast<size_t>(rank_)]->Enqueue(std::move(c));
+  absl::StatusOr<Nanos> end = ctx_->fabric->AwaitGate(ExecutionPlan::ComputeLp(rank_), tp_gate_, site);
+  ctx_->fabric->ResetGate(tp_gate_);
+  if (!end.ok()) return end.status();
+  return std::move(tp_result_);
+}
+
+comm::CollectiveOptions DeviceRunner::BucketOptions(int step, int order,
+                                                    const BucketPlan& b) const {
   const ExecutorOptions& o = *ctx_->options;
+  return {.codec = o.codec,
+          .segment_bytes = ctx_->plan->ring_segment_bytes,
+          .timeout = CommTimeout(o),
+          .error_feedback = o.error_feedback,
+          .feedback_slot = order,
+          .model = {.elements = b.modeled_elements, .step = step, .reduce_gbps = o.reduce_gbps}};
+}
+
+void DeviceRunner::EnqueueBucket(int step, int order, int chunk, int bucket, Nanos ready) {
+  const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
+  std::span<float> g = stages_[static_cast<size_t>(chunk)]->grads().subspan(b.grad_offset, b.grad_count);
+  int index = 0;
+  const std::vector<int> group = ctx_->plan->GradGroup(rank_, chunk, &index);
+  const int n = static_cast<int>(group.size());
+  const int prev = (index + n - 1) % n;
+  comm::Communicator& comm = ctx_->Grad(ctx_->plan->GradGroupId(rank_, chunk));
+  comm::RankComm& rc = comm.rank(index);
+  const comm::CollectiveOptions co = BucketOptions(step, order, b);
+  const comm::ring::Range own = comm::ring::ChunkRange(g.size(), n, index);
+  float* residual = nullptr;
+  if (co.error_feedback && co.codec != comm::Codec::kFp32) {
+    residual = rc.Residual(co.feedback_slot, g.size()).data();
+  }
+  const Nanos step_start = step_start_;
+  const int64_t wall_handed = dev_->WallNow();
+  comm::EventCommStream::Collective c{
+      .spec = {.kind = comm::ring::TimedKind::kAllReduce, .n = n, .rank = index,
+               .device = comm.device(index), .next_device = comm.device((index + 1) % n),
+               .count = g.size(), .codec = co.codec, .segment_elems = co.segment_bytes / sizeof(float),
+               .model = co.model, .error_feedback = co.error_feedback, .op_id = rc.TakeOpId()},
+      .buffers = {.in = g.data(), .out = g.data(), .work = g.data(),
+                  .own_out = g.data() + own.begin, .residual = residual},
+      .ready = ready,
+      .send_channel = comm.RingChannel(index),
+      .recv_channel = comm.RingChannel(prev),
+      .site = {.rank = rank_, .op = "gradient bucket", .peer = group[static_cast<size_t>(prev)],
+               .step = step},
+      .done = [this, step, order, ready, step_start, wall_handed, &rc, codec = co.codec,
+               waiting = group[static_cast<size_t>(prev)]](
+                  Fabric::Scope& scope, const absl::StatusOr<comm::CollectiveResult>& r) {
+        if (!r.ok()) {
+          const absl::Status s(r.status().code(),
+                               absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ",
+                                            order, " (DP all-reduce): ", r.status().message()));
+          ctx_->NoteError({.rank = rank_, .step = step, .op = -1,
+                           .op_name = absl::StrCat("gradient bucket ", order, " (DP all-reduce)"),
+                           .waiting = {waiting}, .status = s});
+          scope.Abort(s);
+          return;
+        }
+        rc.Account(*r, codec);
+        buckets_[static_cast<size_t>(order)] =
+            BucketRecord{.ready = ready, .start = r->start, .end = r->end,
+                         .transfer = r->transfer, .reduce = r->reduce, .spans = Spans(r->spans),
+                         .wall_start_m = r->start - step_start, .wall_end_m = r->end - step_start,
+                         .modeled_bytes = r->modeled_bytes,
+                         .trace_wall_start = wall_handed, .trace_wall_end = dev_->WallNow()};
+        scope.Signal(gates_[static_cast<size_t>(order)], r->end);
+      }};
+  ctx_->comm_streams[static_cast<size_t>(rank_)]->Enqueue(std::move(c));
+}
+
+absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket, Nanos ready) {
   const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
   const Nanos start = std::max(ready, comm_prev_end_);
   std::span<float> g = stages_[static_cast<size_t>(chunk)]->grads().subspan(b.grad_offset, b.grad_count);
@@ -384,12 +486,7 @@ absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket,
   comm_waiting_ = {group[static_cast<size_t>((index + n - 1) % n)]};
   const int64_t w0 = dev_->WallNow();
   const Nanos wall0 = WallNow();
-  const comm::CollectiveOptions co{
-      .codec = o.codec,
-      .segment_bytes = ctx_->plan->ring_segment_bytes,
-      .timeout = CommTimeout(o),
-      .error_feedback = o.error_feedback,
-      .model = {.elements = b.modeled_elements, .step = step, .reduce_gbps = o.reduce_gbps}};
+  const comm::CollectiveOptions co = BucketOptions(step, order, b);
   absl::StatusOr<comm::CollectiveResult> r =
       ctx_->Grad(ctx_->plan->GradGroupId(rank_, chunk)).rank(index).AllReduce(g, g, co, start);
   if (!r.ok()) {
@@ -436,6 +533,11 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
     ar_end = std::max(ar_end, end);
     BucketRecord& b = buckets_[o];
     spans.insert(spans.end(), b.spans.begin(), b.spans.end());
+    if (!ctx_->comm_streams.empty() && b.end > b.start) {  // no comm thread traced it
+      dev_->TraceComm({.name = "AllReduce", .kind = rp::OpKind::kCollective, .step = step,
+                       .bytes = b.modeled_bytes},
+                      b.trace_wall_start, b.trace_wall_end, b.start, b.end);
+    }
     Record({.kind = IntervalKind::kGradAllReduce, .op = op_index, .detail = static_cast<int32_t>(o),
             .start = b.start - step_start_, .end = b.end - step_start_,
             .comm = b.transfer + b.reduce, .wall_start = b.wall_start_m, .wall_end = b.wall_end_m});

@@ -1,0 +1,114 @@
+#include "comm/comm_stream.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rp::comm {
+
+EventCommStream::EventCommStream(Fabric* fabric, LpId lp, bool lp_is_event_driven,
+                                 const std::vector<ChannelId>& listen)
+    : fabric_(fabric), lp_(lp), event_lp_(lp_is_event_driven) {
+  auto handler = [this](Fabric::Scope& scope, ChannelId channel, Delivery delivery) {
+    OnMessage(scope, channel, std::move(delivery));
+  };
+  if (event_lp_) {
+    fabric_->SetHandler(lp_, handler);
+  } else {
+    for (ChannelId c : listen) fabric_->SetChannelHandler(c, handler);
+  }
+}
+
+void EventCommStream::Enqueue(Collective c) {
+  fabric_->Run([&](Fabric::Scope& scope) {
+    queue_.push_back(std::move(c));
+    Pump(scope);
+  });
+}
+
+void EventCommStream::OnMessage(Fabric::Scope& scope, ChannelId channel, Delivery delivery) {
+  if (failed_) return;
+  inbox_[channel].push_back(std::move(delivery));
+  Pump(scope);
+}
+
+absl::Status EventCommStream::Post(Fabric::Scope& scope, std::vector<RingMachine::Send>& sends) {
+  for (RingMachine::Send& s : sends) {
+    absl::StatusOr<uint64_t> ticket =
+        scope.Post(lp_, running_->collective.send_channel, s.message, std::move(s.payload));
+    if (!ticket.ok()) return ticket.status();
+  }
+  sends.clear();
+  return absl::OkStatus();
+}
+
+void EventCommStream::Fail(Fabric::Scope& scope, const absl::Status& status, const char* what) {
+  failed_ = true;
+  const Collective& c = running_->collective;
+  const RingMachine::Spec& spec = c.spec;
+  const int prev = (spec.rank + spec.n - 1) % spec.n;
+  const absl::Status out(
+      status.code(),
+      absl::StrCat("rank ", spec.rank, " (device ", spec.device, ") ",
+                   TimedKindName(spec.kind), " #", spec.op_id, " ", what, " rank ", prev,
+                   " (device ", c.site.peer, ") at ring step ", running_->machine.next_step(),
+                   ": ", status.message()));
+  if (c.done) c.done(scope, out);
+  queue_.clear();
+  inbox_.clear();
+  running_.reset();
+  if (event_lp_) scope.Idle(lp_);
+}
+
+void EventCommStream::Pump(Fabric::Scope& scope) {
+  while (!failed_ && !scope.aborted()) {
+    if (!running_.has_value()) {
+      if (queue_.empty()) {
+        if (event_lp_) scope.Idle(lp_);
+        return;
+      }
+      Collective c = std::move(queue_.front());
+      queue_.pop_front();
+      const Nanos start = std::max(c.ready, prev_end_);
+      RingMachine machine(c.spec, c.buffers, start);
+      running_.emplace(Running{std::move(c), std::move(machine)});
+      absl::Status s = running_->machine.Begin(&sends_);
+      if (s.ok()) s = Post(scope, sends_);
+      if (!s.ok()) return Fail(scope, s, "starting, next");
+      continue;
+    }
+    RingMachine& machine = running_->machine;
+    if (machine.done()) {
+      const CollectiveResult result = machine.result();
+      prev_end_ = result.end;
+      Collective c = std::move(running_->collective);
+      running_.reset();
+      if (c.done) c.done(scope, result);
+      continue;
+    }
+    const Collective& c = running_->collective;
+    std::deque<Delivery>& box = inbox_[c.recv_channel];
+    if (box.empty()) {
+      if (event_lp_) scope.Awaiting(lp_, c.recv_channel, c.site);
+      return;
+    }
+    Delivery d = std::move(box.front());
+    box.pop_front();
+    const auto* payload = dynamic_cast<const SegmentPayload*>(d.payload.get());
+    if (payload == nullptr) {
+      return Fail(scope, absl::InternalError("a ring message without its data"),
+                  "receiving from");
+    }
+    absl::Status s = machine.OnReceive(d.timing, *payload, &sends_);
+    if (!s.ok()) {
+      return Fail(scope, s,
+                  s.code() == absl::StatusCode::kFailedPrecondition ? "receiving from"
+                                                                     : "reducing data of");
+    }
+    s = Post(scope, sends_);
+    if (!s.ok()) return Fail(scope, s, "posting to the fabric, next");
+  }
+}
+
+}  // namespace rp::comm

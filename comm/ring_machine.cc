@@ -1,0 +1,212 @@
+#include "comm/ring_machine.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
+
+namespace rp::comm {
+
+const char* TimedKindName(ring::TimedKind kind) {
+  switch (kind) {
+    case ring::TimedKind::kAllReduce: return "all-reduce";
+    case ring::TimedKind::kReduceScatter: return "reduce-scatter";
+    case ring::TimedKind::kAllGather: return "all-gather";
+    case ring::TimedKind::kBroadcast: return "broadcast";
+  }
+  return "collective";
+}
+
+namespace {
+
+ring::TimedShape ShapeOf(const RingMachine::Spec& s) {
+  const uint64_t modeled = s.model.elements == WireModel::kRealCount ? s.count : s.model.elements;
+  return s.kind == ring::TimedKind::kBroadcast
+             ? ring::TimedShape::Chain(modeled, s.segment_elems, s.codec)
+             : ring::TimedShape::Ring(s.n, modeled, s.segment_elems, s.codec, s.model.reduce_gbps);
+}
+
+}  // namespace
+
+RingMachine::RingMachine(const Spec& spec, const Buffers& buffers, Nanos start)
+    : spec_(spec),
+      buffers_(buffers),
+      start_(start),
+      shape_(ShapeOf(spec)),
+      timer_(spec.kind, shape_, spec.n, spec.rank, spec.root, start),
+      phase_steps_(spec.n - 1),
+      own_(ring::ChunkRange(spec.count, spec.n, spec.rank)) {}
+
+RingMachine::StepPlan RingMachine::ReduceScatterStep(int s) const {
+  const int n = spec_.n, r = spec_.rank;
+  StepPlan p;
+  p.step = s;
+  p.send_chunk = ring::ReduceScatterSendChunk(n, r, s);
+  p.recv_chunk = ring::ReduceScatterRecvChunk(n, r, s);
+  p.send = ring::ChunkRange(spec_.count, n, p.send_chunk);
+  p.recv = ring::ChunkRange(spec_.count, n, p.recv_chunk);
+  p.send_src = s == 0 ? buffers_.in : buffers_.work;  // step 0 sends this rank's own data
+  p.feedback = spec_.error_feedback && spec_.codec != Codec::kFp32;
+  p.reduce = true;
+  p.add = buffers_.in;
+  const bool last = s == n - 2;  // the reduced own chunk goes to own_out
+  p.dst = last ? buffers_.own_out : buffers_.work;
+  p.dst_offset = last ? p.recv.begin : 0;
+  return p;
+}
+
+RingMachine::StepPlan RingMachine::AllGatherStep(int s) const {
+  const int n = spec_.n, r = spec_.rank;
+  const bool lossy = spec_.codec != Codec::kFp32;
+  StepPlan p;
+  p.step = s;
+  p.send_chunk = ring::AllGatherSendChunk(n, r, s);
+  p.recv_chunk = ring::AllGatherRecvChunk(n, r, s);
+  p.send = ring::ChunkRange(spec_.count, n, p.send_chunk);
+  p.recv = ring::ChunkRange(spec_.count, n, p.recv_chunk);
+  p.send_src = buffers_.out;
+  p.adopt = s == 0 && lossy ? buffers_.out : nullptr;  // the owner adopts what it sends
+  p.feedback = s == 0 && lossy && spec_.error_feedback;
+  p.dst = buffers_.out;
+  return p;
+}
+
+RingMachine::StepPlan RingMachine::BroadcastStep() const {
+  const bool root = spec_.rank == spec_.root;
+  StepPlan p;
+  p.send = p.recv = ring::Range{0, spec_.count};
+  p.send_src = root && buffers_.in != nullptr ? buffers_.in : buffers_.out;
+  p.adopt = root && spec_.codec != Codec::kFp32 ? buffers_.out : nullptr;
+  p.dst = buffers_.out;
+  return p;
+}
+
+RingMachine::StepPlan RingMachine::Plan(int t) const {
+  switch (spec_.kind) {
+    case ring::TimedKind::kAllReduce:
+      return t < phase_steps_ ? ReduceScatterStep(t) : AllGatherStep(t - phase_steps_);
+    case ring::TimedKind::kReduceScatter: return ReduceScatterStep(t);
+    case ring::TimedKind::kAllGather: return AllGatherStep(t);
+    case ring::TimedKind::kBroadcast: return BroadcastStep();
+  }
+  return BroadcastStep();
+}
+
+int RingMachine::next_step() const {
+  const int t = timer_.received() / shape_.segments();
+  if (spec_.kind == ring::TimedKind::kAllReduce && t >= phase_steps_) return t - phase_steps_;
+  return t;
+}
+
+absl::Status RingMachine::Begin(std::vector<Send>* sends) {
+  if (spec_.n <= 1) return absl::OkStatus();
+  if (spec_.kind == ring::TimedKind::kBroadcast && spec_.rank == spec_.root &&
+      spec_.codec == Codec::kFp32 && buffers_.in != nullptr && buffers_.in != buffers_.out &&
+      spec_.count > 0) {
+    std::memcpy(buffers_.out, buffers_.in, spec_.count * sizeof(float));
+  }
+  for (const ring::RingTimer::Post& post : timer_.Begin()) {
+    RP_RETURN_IF_ERROR(MakeSend(Plan(post.step), post.segment, post, sends));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingMachine::MakeSend(const StepPlan& p, int k, const ring::RingTimer::Post& post,
+                                   std::vector<Send>* sends) {
+  const ring::Range g = ring::SplitSegment(p.send, shape_.segments(), k);
+  const uint64_t bytes = SegmentWireBytes(spec_.codec, g.size);
+  auto payload = std::make_unique<SegmentPayload>();
+  payload->op_id = spec_.op_id;
+  payload->count = spec_.count;
+  payload->elems = static_cast<uint32_t>(g.size);
+  payload->step = p.step;
+  payload->chunk = p.send_chunk;
+  payload->segment = k;
+  payload->kind = spec_.kind;
+  payload->codec = spec_.codec;
+  if (g.size > 0) {
+    payload->bytes = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    const float* src = p.send_src + g.begin;
+    if (spec_.codec == Codec::kFp32) {
+      std::memcpy(payload->bytes.get(), src, bytes);
+    } else if (p.feedback) {
+      RP_RETURN_IF_ERROR(EncodeWithFeedback(spec_.codec, src, g.size,
+                                            buffers_.residual + g.begin, payload->bytes.get(),
+                                            g.begin));
+    } else {
+      RP_RETURN_IF_ERROR(Encode(spec_.codec, src, g.size, payload->bytes.get(), g.begin));
+    }
+    if (p.adopt != nullptr) Decode(spec_.codec, payload->bytes.get(), g.size, p.adopt + g.begin);
+  }
+  wire_bytes_ += bytes;
+  modeled_bytes_ += post.bytes;
+  ++messages_;
+  sends->push_back(Send{.message = {.src = spec_.device, .dst = spec_.next_device,
+                                    .bytes = post.bytes, .ready = post.ready,
+                                    .step = spec_.model.step},
+                        .payload = std::move(payload)});
+  return absl::OkStatus();
+}
+
+absl::Status RingMachine::Check(const SegmentPayload& m, const StepPlan& p, int k,
+                                size_t elems) const {
+  if (m.op_id != spec_.op_id || m.kind != spec_.kind || m.count != spec_.count ||
+      m.codec != spec_.codec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mismatched collectives: this rank runs ", TimedKindName(spec_.kind), " #", spec_.op_id,
+        " of ", spec_.count, " elements with ", CodecName(spec_.codec), ", the peer sent ",
+        TimedKindName(m.kind), " #", m.op_id, " of ", m.count, " elements with ",
+        CodecName(m.codec)));
+  }
+  if (m.step != p.step || m.chunk != p.recv_chunk || m.segment != k || m.elems != elems) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mismatched segments (is segment_bytes equal on all ranks?): expected step ", p.step,
+        " chunk ", p.recv_chunk, " segment ", k, " of ", elems, " elements, got step ", m.step,
+        " chunk ", m.chunk, " segment ", m.segment, " of ", m.elems, " elements"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingMachine::OnReceive(const MessageTiming& timing, const SegmentPayload& payload,
+                                    std::vector<Send>* sends) {
+  if (done()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a message after the last receive of ", TimedKindName(spec_.kind), " #",
+                     spec_.op_id));
+  }
+  const int segments = shape_.segments();
+  const int t = timer_.received() / segments, k = timer_.received() % segments;
+  const StepPlan p = Plan(t);
+  const ring::Range g = ring::SplitSegment(p.recv, segments, k);
+  RP_RETURN_IF_ERROR(Check(payload, p, k, g.size));
+  if (g.size > 0) {
+    if (p.reduce) {
+      RP_RETURN_IF_ERROR(DecodeAdd(spec_.codec, p.add + g.begin, payload.bytes.get(), g.size,
+                                   p.dst + (g.begin - p.dst_offset), g.begin));
+    } else {
+      Decode(spec_.codec, payload.bytes.get(), g.size, p.dst + g.begin);
+    }
+  }
+  ring::RingTimer::Post next;
+  if (timer_.OnReceive(timing.arrival, timing.ready, &next)) {
+    const StepPlan np = spec_.kind == ring::TimedKind::kBroadcast ? BroadcastStep() : Plan(next.step);
+    RP_RETURN_IF_ERROR(MakeSend(np, next.segment, next, sends));
+  }
+  return absl::OkStatus();
+}
+
+CollectiveResult RingMachine::result() const {
+  CollectiveResult r;
+  r.start = start_;
+  r.end = timer_.end();
+  r.wire_bytes = wire_bytes_;
+  r.modeled_bytes = modeled_bytes_;
+  r.transfer = timer_.transfer();
+  r.peer_wait = timer_.peer_wait();
+  r.reduce = timer_.reduce();
+  for (const ring::RingTimer::Span& sp : timer_.spans()) r.spans.push_back({sp.start, sp.end, sp.peer});
+  r.messages = messages_;
+  return r;
+}
+
+}  // namespace rp::comm

@@ -1,0 +1,256 @@
+// comm::EventCommStream: ring collectives run by the fabric as its messages commit (no thread)
+// give the same bits and the same modeled timeline as threads driving the same collectives
+// through RankComm, for every codec (error feedback included), modeled sizes, segments and
+// per-rank readiness; queued collectives run in order from max(ready, previous end); a missing
+// peer leaves the stream waiting with its site named, and an abort releases everyone.
+#include "comm/comm_stream.h"
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "gtest/gtest.h"
+#include "runtime/fabric.h"
+
+namespace rp::comm {
+namespace {
+
+LinkSpec Spec() {
+  LinkSpec s;
+  s.intra_node = {.alpha = Nanos(3000), .bandwidth_gbps = 300, .overhead = Nanos(400)};
+  s.inter_node = {.alpha = Nanos(5000), .bandwidth_gbps = 25, .overhead = Nanos(3000)};
+  s.devices_per_node = 2;
+  s.nics_per_node = 1;  // shared NICs: contention between ranks of a node
+  return s;
+}
+
+std::unique_ptr<Fabric> MakeFabric(int lps, int devices) {
+  std::vector<uint64_t> tie;
+  for (int i = 0; i < lps; ++i) tie.push_back(static_cast<uint64_t>(i));
+  auto f = Fabric::Create({.links = Spec(), .num_devices = devices, .tie_rank = tie});
+  EXPECT_TRUE(f.ok()) << f.status();
+  return std::move(f).value();
+}
+
+std::unique_ptr<Communicator> MakeTimed(Fabric* fabric, int n, LpId first_lp) {
+  CommunicatorOptions o;
+  o.fabric = fabric;
+  for (int r = 0; r < n; ++r) {
+    o.devices.push_back(r);
+    o.lps.push_back(first_lp + r);
+  }
+  auto c = Communicator::Create(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(c).value();
+}
+
+struct Case {
+  int n = 4;
+  size_t count = 1000;
+  uint64_t modeled = WireModel::kRealCount;
+  size_t segment_bytes = 4096;
+  Codec codec = Codec::kFp32;
+  bool feedback = false;
+  double reduce_gbps = 0;
+};
+
+std::vector<float> Input(int rank, int call, size_t count) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) {
+    v[i] = static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13 + static_cast<size_t>(call)) % 29) *
+           0.37f - 3.1f;
+  }
+  return v;
+}
+
+Nanos Ready(int rank) { return Nanos(1000 + 2500 * rank); }
+
+CollectiveOptions Options(const Case& c, int call) {
+  return {.codec = c.codec, .segment_bytes = c.segment_bytes, .error_feedback = c.feedback,
+          .feedback_slot = call,
+          .model = {.elements = c.modeled, .step = 0, .reduce_gbps = c.reduce_gbps}};
+}
+
+constexpr int kCalls = 3;
+
+// Threads: rank r runs kCalls all-reduces back to back (each starting at the previous end, the
+// first at Ready(r)).
+void RunThreaded(const Case& c, std::vector<std::vector<std::vector<float>>>* out,
+                 std::vector<std::vector<CollectiveResult>>* res) {
+  auto fabric = MakeFabric(c.n, c.n);
+  auto comm = MakeTimed(fabric.get(), c.n, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.n; ++r) {
+    threads.emplace_back([&, r] {
+      Nanos start = Ready(r);
+      for (int call = 0; call < kCalls; ++call) {
+        std::vector<float>& v = (*out)[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        auto got = comm->rank(r).AllReduce(v, v, Options(c, call), start);
+        ASSERT_TRUE(got.ok()) << got.status();
+        (*res)[static_cast<size_t>(r)][static_cast<size_t>(call)] = *got;
+        start = got->end;
+      }
+      fabric->Finish(r);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Event streams: rank r's thread (LP r) enqueues its kCalls all-reduces at once, ready at
+// Ready(r), on its event-driven comm stream (LP n + r), then awaits the last one's gate.
+void RunEvents(const Case& c, std::vector<std::vector<std::vector<float>>>* out,
+               std::vector<std::vector<CollectiveResult>>* res) {
+  auto fabric = MakeFabric(2 * c.n, c.n);
+  auto comm = MakeTimed(fabric.get(), c.n, c.n);
+  std::vector<std::unique_ptr<EventCommStream>> streams;
+  std::vector<GateId> gates;
+  for (int r = 0; r < c.n; ++r) {
+    streams.push_back(std::make_unique<EventCommStream>(fabric.get(), c.n + r, true));
+    gates.push_back(fabric->AddGate());
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.n; ++r) {
+    threads.emplace_back([&, r] {
+      const int prev = (r + c.n - 1) % c.n;
+      for (int call = 0; call < kCalls; ++call) {
+        std::vector<float>& v = (*out)[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        const CollectiveOptions co = Options(c, call);
+        const ring::Range own = ring::ChunkRange(v.size(), c.n, r);
+        float* residual = co.error_feedback && co.codec != Codec::kFp32
+                              ? comm->rank(r).Residual(co.feedback_slot, v.size()).data()
+                              : nullptr;
+        streams[static_cast<size_t>(r)]->Enqueue(
+            {.spec = {.kind = ring::TimedKind::kAllReduce, .n = c.n, .rank = r, .device = r,
+                      .next_device = (r + 1) % c.n, .count = v.size(), .codec = co.codec,
+                      .segment_elems = co.segment_bytes / 4, .model = co.model,
+                      .error_feedback = co.error_feedback, .op_id = comm->rank(r).TakeOpId()},
+             .buffers = {.in = v.data(), .out = v.data(), .work = v.data(),
+                         .own_out = v.data() + own.begin, .residual = residual},
+             .ready = Ready(r),
+             .send_channel = comm->RingChannel(r),
+             .recv_channel = comm->RingChannel(prev),
+             .site = {.rank = r, .op = "test all-reduce", .peer = prev},
+             .done = [&, r, call](Fabric::Scope& scope, const absl::StatusOr<CollectiveResult>& got) {
+               ASSERT_TRUE(got.ok()) << got.status();
+               (*res)[static_cast<size_t>(r)][static_cast<size_t>(call)] = *got;
+               if (call == kCalls - 1) scope.Signal(gates[static_cast<size_t>(r)], got->end);
+             }});
+      }
+      auto end = fabric->AwaitGate(r, gates[static_cast<size_t>(r)], {.rank = r, .op = "test"});
+      ASSERT_TRUE(end.ok()) << end.status();
+      fabric->Finish(r);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(EventCommStream, SameBitsAndTimelineAsThreads) {
+  std::vector<Case> cases;
+  for (int n : {1, 2, 3, 5}) {
+    for (Codec codec : {Codec::kFp32, Codec::kFp16, Codec::kBf16, Codec::kInt8}) {
+      cases.push_back({.n = n, .count = 1000, .segment_bytes = 1024, .codec = codec});
+      cases.push_back({.n = n, .count = 257, .modeled = 1 << 20, .segment_bytes = 65536,
+                       .codec = codec, .feedback = true, .reduce_gbps = 50});
+    }
+  }
+  for (const Case& c : cases) {
+    const std::string name = absl::StrCat("n=", c.n, " codec=", CodecName(c.codec),
+                                          " count=", c.count, " feedback=", c.feedback);
+    auto fresh = [&] {
+      std::vector<std::vector<std::vector<float>>> v(static_cast<size_t>(c.n));
+      for (int r = 0; r < c.n; ++r) {
+        for (int call = 0; call < kCalls; ++call) v[static_cast<size_t>(r)].push_back(Input(r, call, c.count));
+      }
+      return v;
+    };
+    auto out_t = fresh(), out_e = fresh();
+    std::vector<std::vector<CollectiveResult>> res_t(
+        static_cast<size_t>(c.n), std::vector<CollectiveResult>(kCalls));
+    auto res_e = res_t;
+    RunThreaded(c, &out_t, &res_t);
+    RunEvents(c, &out_e, &res_e);
+    for (int r = 0; r < c.n; ++r) {
+      for (int call = 0; call < kCalls; ++call) {
+        const auto& a = out_t[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        const auto& b = out_e[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << name;
+        // Every rank holds the same bits.
+        const auto& first = out_e[0][static_cast<size_t>(call)];
+        ASSERT_EQ(0, std::memcmp(first.data(), b.data(), b.size() * sizeof(float))) << name;
+        const CollectiveResult& x = res_t[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        const CollectiveResult& y = res_e[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        EXPECT_EQ(x.start, y.start) << name << " rank " << r << " call " << call;
+        EXPECT_EQ(x.end, y.end) << name << " rank " << r << " call " << call;
+        EXPECT_EQ(x.transfer, y.transfer) << name;
+        EXPECT_EQ(x.peer_wait, y.peer_wait) << name;
+        EXPECT_EQ(x.reduce, y.reduce) << name;
+        EXPECT_EQ(x.wire_bytes, y.wire_bytes) << name;
+        EXPECT_EQ(x.modeled_bytes, y.modeled_bytes) << name;
+        if (c.n > 1) {
+          // Queued calls start when the previous one ended (its ready time is earlier).
+          if (call > 0) {
+            EXPECT_EQ(y.start, res_e[static_cast<size_t>(r)][static_cast<size_t>(call - 1)].end);
+          }
+          EXPECT_GT(y.end, y.start) << name;
+        }
+      }
+    }
+  }
+}
+
+TEST(EventCommStream, MissingPeerIsAWaitNamingItThenAbortReleasesEveryone) {
+  const int n = 3;
+  auto fabric = MakeFabric(2 * n, n);
+  auto comm = MakeTimed(fabric.get(), n, n);
+  std::vector<std::unique_ptr<EventCommStream>> streams;
+  for (int r = 0; r < n; ++r) {
+    streams.push_back(std::make_unique<EventCommStream>(fabric.get(), n + r, true));
+  }
+  const GateId gate = fabric->AddGate();
+  std::vector<std::vector<float>> v(n, std::vector<float>(64, 1.0f));
+  absl::Status failure;
+  // Ranks 0 and 1 start; rank 2 never does.
+  for (int r = 0; r < 2; ++r) {
+    const int prev = (r + n - 1) % n;
+    const ring::Range own = ring::ChunkRange(64, n, r);
+    streams[static_cast<size_t>(r)]->Enqueue(
+        {.spec = {.kind = ring::TimedKind::kAllReduce, .n = n, .rank = r, .device = r,
+                  .next_device = (r + 1) % n, .count = 64, .segment_elems = 16},
+         .buffers = {.in = v[r].data(), .out = v[r].data(), .work = v[r].data(),
+                     .own_out = v[r].data() + own.begin},
+         .ready = Nanos(0),
+         .send_channel = comm->RingChannel(r),
+         .recv_channel = comm->RingChannel(prev),
+         .site = {.rank = r, .op = "test all-reduce", .peer = prev},
+         .done = [&](Fabric::Scope& scope, const absl::StatusOr<CollectiveResult>& got) {
+           if (!got.ok()) failure = got.status();
+           scope.Signal(gate, Nanos(0));
+         }});
+  }
+  fabric->Finish(0);
+  fabric->Finish(1);
+  fabric->Finish(2);
+  // Rank 1 got rank 0's segments and waits for rank 0's next ones, which need rank 2's: every
+  // started stream waits, each naming its peer.
+  int waiting = 0;
+  for (const LpWait& w : fabric->Waits()) {
+    if (w.lp < n) continue;
+    if (w.state == LpWait::State::kAwaitChannel) {
+      ++waiting;
+      EXPECT_EQ(w.peer, n + (w.lp - n + n - 1) % n);
+      EXPECT_STREQ(w.site.op, "test all-reduce");
+    }
+  }
+  EXPECT_EQ(waiting, 2);
+  std::thread waiter([&] {
+    auto got = fabric->AwaitGate(0, gate, {.rank = 0, .op = "test"});
+    EXPECT_FALSE(got.ok());
+  });
+  fabric->Abort(absl::DeadlineExceededError("rank 2 never came"));
+  waiter.join();
+  EXPECT_TRUE(failure.ok());  // nothing failed inside: the run was aborted from outside
+}
+
+}  // namespace
+}  // namespace rp::comm
