@@ -11,12 +11,15 @@
 // or an integer range A..B. Linked axes move together: `--axis=pp:forward_ms=1:100,2:50` (values joined
 // by ':' in the names' order). Several --axis flags make a grid (the last one varies fastest).
 //
-// Validation first: the flags and every axis value must parse (else exit 2, one line naming the field,
-// nothing written). A point whose values parse but whose config is impossible (ValidateConfig, e.g. more
-// pipeline stages than layers) is reported as "invalid" in the outputs and the sweep goes on; if every
-// point is invalid, that is bad input (exit 2). A point whose run fails is "failed".
+// Validation first: the flags, the config file and the output directory must be good, and every axis
+// value must read by its field's grammar (an integer for `microbatches`, ...), else exit 2 with one
+// line naming the field, nothing written. A point whose values read but whose config is impossible
+// (ValidateConfig: a value out of its range such as microbatches=0, more pipeline stages than layers,
+// a run too big for the machine's memory) is reported as "invalid" in the outputs and the sweep goes
+// on, the same for every field; if every point is invalid, that is bad input (exit 2). A point whose
+// run fails is "failed". The files of --out_dir are committed together at the end (apps/files.h).
 //
-// Exit codes: 0 every point ran; 3 some points invalid or failed (outputs written); 2 bad input; 1 the
+// Exit codes: 0 every point ran; 4 some points invalid or failed (outputs written); 2 bad input; 1 the
 // outputs could not be written.
 #include <unistd.h>
 
@@ -30,7 +33,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -40,20 +42,16 @@
 #include "absl/strings/strip.h"
 #include "apps/cli.h"
 #include "apps/config.h"
+#include "apps/files.h"
+#include "apps/plan.h"
+#include "apps/presets.h"
+#include "apps/shared_flags.h"
 #include "apps/report.h"
 #include "apps/subcommands.h"
 #include "apps/svg.h"
 #include "runtime/status_macros.h"
 #include "schedule/executor.h"
 #include "schedule/predictor.h"
-
-ABSL_FLAG(std::string, axis, "",
-          "Sweep axis NAME=V1,V2,... or NAME=A..B (integers); repeat for a grid. NAME is a config field "
-          "(a flag of `ringpipe run`) or preset; linked fields move together: pp:forward_ms=1:100,2:50.");
-ABSL_FLAG(std::string, out_dir, "", "Directory for sweep.csv, sweep.json and the SVG charts (created).");
-ABSL_FLAG(bool, predict_only, false,
-          "Predictor only (no emulation): instant, any layout size up to 2^20 devices.");
-ABSL_FLAG(std::string, title, "", "Chart title prefix (default: the axis names).");
 
 namespace rp::apps {
 namespace {
@@ -83,12 +81,14 @@ struct Axis {
   std::string name() const { return absl::StrJoin(fields, ":"); }
 };
 
-json ValueJson(const std::string& text) {
-  int64_t i;
-  if (absl::SimpleAtoi(text, &i)) return json(i);
-  double d;
-  if (absl::SimpleAtod(text, &d) && std::isfinite(d)) return json(d);
-  return json(text);
+// An axis value as its field's JSON value, read by the field's grammar (as its flag would be).
+absl::StatusOr<json> ValueJson(const std::string& axis, const std::string& field, const std::string& text) {
+  if (field == "preset") return json(text);
+  const ConfigField* f = FindField(field);
+  if (f == nullptr) return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": unknown field ", field));
+  auto v = FlagTextToJson(*f, text);
+  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": ", v.status().message()));
+  return *v;
 }
 
 absl::StatusOr<std::vector<std::string>> ExpandValues(const std::string& axis, const std::string& text) {
@@ -184,7 +184,7 @@ Metrics FromPrediction(const Plan& plan, const schedule::Prediction& pred) {
   m.exposed_ms = exposed / n;
   m.peak_bytes = peak;
   double wire = 0;
-  for (const PredictedWire& w : PredictWireBytes(plan)) wire = std::max(wire, static_cast<double>(w.total()));
+  for (const schedule::PredictedWire& w : PredictWireBytes(plan)) wire = std::max(wire, static_cast<double>(w.total()));
   m.wire_bytes = wire;
   return m;
 }
@@ -483,8 +483,8 @@ int Run(const ParsedArgs& args) {
     std::fprintf(stderr, "ringpipe sweep: %s\n", std::string(st.message()).c_str());
     return kExitBadInput;
   };
-  const bool predict_only = absl::GetFlag(FLAGS_predict_only);
-  const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
+  const bool predict_only = args.Bool("predict_only", false);
+  const std::string out_dir = args.Text("out_dir");
 
   // 1. Axes.
   std::vector<Axis> axes;
@@ -504,12 +504,9 @@ int Run(const ParsedArgs& args) {
   }
   if (axes.empty()) return bad(absl::InvalidArgumentError("--axis: at least one axis is required (NAME=V1,V2,...)"));
   if (out_dir.empty()) return bad(absl::InvalidArgumentError("--out_dir: required (where the CSV, JSON and charts go)"));
-  {
-    std::error_code ec;
-    if (std::filesystem::exists(out_dir, ec) && !std::filesystem::is_directory(out_dir, ec)) {
-      return bad(absl::InvalidArgumentError(absl::StrCat("--out_dir: '", out_dir, "' exists and is not a directory")));
-    }
-  }
+  OutputFiles outputs;
+  if (absl::Status st = outputs.Declare("out_dir", out_dir, /*is_dir=*/true); !st.ok()) return bad(st);
+  if (absl::Status st = outputs.CheckAll({{"config", args.Text("config")}}); !st.ok()) return bad(st);
   size_t total = 1;
   for (const Axis& a : axes) {
     total *= a.values.size();
@@ -518,11 +515,24 @@ int Run(const ParsedArgs& args) {
     }
   }
 
-  // 2. The base flags must parse (a config that is only invalid without the axes is fine).
+  // 2. The base flags and file must parse (a config that is only invalid without the axes is fine),
+  // and every axis value must read by its field's grammar.
   const bool for_run = !predict_only;
   if (auto base = LoadConfigWithOverrides(args, for_run, {});
       !base.ok() && base.status().code() != absl::StatusCode::kFailedPrecondition) {
     return bad(base.status());
+  }
+  std::vector<std::vector<std::vector<json>>> axis_values(axes.size());  // [axis][value][field]
+  for (size_t a = 0; a < axes.size(); ++a) {
+    for (const auto& tuple : axes[a].values) {
+      std::vector<json> vals;
+      for (size_t f = 0; f < tuple.size(); ++f) {
+        auto v = ValueJson(axes[a].name(), axes[a].fields[f], tuple[f]);
+        if (!v.ok()) return bad(v.status());
+        vals.push_back(*std::move(v));
+      }
+      axis_values[a].push_back(std::move(vals));
+    }
   }
 
   // 3. Every point's config, before anything runs.
@@ -541,7 +551,7 @@ int Run(const ParsedArgs& args) {
     for (size_t a = 0; a < axes.size(); ++a) {
       const auto& vals = axes[a].values[p.coord[a]];
       for (size_t f = 0; f < axes[a].fields.size(); ++f) {
-        p.overrides.push_back({axes[a].fields[f], ValueJson(vals[f])});
+        p.overrides.push_back({axes[a].fields[f], axis_values[a][p.coord[a]][f]});
         label.push_back(absl::StrCat(axes[a].fields[f], "=", vals[f]));
       }
     }
@@ -552,11 +562,9 @@ int Run(const ParsedArgs& args) {
       p.cfg.report_json.clear();
       p.cfg.trace.clear();
       ++valid;
-    } else if (cfg.status().code() == absl::StatusCode::kFailedPrecondition) {
+    } else {  // the base config read: what fails is this point's values
       p.status = "invalid";
       p.error = std::string(cfg.status().message());
-    } else {
-      return bad(absl::InvalidArgumentError(absl::StrCat("--axis (", p.label, "): ", cfg.status().message())));
     }
   }
   if (valid == 0) {
@@ -565,9 +573,6 @@ int Run(const ParsedArgs& args) {
   }
 
   // 4. Run.
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) return bad(absl::InvalidArgumentError(absl::StrCat("--out_dir: cannot create '", out_dir, "': ", ec.message())));
   std::fprintf(stderr, "ringpipe sweep: %zu points (%zu valid), %s\n", total, valid,
                predict_only ? "predicted only" : "each emulated and predicted");
   Progress progress(total);
@@ -579,29 +584,25 @@ int Run(const ParsedArgs& args) {
     progress.Done(i + 1, p);
   }
 
-  // 5. Outputs.
-  const std::filesystem::path dir(out_dir);
-  auto write = [&](const std::string& name, const std::string& text) {
-    return WriteFileAtomically((dir / name).string(), text);
-  };
-  absl::Status st = write("sweep.csv", BuildCsv(points));
-  if (st.ok()) st = write("sweep.json", BuildJson(axes, points, predict_only).dump(2) + "\n");
+  // 5. Outputs, committed together.
+  outputs.SetInDir("out_dir", "sweep.csv", BuildCsv(points));
+  outputs.SetInDir("out_dir", "sweep.json", BuildJson(axes, points, predict_only).dump(2, ' ', false, json::error_handler_t::replace) + "\n");
   const std::vector<svg::Chart> charts = BuildCharts(axes, points, predict_only);
-  std::string title = absl::GetFlag(FLAGS_title);
+  std::string title = args.Text("title");
   if (title.empty()) {
     std::vector<std::string> names;
     for (const Axis& a : axes) names.push_back(a.name());
     title = absl::StrCat("ringpipe sweep over ", absl::StrJoin(names, " x "));
   }
-  for (size_t i = 0; i < charts.size() && st.ok(); ++i) {
+  for (size_t i = 0; i < charts.size(); ++i) {
     svg::Chart c = charts[i];
     c.title = absl::StrCat(title, ": ", c.title);
-    st = write(kCharts[i].file, svg::RenderChart(c));
+    outputs.SetInDir("out_dir", kCharts[i].file, svg::RenderChart(c));
   }
-  if (st.ok()) st = write("overview.svg", svg::RenderFigure(title, charts, 3, 540, 360));
-  if (!st.ok()) {
+  outputs.SetInDir("out_dir", "overview.svg", svg::RenderFigure(title, charts, 3, 540, 360));
+  if (absl::Status st = outputs.Commit(); !st.ok()) {
     std::fprintf(stderr, "ringpipe sweep: %s\n", std::string(st.message()).c_str());
-    return kExitRunFailed;
+    return kExitFailed;
   }
   std::fputs(Table(axes, points, predict_only).c_str(), stdout);
   std::printf("# wrote %s/{sweep.csv, sweep.json, overview.svg, step_time.svg, speedup.svg, bubble.svg, "
@@ -615,11 +616,18 @@ int Run(const ParsedArgs& args) {
   return kExitOk;
 }
 
-std::vector<std::string> Flags() {
-  std::vector<std::string> out = {"axis", "out_dir", "predict_only", "title"};
-  for (const std::string& name : ConfigFieldNames()) {
-    if (name != "report_json" && name != "trace") out.push_back(name);
-  }
+std::vector<FlagSpec> Flags() {
+  std::vector<FlagSpec> out = {
+      {"axis", Grammar::kString, "",
+       "Sweep axis NAME=V1,V2,... or NAME=A..B (integers); repeat for a grid. NAME is a config field (a flag of "
+       "`ringpipe run`) or preset; linked fields move together: pp:forward_ms=1:100,2:50.",
+       /*repeatable=*/true},
+      {"out_dir", Grammar::kString, "", "Directory for sweep.csv, sweep.json and the SVG charts (created)."},
+      PredictOnlyFlag(),
+      TitleFlag("ringpipe sweep over the axis names"),
+  };
+  auto defaults = PresetByName("default");
+  for (FlagSpec& f : ConfigFlags(kOutputFile, defaults.ok() ? *defaults : RunConfig{})) out.push_back(std::move(f));
   return out;
 }
 
