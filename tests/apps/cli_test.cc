@@ -206,6 +206,27 @@ TEST(RingpipeBinary, AllReduceForwardingFlagsKeepEveryElementRight) {
   }
 }
 
+// --help shows the effective default of every flag, per subcommand, in one grammar.
+TEST(RingpipeBinary, HelpShowsTheEffectiveDefaultOfEveryFlag) {
+  const Result run = RunBinary("run --help");
+  ASSERT_EQ(run.exit_code, 0);
+  EXPECT_NE(run.out.find("--link=<text>  (default: dgx-a100)"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("--segment_bytes=<bytes or a list, e.g. 16K,64K,1M>  (default: 0 (one message per chunk))"),
+            std::string::npos);
+  EXPECT_NE(run.out.find("--dp=<integer>  (default: 2)"), std::string::npos);
+  EXPECT_NE(run.out.find("--hidden=<widths, e.g. 128,64x3>  (default: 64,64,64,64,64)"), std::string::npos);
+  EXPECT_NE(run.out.find("--alpha_us=<number>  (default: the link preset's)"), std::string::npos);
+  EXPECT_EQ(run.out.find("(default: \"\")"), std::string::npos);
+  const Result ar = RunBinary("allreduce --help");
+  EXPECT_NE(ar.out.find("--link=<text>  (default: ideal)"), std::string::npos) << ar.out;
+  EXPECT_NE(ar.out.find("--segment_bytes=<bytes or a list, e.g. 16K,64K,1M>  (default: 256K)"), std::string::npos);
+  for (const char* sub : {"run", "predict", "sweep", "timeline", "allreduce", "stress"}) {
+    const Result r = RunBinary(std::string(sub) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub;
+    EXPECT_NE(r.out.find("(default: "), std::string::npos) << sub;
+  }
+}
+
 TEST(RingpipeBinary, HelpListsEveryAllReduceFlag) {
   const Result r = RunBinary("allreduce --help");
   EXPECT_EQ(r.exit_code, 0);

@@ -104,6 +104,34 @@ TEST(Config, FileErrorsNameFileLineAndKey) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("forward_ms[1]"));
 }
 
+TEST(Config, DuplicateKeysAreAnErrorNamingBothLines) {
+  RunConfig cfg = *PresetByName("default");
+  absl::Status st = ApplyConfigText(cfg, "c.json", "{\n  \"dp\": 2,\n  \"pp\": 1,\n  \"dp\": 4\n}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("c.json:4: dp: duplicate key (first at line 2)"));
+  // A key spelled with an escape is the same key.
+  st = ApplyConfigText(cfg, "c.json", "{\"dp\": 2,\n\"\\u0064p\": 4}");
+  EXPECT_THAT(std::string(st.message()), HasSubstr("c.json:2: dp: duplicate key (first at line 1)"));
+  // A nested object's keys are not the config's.
+  st = ApplyConfigText(cfg, "c.json", "{\"dp\": {\"dp\": 1}}");
+  EXPECT_THAT(std::string(st.message()), HasSubstr("dp: expected an integer"));
+}
+
+TEST(Config, ValidationDoesNotChangeTheConfigAndNamesTheFieldAsData) {
+  RunConfig cfg = *PresetByName("s1");
+  cfg.microbatches = 0;
+  const nlohmann::json before = ConfigToJson(cfg);
+  const absl::Status st = ValidateConfig(cfg, /*for_run=*/true);
+  EXPECT_EQ(ConfigToJson(cfg), before);
+  EXPECT_EQ(ErrorField(st), "microbatches");
+  cfg.microbatches = 8;
+  cfg.tp = 3;
+  EXPECT_EQ(ErrorField(ValidateConfig(cfg, true)), "tp");
+  cfg.tp = 1;
+  cfg.layers_per_stage = {1, 9};
+  EXPECT_EQ(ErrorField(ValidateConfig(cfg, true)), "layers_per_stage");
+}
+
 TEST(Config, ValidationNamesTheField) {
   struct Case {
     std::vector<std::string> args;
