@@ -20,6 +20,10 @@ namespace {
 // and per device entry of the report's JSON document.
 constexpr double kPerDeviceBytes = 256.0 * 1024;
 constexpr double kReportBytesPerDevice = 8.0 * 1024;
+// `predict`: per device (predictor state, report entry and its text; 3 kB measured, with margin), and
+// per (pipeline rank, chunk, micro-batch) slot of the schedule program (a few ops and their timeline).
+constexpr double kPredictBytesPerDevice = 4.0 * 1024;
+constexpr double kProgramBytesPerSlot = 512;
 // A Chrome trace event as a JSON document node, and as text.
 constexpr double kChromeBytesPerEvent = 3.0 * 1024;
 
@@ -67,6 +71,14 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   est.parts.push_back({"trace", "steps", trace});
 
   est.parts.push_back({"devices", "dp", cfg.world_size() * (kPerDeviceBytes + kReportBytesPerDevice)});
+  return est;
+}
+
+MemoryEstimate EstimatePredictMemory(const RunConfig& cfg) {
+  MemoryEstimate est;
+  est.parts.push_back({"devices", "dp", static_cast<double>(cfg.world_size()) * kPredictBytesPerDevice});
+  est.parts.push_back({"schedule program", "microbatches",
+                       static_cast<double>(cfg.pp) * cfg.virtual_stages * cfg.microbatches * kProgramBytesPerSlot});
   return est;
 }
 

@@ -40,6 +40,9 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate EstimateRunMemory(const RunConfig& cfg);
+// `predict`: the predictor's per-device state and the report of every device (measured: about 3 kB per
+// device at DP = 65536, report written), and the schedule program.
+MemoryEstimate EstimatePredictMemory(const RunConfig& cfg);
 
 // MemAvailable of /proc/meminfo in bytes; +infinity when it cannot be read. The environment variable
 // RINGPIPE_MEMORY_LIMIT_BYTES, when set to a number, replaces it (tests, and users who share a host).

@@ -114,6 +114,8 @@ TEST(Hardening, RunsThatWouldNotFitInMemoryAreBadInputAndInvalidSweepPoints) {
                  "train_size: the run would allocate about", "huge data set");
   ExpectBadInput(RunBinary("run --dp=64 --pp=8 --tp=8 --hidden=1024x8 --steps=1 --virtual_time", dir),
                  "the run would allocate about", "many devices");
+  ExpectBadInput(RunBinary("predict --dp=1048576 --pp=1 --tp=1", dir), "--dp: the run would allocate about",
+                 "predict, 2^20 devices");
   // A sweep point that would not fit is an invalid point; the others run.
   const fs::path out = dir / "out";
   const Result r = RunBinary("sweep --preset=s1 --steps=1 --reference=false --virtual_time --train_size=4096 "
