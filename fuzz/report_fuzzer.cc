@@ -37,14 +37,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (report->panels.empty()) Fail("accepted a report with no panel", report->title);
-  for (const rp::svg::GanttPanel& p : report->panels) {
+  for (const rp::apps::svg::GanttPanel& p : report->panels) {
     if (!std::isfinite(p.span_ms) || p.span_ms < 0) Fail("bad span", p.title);
-    for (const rp::svg::GanttBar& b : p.bars) {
+    for (const rp::apps::svg::GanttBar& b : p.bars) {
       if (!(b.start_ms >= 0 && b.end_ms >= b.start_ms && std::isfinite(b.end_ms))) Fail("bad bar", p.title);
       if (b.row < 0 || static_cast<size_t>(b.row) >= p.rows.size()) Fail("bar outside the rows", p.title);
     }
   }
-  const std::string svg = rp::svg::RenderGantt(report->title, report->panels);
+  const std::string svg = rp::apps::svg::RenderGantt(report->title, report->panels);
   if (svg.find("<svg") == std::string::npos) Fail("no SVG drawn", report->title);
   return 0;
 }
