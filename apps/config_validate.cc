@@ -162,7 +162,7 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
   const double t1 = world * m * op_ns;
   double alpha = 0, min_bw = 0;
   for (const LinkParams& l : {links.intra_node, links.inter_node}) {
-    alpha = std::max(alpha, static_cast<double>(l.alpha.count()));
+    alpha = std::max(alpha, static_cast<double>((l.alpha + l.overhead).count()));
     if (l.bandwidth_gbps > 0) min_bw = min_bw == 0 ? l.bandwidth_gbps : std::min(min_bw, l.bandwidth_gbps);
   }
   // Messages per step on one device: p2p (2 per op pair), TP rings, DP ring steps of each bucket.

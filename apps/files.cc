@@ -111,7 +111,7 @@ absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string
   }();
   const fs::path p(target);
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  std::string tmpl = (dir / ("." + p.filename().string() + ".ringpipe-XXXXXX")).string();
+  std::string tmpl = (dir / absl::StrCat(".", p.filename().string(), ".ringpipe-XXXXXX")).string();
   const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never through a symlink
   if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create a temporary file: ", Errno(errno)));
   slot = RegisterTemp(tmpl);
