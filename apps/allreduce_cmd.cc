@@ -84,12 +84,9 @@ absl::StatusOr<Settings> ReadFlags(const ParsedArgs& args) {
   s.json = args.Text("json");
   s.in_place = args.Bool("in_place", false);
   s.forward = args.Bool("forward", true);
-  {
-    auto v = ParseBytes("--streaming_min_bytes", args.Text("streaming_min_bytes", "0"));
-    if (!args.Has("streaming_min_bytes")) v = comm::kDefaultStreamingMinBytes;
-    if (!v.ok()) return v.status();
-    s.streaming_min_bytes = *v;
-  }
+  RP_ASSIGN_OR_RETURN(s.streaming_min_bytes,
+                      ParseBytes("--streaming_min_bytes",
+                                 args.Text("streaming_min_bytes", absl::StrCat(comm::kDefaultStreamingMinBytes))));
   for (const auto& [flag, text, out] :
        {std::tuple<const char*, std::string, uint64_t*>{"min_bytes", args.Text("min_bytes", "4096"), &s.min_bytes},
         std::tuple<const char*, std::string, uint64_t*>{"max_bytes", args.Text("max_bytes", "64M"), &s.max_bytes}}) {

@@ -450,11 +450,10 @@ std::vector<FlagSpec> ConfigFlags(unsigned exclude, const RunConfig& defaults) {
   for (const ConfigField& f : Fields()) {
     if ((f.scope & exclude) != 0) continue;
     const json v = f.get(defaults);
+    // Unset: an empty text or list, a negative override (-1), a byte count of 0 (one message per chunk).
     const bool unset = (v.is_string() && v.get_ref<const std::string&>().empty()) || (v.is_array() && v.empty()) ||
-                       (v.is_number() && v.get<double>() < 0);
-    std::string shown = unset && f.unset != nullptr ? f.unset : FlagText(v);
-    if (f.unset != nullptr && !unset && absl::string_view(f.name) == "segment_bytes" && v == 0) shown = f.unset;
-    out.push_back({f.name, f.grammar, shown, f.help});
+                       (v.is_number() && v.get<double>() < 0) || (f.grammar == Grammar::kByteList && v == 0);
+    out.push_back({f.name, f.grammar, unset && f.unset != nullptr ? f.unset : FlagText(v), f.help});
   }
   return out;
 }

@@ -286,7 +286,7 @@ std::string FlagsHelp(const std::vector<FlagSpec>& specs) {
   std::string out;
   for (const FlagSpec& s : specs) {
     absl::StrAppend(&out, "  --", s.name, "=<", GrammarName(s.grammar), ">  (default: ",
-                    s.default_text.empty() ? "none" : s.default_text, ")\n");
+                    s.default_text.empty() ? "none" : s.default_text, ")", s.repeatable ? "  (repeatable)" : "", "\n");
     std::string line = "      ";
     for (absl::string_view word : absl::StrSplit(s.help, ' ')) {
       if (line.size() + word.size() > 96 && line.size() > 6) {

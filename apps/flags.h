@@ -53,7 +53,9 @@ struct FlagSpec {
   Grammar grammar = Grammar::kString;
   std::string default_text;  // the effective default `--help` shows ("" shows as "none")
   std::string help;
-  bool repeatable = false;   // every occurrence counts (sweep --axis); otherwise the last one wins
+  // Every occurrence counts (sweep --axis reads ParsedArgs::occurrences; --help says so); for the other
+  // flags the last occurrence wins.
+  bool repeatable = false;
 };
 
 // Checks `text` against `grammar`. InvalidArgument "<what>: <reason>" otherwise (e.g. "--dp: expected
