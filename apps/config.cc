@@ -182,8 +182,16 @@ absl::StatusOr<RunConfig> LoadConfig(const ParsedArgs& args, bool for_run) {
   return cfg;
 }
 
+absl::StatusOr<std::string> ReadConfigText(const ParsedArgs& args) {
+  for (auto it = args.occurrences.rbegin(); it != args.occurrences.rend(); ++it) {
+    if (it->first == "config") return ReadInputFile("config", it->second, kMaxConfigBytes);
+  }
+  return std::string();
+}
+
 absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool for_run,
-                                                  const std::vector<FieldOverride>& overrides) {
+                                                  const std::vector<FieldOverride>& overrides,
+                                                  const std::string* config_text) {
   // The flags given, as JSON values, in command-line order (the last one of a field wins).
   std::vector<std::pair<const ConfigField*, json>> given;
   for (const auto& [name, text] : args.occurrences) {
@@ -204,7 +212,11 @@ absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool f
   std::string file, text;
   if (const json* c = flag_value("config")) {
     file = c->get<std::string>();
-    RP_ASSIGN_OR_RETURN(text, ReadInputFile("config", file, kMaxConfigBytes));
+    if (config_text != nullptr) {
+      text = *config_text;
+    } else {
+      RP_ASSIGN_OR_RETURN(text, ReadInputFile("config", file, kMaxConfigBytes));
+    }
   }
   std::string preset = "default";
   const json* preset_override = nullptr;

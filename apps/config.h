@@ -76,7 +76,13 @@ struct FieldOverride {
 // InvalidArgument when the flags or the config file are bad (the same for every point);
 // FailedPrecondition when an override value cannot be set or the combination is invalid (one bad
 // point of a sweep, e.g. "microbatches: must be in 1..1048576, got 0").
+// `config_text`, if given, is the text of the --config file, already read (ReadConfigText): a sweep
+// reads it once for all its points (standard input can be read only once).
 [[nodiscard]] absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool for_run,
-                                                                const std::vector<FieldOverride>& overrides);
+                                                                const std::vector<FieldOverride>& overrides,
+                                                                const std::string* config_text = nullptr);
+
+// The text of the file --config names ("" without --config). InvalidArgument as ReadInputFile.
+absl::StatusOr<std::string> ReadConfigText(const ParsedArgs& args);
 
 }  // namespace rp::apps

@@ -105,7 +105,8 @@ absl::StatusOr<std::vector<Axis>> ReadAxes(const ParsedArgs& args) {
 // Every point of the grid (the last axis varies fastest) with its config, before anything runs. An
 // axis value that does not read by its field's grammar is bad input; a point whose values read but
 // whose config is impossible is "invalid" (the base config was checked: the point's values fail).
-absl::StatusOr<std::vector<Point>> BuildPoints(const ParsedArgs& args, const std::vector<Axis>& axes, bool for_run) {
+absl::StatusOr<std::vector<Point>> BuildPoints(const ParsedArgs& args, const std::vector<Axis>& axes, bool for_run,
+                                               const std::string& config_text) {
   std::vector<std::vector<std::vector<json>>> values(axes.size());  // [axis][value][field]
   size_t total = 1;
   for (size_t a = 0; a < axes.size(); ++a) {
@@ -135,7 +136,7 @@ absl::StatusOr<std::vector<Point>> BuildPoints(const ParsedArgs& args, const std
       }
     }
     p.label = absl::StrJoin(label, " ");
-    auto cfg = LoadConfigWithOverrides(args, for_run, p.overrides);
+    auto cfg = LoadConfigWithOverrides(args, for_run, p.overrides, &config_text);
     if (cfg.ok()) {
       p.cfg = *std::move(cfg);
       p.cfg.report_json.clear();
@@ -183,12 +184,15 @@ int Run(const ParsedArgs& args) {
   OutputFiles outputs;
   if (absl::Status st = outputs.Declare("out_dir", out_dir, /*is_dir=*/true); !st.ok()) return bad(st);
   if (absl::Status st = outputs.CheckAll({{"config", args.Text("config")}}); !st.ok()) return bad(st);
-  // The base flags and file must read (a config that is only invalid without the axes is fine).
-  if (auto base = LoadConfigWithOverrides(args, !predict_only, {});
+  // The base flags and file must read (a config that is only invalid without the axes is fine). The
+  // file is read once (it may be standard input).
+  auto config_text = ReadConfigText(args);
+  if (!config_text.ok()) return bad(config_text.status());
+  if (auto base = LoadConfigWithOverrides(args, !predict_only, {}, &*config_text);
       !base.ok() && base.status().code() != absl::StatusCode::kFailedPrecondition) {
     return bad(base.status());
   }
-  auto points = BuildPoints(args, *axes, !predict_only);
+  auto points = BuildPoints(args, *axes, !predict_only, *config_text);
   if (!points.ok()) return bad(points.status());
   const size_t total = points->size();
   const size_t valid = static_cast<size_t>(

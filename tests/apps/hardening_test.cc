@@ -157,6 +157,13 @@ TEST(Hardening, InputsMustBeRegularFilesOrStandardInput) {
                              dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(ReadFile(dir / "r.json"))["config"]["microbatches"], 4);
+  // A sweep reads standard input once for all its points.
+  const Result sweep = RunBinary("sweep --predict_only --config=- --axis=pp=1,2 --out_dir=" + (dir / "out").string() +
+                                     " < " + (dir / "in.json").string(),
+                                 dir);
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  EXPECT_EQ(std::count(sweep.out.begin(), sweep.out.end(), '\n'), 4) << sweep.out;  // header, 2 points, "# wrote"
+  EXPECT_EQ(sweep.out.find("invalid"), std::string::npos) << sweep.out;
   fs::remove_all(dir);
 }
 
