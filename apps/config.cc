@@ -161,12 +161,12 @@ absl::Status ApplyConfigText(RunConfig& cfg, const std::string& path, const std:
     auto error = [&, line = line](const std::string& msg) {
       return absl::InvalidArgumentError(absl::StrCat(OneLine(path), ":", line, ": ", msg));
     };
-    if (auto [it, inserted] = first_line.emplace(key, line); !inserted) {
-      return error(absl::StrCat(OneLine(key), ": duplicate key (first at line ", it->second, ")"));
-    }
     if (key == "config") return error("config: a config file cannot name another config file");
     if (FindField(key) == nullptr) {
       return error(absl::StrCat(OneLine(key), ": unknown key (the keys are the flag names of `ringpipe run --help`)"));
+    }
+    if (auto [it, inserted] = first_line.emplace(key, line); !inserted) {
+      return error(absl::StrCat(key, ": duplicate key (first at line ", it->second, ")"));
     }
     if (absl::Status st = SetField(cfg, key, doc[key]); !st.ok()) return error(std::string(st.message()));
     if (key_lines != nullptr) key_lines->emplace_back(key, line);

@@ -106,6 +106,7 @@ const BadSeed kBadSeeds[] = {
     {"bad-comment.json", "4: malformed JSON: "},  // the comment never closes: the error is at the end
     {"bad-enum.json", "2: codec: "},
     {"bad-interleaved.json", "4: microbatches: the interleaved schedule needs a multiple of pp=2"},
+    {"bad-duplicate-key.json", "3: dp: duplicate key (first at line 2)"},
     // Found by fuzz/config_fuzzer.cc. A number beyond double's range: nlohmann throws out_of_range,
     // not parse_error, which escaped ApplyConfigText and terminated the process.
     {"regress-number-overflow.json", "4: malformed JSON: number overflow parsing '1e3084'"},
