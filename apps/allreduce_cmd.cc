@@ -18,7 +18,6 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
@@ -28,6 +27,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "apps/cli.h"
+#include "apps/config_fields.h"
+#include "apps/files.h"
+#include "apps/shared_flags.h"
 #include "apps/subcommands.h"
 #include "comm/codec.h"
 #include "comm/communicator.h"
@@ -37,59 +39,8 @@
 #include "runtime/real_clock.h"
 #include "runtime/status_macros.h"
 
-ABSL_FLAG(int, ranks, 4, "Number of ranks (one thread each), 1..1024.");
-ABSL_FLAG(std::string, min_bytes, "4096",
-          "Smallest message size in bytes (FP32 buffer), >= 4; suffixes K, M, G as for "
-          "--segment_bytes.");
-ABSL_FLAG(std::string, max_bytes, "64M", "Largest message size in bytes, >= min_bytes.");
-ABSL_FLAG(int, step_factor, 4, "Multiply the size by this between rows, >= 2.");
-ABSL_FLAG(std::string, segment_bytes, "256K",
-          "Bytes per ring segment (one message; FP32 bytes, a multiple of 4, suffixes K, M, G = "
-          "KiB, MiB, GiB). A comma list (e.g. 16K,64K,256K,1M) measures every size with each.");
-ABSL_FLAG(std::string, codec, "fp32", "Wire format: fp32, fp16, bf16 or int8.");
-ABSL_FLAG(int, iters, 20, "Timed iterations per size, >= 1.");
-ABSL_FLAG(int, warmup, 3, "Untimed iterations per size, >= 0.");
-ABSL_FLAG(std::string, link, "ideal",
-          "Link model: 'ideal' (no modeled time: host speed) or a preset: dgx-a100, dgx-h100.");
-ABSL_FLAG(std::string, json, "", "Also write the rows as a JSON list to this path.");
-ABSL_FLAG(bool, in_place, false,
-          "Reduce in place (out = in), refilling the input before every call as a training step "
-          "would write fresh gradients; default out of place (in -> out), as nccl-tests and MPI "
-          "benchmarks measure.");
-ABSL_FLAG(bool, forward, true,
-          "All-gather forwarding of lent FP32 segments (every rank copies each chunk from its "
-          "owner); --forward=false lends each rank's own copy.");
-ABSL_FLAG(uint64_t, streaming_min_bytes, rp::comm::kDefaultStreamingMinBytes,
-          "With --forward: copy forwarded segments with streaming stores when size x ranks is at "
-          "least this many bytes (0 = always).");
-
 namespace rp::apps {
 namespace {
-
-// "256K", "64K,256K,1M", "4096": byte counts with optional K / M / G (KiB, MiB, GiB) suffixes.
-absl::StatusOr<std::vector<uint64_t>> ParseByteList(const std::string& text) {
-  std::vector<uint64_t> out;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    item = absl::StripAsciiWhitespace(item);
-    uint64_t mult = 1;
-    if (!item.empty()) {
-      switch (absl::ascii_toupper(static_cast<unsigned char>(item.back()))) {
-        case 'K': mult = uint64_t{1} << 10; break;
-        case 'M': mult = uint64_t{1} << 20; break;
-        case 'G': mult = uint64_t{1} << 30; break;
-        default: break;
-      }
-      if (mult != 1) item.remove_suffix(1);
-    }
-    uint64_t v = 0;
-    if (item.empty() || !absl::SimpleAtoi(item, &v) || v > (uint64_t{1} << 40)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", std::string(item), "' is not a byte count (e.g. 4096, 64K, 1M)"));
-    }
-    out.push_back(v * mult);
-  }
-  return out;
-}
 
 struct Row {
   uint64_t bytes = 0;
@@ -115,48 +66,50 @@ struct Settings {
   uint64_t streaming_min_bytes;
 };
 
-absl::StatusOr<Settings> ReadFlags() {
+absl::StatusOr<Settings> ReadFlags(const ParsedArgs& args) {
   Settings s;
-  s.ranks = absl::GetFlag(FLAGS_ranks);
-  s.step_factor = absl::GetFlag(FLAGS_step_factor);
-  s.iters = absl::GetFlag(FLAGS_iters);
-  s.warmup = absl::GetFlag(FLAGS_warmup);
-  s.link = absl::GetFlag(FLAGS_link);
-  s.json = absl::GetFlag(FLAGS_json);
-  s.in_place = absl::GetFlag(FLAGS_in_place);
-  s.forward = absl::GetFlag(FLAGS_forward);
-  s.streaming_min_bytes = absl::GetFlag(FLAGS_streaming_min_bytes);
   auto bad = [](const char* flag, const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
   };
-  if (s.ranks < 1 || s.ranks > 1024) return bad("ranks", "must be in 1..1024");
+  for (const auto& [flag, out, lo, hi, fallback] :
+       {std::tuple<const char*, int*, int64_t, int64_t, int>{"ranks", &s.ranks, 1, 1024, 4},
+        {"step_factor", &s.step_factor, 2, 1 << 20, 4},
+        {"iters", &s.iters, 1, 1 << 24, 20},
+        {"warmup", &s.warmup, 0, 1 << 24, 3}}) {
+    const int64_t v = args.Int(flag, fallback);
+    if (v < lo || v > hi) return bad(flag, absl::StrCat("must be in ", lo, "..", hi, ", got ", v));
+    *out = static_cast<int>(v);
+  }
+  s.link = args.Text("link", "ideal");
+  s.json = args.Text("json");
+  s.in_place = args.Bool("in_place", false);
+  s.forward = args.Bool("forward", true);
+  RP_ASSIGN_OR_RETURN(s.streaming_min_bytes,
+                      ParseBytes("--streaming_min_bytes",
+                                 args.Text("streaming_min_bytes", absl::StrCat(comm::kDefaultStreamingMinBytes))));
   for (const auto& [flag, text, out] :
-       {std::tuple<const char*, std::string, uint64_t*>{"min_bytes", absl::GetFlag(FLAGS_min_bytes),
-                                                        &s.min_bytes},
-        std::tuple<const char*, std::string, uint64_t*>{"max_bytes", absl::GetFlag(FLAGS_max_bytes),
-                                                        &s.max_bytes}}) {
-    auto v = ParseByteList(text);
-    if (!v.ok()) return bad(flag, std::string(v.status().message()));
+       {std::tuple<const char*, std::string, uint64_t*>{"min_bytes", args.Text("min_bytes", "4096"), &s.min_bytes},
+        std::tuple<const char*, std::string, uint64_t*>{"max_bytes", args.Text("max_bytes", "64M"), &s.max_bytes}}) {
+    auto v = ParseByteList(absl::StrCat("--", flag), text);
+    if (!v.ok()) return v.status();
     if (v->size() != 1) return bad(flag, "takes one size, not a list");
     *out = v->front();
   }
   if (s.min_bytes < 4) return bad("min_bytes", "must be >= 4");
   if (s.max_bytes < s.min_bytes) return bad("max_bytes", "must be >= --min_bytes");
   if (s.max_bytes > (uint64_t{4} << 30)) return bad("max_bytes", "must be <= 4 GiB");
-  if (s.step_factor < 2) return bad("step_factor", "must be >= 2");
   {
-    auto segments = ParseByteList(absl::GetFlag(FLAGS_segment_bytes));
-    if (!segments.ok()) return bad("segment_bytes", std::string(segments.status().message()));
+    auto segments = ParseByteList("--segment_bytes", args.Text("segment_bytes", "256K"));
+    if (!segments.ok()) return segments.status();
     s.segments = *std::move(segments);
+    if (s.segments.empty()) return bad("segment_bytes", "needs at least one size");
     for (uint64_t seg : s.segments) {
       if (seg < 4 || seg % 4 != 0 || seg > (uint64_t{1} << 30)) {
         return bad("segment_bytes", absl::StrCat(seg, " must be a multiple of 4 in [4, 1 GiB]"));
       }
     }
   }
-  if (s.iters < 1) return bad("iters", "must be >= 1");
-  if (s.warmup < 0) return bad("warmup", "must be >= 0");
-  auto codec = comm::ParseCodec(absl::GetFlag(FLAGS_codec));
+  auto codec = comm::ParseCodec(args.Text("codec", "fp32"));
   if (!codec.ok()) return bad("codec", std::string(codec.status().message()));
   s.codec = *codec;
   if (s.link != "ideal") {
@@ -274,12 +227,17 @@ absl::StatusOr<Row> RunSize(const Settings& s, uint64_t bytes, uint64_t segment,
 }
 
 int Run(const ParsedArgs& args) {
-  auto settings = ReadFlags();
+  auto settings = ReadFlags(args);
   if (!settings.ok()) {
     std::fprintf(stderr, "ringpipe allreduce: %s\n", std::string(settings.status().message()).c_str());
     return kExitBadInput;
   }
   const Settings& s = *settings;
+  OutputFiles outputs;
+  if (absl::Status st = outputs.Declare("json", s.json); !st.ok() || !(st = outputs.CheckAll({})).ok()) {
+    std::fprintf(stderr, "ringpipe allreduce: %s\n", std::string(st.message()).c_str());
+    return kExitBadInput;
+  }
   std::unique_ptr<AlphaBetaLinkModel> link;
   std::unique_ptr<RealClock> clock;
   if (s.link != "ideal") {
@@ -319,7 +277,7 @@ int Run(const ParsedArgs& args) {
         std::fprintf(stderr, "ringpipe allreduce: %llu bytes, segment %llu B: %s\n",
                      static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(segment),
                      row.status().ToString().c_str());
-        return kExitRunFailed;
+        return kExitFailed;
       }
       std::printf(" %12llu %12llu %6s %10llu %12.1f %10.3f %10.3f %14llu %8llu\n",
                   static_cast<unsigned long long>(row->bytes),
@@ -352,19 +310,38 @@ int Run(const ParsedArgs& args) {
     std::printf("%s\n", line.c_str());
   }
   std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
-  if (!s.json.empty()) {
-    if (absl::Status st = WriteFileAtomically(s.json, rows.dump(2) + "\n"); !st.ok()) {
-      std::fprintf(stderr, "ringpipe allreduce: --json: %s\n", std::string(st.message()).c_str());
-      return kExitBadInput;
-    }
+  outputs.Set("json", rows.dump(2) + "\n");
+  if (absl::Status st = outputs.Commit(); !st.ok()) {
+    std::fprintf(stderr, "ringpipe allreduce: %s\n", std::string(st.message()).c_str());
+    return kExitFailed;
   }
-  return total_wrong == 0 ? kExitOk : kExitRunFailed;
+  return total_wrong == 0 ? kExitOk : kExitFailed;
 }
 
-std::vector<std::string> Flags() {
-  return {"ranks", "min_bytes", "max_bytes", "step_factor", "segment_bytes", "codec",
-          "iters", "warmup",    "link",      "json",          "in_place",      "forward",
-          "streaming_min_bytes"};
+std::vector<FlagSpec> Flags() {
+  return {
+      {"ranks", Grammar::kInt, "4", "Number of ranks (one thread each), 1..1024."},
+      {"min_bytes", Grammar::kBytes, "4096", "Smallest message size in bytes (FP32 buffer), >= 4."},
+      {"max_bytes", Grammar::kBytes, "64M", "Largest message size in bytes, >= min_bytes, <= 4G."},
+      {"step_factor", Grammar::kInt, "4", "Multiply the size by this between rows, >= 2."},
+      SharedFieldFlag("segment_bytes", "256K",
+                      "Here a comma list (e.g. 16K,64K,256K,1M) measures every size with each, and 0 is not "
+                      "accepted."),
+      SharedFieldFlag("codec", "fp32", ""),
+      {"iters", Grammar::kInt, "20", "Timed iterations per size, >= 1."},
+      {"warmup", Grammar::kInt, "3", "Untimed iterations per size, >= 0."},
+      SharedFieldFlag("link", "ideal", "Here ideal measures wall time on this host; a preset, modeled time."),
+      {"json", Grammar::kString, "", "Also write the rows as a JSON list to this path."},
+      {"in_place", Grammar::kBool, "false",
+       "Reduce in place (out = in), refilling the input before every call as a training step would write fresh "
+       "gradients; default out of place (in -> out), as nccl-tests and MPI benchmarks measure."},
+      {"forward", Grammar::kBool, "true",
+       "All-gather forwarding of lent FP32 segments (every rank copies each chunk from its owner); "
+       "--forward=false lends each rank's own copy."},
+      {"streaming_min_bytes", Grammar::kBytes, absl::StrCat(comm::kDefaultStreamingMinBytes),
+       "With --forward: copy forwarded segments with streaming stores when size x ranks is at least this many "
+       "bytes (0 = always)."},
+  };
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // `ringpipe predict`: the report of `ringpipe run` from the predictor alone (schedule/predictor.h):
 // no threads, no clock, instant even for tens of thousands of devices. Same config (preset < file <
 // flags), same JSON schema minus the measured fields (docs/report.md).
+//
+// Exit codes (apps/cli.h): 0 ok; 2 bad input (nothing written); 1 an output could not be written.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -8,6 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "apps/cli.h"
 #include "apps/config.h"
+#include "apps/files.h"
+#include "apps/plan.h"
+#include "apps/presets.h"
 #include "apps/report.h"
 #include "apps/subcommands.h"
 #include "schedule/predictor.h"
@@ -22,6 +27,9 @@ int Run(const ParsedArgs& args) {
   };
   auto cfg = LoadConfig(args, /*for_run=*/false);
   if (!cfg.ok()) return fail(kExitBadInput, cfg.status());
+  OutputFiles outputs;
+  if (absl::Status st = outputs.Declare("report_json", cfg->report_json); !st.ok()) return fail(kExitBadInput, st);
+  if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) return fail(kExitBadInput, st);
   auto plan = BuildPlan(*cfg);
   if (!plan.ok()) return fail(kExitBadInput, plan.status());
   auto pred = schedule::Predict(plan->executor.program, plan->grid, plan->executor.cost, plan->predict);
@@ -31,24 +39,15 @@ int Run(const ParsedArgs& args) {
   absl::StrAppend(&text, "\npredicted step, first replica (", ScheduleName(cfg->schedule),
                   "; F/B/b/W compute, O optimizer, T TP all-reduce, = gradient all-reduce, . idle)\n",
                   RenderPredictedGantt(*plan, *pred, 96));
-  if (!cfg->report_json.empty()) {
-    if (absl::Status st = WriteFileAtomically(cfg->report_json, report.dump(2) + "\n"); !st.ok()) {
-      return fail(kExitBadInput, absl::InvalidArgumentError(absl::StrCat("--report_json: ", st.message())));
-    }
-  }
+  if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
+  if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, st);
   std::fputs(text.c_str(), stdout);
   return kExitOk;
 }
 
-std::vector<std::string> Flags() {
-  std::vector<std::string> out;
-  for (const std::string& name : ConfigFieldNames()) {
-    if (name != "trace" && name != "virtual_time" && name != "eval_every" && name != "eval_samples" &&
-        name != "reference") {
-      out.push_back(name);
-    }
-  }
-  return out;
+std::vector<FlagSpec> Flags() {
+  auto defaults = PresetByName("default");
+  return ConfigFlags(kEmulationOnly, defaults.ok() ? *defaults : RunConfig{});
 }
 
 }  // namespace

@@ -160,25 +160,8 @@ json TimelineJson(const Plan& plan, const schedule::Prediction& pred, const sche
 
 }  // namespace
 
-std::vector<PredictedWire> PredictWireBytes(const Plan& plan) {
-  const schedule::Program& prog = plan.executor.program;
-  const schedule::GridShape& g = plan.executor.grid;
-  std::vector<PredictedWire> out(static_cast<size_t>(prog.num_ranks));
-  for (int s = 0; s < prog.num_ranks; ++s) {
-    PredictedWire& w = out[static_cast<size_t>(s)];
-    for (const schedule::Op& op : prog.ranks[static_cast<size_t>(s)]) {
-      if (schedule::IsSend(op.kind)) w.p2p += op.bytes;
-      if (op.kind == schedule::OpKind::kTpAllReduce && g.tp > 1) {
-        auto c = schedule::RingAllReduceCost(g.tp, op.bytes / 4, LinkParams{}, plan.predict.tp_ring);
-        if (c.ok()) w.tp += c->wire_bytes / static_cast<uint64_t>(g.tp);
-      }
-      if (op.kind == schedule::OpKind::kAllReduce && g.dp > 1) {
-        auto c = schedule::RingAllReduceCost(g.dp, op.bytes / 4, LinkParams{}, plan.predict.dp_ring);
-        if (c.ok()) w.dp += c->wire_bytes / static_cast<uint64_t>(g.dp);
-      }
-    }
-  }
-  return out;
+std::string DumpJson(const json& j, int indent) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
 json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,
@@ -214,8 +197,8 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
                      {"stages", stages}};
   r["links"] = {{"name", cfg.link},
                 {"devices_per_node", cfg.devices_per_node},
-                {"intra_node", LinkJson(cfg.links.intra_node)},
-                {"inter_node", LinkJson(cfg.links.inter_node)}};
+                {"intra_node", LinkJson(ex.links.intra_node)},
+                {"inter_node", LinkJson(ex.links.inter_node)}};
   r["codec"] = comm::CodecName(cfg.codec);
   r["segment_bytes"] = cfg.segment_bytes;
   r["messages"] = {{"activation_bytes", ex.program.ranks.empty() ? 0 : [&] {
@@ -277,7 +260,7 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
     r["efficiency"] = {{"predicted", pred.efficiency}};
   }
 
-  const std::vector<PredictedWire> wire = PredictWireBytes(plan);
+  const std::vector<schedule::PredictedWire> wire = PredictWireBytes(plan);
   json devices = json::array();
   for (int rank = 0; rank < grid.world_size(); ++rank) {
     const schedule::Coord c = grid.CoordOf(rank);

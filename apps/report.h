@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/config.h"
+#include "apps/config_fields.h"
+#include "apps/plan.h"
 #include "nlohmann/json.hpp"
 #include "runtime/tracer.h"
 #include "schedule/executor.h"
@@ -31,14 +32,9 @@ inline constexpr const char* kReportSchema = "ringpipe-report/1";
 // (docs/report.md; `ringpipe timeline --from_report` draws them).
 inline constexpr int kMaxTimelineRows = 64;
 
-// Per-device predicted figures the predictor does not give directly: bytes each device puts on the
-// wire in one step (p2p messages, its share of the TP and DP rings, codec metadata included).
-struct PredictedWire {
-  uint64_t p2p = 0, tp = 0, dp = 0;
-  uint64_t total() const { return p2p + tp + dp; }
-};
-// One entry per pipeline rank (every replica and TP shard of a pipeline rank sends the same).
-std::vector<PredictedWire> PredictWireBytes(const Plan& plan);
+// `json` as text (nlohmann's dump, indented by `indent`), never throwing: bytes that are not UTF-8
+// (a path a user gave) become U+FFFD.
+std::string DumpJson(const nlohmann::json& json, int indent = -1);
 
 // `run` == nullptr: a predict-only report.
 nlohmann::json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,

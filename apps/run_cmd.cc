@@ -4,7 +4,8 @@
 //
 // Exit codes (apps/cli.h): 0 ok; 2 bad input (nothing run, nothing written); 3 the run failed at run
 // time (a device threw, stalled or stopped, a wait outlived the watchdog: the message names rank,
-// step, op and missing peers; no partial step committed); 1 anything else (e.g. writing outputs).
+// step, op and missing peers; no partial step committed); 1 an output could not be written (a file
+// or standard output: the report and the trace are committed together or not at all).
 //
 // Fault flags (command line only, not config-file keys; docs/reliability.md):
 //   --fault="KIND:key=value,...[;KIND:...]"  throw:rank=R,step=S,op=I   stall:rank=R,step=S,op=I
@@ -18,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,21 +26,16 @@
 #include "absl/strings/str_split.h"
 #include "apps/cli.h"
 #include "apps/config.h"
+#include "apps/files.h"
+#include "apps/memory_estimate.h"
+#include "apps/plan.h"
+#include "apps/presets.h"
 #include "apps/report.h"
 #include "apps/subcommands.h"
 #include "runtime/faults.h"
 #include "runtime/status_macros.h"
 #include "runtime/tracer.h"
 #include "schedule/executor.h"
-
-ABSL_FLAG(std::string, fault, "",
-          "Inject faults: 'throw:rank=R,step=S,op=I', 'stall:rank=R,step=S,op=I' or "
-          "'slow_link:src=A,dst=B,factor=F[,step=S]', several separated by ';' (run only).");
-ABSL_FLAG(std::string, straggler, "",
-          "Slow devices: RANK:FACTOR[,RANK:FACTOR] multiplies their compute time (run only).");
-ABSL_FLAG(std::string, jitter, "",
-          "Compute jitter: FRACTION[:SEED], each compute op takes (1 + u) x, u in [0, FRACTION) "
-          "(run only).");
 
 namespace rp::apps {
 namespace {
@@ -50,8 +45,8 @@ absl::Status BadFault(const std::string& flag, const std::string& text, const st
 }
 
 // Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag).
-absl::Status ParseFaultFlags(FaultPlan& plan) {
-  const std::string fault = absl::GetFlag(FLAGS_fault);
+absl::Status ParseFaultFlags(const ParsedArgs& args, FaultPlan& plan) {
+  const std::string fault = args.Text("fault");
   for (absl::string_view item : absl::StrSplit(fault, ';', absl::SkipWhitespace())) {
     const std::string text(item);
     const std::vector<std::string> kind_args = absl::StrSplit(text, absl::MaxSplits(':', 1));
@@ -107,7 +102,7 @@ absl::Status ParseFaultFlags(FaultPlan& plan) {
     }
     plan.op_faults.push_back(f);
   }
-  const std::string straggler = absl::GetFlag(FLAGS_straggler);
+  const std::string straggler = args.Text("straggler");
   for (absl::string_view item : absl::StrSplit(straggler, ',', absl::SkipWhitespace())) {
     const std::vector<std::string> rf = absl::StrSplit(item, ':');
     Straggler s;
@@ -116,7 +111,7 @@ absl::Status ParseFaultFlags(FaultPlan& plan) {
     }
     plan.stragglers.push_back(s);
   }
-  const std::string jitter = absl::GetFlag(FLAGS_jitter);
+  const std::string jitter = args.Text("jitter");
   if (!jitter.empty()) {
     const std::vector<std::string> fs = absl::StrSplit(jitter, ':');
     if (fs.size() > 2 || !absl::SimpleAtod(fs[0], &plan.jitter.max_fraction) ||
@@ -135,17 +130,22 @@ int Run(const ParsedArgs& args) {
   };
   auto cfg = LoadConfig(args, /*for_run=*/true);
   if (!cfg.ok()) return fail(kExitBadInput, cfg.status());
+  OutputFiles outputs;
+  for (const auto& [flag, path] : {std::pair{"report_json", cfg->report_json}, {"trace", cfg->trace}}) {
+    if (absl::Status st = outputs.Declare(flag, path); !st.ok()) return fail(kExitBadInput, st);
+  }
+  if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) return fail(kExitBadInput, st);
   auto plan = BuildPlan(*cfg);
   if (!plan.ok()) return fail(kExitBadInput, plan.status());
 
-  Tracer tracer(cfg->world_size(), cfg->devices_per_node);
+  Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents);
   schedule::ExecutorOptions options = plan->executor;
   options.tracer = &tracer;
-  if (absl::Status st = ParseFaultFlags(options.faults); !st.ok()) return fail(kExitBadInput, st);
+  if (absl::Status st = ParseFaultFlags(args, options.faults); !st.ok()) return fail(kExitBadInput, st);
   auto exec = schedule::Executor::Create(options);
   if (!exec.ok()) {
     const bool bad_input = exec.status().code() == absl::StatusCode::kInvalidArgument;
-    return fail(bad_input ? kExitBadInput : kExitRunFailed, exec.status());
+    return fail(bad_input ? kExitBadInput : kExitFailed, exec.status());
   }
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",
                plan->grid.ToString().c_str(), schedule::ScheduleName(cfg->schedule), cfg->steps,
@@ -188,23 +188,27 @@ int Run(const ParsedArgs& args) {
   }
   absl::StrAppend(&text, "\npredicted step, first replica\n", RenderPredictedGantt(*plan, result->prediction, 96));
 
-  if (!cfg->report_json.empty()) {
-    if (absl::Status st = WriteFileAtomically(cfg->report_json, report.dump(2) + "\n"); !st.ok()) {
-      return fail(kExitRunFailed, absl::InternalError(absl::StrCat("--report_json: ", st.message())));
-    }
+  if (tracer.capped() > 0) {
+    std::fprintf(stderr, "ringpipe run: the trace keeps the first %zu events; %llu later ones were dropped\n",
+                 kMaxTraceEvents, static_cast<unsigned long long>(tracer.capped()));
   }
-  if (!cfg->trace.empty()) {
-    if (absl::Status st = WriteFileAtomically(cfg->trace, tracer.ToChromeJson()); !st.ok()) {
-      return fail(kExitRunFailed, absl::InternalError(absl::StrCat("--trace: ", st.message())));
-    }
-  }
+  if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
+  if (!cfg->trace.empty()) outputs.Set("trace", tracer.ToChromeJson());
+  if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, st);
   std::fputs(text.c_str(), stdout);
   return kExitOk;
 }
 
-std::vector<std::string> Flags() {
-  std::vector<std::string> flags = ConfigFieldNames();
-  for (const char* f : {"fault", "straggler", "jitter"}) flags.push_back(f);
+std::vector<FlagSpec> Flags() {
+  auto defaults = PresetByName("default");
+  std::vector<FlagSpec> flags = ConfigFlags(0, defaults.ok() ? *defaults : RunConfig{});
+  flags.push_back({"fault", Grammar::kString, "",
+                   "Inject faults: 'throw:rank=R,step=S,op=I', 'stall:rank=R,step=S,op=I' or "
+                   "'slow_link:src=A,dst=B,factor=F[,step=S]', several separated by ';'."});
+  flags.push_back({"straggler", Grammar::kString, "",
+                   "Slow devices: RANK:FACTOR[,RANK:FACTOR] multiplies their compute time."});
+  flags.push_back({"jitter", Grammar::kString, "",
+                   "Compute jitter: FRACTION[:SEED], each compute op takes (1 + u) x, u in [0, FRACTION)."});
   return flags;
 }
 

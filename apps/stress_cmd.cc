@@ -41,13 +41,12 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "apps/cli.h"
+#include "apps/shared_flags.h"
 #include "apps/subcommands.h"
 #include "comm/communicator.h"
 #include "comm/ring_steps.h"
@@ -55,16 +54,6 @@
 #include "schedule/executor.h"
 #include "schedule/generators.h"
 #include "schedule/validator.h"
-
-ABSL_DECLARE_FLAG(std::string, seed);  // apps/config.cc (a string: run's config flags are)
-ABSL_FLAG(int, configs, 200, "stress: number of seeded configurations (seeds --seed .. --seed + N - 1).");
-ABSL_FLAG(int, fault_every, 4,
-          "stress: one configuration in N (chosen by its seed) gets an injected fault; 0 = none.");
-ABSL_FLAG(int, max_devices, 8, "stress: largest DP x PP x TP drawn, 1..64.");
-ABSL_FLAG(bool, list, false, "stress: print one line per configuration.");
-ABSL_FLAG(bool, comm_empty, true,
-          "stress: let the comm check draw 0-element all-reduces (false: 1 element instead; a "
-          "workaround while comm's Decode(nullptr, 0) UBSan report is open, docs/reliability.md).");
 
 namespace rp::apps {
 namespace {
@@ -124,7 +113,7 @@ struct Drawn {
 const comm::Codec kCodecs[] = {comm::Codec::kFp32, comm::Codec::kFp16, comm::Codec::kBf16,
                                comm::Codec::kInt8};
 
-absl::StatusOr<Drawn> DrawConfig(uint64_t seed, int fault_every, int max_devices) {
+absl::StatusOr<Drawn> DrawConfig(uint64_t seed, int fault_every, int max_devices, bool comm_empty) {
   Draw g(seed);
   Drawn c;
   schedule::ExecutorOptions& o = c.options;
@@ -194,7 +183,7 @@ absl::StatusOr<Drawn> DrawConfig(uint64_t seed, int fault_every, int max_devices
   // The direct comm check.
   c.comm_ranks = g.Int(1, 8);
   c.comm_count = g.Pick<size_t>({0, 1, 7, 97, static_cast<size_t>(g.Int(2, 5000))});
-  if (c.comm_count == 0 && !absl::GetFlag(FLAGS_comm_empty)) c.comm_count = 1;
+  if (c.comm_count == 0 && !comm_empty) c.comm_count = 1;
   c.comm_segment_bytes = size_t{4} * g.Int(1, 512);
   c.comm_codec = g.Pick<comm::Codec>({kCodecs[0], kCodecs[1], kCodecs[2], kCodecs[3]});
   {
@@ -506,28 +495,31 @@ void CheckFault(const Drawn& c, Checker& ck, FaultTally& tally) {
   }
 }
 
-int Stress(const ParsedArgs&) {
-  uint64_t seed = 1;
-  if (const std::string s = absl::GetFlag(FLAGS_seed); !s.empty() && !absl::SimpleAtoi(s, &seed)) {
-    std::fprintf(stderr, "ringpipe stress: seed: not an unsigned integer: '%s'\n", s.c_str());
+int Stress(const ParsedArgs& args) {
+  const int64_t seed_flag = args.Int("seed", 1);
+  if (seed_flag < 0) {
+    std::fprintf(stderr, "ringpipe stress: --seed: must be >= 0, got %lld\n", static_cast<long long>(seed_flag));
     return kExitBadInput;
   }
-  const int configs = absl::GetFlag(FLAGS_configs);
-  const int fault_every = absl::GetFlag(FLAGS_fault_every);
-  const int max_devices = absl::GetFlag(FLAGS_max_devices);
-  if (configs < 1 || fault_every < 0 || max_devices < 1 || max_devices > 64) {
+  const uint64_t seed = static_cast<uint64_t>(seed_flag);
+  const int64_t configs = args.Int("configs", 200);
+  const int64_t fault_every = args.Int("fault_every", 4);
+  const int64_t max_devices = args.Int("max_devices", 8);
+  const bool comm_empty = args.Bool("comm_empty", true);
+  if (configs < 1 || configs > (1 << 30) || fault_every < 0 || fault_every > (1 << 30) || max_devices < 1 ||
+      max_devices > 64) {
     std::fprintf(stderr, "ringpipe stress: configs must be >= 1, fault_every >= 0, max_devices in "
                          "1..64\n");
     return kExitBadInput;
   }
-  const bool list = absl::GetFlag(FLAGS_list);
+  const bool list = args.Bool("list", false);
   const auto t0 = std::chrono::steady_clock::now();
   int failed = 0, comm_checks = 0;
   FaultTally tally;
   for (int i = 0; i < configs; ++i) {
     const uint64_t s = seed + static_cast<uint64_t>(i);
     Checker ck;
-    absl::StatusOr<Drawn> c = DrawConfig(s, fault_every, max_devices);
+    absl::StatusOr<Drawn> c = DrawConfig(s, static_cast<int>(fault_every), static_cast<int>(max_devices), comm_empty);
     std::string summary = c.ok() ? c->summary : "";
     if (list) {
       // Before running it: a sanitizer report halts the process, and this line names its seed.
@@ -555,7 +547,7 @@ int Stress(const ParsedArgs&) {
                   summary.c_str());
       std::printf("  replay: ringpipe stress --seed=%llu --configs=1%s%s%s\n",
                   static_cast<unsigned long long>(s),
-                  absl::GetFlag(FLAGS_comm_empty) ? "" : " --comm_empty=false",
+                  comm_empty ? "" : " --comm_empty=false",
                   fault_every != 4 ? absl::StrCat(" --fault_every=", fault_every).c_str() : "",
                   max_devices != 8 ? absl::StrCat(" --max_devices=", max_devices).c_str() : "");
     }
@@ -567,15 +559,24 @@ int Stress(const ParsedArgs&) {
   std::printf(
       "stress: %d configurations (seeds %llu..%llu), %d failed; comm checks %d; faults injected "
       "%d (%s), detected %d, attributed to the faulty rank %d; wall %.1f s\n",
-      configs, static_cast<unsigned long long>(seed),
+      static_cast<int>(configs), static_cast<unsigned long long>(seed),
       static_cast<unsigned long long>(seed + static_cast<uint64_t>(configs) - 1), failed,
       comm_checks, tally.injected, kinds.empty() ? "none" : kinds.c_str(), tally.detected,
       tally.attributed, wall);
-  return failed == 0 ? kExitOk : kExitRunFailed;
+  return failed == 0 ? kExitOk : kExitFailed;
 }
 
-std::vector<std::string> Flags() {
-  return {"seed", "configs", "fault_every", "max_devices", "list", "comm_empty"};
+std::vector<FlagSpec> Flags() {
+  return {
+      SharedFieldFlag("seed", "1", "Here: the first configuration's seed (configuration i uses seed + i)."),
+      {"configs", Grammar::kInt, "200", "Number of seeded configurations (seeds --seed .. --seed + N - 1)."},
+      {"fault_every", Grammar::kInt, "4", "One configuration in N (chosen by its seed) gets an injected fault; 0 = none."},
+      {"max_devices", Grammar::kInt, "8", "Largest DP x PP x TP drawn, 1..64."},
+      {"list", Grammar::kBool, "false", "Print one line per configuration."},
+      {"comm_empty", Grammar::kBool, "true",
+       "Let the comm check draw 0-element all-reduces (false: 1 element instead; a workaround while comm's "
+       "Decode(nullptr, 0) UBSan report is open, docs/reliability.md)."},
+  };
 }
 
 }  // namespace

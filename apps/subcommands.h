@@ -1,18 +1,20 @@
-// The `ringpipe` subcommands. Each lives in its own apps/*_cmd.cc and is listed in main.cc.
+// The `ringpipe` subcommands. Each lives in its own apps/*_cmd.cc, defines its own flags (shared ones
+// come from apps/config_fields.h and apps/shared_flags.h) and is listed in main.cc.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "apps/cli.h"
+#include "absl/status/statusor.h"
+#include "apps/flags.h"
 
 namespace rp::apps {
 
 struct Subcommand {
   const char* name;
-  const char* summary;                   // one line for `ringpipe --help`
-  std::vector<std::string> (*flags)();   // the flags it accepts, in help order
-  int (*run)(const ParsedArgs& args);    // returns the process exit code
+  const char* summary;                  // one line for `ringpipe --help`
+  std::vector<FlagSpec> (*flags)();     // the flags it accepts, in help order, with effective defaults
+  int (*run)(const ParsedArgs& args);   // returns the process exit code (apps/cli.h)
 };
 
 // `ringpipe allreduce`: nccl-tests-style all-reduce driver (apps/allreduce_cmd.cc).
@@ -27,5 +29,16 @@ Subcommand SweepSubcommand();
 Subcommand TimelineSubcommand();
 // `ringpipe stress`: seeded random configurations under every invariant, with faults (apps/stress_cmd.cc).
 Subcommand StressSubcommand();
+
+// Every subcommand, in `ringpipe --help` order.
+std::vector<Subcommand> AllSubcommands();
+
+// Parses `args` (the arguments after the subcommand's name) with `subcommand`'s flags, as the binary
+// does. InvalidArgument for an unknown subcommand or bad flags.
+absl::StatusOr<ParsedArgs> ParseSubcommandArgs(const std::string& subcommand, const std::vector<std::string>& args);
+
+// The binary: argv in, exit code out (what main() does; tests and the flag fuzzer call it too).
+// `argv[0]` is the program name.
+int RunMain(const std::vector<std::string>& argv);
 
 }  // namespace rp::apps

@@ -11,412 +11,42 @@
 // or an integer range A..B. Linked axes move together: `--axis=pp:forward_ms=1:100,2:50` (values joined
 // by ':' in the names' order). Several --axis flags make a grid (the last one varies fastest).
 //
-// Validation first: the flags and every axis value must parse (else exit 2, one line naming the field,
-// nothing written). A point whose values parse but whose config is impossible (ValidateConfig, e.g. more
-// pipeline stages than layers) is reported as "invalid" in the outputs and the sweep goes on; if every
-// point is invalid, that is bad input (exit 2). A point whose run fails is "failed".
+// Validation first: the flags, the config file and the output directory must be good, and every axis
+// value must read by its field's grammar (an integer for `microbatches`, ...), else exit 2 with one
+// line naming the field, nothing written. A point whose values read but whose config is impossible
+// (ValidateConfig: a value out of its range such as microbatches=0, more pipeline stages than layers,
+// a run too big for the machine's memory) is reported as "invalid" in the outputs and the sweep goes
+// on, the same for every field; if every point is invalid, that is bad input (exit 2). A point whose
+// run fails is "failed". The files of --out_dir are committed together at the end (apps/files.h).
 //
-// Exit codes: 0 every point ran; 3 some points invalid or failed (outputs written); 2 bad input; 1 the
+// Exit codes: 0 every point ran; 4 some points invalid or failed (outputs written); 2 bad input; 1 the
 // outputs could not be written.
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <limits>
-#include <map>
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "apps/cli.h"
 #include "apps/config.h"
-#include "apps/report.h"
+#include "apps/files.h"
+#include "apps/presets.h"
+#include "apps/shared_flags.h"
 #include "apps/subcommands.h"
-#include "apps/svg.h"
+#include "apps/sweep.h"
 #include "runtime/status_macros.h"
-#include "schedule/executor.h"
-#include "schedule/predictor.h"
-
-ABSL_FLAG(std::string, axis, "",
-          "Sweep axis NAME=V1,V2,... or NAME=A..B (integers); repeat for a grid. NAME is a config field "
-          "(a flag of `ringpipe run`) or preset; linked fields move together: pp:forward_ms=1:100,2:50.");
-ABSL_FLAG(std::string, out_dir, "", "Directory for sweep.csv, sweep.json and the SVG charts (created).");
-ABSL_FLAG(bool, predict_only, false,
-          "Predictor only (no emulation): instant, any layout size up to 2^20 devices.");
-ABSL_FLAG(std::string, title, "", "Chart title prefix (default: the axis names).");
 
 namespace rp::apps {
 namespace {
 
 using json = nlohmann::json;
-constexpr size_t kMaxPoints = 4096;
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// The CSV header (docs/studies.md lists exactly these, in this order).
-const std::vector<std::string>& CsvColumns() {
-  static const std::vector<std::string>* cols = new std::vector<std::string>{
-      "point", "label", "status", "error", "preset", "dp", "pp", "tp", "world", "microbatches", "schedule",
-      "virtual_stages", "codec", "segment_bytes", "link", "time_scale",
-      "step_ms_measured", "step_ms_predicted", "fidelity", "t1_ms",
-      "speedup_measured", "speedup_predicted", "efficiency_measured", "efficiency_predicted",
-      "bubble_measured", "bubble_predicted", "exposed_comm_ms_measured", "exposed_comm_ms_predicted",
-      "peak_activation_bytes_measured", "peak_activation_bytes_predicted",
-      "wire_bytes_measured", "wire_bytes_predicted", "wall_seconds"};
-  return *cols;
-}
-
-// --- Axes ---
-
-struct Axis {
-  std::vector<std::string> fields;               // one, or several linked
-  std::vector<std::vector<std::string>> values;  // values[i][f]: the i-th value of field f
-  std::string name() const { return absl::StrJoin(fields, ":"); }
-};
-
-json ValueJson(const std::string& text) {
-  int64_t i;
-  if (absl::SimpleAtoi(text, &i)) return json(i);
-  double d;
-  if (absl::SimpleAtod(text, &d) && std::isfinite(d)) return json(d);
-  return json(text);
-}
-
-absl::StatusOr<std::vector<std::string>> ExpandValues(const std::string& axis, const std::string& text) {
-  std::vector<std::string> out;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    part = absl::StripAsciiWhitespace(part);
-    if (part.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": empty value in '", text, "'"));
-    }
-    if (size_t dots = part.find(".."); dots != absl::string_view::npos) {
-      int64_t a, b;
-      if (!absl::SimpleAtoi(part.substr(0, dots), &a) || !absl::SimpleAtoi(part.substr(dots + 2), &b) || b < a) {
-        return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": '", part,
-                                                       "' is not an integer range A..B with A <= B"));
-      }
-      if (b - a >= static_cast<int64_t>(kMaxPoints)) {
-        return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": range '", part, "' is too long"));
-      }
-      for (int64_t x = a; x <= b; ++x) out.push_back(absl::StrCat(x));
-    } else {
-      out.emplace_back(part);
-    }
-  }
-  return out;
-}
-
-absl::StatusOr<Axis> ParseAxis(const std::string& spec) {
-  const size_t eq = spec.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("--axis: '", spec, "' is not NAME=V1,V2,... or NAME=A..B"));
-  }
-  Axis axis;
-  axis.fields = absl::StrSplit(spec.substr(0, eq), ':');
-  const std::string name = axis.name();
-  for (const std::string& f : axis.fields) {
-    const auto& names = ConfigFieldNames();
-    const bool known = std::find(names.begin(), names.end(), f) != names.end();
-    if (!known || f == "config" || f == "report_json" || f == "trace") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--axis=", name, ": '", f, "' is not a config field that can be swept (the config fields are the flags of "
-          "`ringpipe run --help`)"));
-    }
-  }
-  if (axis.fields.size() == 1) {
-    RP_ASSIGN_OR_RETURN(std::vector<std::string> vals, ExpandValues(name, spec.substr(eq + 1)));
-    for (std::string& v : vals) axis.values.push_back({std::move(v)});
-  } else {
-    for (absl::string_view tuple : absl::StrSplit(spec.substr(eq + 1), ',')) {
-      std::vector<std::string> parts = absl::StrSplit(tuple, ':');
-      if (parts.size() != axis.fields.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("--axis=", name, ": value '", tuple, "' has ", parts.size(),
-                                                       " parts; expected ", axis.fields.size(), " (one per field)"));
-      }
-      for (std::string& p : parts) p = std::string(absl::StripAsciiWhitespace(p));
-      axis.values.push_back(std::move(parts));
-    }
-  }
-  return axis;
-}
-
-// --- Points ---
-
-struct Metrics {
-  double step_ms = kNaN, speedup = kNaN, efficiency = kNaN, bubble = kNaN, exposed_ms = kNaN;
-  double peak_bytes = kNaN, wire_bytes = kNaN;
-};
-
-struct Point {
-  int index = 0;
-  std::vector<size_t> coord;  // value index per axis
-  std::vector<FieldOverride> overrides;
-  std::string label;          // "pp=2 microbatches=8"
-  std::string status = "ok";  // ok | invalid | failed
-  std::string error;
-  RunConfig cfg;              // valid when status != invalid
-  Metrics measured, predicted;
-  double t1_ms = kNaN, fidelity = kNaN, wall_seconds = kNaN;
-};
-
-Metrics FromPrediction(const Plan& plan, const schedule::Prediction& pred) {
-  Metrics m;
-  m.step_ms = ToMillis(pred.step_time);
-  m.speedup = pred.speedup;
-  m.efficiency = pred.efficiency;
-  double bubble = 0, exposed = 0, peak = 0;
-  for (const schedule::DeviceStats& d : pred.devices) {
-    bubble += d.bubble_over_total;
-    exposed += ToMillis(d.exposed_comm);
-    peak = std::max(peak, static_cast<double>(d.peak_activation_bytes));
-  }
-  const double n = static_cast<double>(std::max<size_t>(1, pred.devices.size()));
-  m.bubble = bubble / n;
-  m.exposed_ms = exposed / n;
-  m.peak_bytes = peak;
-  double wire = 0;
-  for (const PredictedWire& w : PredictWireBytes(plan)) wire = std::max(wire, static_cast<double>(w.total()));
-  m.wire_bytes = wire;
-  return m;
-}
-
-Metrics FromRun(const schedule::RunResult& run, int steps) {
-  Metrics m;
-  m.step_ms = run.measured_step_ms;
-  m.speedup = run.speedup;
-  m.efficiency = run.efficiency;
-  double bubble = 0, exposed = 0, peak = 0, wire = 0;
-  for (const schedule::DeviceReport& d : run.devices) {
-    bubble += d.bubble_total;
-    exposed += d.exposed_comm_ms;
-    peak = std::max(peak, static_cast<double>(d.peak_activation_bytes));
-    wire = std::max(wire, static_cast<double>(d.wire_bytes) / std::max(1, steps));
-  }
-  const double n = static_cast<double>(std::max<size_t>(1, run.devices.size()));
-  m.bubble = bubble / n;
-  m.exposed_ms = exposed / n;
-  m.peak_bytes = peak;
-  m.wire_bytes = wire;
-  return m;
-}
-
-// Runs one valid point: predict, then (unless predict_only) emulate.
-void RunPoint(Point& p, bool predict_only) {
-  const auto start = std::chrono::steady_clock::now();
-  auto plan = BuildPlan(p.cfg);
-  if (!plan.ok()) {
-    p.status = "invalid";
-    p.error = std::string(plan.status().message());
-    return;
-  }
-  auto pred = schedule::Predict(plan->executor.program, plan->grid, plan->executor.cost, plan->predict);
-  if (!pred.ok()) {
-    p.status = "failed";
-    p.error = absl::StrCat("predict: ", pred.status().message());
-    return;
-  }
-  p.predicted = FromPrediction(*plan, *pred);
-  p.t1_ms = ToMillis(pred->single_device_time);
-  if (!predict_only) {
-    auto exec = schedule::Executor::Create(plan->executor);
-    absl::StatusOr<schedule::RunResult> run =
-        exec.ok() ? (*exec)->Run() : absl::StatusOr<schedule::RunResult>(exec.status());
-    if (!run.ok()) {
-      p.status = "failed";
-      p.error = absl::StrCat("run: ", run.status().message());
-    } else {
-      p.measured = FromRun(*run, p.cfg.steps);
-      p.fidelity = run->fidelity;
-    }
-  }
-  p.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// --- Output ---
-
-std::string CsvField(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += (c == '\n' || c == '\r') ? ' ' : c;
-  }
-  return out + "\"";
-}
-
-std::string CsvNum(double x) { return std::isfinite(x) ? absl::StrFormat("%.10g", x) : ""; }
-
-json JNum(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
-
-json MetricsJson(const Metrics& m) {
-  return {{"step_ms", JNum(m.step_ms)},
-          {"speedup", JNum(m.speedup)},
-          {"efficiency", JNum(m.efficiency)},
-          {"bubble", JNum(m.bubble)},
-          {"exposed_comm_ms", JNum(m.exposed_ms)},
-          {"peak_activation_bytes", JNum(m.peak_bytes)},
-          {"wire_bytes", JNum(m.wire_bytes)}};
-}
-
-// The config columns of a point (from the config if it was built, else empty).
-std::vector<std::string> ConfigColumns(const Point& p) {
-  if (p.status == "invalid") return std::vector<std::string>(12, "");
-  const RunConfig& c = p.cfg;
-  return {c.preset, absl::StrCat(c.dp), absl::StrCat(c.pp), absl::StrCat(c.tp), absl::StrCat(c.world_size()),
-          absl::StrCat(c.microbatches), schedule::ScheduleName(c.schedule), absl::StrCat(c.virtual_stages),
-          comm::CodecName(c.codec), absl::StrCat(c.segment_bytes), c.link, absl::StrFormat("%g", c.time_scale)};
-}
-
-std::string BuildCsv(const std::vector<Point>& points) {
-  std::string out = absl::StrCat(absl::StrJoin(CsvColumns(), ","), "\n");
-  for (const Point& p : points) {
-    std::vector<std::string> row = {absl::StrCat(p.index), CsvField(p.label), p.status, CsvField(p.error)};
-    for (const std::string& s : ConfigColumns(p)) row.push_back(CsvField(s));
-    for (double x : {p.measured.step_ms, p.predicted.step_ms, p.fidelity, p.t1_ms, p.measured.speedup,
-                     p.predicted.speedup, p.measured.efficiency, p.predicted.efficiency, p.measured.bubble,
-                     p.predicted.bubble, p.measured.exposed_ms, p.predicted.exposed_ms, p.measured.peak_bytes,
-                     p.predicted.peak_bytes, p.measured.wire_bytes, p.predicted.wire_bytes, p.wall_seconds}) {
-      row.push_back(CsvNum(x));
-    }
-    absl::StrAppend(&out, absl::StrJoin(row, ","), "\n");
-  }
-  return out;
-}
-
-json BuildJson(const std::vector<Axis>& axes, const std::vector<Point>& points, bool predict_only) {
-  json j;
-  j["schema"] = "ringpipe-sweep/1";
-  j["mode"] = predict_only ? "predict" : "run";
-  j["columns"] = CsvColumns();
-  json ax = json::array();
-  for (const Axis& a : axes) {
-    json vals = json::array();
-    for (const auto& v : a.values) vals.push_back(v.size() == 1 ? json(v[0]) : json(v));
-    ax.push_back({{"name", a.name()}, {"fields", a.fields}, {"values", vals}});
-  }
-  j["axes"] = ax;
-  json pts = json::array();
-  for (const Point& p : points) {
-    json axes_j = json::object();
-    for (const FieldOverride& o : p.overrides) axes_j[o.field] = o.value;
-    json e = {{"point", p.index}, {"label", p.label}, {"axes", axes_j}, {"status", p.status},
-              {"error", p.error}, {"t1_ms", JNum(p.t1_ms)}, {"fidelity", JNum(p.fidelity)},
-              {"wall_seconds", JNum(p.wall_seconds)}, {"predicted", MetricsJson(p.predicted)}};
-    if (!predict_only) e["measured"] = MetricsJson(p.measured);
-    if (p.status != "invalid") e["config"] = ConfigToJson(p.cfg);
-    pts.push_back(std::move(e));
-  }
-  j["points"] = pts;
-  return j;
-}
-
-struct ChartSpec {
-  const char* file;
-  const char* title;
-  const char* y_label;
-  bool bytes;
-  double Metrics::*field;
-};
-
-constexpr ChartSpec kCharts[] = {
-    {"step_time.svg", "step time", "modeled ms per step", false, &Metrics::step_ms},
-    {"speedup.svg", "speedup (T1 / step)", "x", false, &Metrics::speedup},
-    {"bubble.svg", "bubble (mean over devices)", "idle fraction of the step", false, &Metrics::bubble},
-    {"exposed_comm.svg", "exposed communication (mean over devices)", "ms per step", false, &Metrics::exposed_ms},
-    {"peak_memory.svg", "peak activation memory (max device)", "bytes", true, &Metrics::peak_bytes},
-    {"wire_bytes.svg", "wire bytes per step (max device)", "bytes", true, &Metrics::wire_bytes},
-};
-
-std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::vector<Point>& points,
-                                    bool predict_only) {
-  const Axis& x = axes[0];
-  const size_t nx = x.values.size();
-  // x: the first field of the first axis; numeric if every value is a number.
-  std::vector<double> xs;
-  std::vector<std::string> labels;
-  bool numeric = true;
-  for (const auto& v : x.values) {
-    labels.push_back(absl::StrJoin(v, ":"));
-    double d;
-    if (absl::SimpleAtod(v[0], &d) && std::isfinite(d)) {
-      xs.push_back(d);
-    } else {
-      numeric = false;
-    }
-  }
-  if (!numeric) xs.clear();
-  if (x.fields.size() > 1) {  // linked: label by the first field when its values tell the points apart
-    std::vector<std::string> firsts;
-    for (const auto& v : x.values) firsts.push_back(v[0]);
-    std::vector<std::string> sorted = firsts;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) labels = firsts;
-  }
-  const double xmin = numeric ? *std::min_element(xs.begin(), xs.end()) : 0;
-  const double xmax = numeric ? *std::max_element(xs.begin(), xs.end()) : 0;
-  const bool log_x = numeric && xmin > 0 && xmax / xmin >= 8;
-
-  // One series pair per combination of the other axes' values.
-  std::map<std::vector<size_t>, std::vector<const Point*>> groups;
-  for (const Point& p : points) {
-    std::vector<size_t> rest(p.coord.begin() + 1, p.coord.end());
-    auto& g = groups[rest];
-    if (g.empty()) g.assign(nx, nullptr);
-    g[p.coord[0]] = &p;
-  }
-  std::vector<svg::Chart> charts;
-  for (const ChartSpec& spec : kCharts) {
-    svg::Chart c;
-    c.title = spec.title;
-    c.x_label = x.fields.size() > 1 ? absl::StrCat(x.fields[0], " (with ", absl::StrJoin(x.fields.begin() + 1, x.fields.end(), ", "), ")") : x.name();
-    c.y_label = spec.y_label;
-    c.x_values = xs;
-    c.x_labels = labels;
-    c.log_x = log_x;
-    c.bars = !numeric;
-    c.y_bytes = spec.bytes;
-    double lo = std::numeric_limits<double>::infinity(), hi = 0;
-    size_t gi = 0;
-    for (const auto& [rest, pts] : groups) {
-      std::string suffix;
-      for (size_t a = 1; a < axes.size(); ++a) {
-        absl::StrAppend(&suffix, suffix.empty() ? " (" : ", ", axes[a].name(), "=",
-                        absl::StrJoin(axes[a].values[rest[a - 1]], ":"));
-      }
-      if (!suffix.empty()) suffix += ")";
-      svg::Series meas{.name = absl::StrCat("measured", suffix), .y = {}, .color = svg::Color(gi)};
-      svg::Series pred{.name = absl::StrCat("predicted", suffix), .y = {}, .color = svg::Color(gi), .dashed = true};
-      for (size_t i = 0; i < nx; ++i) {
-        const Point* p = pts[i];
-        const double mv = p != nullptr && p->status == "ok" ? p->measured.*spec.field : kNaN;
-        const double pv = p != nullptr && p->status != "invalid" ? p->predicted.*spec.field : kNaN;
-        meas.y.push_back(mv);
-        pred.y.push_back(pv);
-        for (double v : {mv, pv}) {
-          if (std::isfinite(v) && v > 0) {
-            lo = std::min(lo, v);
-            hi = std::max(hi, v);
-          }
-        }
-      }
-      if (!predict_only) c.series.push_back(std::move(meas));
-      c.series.push_back(std::move(pred));
-      ++gi;
-    }
-    c.log_y = spec.bytes && std::isfinite(lo) && hi / lo >= 20;
-    charts.push_back(std::move(c));
-  }
-  return charts;
-}
+using sweep::Axis;
+using sweep::Point;
 
 // --- Progress ---
 
@@ -448,34 +78,97 @@ class Progress {
   bool tty_;
 };
 
-std::string Table(const std::vector<Axis>& axes, const std::vector<Point>& points, bool predict_only) {
-  std::string out = "#";
-  for (const Axis& a : axes) absl::StrAppendFormat(&out, " %12s", a.name());
-  absl::StrAppendFormat(&out, " %8s %23s %17s %15s %21s %21s %21s\n", "status", "step ms (meas / pred)",
-                        "speedup", "bubble", "exposed comm ms", "peak act bytes", "wire B/device");
-  auto pair = [&](double m, double p) {
-    auto f = [&](double v) {
-      if (!std::isfinite(v)) return std::string("-");
-      return absl::StrFormat("%.4g", v);
-    };
-    return predict_only ? f(p) : absl::StrCat(f(m), " / ", f(p));
-  };
-  for (const Point& p : points) {
-    std::string row = " ";
-    for (size_t a = 0; a < axes.size(); ++a) {
-      absl::StrAppendFormat(&row, " %12s", absl::StrJoin(axes[a].values[p.coord[a]], ":"));
+// The --axis flags, in order; each field at most once, at most kMaxPoints points in all.
+absl::StatusOr<std::vector<Axis>> ReadAxes(const ParsedArgs& args) {
+  std::vector<Axis> axes;
+  size_t total = 1;
+  for (const auto& [name, value] : args.occurrences) {
+    if (name != "axis") continue;
+    RP_ASSIGN_OR_RETURN(Axis a, sweep::ParseAxis(value));
+    for (const Axis& other : axes) {
+      for (const std::string& f : a.fields) {
+        if (std::find(other.fields.begin(), other.fields.end(), f) != other.fields.end()) {
+          return absl::InvalidArgumentError(absl::StrCat("--axis=", a.name(), ": field '", f, "' is already an axis"));
+        }
+      }
     }
-    absl::StrAppendFormat(&row, " %8s %23s %17s %15s %21s %21s %21s", p.status,
-                          pair(p.measured.step_ms, p.predicted.step_ms),
-                          pair(p.measured.speedup, p.predicted.speedup),
-                          pair(p.measured.bubble, p.predicted.bubble),
-                          pair(p.measured.exposed_ms, p.predicted.exposed_ms),
-                          pair(p.measured.peak_bytes, p.predicted.peak_bytes),
-                          pair(p.measured.wire_bytes, p.predicted.wire_bytes));
-    if (p.status != "ok") absl::StrAppend(&row, "  ", p.error);
-    absl::StrAppend(&out, row, "\n");
+    total *= a.values.size();
+    if (total > sweep::kMaxPoints) {
+      return absl::InvalidArgumentError(absl::StrCat("--axis: more than ", sweep::kMaxPoints, " points"));
+    }
+    axes.push_back(std::move(a));
   }
-  return out;
+  if (axes.empty()) return absl::InvalidArgumentError("--axis: at least one axis is required (NAME=V1,V2,...)");
+  return axes;
+}
+
+// Every point of the grid (the last axis varies fastest) with its config, before anything runs. An
+// axis value that does not read by its field's grammar is bad input; a point whose values read but
+// whose config is impossible is "invalid" (the base config was checked: the point's values fail).
+absl::StatusOr<std::vector<Point>> BuildPoints(const ParsedArgs& args, const std::vector<Axis>& axes, bool for_run,
+                                               const std::string& config_text) {
+  std::vector<std::vector<std::vector<json>>> values(axes.size());  // [axis][value][field]
+  size_t total = 1;
+  for (size_t a = 0; a < axes.size(); ++a) {
+    total *= axes[a].values.size();
+    for (const auto& tuple : axes[a].values) {
+      std::vector<json> vals;
+      for (size_t f = 0; f < tuple.size(); ++f) {
+        RP_ASSIGN_OR_RETURN(json v, sweep::ValueJson(axes[a].name(), axes[a].fields[f], tuple[f]));
+        vals.push_back(std::move(v));
+      }
+      values[a].push_back(std::move(vals));
+    }
+  }
+  std::vector<Point> points(total);
+  for (size_t i = 0; i < total; ++i) {
+    Point& p = points[i];
+    p.index = static_cast<int>(i);
+    p.coord.assign(axes.size(), 0);
+    for (size_t a = axes.size(), rem = i; a-- > 0; rem /= axes[a].values.size()) {
+      p.coord[a] = rem % axes[a].values.size();
+    }
+    std::vector<std::string> label;
+    for (size_t a = 0; a < axes.size(); ++a) {
+      for (size_t f = 0; f < axes[a].fields.size(); ++f) {
+        p.overrides.push_back({axes[a].fields[f], values[a][p.coord[a]][f]});
+        label.push_back(absl::StrCat(axes[a].fields[f], "=", axes[a].values[p.coord[a]][f]));
+      }
+    }
+    p.label = absl::StrJoin(label, " ");
+    auto cfg = LoadConfigWithOverrides(args, for_run, p.overrides, &config_text);
+    if (cfg.ok()) {
+      p.cfg = *std::move(cfg);
+      p.cfg.report_json.clear();
+      p.cfg.trace.clear();
+    } else {
+      p.status = "invalid";
+      p.error = std::string(cfg.status().message());
+    }
+  }
+  return points;
+}
+
+// The CSV, the JSON and the charts into `outputs` (committed by the caller).
+void SetOutputs(const ParsedArgs& args, const std::vector<Axis>& axes, const std::vector<Point>& points,
+                bool predict_only, OutputFiles& outputs) {
+  outputs.SetInDir("out_dir", "sweep.csv", sweep::BuildCsv(points));
+  outputs.SetInDir("out_dir", "sweep.json",
+                   sweep::BuildJson(axes, points, predict_only).dump(2, ' ', false, json::error_handler_t::replace) +
+                       "\n");
+  const std::vector<svg::Chart> charts = sweep::BuildCharts(axes, points, predict_only);
+  std::string title = args.Text("title");
+  if (title.empty()) {
+    std::vector<std::string> names;
+    for (const Axis& a : axes) names.push_back(a.name());
+    title = absl::StrCat("ringpipe sweep over ", absl::StrJoin(names, " x "));
+  }
+  for (size_t i = 0; i < charts.size(); ++i) {
+    svg::Chart c = charts[i];
+    c.title = absl::StrCat(title, ": ", c.title);
+    outputs.SetInDir("out_dir", sweep::kCharts[i].file, svg::RenderChart(c));
+  }
+  outputs.SetInDir("out_dir", "overview.svg", svg::RenderFigure(title, charts, 3, 540, 360));
 }
 
 int Run(const ParsedArgs& args) {
@@ -483,130 +176,50 @@ int Run(const ParsedArgs& args) {
     std::fprintf(stderr, "ringpipe sweep: %s\n", std::string(st.message()).c_str());
     return kExitBadInput;
   };
-  const bool predict_only = absl::GetFlag(FLAGS_predict_only);
-  const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
-
-  // 1. Axes.
-  std::vector<Axis> axes;
-  for (const auto& [name, value] : args.occurrences) {
-    if (name != "axis") continue;
-    auto a = ParseAxis(value);
-    if (!a.ok()) return bad(a.status());
-    for (const Axis& other : axes) {
-      for (const std::string& f : a->fields) {
-        if (std::find(other.fields.begin(), other.fields.end(), f) != other.fields.end()) {
-          return bad(absl::InvalidArgumentError(absl::StrCat("--axis=", a->name(), ": field '", f,
-                                                             "' is already an axis")));
-        }
-      }
-    }
-    axes.push_back(*std::move(a));
-  }
-  if (axes.empty()) return bad(absl::InvalidArgumentError("--axis: at least one axis is required (NAME=V1,V2,...)"));
+  const bool predict_only = args.Bool("predict_only", false);
+  const std::string out_dir = args.Text("out_dir");
+  auto axes = ReadAxes(args);
+  if (!axes.ok()) return bad(axes.status());
   if (out_dir.empty()) return bad(absl::InvalidArgumentError("--out_dir: required (where the CSV, JSON and charts go)"));
-  {
-    std::error_code ec;
-    if (std::filesystem::exists(out_dir, ec) && !std::filesystem::is_directory(out_dir, ec)) {
-      return bad(absl::InvalidArgumentError(absl::StrCat("--out_dir: '", out_dir, "' exists and is not a directory")));
-    }
-  }
-  size_t total = 1;
-  for (const Axis& a : axes) {
-    total *= a.values.size();
-    if (total > kMaxPoints) {
-      return bad(absl::InvalidArgumentError(absl::StrCat("--axis: more than ", kMaxPoints, " points")));
-    }
-  }
-
-  // 2. The base flags must parse (a config that is only invalid without the axes is fine).
-  const bool for_run = !predict_only;
-  if (auto base = LoadConfigWithOverrides(args, for_run, {});
+  OutputFiles outputs;
+  if (absl::Status st = outputs.Declare("out_dir", out_dir, /*is_dir=*/true); !st.ok()) return bad(st);
+  if (absl::Status st = outputs.CheckAll({{"config", args.Text("config")}}); !st.ok()) return bad(st);
+  // The base flags and file must read (a config that is only invalid without the axes is fine). The
+  // file is read once (it may be standard input).
+  auto config_text = ReadConfigText(args);
+  if (!config_text.ok()) return bad(config_text.status());
+  if (auto base = LoadConfigWithOverrides(args, !predict_only, {}, &*config_text);
       !base.ok() && base.status().code() != absl::StatusCode::kFailedPrecondition) {
     return bad(base.status());
   }
-
-  // 3. Every point's config, before anything runs.
-  std::vector<Point> points(total);
-  size_t valid = 0;
-  for (size_t i = 0; i < total; ++i) {
-    Point& p = points[i];
-    p.index = static_cast<int>(i);
-    p.coord.assign(axes.size(), 0);
-    size_t rem = i;
-    for (size_t a = axes.size(); a-- > 0;) {
-      p.coord[a] = rem % axes[a].values.size();
-      rem /= axes[a].values.size();
-    }
-    std::vector<std::string> label;
-    for (size_t a = 0; a < axes.size(); ++a) {
-      const auto& vals = axes[a].values[p.coord[a]];
-      for (size_t f = 0; f < axes[a].fields.size(); ++f) {
-        p.overrides.push_back({axes[a].fields[f], ValueJson(vals[f])});
-        label.push_back(absl::StrCat(axes[a].fields[f], "=", vals[f]));
-      }
-    }
-    p.label = absl::StrJoin(label, " ");
-    auto cfg = LoadConfigWithOverrides(args, for_run, p.overrides);
-    if (cfg.ok()) {
-      p.cfg = *std::move(cfg);
-      p.cfg.report_json.clear();
-      p.cfg.trace.clear();
-      ++valid;
-    } else if (cfg.status().code() == absl::StatusCode::kFailedPrecondition) {
-      p.status = "invalid";
-      p.error = std::string(cfg.status().message());
-    } else {
-      return bad(absl::InvalidArgumentError(absl::StrCat("--axis (", p.label, "): ", cfg.status().message())));
-    }
-  }
+  auto points = BuildPoints(args, *axes, !predict_only, *config_text);
+  if (!points.ok()) return bad(points.status());
+  const size_t total = points->size();
+  const size_t valid = static_cast<size_t>(
+      std::count_if(points->begin(), points->end(), [](const Point& p) { return p.status == "ok"; }));
   if (valid == 0) {
-    return bad(absl::InvalidArgumentError(
-        absl::StrCat("--axis: no point has a valid config; point 0 (", points[0].label, "): ", points[0].error)));
+    return bad(absl::InvalidArgumentError(absl::StrCat("--axis: no point has a valid config; point 0 (",
+                                                       (*points)[0].label, "): ", (*points)[0].error)));
   }
-
-  // 4. Run.
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) return bad(absl::InvalidArgumentError(absl::StrCat("--out_dir: cannot create '", out_dir, "': ", ec.message())));
   std::fprintf(stderr, "ringpipe sweep: %zu points (%zu valid), %s\n", total, valid,
                predict_only ? "predicted only" : "each emulated and predicted");
   Progress progress(total);
   size_t failed = 0;
   for (size_t i = 0; i < total; ++i) {
-    Point& p = points[i];
-    if (p.status == "ok") RunPoint(p, predict_only);
+    Point& p = (*points)[i];
+    if (p.status == "ok") sweep::RunPoint(p, predict_only);
     if (p.status != "ok") ++failed;
     progress.Done(i + 1, p);
   }
-
-  // 5. Outputs.
-  const std::filesystem::path dir(out_dir);
-  auto write = [&](const std::string& name, const std::string& text) {
-    return WriteFileAtomically((dir / name).string(), text);
-  };
-  absl::Status st = write("sweep.csv", BuildCsv(points));
-  if (st.ok()) st = write("sweep.json", BuildJson(axes, points, predict_only).dump(2) + "\n");
-  const std::vector<svg::Chart> charts = BuildCharts(axes, points, predict_only);
-  std::string title = absl::GetFlag(FLAGS_title);
-  if (title.empty()) {
-    std::vector<std::string> names;
-    for (const Axis& a : axes) names.push_back(a.name());
-    title = absl::StrCat("ringpipe sweep over ", absl::StrJoin(names, " x "));
-  }
-  for (size_t i = 0; i < charts.size() && st.ok(); ++i) {
-    svg::Chart c = charts[i];
-    c.title = absl::StrCat(title, ": ", c.title);
-    st = write(kCharts[i].file, svg::RenderChart(c));
-  }
-  if (st.ok()) st = write("overview.svg", svg::RenderFigure(title, charts, 3, 540, 360));
-  if (!st.ok()) {
+  SetOutputs(args, *axes, *points, predict_only, outputs);
+  if (absl::Status st = outputs.Commit(); !st.ok()) {
     std::fprintf(stderr, "ringpipe sweep: %s\n", std::string(st.message()).c_str());
-    return kExitRunFailed;
+    return kExitFailed;
   }
-  std::fputs(Table(axes, points, predict_only).c_str(), stdout);
+  std::fputs(sweep::Table(*axes, *points, predict_only).c_str(), stdout);
   std::printf("# wrote %s/{sweep.csv, sweep.json, overview.svg, step_time.svg, speedup.svg, bubble.svg, "
               "exposed_comm.svg, peak_memory.svg, wire_bytes.svg}\n",
-              out_dir.c_str());
+              OneLine(out_dir).c_str());
   if (failed > 0) {
     std::fprintf(stderr, "ringpipe sweep: %zu of %zu points invalid or failed (see the status and error columns)\n",
                  failed, total);
@@ -615,11 +228,18 @@ int Run(const ParsedArgs& args) {
   return kExitOk;
 }
 
-std::vector<std::string> Flags() {
-  std::vector<std::string> out = {"axis", "out_dir", "predict_only", "title"};
-  for (const std::string& name : ConfigFieldNames()) {
-    if (name != "report_json" && name != "trace") out.push_back(name);
-  }
+std::vector<FlagSpec> Flags() {
+  std::vector<FlagSpec> out = {
+      {"axis", Grammar::kString, "",
+       "Sweep axis NAME=V1,V2,... or NAME=A..B (integers); repeat for a grid. NAME is a config field (a flag of "
+       "`ringpipe run`) or preset; linked fields move together: pp:forward_ms=1:100,2:50.",
+       /*repeatable=*/true},
+      {"out_dir", Grammar::kString, "", "Directory for sweep.csv, sweep.json and the SVG charts (created)."},
+      PredictOnlyFlag(),
+      TitleFlag("ringpipe sweep over the axis names"),
+  };
+  auto defaults = PresetByName("default");
+  for (FlagSpec& f : ConfigFlags(kOutputFile, defaults.ok() ? *defaults : RunConfig{})) out.push_back(std::move(f));
   return out;
 }
 

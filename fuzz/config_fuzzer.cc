@@ -2,9 +2,9 @@
 // `ringpipe predict --config=FILE`.
 //
 // Each input is written to a per-process temporary file and goes through exactly what the binary
-// does before anything runs: ParseArgs (sets --config), CheckAllowed, LoadConfig (preset < file,
-// parsed, links resolved, validated) and BuildPlan (grid, program, cost model) — for `run` and for
-// `predict`. The emulator is never started.
+// does before anything runs: the subcommand's flag parser (--config=FILE), LoadConfig (preset < file,
+// parsed, validated) and BuildPlan (grid, program, cost model) — for `run` and for `predict`. The
+// emulator is never started.
 //
 // Properties (a violation aborts, which libFuzzer reports as a crash with the input saved):
 //   * no crash, no sanitizer report (ASan + UBSan in the fuzz preset), no hang (libFuzzer -timeout),
@@ -33,8 +33,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "apps/cli.h"
 #include "apps/config.h"
+#include "apps/plan.h"
+#include "apps/subcommands.h"
 
 namespace {
 
@@ -91,13 +92,8 @@ std::string TempPath() {
 }
 
 void LoadAndPlan(const std::string& path, const char* subcommand, bool for_run) {
-  std::string a0 = "ringpipe", a1 = subcommand, a2 = "--config=" + path;
-  char* argv[] = {a0.data(), a1.data(), a2.data()};
-  auto args = rp::apps::ParseArgs(3, argv);
-  if (!args.ok()) Fail("ParseArgs rejected --config=PATH", args.status());
-  if (absl::Status st = rp::apps::CheckAllowed(*args, ConfigFieldNames()); !st.ok()) {
-    Fail("CheckAllowed rejected --config", st);
-  }
+  auto args = rp::apps::ParseSubcommandArgs(subcommand, {"--config=" + path});
+  if (!args.ok()) Fail("the flag parser rejected --config=PATH", args.status());
   auto cfg = rp::apps::LoadConfig(*args, for_run);
   if (!cfg.ok()) {
     CheckRejection(cfg.status(), path);

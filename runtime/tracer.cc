@@ -45,11 +45,21 @@ const char* StreamName(Stream stream) {
   return stream == Stream::kCompute ? "compute" : "comm";
 }
 
-Tracer::Tracer(int num_devices, int devices_per_node)
+Tracer::Tracer(int num_devices, int devices_per_node, size_t max_events)
     : num_devices_(std::max(1, num_devices)),
       devices_per_node_(std::max(1, devices_per_node)),
       epoch_ns_(SteadyNs()),
-      buffers_(std::make_unique<Buffer[]>(static_cast<size_t>(num_devices_) * kStreams)) {}
+      buffers_(std::make_unique<Buffer[]>(static_cast<size_t>(num_devices_) * kStreams)) {
+  const size_t buffers = static_cast<size_t>(num_devices_) * kStreams;
+  const size_t share = max_events == kUnbounded ? kUnbounded : max_events / buffers;
+  for (size_t b = 0; b < buffers; ++b) buffers_[b].Configure(std::clamp<size_t>(share, 1, kChunkEvents), share);
+}
+
+uint64_t Tracer::capped() const {
+  uint64_t n = 0;
+  for (size_t b = 0; b < static_cast<size_t>(num_devices_) * kStreams; ++b) n += buffers_[b].capped();
+  return n;
+}
 
 int64_t Tracer::WallNow() const { return SteadyNs() - epoch_ns_; }
 

@@ -2,9 +2,13 @@
 //
 // Each (device, stream) has its own append-only buffer written only by the thread that runs that
 // stream, so recording takes no lock and touches no shared cache line: Record() is a copy into a
-// pre-allocated chunk (a new 4096-event chunk is allocated every 4096 events). Timestamps are
+// pre-allocated chunk (a new chunk of up to 4096 events is allocated when one fills). Timestamps are
 // taken by the caller (WallNow(): steady_clock ns since the tracer's epoch) so an event's wall
 // start/end bracket exactly the work it describes.
+//
+// Memory is bounded: a tracer built with `max_events` keeps at most that many events in all (each
+// (device, stream) buffer at most its share, in chunks of at most kChunkEvents); later events of a
+// full buffer are dropped and counted (capped()), so a long run's trace cannot exhaust memory.
 //
 // Export (Events, ToChromeJson, ToCsv) reads every buffer and must run when no thread records any
 // more (after rp::Cluster::Run returned: the joins order the writes before the reads).
@@ -71,8 +75,11 @@ class Tracer {
   static constexpr int kStreams = 2;
   static constexpr size_t kChunkEvents = 4096;
 
-  // `num_devices` >= 1 and `devices_per_node` >= 1 (smaller values are clamped to 1).
-  Tracer(int num_devices, int devices_per_node);
+  static constexpr size_t kUnbounded = ~size_t{0};
+
+  // `num_devices` >= 1 and `devices_per_node` >= 1 (smaller values are clamped to 1). `max_events`:
+  // the most events kept in all (see the header comment).
+  Tracer(int num_devices, int devices_per_node, size_t max_events = kUnbounded);
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
@@ -94,6 +101,9 @@ class Tracer {
   int num_devices() const { return num_devices_; }
   int devices_per_node() const { return devices_per_node_; }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  // Events dropped because their buffer was full (max_events). Only after the recording threads
+  // were joined.
+  uint64_t capped() const;
 
   // --- Export: only after every recording thread has been joined. ---
   // All events, ordered by (wall start, rank, stream).
@@ -105,27 +115,41 @@ class Tracer {
   [[nodiscard]] absl::Status WriteCsv(const std::string& path) const;
 
  private:
-  // Single-writer append-only storage.
+  // Single-writer append-only storage: chunks of `chunk_events` events, at most `max_events` kept.
   class alignas(64) Buffer {
    public:
+    void Configure(size_t chunk_events, size_t max_events) {
+      chunk_events_ = chunk_events;
+      max_events_ = max_events;
+    }
     void Append(const TraceEvent& e) {
-      if (used_ == kChunkEvents || chunks_.empty()) {
-        chunks_.push_back(std::make_unique<std::array<TraceEvent, kChunkEvents>>());
+      if (kept_ >= max_events_) {
+        ++capped_;
+        return;
+      }
+      if (used_ == chunk_events_ || chunks_.empty()) {
+        chunks_.push_back(std::make_unique<TraceEvent[]>(chunk_events_));
         used_ = 0;
       }
-      (*chunks_.back())[used_++] = e;
+      chunks_.back()[used_++] = e;
+      ++kept_;
     }
     template <typename F>
     void ForEach(F&& f) const {
       for (size_t c = 0; c < chunks_.size(); ++c) {
-        const size_t n = c + 1 == chunks_.size() ? used_ : kChunkEvents;
-        for (size_t i = 0; i < n; ++i) f((*chunks_[c])[i]);
+        const size_t n = c + 1 == chunks_.size() ? used_ : chunk_events_;
+        for (size_t i = 0; i < n; ++i) f(chunks_[c][i]);
       }
     }
+    uint64_t capped() const { return capped_; }
 
    private:
-    std::vector<std::unique_ptr<std::array<TraceEvent, kChunkEvents>>> chunks_;
+    std::vector<std::unique_ptr<TraceEvent[]>> chunks_;
+    size_t chunk_events_ = kChunkEvents;
+    size_t max_events_ = kUnbounded;
     size_t used_ = 0;
+    size_t kept_ = 0;
+    uint64_t capped_ = 0;  // written by the recording thread only
   };
 
   const int num_devices_;

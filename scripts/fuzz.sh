@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Fuzzes the config parser and validator (fuzz/config_fuzzer.cc) with libFuzzer under ASan + UBSan.
-# Builds `cmake --preset fuzz` (clang) into build/fuzz first. See docs/fuzzing.md.
+# Fuzzes, with libFuzzer under ASan + UBSan (docs/fuzzing.md):
+#   config_fuzzer  the config file of `run` / `predict` (parser, validation, plan);
+#   report_fuzzer  the report `timeline --from_report` reads, and the chart it draws;
+#   flags_fuzzer   the command line of every subcommand (flag parser, grammars, LoadConfig).
+# Builds `cmake --preset fuzz` (clang) into build/fuzz first.
 #
-#   scripts/fuzz.sh                 # CI smoke: 20000 executions from the seed corpus, -seed=1,
-#                                   # capped at 300 s; fails on any crash, hang, OOM or sanitizer report
-#   scripts/fuzz.sh --long [SECS]   # long run (default 3600 s); grows build/fuzz/corpus across runs
+#   scripts/fuzz.sh                 # CI smoke: 20000 executions of each target from its seed corpus,
+#                                   # -seed=1, capped at 90 + 40 + 40 s (~70 s in all on this machine);
+#                                   # fails on any crash, hang, OOM or sanitizer report
+#   scripts/fuzz.sh --long [SECS]   # long run of each (default 3600 s); grows build/fuzz/corpus-*
 #
 # A failing input is written to build/fuzz/artifacts/; replay it with
-#   build/fuzz/fuzz/config_fuzzer build/fuzz/artifacts/crash-...
-# then add it to fuzz/corpus/regress-*.json and tests/apps/config_fuzz_regress_test.cc.
+#   build/fuzz/fuzz/<target> build/fuzz/artifacts/crash-...
+# then add it to the target's corpus as regress-* and to its regression test
+# (tests/apps/config_fuzz_regress_test.cc, tests/apps/fuzz_seeds_test.cc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=smoke
@@ -24,15 +29,25 @@ cmake --build --preset fuzz -j "${RINGPIPE_JOBS:-2}"
 
 out=build/fuzz
 mkdir -p "$out/artifacts"
-flags=(-dict=fuzz/config.dict -max_len=4096 -timeout=10 -rss_limit_mb=2048
-       -artifact_prefix="$out/artifacts/" -print_final_stats=1)
-if [[ $mode == smoke ]]; then
-  # A fresh working corpus each time: the run depends only on the seed corpus and -seed.
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  "$out/fuzz/config_fuzzer" "${flags[@]}" -seed=1 -runs=20000 -max_total_time=300 "$work" fuzz/corpus
-else
-  mkdir -p "$out/corpus"
-  "$out/fuzz/config_fuzzer" "${flags[@]}" -max_total_time="$secs" "$out/corpus" fuzz/corpus
-fi
-echo "fuzz: $mode run finished with no crash" >&2
+common=(-max_len=4096 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$out/artifacts/" -print_final_stats=1)
+# target, seed corpus, dictionary, smoke time cap (s)
+targets=("config_fuzzer fuzz/corpus fuzz/config.dict 90"
+         "report_fuzzer fuzz/report_corpus - 40"
+         "flags_fuzzer fuzz/flags_corpus fuzz/flags.dict 40")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for t in "${targets[@]}"; do
+  read -r name seeds dict cap <<<"$t"
+  flags=("${common[@]}")
+  [[ $dict != - ]] && flags+=(-dict="$dict")
+  echo "fuzz: $name ($mode)" >&2
+  if [[ $mode == smoke ]]; then
+    # A fresh working corpus each time: the run depends only on the seed corpus and -seed.
+    mkdir -p "$work/$name"
+    "$out/fuzz/$name" "${flags[@]}" -seed=1 -runs=20000 -max_total_time="$cap" "$work/$name" "$seeds" </dev/null
+  else
+    mkdir -p "$out/corpus-$name"
+    "$out/fuzz/$name" "${flags[@]}" -max_total_time="$secs" "$out/corpus-$name" "$seeds" </dev/null
+  fi
+done
+echo "fuzz: $mode run of config_fuzzer, report_fuzzer, flags_fuzzer finished with no crash" >&2

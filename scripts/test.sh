@@ -5,7 +5,8 @@
 #   3. tsan build; the tests labelled `concurrency` again under ThreadSanitizer
 #   4. reliability: 200 seeded stress configurations + fault/mismatch tests under TSan and under
 #      ASan+UBSan (scripts/reliability.sh)
-#   5. fuzz smoke: 20000 libFuzzer executions of the config parser under ASan+UBSan (scripts/fuzz.sh)
+#   5. fuzz smoke: 20000 libFuzzer executions each of the config, report and flag parsers under
+#      ASan+UBSan (scripts/fuzz.sh)
 #   6. clang -Wthread-safety -Werror compile check of the libraries (tsa preset)
 #
 #   scripts/test.sh           # everything (about 20 minutes on 2 cores)
@@ -34,7 +35,7 @@ setarch "$(uname -m)" -R ctest --preset tsan -j "$jobs"
 section "reliability: stress under TSan and ASan+UBSan"
 RELIABILITY_JOBS="$jobs" bash scripts/reliability.sh
 
-section "fuzz: config parser smoke run"
+section "fuzz: config, report and flag parsers smoke run"
 RINGPIPE_JOBS="$jobs" bash scripts/fuzz.sh
 
 section "tsa: clang -Wthread-safety -Werror on the libraries"

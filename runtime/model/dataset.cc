@@ -108,6 +108,11 @@ absl::Status ValidateBatchLayout(const BatchLayout& layout) {
   return absl::OkStatus();
 }
 
+double DatasetPeakBytes(const DatasetConfig& c) {
+  const double samples = static_cast<double>(c.train_size) + static_cast<double>(c.test_size);
+  return samples * (4.0 * c.input_dim + sizeof(int32_t) + 8.0 * c.classes);
+}
+
 absl::StatusOr<Dataset> Dataset::Create(const DatasetConfig& config) {
   auto bad = [](const char* field, int64_t v, int64_t min) {
     return absl::InvalidArgumentError(absl::StrFormat("%s must be >= %d, got %d", field, min, v));
@@ -117,6 +122,11 @@ absl::StatusOr<Dataset> Dataset::Create(const DatasetConfig& config) {
   if (config.train_size < 1) return bad("train_size", config.train_size, 1);
   if (config.test_size < 1) return bad("test_size", config.test_size, 1);
   if (config.teacher_hidden < 1) return bad("teacher_hidden", config.teacher_hidden, 1);
+  if (const double bytes = DatasetPeakBytes(config); bytes > kMaxDatasetBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "train_size: the data set would take %.3g GB (train_size %d + test_size %d samples); at most %.3g GB",
+        bytes / 1e9, config.train_size, config.test_size, kMaxDatasetBytes / 1e9));
+  }
 
   Dataset d;
   d.config_ = config;

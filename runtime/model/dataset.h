@@ -47,6 +47,13 @@ struct DatasetConfig {
 
 enum class Split { kTrain, kTest };
 
+// Bytes Dataset::Create holds at its peak for `config`: both splits' inputs (fp32) and labels, plus
+// the teacher's logits (double) while labelling. In double: a caller compares it with the memory it
+// has before asking for it.
+double DatasetPeakBytes(const DatasetConfig& config);
+// Largest data set Create builds (DatasetPeakBytes): 64 GiB, beyond any machine this runs on.
+inline constexpr double kMaxDatasetBytes = 0x1p36;
+
 // How one step's global batch is divided. Validate with ValidateBatchLayout.
 struct BatchLayout {
   int dp = 1;               // data-parallel replicas
@@ -69,7 +76,8 @@ struct Batch {
 class Dataset {
  public:
   // Materialises both splits (train_size + test_size samples). Errors: InvalidArgument naming the
-  // field (input_dim, classes >= 2, train_size, test_size >= 1, teacher_hidden >= 1).
+  // field (input_dim, classes >= 2, train_size, test_size >= 1, teacher_hidden >= 1; train_size when
+  // DatasetPeakBytes is above kMaxDatasetBytes).
   [[nodiscard]] static absl::StatusOr<Dataset> Create(const DatasetConfig& config);
 
   const DatasetConfig& config() const { return config_; }

@@ -1,5 +1,7 @@
 // The `ringpipe` binary as a user sees it: exit codes, messages, outputs (and no partial outputs).
 #include "apps/cli.h"
+#include "apps/files.h"
+#include "apps/flags.h"
 
 #include <sys/wait.h>
 
@@ -11,13 +13,10 @@
 #include <sstream>
 #include <string>
 
-#include "absl/flags/flag.h"
 #include "gtest/gtest.h"
 #include "tests/apps/binary_runner.h"
 #include "nlohmann/json.hpp"
 
-ABSL_FLAG(int, cli_test_int, 3, "test flag");
-ABSL_FLAG(bool, cli_test_bool, false, "test flag");
 
 namespace rp::apps {
 namespace {
@@ -33,35 +32,66 @@ fs::path TempDir(const std::string& name) {
   return rp::apps::testing::TempDir("ringpipe_cli_test", name);
 }
 
-TEST(ParseArgs, SetsFlagsInEveryFormAndRecordsWhichWereGiven) {
-  const char* argv[] = {"ringpipe", "allreduce", "--cli_test_int=7", "--cli_test_bool", "extra"};
-  auto args = ParseArgs(5, const_cast<char**>(argv));
-  ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_EQ(args->subcommand, "allreduce");
-  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_int), 7);
-  EXPECT_TRUE(absl::GetFlag(FLAGS_cli_test_bool));
-  EXPECT_TRUE(args->specified.contains("cli_test_int"));
-  ASSERT_EQ(args->positional.size(), 1u);
+const std::vector<FlagSpec> kSpecs = {{"cli_test_int", Grammar::kInt, "3", "test flag"},
+                                       {"cli_test_bool", Grammar::kBool, "false", "test flag"},
+                                       {"cli_test_string", Grammar::kString, "", "test flag"},
+                                       {"cli_test_bytes", Grammar::kByteList, "", "test flag"}};
 
-  const char* argv2[] = {"ringpipe", "x", "--cli_test_int", "9", "--nocli_test_bool"};
-  args = ParseArgs(5, const_cast<char**>(argv2));
+TEST(ParseFlags, ReadsFlagsInEveryFormAndRecordsWhichWereGiven) {
+  auto args = ParseFlags("x", {"--cli_test_int=7", "--cli_test_bool"}, kSpecs);
   ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_int), 9);
-  EXPECT_FALSE(absl::GetFlag(FLAGS_cli_test_bool));
+  EXPECT_EQ(args->Int("cli_test_int", 3), 7);
+  EXPECT_TRUE(args->Bool("cli_test_bool", false));
+  EXPECT_TRUE(args->Has("cli_test_int"));
+  EXPECT_FALSE(args->Has("cli_test_string"));
+
+  args = ParseFlags("x", {"--cli_test_int", "9", "--nocli_test_bool", "--cli_test_bytes=64K,1M"}, kSpecs);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->Int("cli_test_int", 3), 9);
+  EXPECT_FALSE(args->Bool("cli_test_bool", true));
+  EXPECT_EQ(*ParseByteList("b", args->Text("cli_test_bytes")), (std::vector<uint64_t>{65536, 1 << 20}));
 }
 
-TEST(ParseArgs, RejectsUnknownFlagsBadValuesAndMissingValuesNamingTheFlag) {
-  const char* unknown[] = {"ringpipe", "x", "--no_such_flag=1"};
-  auto a = ParseArgs(3, const_cast<char**>(unknown));
+TEST(ParseFlags, RejectsUnknownFlagsBadValuesMissingValuesAndStrayArgumentsNamingThem) {
+  auto a = ParseFlags("x", {"--no_such_flag=1"}, kSpecs);
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(a.status().message().find("--no_such_flag"), std::string::npos);
-  const char* bad[] = {"ringpipe", "x", "--cli_test_int=seven"};
-  a = ParseArgs(3, const_cast<char**>(bad));
+  a = ParseFlags("x", {"--cli_test_int=seven"}, kSpecs);
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(a.status().message().find("--cli_test_int"), std::string::npos);
-  const char* missing[] = {"ringpipe", "x", "--cli_test_int"};
-  a = ParseArgs(3, const_cast<char**>(missing));
+  a = ParseFlags("x", {"--cli_test_int"}, kSpecs);
   EXPECT_NE(a.status().message().find("missing value"), std::string::npos);
+  // A flag followed by another flag has no value (a bare non-bool flag is not "true").
+  a = ParseFlags("x", {"--cli_test_string", "--cli_test_int=4"}, kSpecs);
+  EXPECT_NE(a.status().message().find("--cli_test_string: missing value"), std::string::npos);
+  // Forgotten dashes: an error, not an ignored argument.
+  a = ParseFlags("x", {"cli_test_int=0"}, kSpecs);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("unexpected argument 'cli_test_int=0'"), std::string::npos);
+  a = ParseFlags("x", {"--cli_test_bool", "false"}, kSpecs);
+  EXPECT_NE(a.status().message().find("unexpected argument 'false'"), std::string::npos);
+}
+
+TEST(ParseFlags, OneGrammarPerFlagWithSizeSuffixesAndLists) {
+  EXPECT_EQ(*ParseBytes("b", "64K"), 65536u);
+  EXPECT_EQ(*ParseBytes("b", "2g"), uint64_t{2} << 30);
+  EXPECT_FALSE(ParseBytes("b", "64Q").ok());
+  EXPECT_FALSE(ParseBytes("b", "-1").ok());
+  EXPECT_FALSE(ParseBytes("b", "2000000000000G").ok());
+  EXPECT_FALSE(ParseByteList("b", "4K,,8K").ok());
+  EXPECT_EQ(*ParseWidthList("hidden", "128,64x3"), (std::vector<int>{128, 64, 64, 64}));
+  EXPECT_FALSE(ParseWidthList("hidden", "64x100000").ok());  // bounded
+  EXPECT_EQ(*ParseNumberList("forward_ms", " 1.5, 2"), (std::vector<double>{1.5, 2}));
+  EXPECT_FALSE(ParseNumber("n", "1e999").ok());
+  EXPECT_FALSE(ParseNumber("n", "nan").ok());
+}
+
+TEST(OneLine, EscapesControlBytesAndBytesThatAreNotUtf8) {
+  EXPECT_EQ(OneLine("a\nb"), "a\\x0ab");
+  EXPECT_EQ(OneLine("\xff\xfe"), "\\xff\\xfe");
+  EXPECT_EQ(OneLine("caf\xc3\xa9"), "caf\xc3\xa9");           // valid UTF-8 stays
+  EXPECT_EQ(OneLine("\xed\xa0\x80"), "\\xed\\xa0\\x80");     // a surrogate is not UTF-8
+  EXPECT_EQ(OneLine("\xc3"), "\\xc3");                         // truncated sequence
 }
 
 TEST(WriteFileAtomically, WritesWholeFileAndLeavesNothingOnFailure) {
@@ -176,6 +206,27 @@ TEST(RingpipeBinary, AllReduceForwardingFlagsKeepEveryElementRight) {
   }
 }
 
+// --help shows the effective default of every flag, per subcommand, in one grammar.
+TEST(RingpipeBinary, HelpShowsTheEffectiveDefaultOfEveryFlag) {
+  const Result run = RunBinary("run --help");
+  ASSERT_EQ(run.exit_code, 0);
+  EXPECT_NE(run.out.find("--link=<text>  (default: dgx-a100)"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("--segment_bytes=<bytes or a list, e.g. 16K,64K,1M>  (default: 0 (one message per chunk))"),
+            std::string::npos);
+  EXPECT_NE(run.out.find("--dp=<integer>  (default: 2)"), std::string::npos);
+  EXPECT_NE(run.out.find("--hidden=<widths, e.g. 128,64x3>  (default: 64,64,64,64,64)"), std::string::npos);
+  EXPECT_NE(run.out.find("--alpha_us=<number>  (default: the link preset's)"), std::string::npos);
+  EXPECT_EQ(run.out.find("(default: \"\")"), std::string::npos);
+  const Result ar = RunBinary("allreduce --help");
+  EXPECT_NE(ar.out.find("--link=<text>  (default: ideal)"), std::string::npos) << ar.out;
+  EXPECT_NE(ar.out.find("--segment_bytes=<bytes or a list, e.g. 16K,64K,1M>  (default: 256K)"), std::string::npos);
+  for (const char* sub : {"run", "predict", "sweep", "timeline", "allreduce", "stress"}) {
+    const Result r = RunBinary(std::string(sub) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub;
+    EXPECT_NE(r.out.find("(default: "), std::string::npos) << sub;
+  }
+}
+
 TEST(RingpipeBinary, HelpListsEveryAllReduceFlag) {
   const Result r = RunBinary("allreduce --help");
   EXPECT_EQ(r.exit_code, 0);
@@ -184,26 +235,6 @@ TEST(RingpipeBinary, HelpListsEveryAllReduceFlag) {
                            "--streaming_min_bytes"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
-}
-
-}  // namespace
-}  // namespace rp::apps
-
-ABSL_FLAG(std::string, cli_test_string, "", "test flag");
-
-namespace rp::apps {
-namespace {
-
-TEST(ParseArgs, BareStringFlagBeforeAnotherFlagMeansTrue) {
-  const char* argv[] = {"ringpipe", "run", "--cli_test_string", "--cli_test_int=4"};
-  auto args = ParseArgs(4, const_cast<char**>(argv));
-  ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_string), "true");
-  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_int), 4);
-  const char* argv2[] = {"ringpipe", "run", "--cli_test_string", "value"};
-  args = ParseArgs(4, const_cast<char**>(argv2));
-  ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_string), "value");
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "apps/cli.h"
+#include "apps/plan.h"
+#include "apps/subcommands.h"
 #include "apps/config.h"
 #include "apps/presets.h"
 #include "gtest/gtest.h"
@@ -40,10 +42,7 @@ fs::path TempDir(const std::string& name) {
 
 // Parses a command line the way `ringpipe <subcommand>` does and loads the config.
 absl::StatusOr<RunConfig> Load(const std::string& subcommand, std::vector<std::string> argv) {
-  argv.insert(argv.begin(), {"ringpipe", subcommand});
-  std::vector<char*> ptrs;
-  for (std::string& a : argv) ptrs.push_back(a.data());
-  auto args = ParseArgs(static_cast<int>(ptrs.size()), ptrs.data());
+  auto args = ParseSubcommandArgs(subcommand, argv);
   if (!args.ok()) return args.status();
   return LoadConfig(*args, subcommand == "run");
 }
@@ -107,12 +106,15 @@ const BadSeed kBadSeeds[] = {
     {"bad-comment.json", "4: malformed JSON: "},  // the comment never closes: the error is at the end
     {"bad-enum.json", "2: codec: "},
     {"bad-interleaved.json", "4: microbatches: the interleaved schedule needs a multiple of pp=2"},
+    {"bad-duplicate-key.json", "3: dp: duplicate key (first at line 2)"},
     // Found by fuzz/config_fuzzer.cc. A number beyond double's range: nlohmann throws out_of_range,
     // not parse_error, which escaped ApplyConfigText and terminated the process.
     {"regress-number-overflow.json", "4: malformed JSON: number overflow parsing '1e3084'"},
     // An unknown key spelled with an escape: it was reported at line 0 with a raw NUL byte in the
-    // message (LineOfKey searched the raw text for the decoded key).
-    {"regress-escaped-key.json", "37: \\x00reference: unknown key"},
+    // message (LineOfKey searched the raw text for the decoded key). Keys are checked in file order,
+    // so this file's other unknown key (line 36) comes first; the -only seed has the escaped key alone.
+    {"regress-escaped-key.json", "36: intra: unknown key"},
+    {"regress-escaped-key-only.json", "2: \\x00reference: unknown key"},
     // nlohmann ends a // comment at a NUL byte too: the key after it was reported at line 0.
     {"regress-nul-ends-comment.json", "2: layerz: unknown key"},
     // Valid-looking sizes the plan builder could not hold (crafted with the fuzzer binary): the
@@ -122,7 +124,7 @@ const BadSeed kBadSeeds[] = {
     {"regress-huge-program.json", "5: microbatches: pp x virtual_stages x microbatches = 2147483648"},
     {"regress-huge-activations.json", "2: microbatch_size: 1048576 rows x the widest layer (4096)"},
     // A control character in a value is shown escaped: the message stays one line.
-    {"regress-newline-value.json", "2: link: unknown link preset 'dgx\\x0ah100'"},
+    {"regress-newline-value.json", "2: link: 'dgx\\x0ah100' has control characters or bytes that are not UTF-8"},
 };
 
 TEST(ConfigFuzzCorpus, MalformedSeedsNameFileLineAndKey) {

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "apps/cli.h"
+#include "apps/plan.h"
+#include "apps/subcommands.h"
 #include "apps/presets.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,10 +28,7 @@ fs::path WriteTemp(const std::string& name, const std::string& text) {
 
 // Parses a command line (sets the flags it names) and loads the config.
 absl::StatusOr<RunConfig> Load(std::vector<std::string> argv, bool for_run = true) {
-  argv.insert(argv.begin(), {"ringpipe", "run"});
-  std::vector<char*> ptrs;
-  for (std::string& a : argv) ptrs.push_back(a.data());
-  auto args = ParseArgs(static_cast<int>(ptrs.size()), ptrs.data());
+  auto args = ParseSubcommandArgs(for_run ? "run" : "predict", argv);
   if (!args.ok()) return args.status();
   return LoadConfig(*args, for_run);
 }
@@ -48,7 +47,7 @@ TEST(Config, PresetThenFileThenFlags) {
   EXPECT_EQ(cfg->forward_ms, std::vector<double>{55});  // flag over file
   EXPECT_EQ(cfg->backward_ms, std::vector<double>{80});  // preset
   EXPECT_EQ(cfg->dp, 2);
-  EXPECT_EQ(cfg->links.inter_node.alpha, FromMillis(20));  // s1's 20 ms ring step
+  EXPECT_EQ(ResolveLinks(*cfg)->inter_node.alpha, FromMillis(20));  // s1's 20 ms ring step
 
   // --preset beats the file's "preset" key; the file still overrides the preset.
   cfg = Load({"--config=" + file.string(), "--preset=default"});
@@ -84,10 +83,10 @@ TEST(Config, S3LadderKeepsTheGlobalBatch) {
 }
 
 TEST(Config, ListsParseCommaListsAndRepeats) {
-  EXPECT_EQ(*ParseIntList("hidden", "128,64x3"), (std::vector<int>{128, 64, 64, 64}));
-  EXPECT_EQ(*ParseDoubleList("forward_ms", " 1.5, 2"), (std::vector<double>{1.5, 2}));
-  EXPECT_THAT(std::string(ParseIntList("hidden", "64,0").status().message()), HasSubstr("hidden"));
-  EXPECT_THAT(std::string(ParseDoubleList("forward_ms", "1,,2").status().message()), HasSubstr("forward_ms"));
+  EXPECT_EQ(*ParseWidthList("hidden", "128,64x3"), (std::vector<int>{128, 64, 64, 64}));
+  EXPECT_EQ(*ParseNumberList("forward_ms", " 1.5, 2"), (std::vector<double>{1.5, 2}));
+  EXPECT_THAT(std::string(ParseWidthList("hidden", "64,0").status().message()), HasSubstr("hidden"));
+  EXPECT_THAT(std::string(ParseNumberList("forward_ms", "1,,2").status().message()), HasSubstr("forward_ms"));
 }
 
 TEST(Config, FileErrorsNameFileLineAndKey) {
@@ -103,6 +102,34 @@ TEST(Config, FileErrorsNameFileLineAndKey) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("expected a JSON object"));
   st = ApplyConfigText(cfg, "c.json", R"({"forward_ms": [1, "x"]})");
   EXPECT_THAT(std::string(st.message()), HasSubstr("forward_ms[1]"));
+}
+
+TEST(Config, DuplicateKeysAreAnErrorNamingBothLines) {
+  RunConfig cfg = *PresetByName("default");
+  absl::Status st = ApplyConfigText(cfg, "c.json", "{\n  \"dp\": 2,\n  \"pp\": 1,\n  \"dp\": 4\n}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("c.json:4: dp: duplicate key (first at line 2)"));
+  // A key spelled with an escape is the same key.
+  st = ApplyConfigText(cfg, "c.json", "{\"dp\": 2,\n\"\\u0064p\": 4}");
+  EXPECT_THAT(std::string(st.message()), HasSubstr("c.json:2: dp: duplicate key (first at line 1)"));
+  // A nested object's keys are not the config's.
+  st = ApplyConfigText(cfg, "c.json", "{\"dp\": {\"dp\": 1}}");
+  EXPECT_THAT(std::string(st.message()), HasSubstr("dp: expected an integer"));
+}
+
+TEST(Config, ValidationDoesNotChangeTheConfigAndNamesTheFieldAsData) {
+  RunConfig cfg = *PresetByName("s1");
+  cfg.microbatches = 0;
+  const nlohmann::json before = ConfigToJson(cfg);
+  const absl::Status st = ValidateConfig(cfg, /*for_run=*/true);
+  EXPECT_EQ(ConfigToJson(cfg), before);
+  EXPECT_EQ(ErrorField(st), "microbatches");
+  cfg.microbatches = 8;
+  cfg.tp = 3;
+  EXPECT_EQ(ErrorField(ValidateConfig(cfg, true)), "tp");
+  cfg.tp = 1;
+  cfg.layers_per_stage = {1, 9};
+  EXPECT_EQ(ErrorField(ValidateConfig(cfg, true)), "layers_per_stage");
 }
 
 TEST(Config, ValidationNamesTheField) {
@@ -125,7 +152,6 @@ TEST(Config, ValidationNamesTheField) {
       {{"--time_scale=0"}, "--time_scale"},
       {{"--layers_per_stage=3"}, "--layers_per_stage"},
       {{"--dp=x"}, "--dp"},
-      {{"--report_json=/no/such/dir/r.json"}, "--report_json"},
       {{"--cost_model=flops", "--flops_device=tpu"}, "flops_device"},
       {{"--dp=2000"}, "--dp"},  // 8000 devices: run emulates at most 4096
   };

@@ -153,8 +153,9 @@ TEST(SweepCommand, BadAxesExitTwoWithOneLineNamingTheFieldAndWriteNothing) {
   } cases[] = {
       {"--axis=bogus=1,2", "--axis=bogus"},
       {"--axis=report_json=a,b", "--axis=report_json"},
-      {"--axis=microbatches=0,4", "microbatches"},
-      {"--axis=schedule=1f1b,pipedream", "schedule"},
+      {"--axis=microbatches=2,x", "--axis=microbatches: --microbatches: expected an integer, got 'x'"},
+      {"--axis=overlap_allreduce=true,maybe", "overlap_allreduce"},
+      {"--axis=segment_bytes=64K,64Q", "segment_bytes"},
       {"--axis=pp=3..1", "--axis=pp"},
       {"--axis=pp", "--axis"},
       {"--axis=pp:forward_ms=1:100,2", "--axis=pp:forward_ms"},
@@ -173,6 +174,25 @@ TEST(SweepCommand, BadAxesExitTwoWithOneLineNamingTheFieldAndWriteNothing) {
   const Result no_dir = RunBinary("sweep --preset=s1 --axis=pp=1,2", dir);
   EXPECT_EQ(no_dir.exit_code, 2);
   EXPECT_NE(no_dir.err.find("--out_dir"), std::string::npos) << no_dir.err;
+}
+
+// An axis value that reads but is impossible is an invalid point, the same for every field: a range
+// (microbatches=0, time_scale=0), an unknown name (schedule=pipedream), a combination (pp=99).
+TEST(SweepCommand, ImpossibleAxisValuesAreInvalidPointsForEveryField) {
+  const fs::path dir = TempDir("impossible");
+  for (const char* axis : {"microbatches=2,0,4", "time_scale=0.1,0,0.2", "schedule=1f1b,pipedream,gpipe",
+                           "segment_bytes=0,6,64K", "pp=1,99,2", "straggler_factor=1,0.5,2"}) {
+    const fs::path out = dir / "out";
+    const Result r = RunBinary(std::string("sweep --preset=s1 --predict_only --axis=") + axis + " --out_dir=" +
+                                   out.string(), dir);
+    EXPECT_EQ(r.exit_code, rp::apps::kExitSomePointsFailed) << axis << ": " << r.err;
+    const auto csv = ReadCsv(out / "sweep.csv");
+    ASSERT_EQ(csv.size(), 4u) << axis;
+    EXPECT_EQ(Cell(csv, 1, "status"), "ok") << axis;
+    EXPECT_EQ(Cell(csv, 2, "status"), "invalid") << axis;
+    EXPECT_EQ(Cell(csv, 3, "status"), "ok") << axis;
+    fs::remove_all(out);
+  }
 }
 
 TEST(SweepCommand, GridOfLinkedAxesGivesTheClosedFormPipeline) {

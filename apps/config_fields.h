@@ -1,0 +1,156 @@
+// rp::apps::RunConfig and its field table: every config field of `ringpipe run` / `predict` /
+// `sweep` / `timeline`, with one name (the flag, the config file's key, the error messages and the
+// report's "config" echo), one grammar, a help line, how it reads from JSON and how it is echoed.
+//
+// A field's entry knows only how to read a value of the right type into the config (a number into an
+// int field that holds it, a codec name into a Codec, ...). Ranges and combinations are the
+// validation's (apps/config.h): an entry's `lo`/`hi` bound an integer field and ValidateConfig checks
+// them, so that "microbatches: 0" is rejected by the same code whether it came from a preset, a file,
+// a flag or a sweep axis.
+//
+// Adding a field: a member of RunConfig, one entry in Fields() (config_fields.cc), and its checks in
+// ValidateConfig (config.cc) beyond a range; the docs' table (docs/config.md) and the fuzzer's
+// dictionary (fuzz/config.dict; a test checks it) name it too.
+//
+// Thread safety: plain data; the table is built once, immutable, and may be read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "apps/flags.h"
+#include "comm/codec.h"
+#include "nlohmann/json.hpp"
+#include "runtime/link.h"
+#include "runtime/model/mlp.h"
+#include "runtime/model/optimizer.h"
+#include "schedule/program.h"
+#include "schedule/workload_cost.h"
+
+namespace rp::apps {
+
+enum class CostModelKind { kFixed, kFlops };
+const char* CostModelName(CostModelKind k);  // "fixed", "flops"
+
+// The FLOPs cost model's described transformer (schedule/workload_cost.h has the formulas).
+using FlopsModel = schedule::TransformerModel;
+
+// Largest layout `run` emulates (one thread per device); `predict` takes up to kMaxPredictDevices.
+inline constexpr int kMaxRunDevices = 4096;
+inline constexpr int kMaxPredictDevices = 1 << 20;
+
+struct RunConfig {
+  std::string preset = "default";  // which preset the config started from (echoed in the report)
+  std::string config_file;         // "" if none
+
+  // Layout and schedule.
+  int dp = 1, pp = 1, tp = 1;
+  int microbatches = 1;  // per replica per step
+  schedule::ScheduleKind schedule = schedule::ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;  // interleaved only
+
+  // Cost model.
+  CostModelKind cost_model = CostModelKind::kFixed;
+  std::vector<double> forward_ms = {1};   // per micro-batch per device; 1 value or one per stage
+  std::vector<double> backward_ms = {2};  // whole backward (input + weight gradients)
+  std::vector<double> weight_grad_ms;     // part of backward (zb-h1); empty: backward / 2
+  double optimizer_ms = 0;
+  FlopsModel flops;
+
+  // A straggler (a what-if a sweep can vary): the device of global rank `straggler_rank` runs every
+  // compute op `straggler_factor` times slower (1 = none). Emulated and predicted alike.
+  int straggler_rank = 0;
+  double straggler_factor = 1;
+
+  // Gradient all-reduce and wire format.
+  comm::Codec codec = comm::Codec::kFp32;
+  uint64_t segment_bytes = 0;  // fp32 bytes per ring segment; 0 = one message per chunk
+  int buckets = 1;             // gradient buckets per chunk
+  bool overlap_allreduce = true;
+
+  // Links: a preset of runtime/link_models.h (or "ideal") with overrides (< 0: keep the preset's).
+  // alpha in µs, bandwidth in GB/s (0 = infinite). ResolveLinks (apps/config.h) gives the LinkSpec.
+  std::string link = "ideal";
+  int devices_per_node = 8;
+  double alpha_us = -1, bandwidth_gbps = -1;
+  double intra_alpha_us = -1, intra_bandwidth_gbps = -1;
+  double inter_alpha_us = -1, inter_bandwidth_gbps = -1;
+
+  // Emulation.
+  double time_scale = 1.0;    // wall seconds per modeled second
+  bool virtual_time = false;  // true: virtual clock (as fast as the host allows; deterministic)
+  int steps = 1;
+  uint64_t seed = 1;
+  int eval_every = 0;         // held-out evaluation every N steps (and after the last); 0: ~10 in all
+  int64_t eval_samples = 0;   // held-out samples per evaluation; 0: the whole split
+  bool reference = true;      // also train the single-device FP32 reference; report the loss gap
+
+  // The real workload (runtime/model/mlp.h, runtime/model/dataset.h, runtime/model/optimizer.h).
+  int input_dim = 16;
+  std::vector<int> hidden = {64, 64, 64, 64, 64};
+  int classes = 10;
+  Activation activation = Activation::kRelu;
+  std::vector<int> layers_per_stage;  // empty: balanced; else one count per model stage (pp × v)
+  int microbatch_size = 32;
+  int64_t train_size = 32768;
+  int64_t test_size = 4096;
+  OptimizerConfig optimizer;
+
+  // Outputs ("" = none).
+  std::string report_json;
+  std::string trace;
+
+  int world_size() const { return dp * pp * tp; }
+  int num_model_stages() const { return pp * virtual_stages; }
+  MlpConfig Mlp() const;
+};
+
+// Which subcommands take a field.
+enum FieldScope : unsigned {
+  kEveryRun = 0,        // run, predict, sweep, timeline
+  kEmulationOnly = 1,   // only an emulated run uses it (not `predict`)
+  kOutputFile = 2,      // an output path (not a sweep axis, not `sweep`)
+};
+
+struct ConfigField {
+  const char* name;
+  Grammar grammar;     // of its flag text (a file value may also be a JSON number, array, bool)
+  unsigned scope;      // FieldScope bits
+  int64_t lo = 0, hi = 0;  // integer fields: the accepted range (checked by ValidateConfig); lo > hi: none
+  const char* help;
+  const char* unset;   // how --help shows an empty / sentinel default (e.g. "B/2"), or nullptr
+  // Reads a JSON value (a file's, or a flag's text converted by FlagTextToJson) into the config.
+  // InvalidArgument "<name>: <reason>" for a wrong type or a value the field cannot hold.
+  std::function<absl::Status(RunConfig&, const nlohmann::json&)> set;
+  std::function<nlohmann::json(const RunConfig&)> get;
+};
+
+// Every field, in help order ("preset" and "config" first).
+const std::vector<ConfigField>& Fields();
+const ConfigField* FindField(absl::string_view name);
+// Every field's name, in help order.
+const std::vector<std::string>& ConfigFieldNames();
+
+// A flag's text (already valid for the field's grammar) as the JSON value its setter takes: an
+// integer, a number, a bool, a string, or an array for the list grammars.
+absl::StatusOr<nlohmann::json> FlagTextToJson(const ConfigField& field, absl::string_view text);
+
+// Sets one field from a JSON value. InvalidArgument "<name>: <reason>" for an unknown name or a wrong
+// type/value.
+[[nodiscard]] absl::Status SetField(RunConfig& cfg, absl::string_view name, const nlohmann::json& value);
+
+// The config as JSON (every field by its name; the "config" section of the report).
+nlohmann::json ConfigToJson(const RunConfig& cfg);
+
+// The flags of the config fields whose scope has none of `exclude`'s bits, with `--help` defaults
+// taken from `defaults` (the default preset: what a flag not given means).
+std::vector<FlagSpec> ConfigFlags(unsigned exclude, const RunConfig& defaults);
+
+// A JSON value in a message: at most ~80 characters, one line, valid UTF-8 (never throws).
+std::string ShortDump(const nlohmann::json& value);
+
+}  // namespace rp::apps

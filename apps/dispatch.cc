@@ -1,0 +1,101 @@
+// The binary's front door: picks the subcommand, parses its flags, prints help, runs it, and checks
+// that standard output got everything.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "apps/cli.h"
+#include "apps/subcommands.h"
+
+namespace rp::apps {
+namespace {
+
+bool IsHelp(const std::string& arg) {
+  return arg == "-h" || arg == "--help" || arg == "-help" || arg == "--helpfull" || arg == "help";
+}
+
+void PrintTopHelp(const std::vector<Subcommand>& subs) {
+  std::string text =
+      "ringpipe: emulates DP x PP x TP training on real threads, real buffers and modeled time.\n\n"
+      "usage: ringpipe <subcommand> [--flag=value]...\n\nsubcommands:\n";
+  for (const Subcommand& s : subs) absl::StrAppend(&text, "  ", s.name, "  ", s.summary, "\n");
+  absl::StrAppend(&text, "\n`ringpipe <subcommand> --help` lists its flags and their defaults.\n"
+                         "Exit codes: 0 ok, 1 failed (an output could not be written, a check failed), 2 bad "
+                         "input, 3 the emulated run failed at run time, 4 a sweep with failed points.\n");
+  std::fputs(text.c_str(), stdout);
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "ringpipe: %s\n", msg.c_str());
+  return kExitBadInput;
+}
+
+}  // namespace
+
+int FinishStdout(const std::string& subcommand, int code) {
+  errno = 0;
+  const bool lost = std::fflush(stdout) != 0 || std::ferror(stdout) != 0;
+  if (!lost) return code;
+  const int err = errno;
+  std::fprintf(stderr, "ringpipe%s%s: standard output: %s\n", subcommand.empty() ? "" : " ", subcommand.c_str(),
+               err != 0 ? std::strerror(err) : "write error");
+  return code == kExitOk ? kExitFailed : code;
+}
+
+std::vector<Subcommand> AllSubcommands() {
+  return {RunSubcommand(), PredictSubcommand(), SweepSubcommand(), TimelineSubcommand(), AllReduceSubcommand(),
+          StressSubcommand()};
+}
+
+absl::StatusOr<ParsedArgs> ParseSubcommandArgs(const std::string& subcommand, const std::vector<std::string>& args) {
+  for (const Subcommand& s : AllSubcommands()) {
+    if (subcommand == s.name) return ParseFlags(s.name, args, s.flags());
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", OneLine(subcommand), "'"));
+}
+
+int RunMain(const std::vector<std::string>& argv) {
+  const std::vector<Subcommand> subs = AllSubcommands();
+  if (argv.size() < 2) {
+    PrintTopHelp(subs);
+    return FinishStdout("", kExitBadInput);
+  }
+  std::string name = argv[1];
+  std::vector<std::string> rest(argv.begin() + 2, argv.end());
+  bool help = false;
+  if (IsHelp(name)) {
+    if (rest.empty()) {
+      PrintTopHelp(subs);
+      return FinishStdout("", kExitOk);
+    }
+    help = true;
+    name = rest.front();
+    rest.erase(rest.begin());
+  }
+  for (const Subcommand& s : subs) {
+    if (name != s.name) continue;
+    const std::vector<FlagSpec> specs = s.flags();
+    if (help) rest.clear();
+    auto args = ParseFlags(s.name, rest, specs);
+    if (!args.ok()) {
+      std::fprintf(stderr, "ringpipe %s: %s\n", s.name, std::string(args.status().message()).c_str());
+      return kExitBadInput;
+    }
+    if (help || args->help) {
+      std::printf("ringpipe %s: %s\n\nflags:\n%s", s.name, s.summary, FlagsHelp(specs).c_str());
+      return FinishStdout(s.name, kExitOk);
+    }
+    return FinishStdout(s.name, s.run(*args));
+  }
+  if (!name.empty() && name[0] == '-') {
+    return Fail(absl::StrCat("'", OneLine(name), "': the subcommand comes first (see `ringpipe --help`)"));
+  }
+  return Fail(absl::StrCat("unknown subcommand '", OneLine(name), "' (see `ringpipe --help`)"));
+}
+
+}  // namespace rp::apps

@@ -1,0 +1,324 @@
+#include "apps/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "apps/flags.h"
+#include "runtime/status_macros.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Errno(int err) { return std::strerror(err); }
+
+absl::Status Bad(const std::string& flag, const std::string& path, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", OneLine(path), "': ", why));
+}
+
+const char* KindOf(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// --- Signal-safe registry of the temporary files a commit holds ---
+
+constexpr size_t kMaxTempFiles = 64;
+constexpr size_t kMaxTempPath = 4096;
+struct TempSlot {
+  std::atomic<int> ready{0};  // 1: `path` names a temporary file to remove on a signal
+  char path[kMaxTempPath] = {};
+};
+std::array<TempSlot, kMaxTempFiles> g_temps;
+
+// Registers `path`; -1 if the registry is full or the path too long (the file is then only
+// removed by the ordinary error paths).
+int RegisterTemp(const std::string& path) {
+  if (path.size() + 1 > kMaxTempPath) return -1;
+  for (size_t i = 0; i < g_temps.size(); ++i) {
+    if (g_temps[i].ready.load(std::memory_order_relaxed) != 0) continue;
+    std::memcpy(g_temps[i].path, path.c_str(), path.size() + 1);
+    g_temps[i].ready.store(1, std::memory_order_release);  // pairs with the handler's acquire
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void UnregisterTemp(int slot) {
+  if (slot >= 0) g_temps[static_cast<size_t>(slot)].ready.store(0, std::memory_order_release);
+}
+
+extern "C" void CleanupAndDie(int sig) {
+  for (TempSlot& t : g_temps) {
+    if (t.ready.load(std::memory_order_acquire) == 1) ::unlink(t.path);  // async-signal-safe
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+// The identity of a path for "is this the same file": device and inode when it exists, else the
+// canonical path of its directory plus its name.
+std::string Identity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return absl::StrCat("inode:", st.st_dev, ":", st.st_ino);
+  std::error_code ec;
+  const fs::path p(path);
+  fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const fs::path canon = fs::weakly_canonical(dir, ec);
+  return absl::StrCat("path:", (ec ? dir : canon).string(), "/", p.filename().string());
+}
+
+// The nearest existing ancestor of `dir` (for an output directory created at commit time).
+fs::path ExistingAncestor(fs::path dir) {
+  std::error_code ec;
+  while (!dir.empty() && !fs::exists(dir, ec)) dir = dir.parent_path();
+  return dir.empty() ? fs::path(".") : dir;
+}
+
+absl::Status CheckWritableDir(const std::string& flag, const std::string& path, const fs::path& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    return Bad(flag, path, absl::StrCat("directory '", OneLine(dir.string()), "': ", Errno(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) return Bad(flag, path, absl::StrCat("'", OneLine(dir.string()), "' is not a directory"));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return Bad(flag, path, absl::StrCat("directory '", OneLine(dir.string()), "': ", Errno(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// Writes `contents` to a new temporary file beside `target`; returns its path (registered).
+absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string& target,
+                                      const std::string& contents, int& slot) {
+  static const mode_t kUmask = [] {
+    const mode_t m = ::umask(0);
+    ::umask(m);
+    return m;
+  }();
+  const fs::path p(target);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::string tmpl = (dir / absl::StrCat(".", p.filename().string(), ".ringpipe-XXXXXX")).string();
+  const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never through a symlink
+  if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create a temporary file: ", Errno(errno)));
+  slot = RegisterTemp(tmpl);
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmpl.c_str());
+    UnregisterTemp(slot);
+    slot = -1;
+    return Bad(flag, target, absl::StrCat(what, ": ", Errno(err)));
+  };
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("cannot write");
+    done += static_cast<size_t>(n);
+  }
+  if (::fchmod(fd, 0666 & ~kUmask) != 0) return fail("cannot set permissions");
+  if (::fsync(fd) != 0) return fail("cannot write (fsync)");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmpl.c_str());
+    UnregisterTemp(slot);
+    slot = -1;
+    return Bad(flag, target, absl::StrCat("cannot write (close): ", Errno(err)));
+  }
+  return tmpl;
+}
+
+}  // namespace
+
+namespace internal {
+void RegisterTempFile(const std::string& path) { RegisterTemp(path); }
+}  // namespace internal
+
+absl::Status CheckInputFile(const std::string& flag, const std::string& path) {
+  if (path == "-") return absl::OkStatus();
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": empty path"));
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Bad(flag, path, absl::StrCat("cannot read: ", Errno(errno)));
+  if (!S_ISREG(st.st_mode)) return Bad(flag, path, absl::StrCat("is ", KindOf(st.st_mode), ", not a regular file"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadInputFile(const std::string& flag, const std::string& path, size_t max_bytes) {
+  RP_RETURN_IF_ERROR(CheckInputFile(flag, path));
+  const bool in = path == "-";
+  // O_NONBLOCK: a path swapped for a FIFO after the check must not block the open.
+  const int fd = in ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Bad(flag, path, absl::StrCat("cannot read: ", Errno(errno)));
+  struct stat st;
+  if (!in && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    ::close(fd);
+    return Bad(flag, path, "is not a regular file");
+  }
+  std::string text;
+  std::array<char, 65536> buf;
+  absl::Status status;
+  while (true) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = Bad(flag, path, absl::StrCat("cannot read: ", Errno(errno)));
+      break;
+    }
+    if (n == 0) break;
+    if (text.size() + static_cast<size_t>(n) > max_bytes) {
+      status = Bad(flag, path, absl::StrCat("larger than ", max_bytes, " bytes"));
+      break;
+    }
+    text.append(buf.data(), static_cast<size_t>(n));
+  }
+  if (!in) ::close(fd);
+  RP_RETURN_IF_ERROR(status);
+  return text;
+}
+
+void InstallCleanupHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = CleanupAndDie;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
+
+absl::Status OutputFiles::Declare(const std::string& flag, const std::string& path, bool is_dir) {
+  if (path.empty()) return absl::OkStatus();
+  if (Find(flag) != nullptr) return absl::InternalError(absl::StrCat("output --", flag, " declared twice"));
+  outputs_.push_back({flag, path, is_dir, {}});
+  return absl::OkStatus();
+}
+
+OutputFiles::Output* OutputFiles::Find(const std::string& flag) {
+  for (Output& o : outputs_) {
+    if (o.flag == flag) return &o;
+  }
+  return nullptr;
+}
+
+absl::Status OutputFiles::CheckAll(const std::vector<std::pair<std::string, std::string>>& inputs) const {
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const Output& o = outputs_[i];
+    RP_RETURN_IF_ERROR(CheckGrammar(absl::StrCat("--", o.flag), Grammar::kString, o.path));
+    const fs::path p(o.path);
+    struct stat st;
+    if (o.is_dir) {
+      if (::stat(o.path.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return Bad(o.flag, o.path, absl::StrCat("exists and is ", KindOf(st.st_mode)));
+        RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, p));
+      } else {
+        RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, ExistingAncestor(p)));
+      }
+      continue;
+    }
+    if (p.filename().empty() || p.filename() == "." || p.filename() == "..") {
+      return Bad(o.flag, o.path, "names a directory, not a file");
+    }
+    if (::lstat(o.path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      return Bad(o.flag, o.path, absl::StrCat("exists and is ", KindOf(st.st_mode), " (only a regular file is replaced)"));
+    }
+    RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, p.parent_path().empty() ? fs::path(".") : p.parent_path()));
+    const std::string id = Identity(o.path);
+    for (const auto& [flag, path] : inputs) {
+      if (!path.empty() && path != "-" && Identity(path) == id) {
+        return Bad(o.flag, o.path, absl::StrCat("is also the input --", flag));
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (!outputs_[j].is_dir && Identity(outputs_[j].path) == id) {
+        return Bad(o.flag, o.path, absl::StrCat("is also the output --", outputs_[j].flag));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void OutputFiles::Set(const std::string& flag, std::string contents) {
+  if (Output* o = Find(flag); o != nullptr && !o->is_dir) o->files = {{o->path, std::move(contents)}};
+}
+
+void OutputFiles::SetInDir(const std::string& flag, const std::string& name, std::string contents) {
+  if (Output* o = Find(flag); o != nullptr && o->is_dir) {
+    o->files.emplace_back((fs::path(o->path) / name).string(), std::move(contents));
+  }
+}
+
+absl::Status OutputFiles::Commit() {
+  for (const Output& o : outputs_) {
+    if (!o.is_dir || o.files.empty()) continue;
+    std::error_code ec;
+    fs::create_directories(o.path, ec);
+    if (ec) return Bad(o.flag, o.path, absl::StrCat("cannot create the directory: ", ec.message()));
+  }
+  struct Temp {
+    const Output* output;
+    std::string target, temp;
+    int slot = -1;
+  };
+  std::vector<Temp> temps;
+  auto discard = [&temps](size_t from) {
+    for (size_t i = from; i < temps.size(); ++i) {
+      ::unlink(temps[i].temp.c_str());
+      UnregisterTemp(temps[i].slot);
+    }
+  };
+  for (const Output& o : outputs_) {
+    for (const auto& [target, contents] : o.files) {
+      int slot = -1;
+      auto temp = WriteTemp(o.flag, target, contents, slot);
+      if (!temp.ok()) {
+        discard(0);
+        return temp.status();
+      }
+      temps.push_back({&o, target, *temp, slot});
+    }
+  }
+  for (size_t i = 0; i < temps.size(); ++i) {
+    struct stat st;
+    const Temp& t = temps[i];
+    if (::lstat(t.target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      discard(i);
+      return Bad(t.output->flag, t.target, absl::StrCat("became ", KindOf(st.st_mode), " during the run"));
+    }
+    if (::rename(t.temp.c_str(), t.target.c_str()) != 0) {
+      const int err = errno;
+      discard(i);
+      return Bad(t.output->flag, t.target, absl::StrCat("cannot rename into place: ", Errno(err)));
+    }
+    UnregisterTemp(t.slot);
+  }
+  for (const Temp& t : temps) {
+    const fs::path dir = fs::path(t.target).parent_path().empty() ? fs::path(".") : fs::path(t.target).parent_path();
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  OutputFiles out;
+  RP_RETURN_IF_ERROR(out.Declare("out", path));
+  RP_RETURN_IF_ERROR(out.CheckAll({}));
+  out.Set("out", contents);
+  return out.Commit();
+}
+
+}  // namespace rp::apps

@@ -1,0 +1,86 @@
+// Input and output files of the `ringpipe` binary: read safely, written atomically.
+//
+// Inputs (ReadInputFile): a regular file, or `-` for standard input; anything else (a FIFO, a device,
+// a directory) is refused before it is read, so `--config=/dev/zero` or a FIFO never hangs or fills
+// memory; at most `max_bytes` are read.
+//
+// Outputs (OutputFiles): every output of a command is declared before the work starts (Declare), and
+// checked then (CheckAll): its directory exists and is writable, an existing target is a regular file
+// (not a symlink, a device or a directory), no output is also an input or another output. At the end
+// Commit writes each file's contents to a fresh temporary file in the target's directory (created
+// with O_EXCL | O_NOFOLLOW: never through a symlink, never shared with a concurrent run), fsyncs
+// them all, and only then renames them into place and fsyncs the directories: a failure before the
+// renames leaves every target as it was (the outputs are committed together or not at all). Temporary
+// files are removed on failure and, through a signal-safe registry, on SIGINT / SIGTERM
+// (InstallCleanupHandlers). Errors carry the errno text.
+//
+// Thread safety: OutputFiles is single-threaded; the cleanup registry is written by the main thread
+// and read by the signal handler (lock-free, async-signal-safe).
+//
+// Example:
+//   OutputFiles out;
+//   RP_RETURN_IF_ERROR(out.Declare("report_json", cfg.report_json));
+//   RP_RETURN_IF_ERROR(out.CheckAll({{"config", cfg.config_file}}));  // before the run
+//   ... run ...
+//   out.Set("report_json", report.dump(2));
+//   RP_RETURN_IF_ERROR(out.Commit());
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace rp::apps {
+
+// Reads the file at `path` (`-`: standard input). `flag` names it in errors ("--config: ..."):
+// InvalidArgument when it cannot be opened, is not a regular file, or is larger than `max_bytes`.
+absl::StatusOr<std::string> ReadInputFile(const std::string& flag, const std::string& path, size_t max_bytes);
+
+// Checks that `path` names an input ReadInputFile would accept (exists, regular file or `-`),
+// without reading it.
+absl::Status CheckInputFile(const std::string& flag, const std::string& path);
+
+// Installs SIGINT / SIGTERM handlers that remove the temporary files of a commit in progress, then
+// die of the signal as before. Call once, from main, before any output is written.
+void InstallCleanupHandlers();
+
+class OutputFiles {
+ public:
+  // An output `path` of flag `flag` ("" = none). A directory output (`is_dir`) holds the files
+  // given to SetInDir; it is created at commit time if it does not exist.
+  absl::Status Declare(const std::string& flag, const std::string& path, bool is_dir = false);
+  // Checks every declared output (see the header comment); `inputs` are (flag, path) pairs the
+  // outputs must not overwrite.
+  absl::Status CheckAll(const std::vector<std::pair<std::string, std::string>>& inputs) const;
+  // The contents of a declared file output.
+  void Set(const std::string& flag, std::string contents);
+  // A file `name` (no '/') inside a declared directory output.
+  void SetInDir(const std::string& flag, const std::string& name, std::string contents);
+  // Writes every output that was given contents (see the header comment).
+  absl::Status Commit();
+
+ private:
+  struct Output {
+    std::string flag, path;
+    bool is_dir = false;
+    std::vector<std::pair<std::string, std::string>> files;  // (path, contents)
+  };
+  Output* Find(const std::string& flag);
+  std::vector<Output> outputs_;
+};
+
+namespace internal {
+// Adds `path` to the files the SIGINT / SIGTERM handler removes (what a commit does for each of its
+// temporary files; exposed for the test of the handler).
+void RegisterTempFile(const std::string& path);
+}  // namespace internal
+
+// Writes `contents` to `path` atomically (an OutputFiles of one file: checked, temporary file,
+// fsync, rename).
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+}  // namespace rp::apps

@@ -1,0 +1,114 @@
+#include "apps/memory_estimate.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "apps/config.h"
+#include "runtime/model/dataset.h"
+#include "runtime/tracer.h"
+
+namespace rp::apps {
+namespace {
+
+// Resident bytes per device thread beyond its tensors (stack pages touched, channels, bookkeeping),
+// and per device entry of the report's JSON document.
+constexpr double kPerDeviceBytes = 256.0 * 1024;
+constexpr double kReportBytesPerDevice = 8.0 * 1024;
+// `predict`: per device (predictor state, report entry and its text; 3 kB measured, with margin), and
+// per (pipeline rank, chunk, micro-batch) slot of the schedule program (a few ops and their timeline).
+constexpr double kPredictBytesPerDevice = 4.0 * 1024;
+constexpr double kProgramBytesPerSlot = 512;
+// A Chrome trace event as a JSON document node, and as text.
+constexpr double kChromeBytesPerEvent = 3.0 * 1024;
+
+std::string Gb(double bytes) { return absl::StrFormat("%.3g GB", bytes / 1e9); }
+
+}  // namespace
+
+double MemoryEstimate::total() const {
+  double t = 0;
+  for (const Part& p : parts) t += p.bytes;
+  return t;
+}
+
+MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
+  MemoryEstimate est;
+  const DatasetConfig data{.input_dim = cfg.input_dim, .classes = cfg.classes, .train_size = cfg.train_size,
+                           .test_size = cfg.test_size};
+  est.parts.push_back({"data set", cfg.test_size > cfg.train_size ? "test_size" : "train_size", DatasetPeakBytes(data)});
+
+  const MlpConfig mlp = cfg.Mlp();
+  double weights = 0, widths = mlp.input_dim;
+  for (int l = 0; l < mlp.num_layers(); ++l) {
+    weights += static_cast<double>(mlp.in_dim(l)) * mlp.out_dim(l) + mlp.out_dim(l);
+    widths += mlp.out_dim(l);
+  }
+  const double states = cfg.optimizer.kind == OptimizerKind::kAdam ? 2 : 1;
+  // Weights + gradients + optimizer state + 3 × gradients of all-reduce buffers, per replica.
+  double model = cfg.dp * weights * 4 * (2 + states + 3);
+  if (cfg.reference) model += weights * 4 * (2 + states);
+  est.parts.push_back({"model", cfg.dp > 64 ? "dp" : "hidden", model});
+
+  const bool gpipe = cfg.schedule == schedule::ScheduleKind::kGPipe;
+  const double in_flight =
+      gpipe ? cfg.microbatches : std::min<double>(cfg.microbatches, static_cast<double>(cfg.pp) * cfg.virtual_stages);
+  // Each pipeline rank stores its layers' share; over a replica the widths add up once per micro-batch.
+  const double activations = static_cast<double>(cfg.dp) * in_flight * 3 * cfg.microbatch_size * widths * 4 *
+                             std::max(1, cfg.tp);
+  est.parts.push_back({"activations", "microbatch_size", activations});
+
+  // Events the run records: a few per op, bounded by the tracer's cap.
+  const double ops = static_cast<double>(cfg.world_size()) * cfg.microbatches * cfg.virtual_stages * 12.0 * cfg.steps;
+  const double events = std::min(ops, static_cast<double>(kMaxTraceEvents));
+  double trace = events * sizeof(TraceEvent) * 2;  // the buffers, and Events()' sorted copy
+  if (!cfg.trace.empty()) trace += events * kChromeBytesPerEvent;
+  est.parts.push_back({"trace", "steps", trace});
+
+  est.parts.push_back({"devices", "dp", cfg.world_size() * (kPerDeviceBytes + kReportBytesPerDevice)});
+  return est;
+}
+
+MemoryEstimate EstimatePredictMemory(const RunConfig& cfg) {
+  MemoryEstimate est;
+  est.parts.push_back({"devices", "dp", static_cast<double>(cfg.world_size()) * kPredictBytesPerDevice});
+  est.parts.push_back({"schedule program", "microbatches",
+                       static_cast<double>(cfg.pp) * cfg.virtual_stages * cfg.microbatches * kProgramBytesPerSlot});
+  return est;
+}
+
+double AvailableMemoryBytes() {
+  if (const char* limit = std::getenv("RINGPIPE_MEMORY_LIMIT_BYTES"); limit != nullptr) {
+    double v;
+    if (absl::SimpleAtod(limit, &v) && v > 0) return v;
+  }
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double value;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+absl::Status CheckMemory(const MemoryEstimate& estimate, double available) {
+  const double total = estimate.total();
+  if (total <= available) return absl::OkStatus();
+  const MemoryEstimate::Part* largest = &estimate.parts.front();
+  std::vector<std::string> parts;
+  for (const MemoryEstimate::Part& p : estimate.parts) {
+    if (p.bytes > largest->bytes) largest = &p;
+    if (p.bytes >= 1e6) parts.push_back(absl::StrCat(p.what, " ", Gb(p.bytes)));
+  }
+  return FieldError(largest->field, absl::StrCat("the run would allocate about ", Gb(total), " (",
+                                                 absl::StrJoin(parts, ", "), "); this machine has ", Gb(available),
+                                                 " available (MemAvailable)"));
+}
+
+}  // namespace rp::apps

@@ -1,0 +1,55 @@
+// What a `ringpipe run` will allocate, estimated from its config before anything is allocated, and
+// the check against what the machine has (MemAvailable), so that a run too big for the host is bad
+// input (exit 2, naming the field that makes it big and the estimate) instead of an abort midway.
+//
+// The estimate adds, in bytes (in double: the products of huge fields must not overflow):
+//   data set      DatasetPeakBytes (both splits, labels, the teacher's logits while labelling);
+//   model         dp replicas of the model's fp32 weights, gradients and optimizer state (SGD 1, Adam 2
+//                 copies), the reference trainer's copy, and the all-reduce buffers (3 × gradients);
+//   activations   per device, the activations of the micro-batches in flight (GPipe: all of them;
+//                 other schedules: at most pp × virtual_stages), 3 tensors of microbatch_size rows
+//                 per layer and width;
+//   trace         the tracer's event buffers at their cap (kMaxTraceEvents events), and the Chrome
+//                 JSON document when --trace is written;
+//   devices       a thread stack's resident part and the report entry per device.
+// It is an upper-bound estimate, not a measurement: it errs on the large side.
+//
+// Thread safety: pure functions (AvailableMemoryBytes reads /proc/meminfo).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "apps/config_fields.h"
+
+namespace rp::apps {
+
+// Most trace events a run keeps (runtime/tracer.h max_events); ~90 MB of events.
+inline constexpr size_t kMaxTraceEvents = size_t{1} << 20;
+
+struct MemoryEstimate {
+  struct Part {
+    std::string what;   // "data set"
+    std::string field;  // the config field that makes it big ("train_size")
+    double bytes = 0;
+  };
+  std::vector<Part> parts;
+  double total() const;
+};
+
+MemoryEstimate EstimateRunMemory(const RunConfig& cfg);
+// `predict`: the predictor's per-device state and the report of every device (measured: about 3 kB per
+// device at DP = 65536, report written), and the schedule program.
+MemoryEstimate EstimatePredictMemory(const RunConfig& cfg);
+
+// MemAvailable of /proc/meminfo in bytes; +infinity when it cannot be read. The environment variable
+// RINGPIPE_MEMORY_LIMIT_BYTES, when set to a number, replaces it (tests, and users who share a host).
+double AvailableMemoryBytes();
+
+// FieldError naming the largest part's field when the estimate is above `available`:
+// "train_size: the run would allocate about 160 GB (data set 159 GB, ...); 7.5 GB available".
+absl::Status CheckMemory(const MemoryEstimate& estimate, double available = AvailableMemoryBytes());
+
+}  // namespace rp::apps

@@ -1,0 +1,47 @@
+// Reads a saved `ringpipe run` / `predict` report (docs/report.md) back for `ringpipe timeline
+// --from_report`: its "timeline" section as Gantt panels, and a default title.
+//
+// The reader trusts nothing in the file: any JSON is either read or refused with one line, never a
+// crash. Missing keys take defaults, values of the wrong type are ignored, numbers are clamped to
+// finite, non-negative times, strings are shown as printable UTF-8, and the sizes are bounded
+// (kMaxReportBytes of text, kMaxJsonDepth of nesting, kMaxRows rows, kMaxBars bars). Only the
+// sections it draws are kept in memory (the per-device and per-step sections are skipped while
+// parsing), so the schema can grow (`ringpipe-report/2`) without this reader changing.
+//
+// Thread safety: pure functions.
+//
+// Example:
+//   RP_ASSIGN_OR_RETURN(TimelineReport t, ReadTimelineReport(text));
+//   std::string svg_text = svg::RenderGantt(t.title, t.panels);
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "apps/svg.h"
+#include "nlohmann/json.hpp"
+
+namespace rp::apps {
+
+inline constexpr size_t kMaxReportBytes = size_t{1} << 30;
+inline constexpr size_t kMaxRows = 4096;
+inline constexpr size_t kMaxBars = size_t{1} << 22;
+
+struct TimelineReport {
+  std::string title;                    // from the report's layout and schedule
+  std::vector<svg::GanttPanel> panels;  // measured (if any), then predicted (if any)
+  size_t rows = 0;                      // device rows of the first panel
+  double measured_step_ms = -1;         // -1: no measured panel
+  double predicted_step_ms = -1;        // -1: no predicted panel
+};
+
+// InvalidArgument (one line) for text that is not JSON, too large or too deep, or a report with no
+// timeline to draw: "is not JSON: ...", "has no \"timeline\" section ...", "\"timeline\" holds
+// neither measured nor predicted devices".
+absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text);
+// The same from a report already in memory (`ringpipe timeline` after a run).
+absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report);
+
+}  // namespace rp::apps

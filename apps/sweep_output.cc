@@ -1,0 +1,230 @@
+// `ringpipe sweep`: the outputs (apps/sweep.h).
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "apps/config_fields.h"
+#include "apps/sweep.h"
+
+namespace rp::apps::sweep {
+
+using json = nlohmann::json;
+
+const std::vector<std::string>& CsvColumns() {
+  static const std::vector<std::string>* cols = new std::vector<std::string>{
+      "point", "label", "status", "error", "preset", "dp", "pp", "tp", "world", "microbatches", "schedule",
+      "virtual_stages", "codec", "segment_bytes", "link", "time_scale",
+      "step_ms_measured", "step_ms_predicted", "fidelity", "t1_ms",
+      "speedup_measured", "speedup_predicted", "efficiency_measured", "efficiency_predicted",
+      "bubble_measured", "bubble_predicted", "exposed_comm_ms_measured", "exposed_comm_ms_predicted",
+      "peak_activation_bytes_measured", "peak_activation_bytes_predicted",
+      "wire_bytes_measured", "wire_bytes_predicted", "wall_seconds"};
+  return *cols;
+}
+
+namespace {
+
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += (c == '\n' || c == '\r') ? ' ' : c;
+  }
+  return out + "\"";
+}
+
+std::string CsvNum(double x) { return std::isfinite(x) ? absl::StrFormat("%.10g", x) : ""; }
+
+json JNum(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+json MetricsJson(const Metrics& m) {
+  return {{"step_ms", JNum(m.step_ms)},
+          {"speedup", JNum(m.speedup)},
+          {"efficiency", JNum(m.efficiency)},
+          {"bubble", JNum(m.bubble)},
+          {"exposed_comm_ms", JNum(m.exposed_ms)},
+          {"peak_activation_bytes", JNum(m.peak_bytes)},
+          {"wire_bytes", JNum(m.wire_bytes)}};
+}
+
+// The config columns of a point (from the config if it was built, else empty).
+std::vector<std::string> ConfigColumns(const Point& p) {
+  if (p.status == "invalid") return std::vector<std::string>(12, "");
+  const RunConfig& c = p.cfg;
+  return {c.preset, absl::StrCat(c.dp), absl::StrCat(c.pp), absl::StrCat(c.tp), absl::StrCat(c.world_size()),
+          absl::StrCat(c.microbatches), schedule::ScheduleName(c.schedule), absl::StrCat(c.virtual_stages),
+          comm::CodecName(c.codec), absl::StrCat(c.segment_bytes), c.link, absl::StrFormat("%g", c.time_scale)};
+}
+
+}  // namespace
+
+std::string BuildCsv(const std::vector<Point>& points) {
+  std::string out = absl::StrCat(absl::StrJoin(CsvColumns(), ","), "\n");
+  for (const Point& p : points) {
+    std::vector<std::string> row = {absl::StrCat(p.index), CsvField(p.label), p.status, CsvField(p.error)};
+    for (const std::string& s : ConfigColumns(p)) row.push_back(CsvField(s));
+    for (double x : {p.measured.step_ms, p.predicted.step_ms, p.fidelity, p.t1_ms, p.measured.speedup,
+                     p.predicted.speedup, p.measured.efficiency, p.predicted.efficiency, p.measured.bubble,
+                     p.predicted.bubble, p.measured.exposed_ms, p.predicted.exposed_ms, p.measured.peak_bytes,
+                     p.predicted.peak_bytes, p.measured.wire_bytes, p.predicted.wire_bytes, p.wall_seconds}) {
+      row.push_back(CsvNum(x));
+    }
+    absl::StrAppend(&out, absl::StrJoin(row, ","), "\n");
+  }
+  return out;
+}
+
+json BuildJson(const std::vector<Axis>& axes, const std::vector<Point>& points, bool predict_only) {
+  json j;
+  j["schema"] = "ringpipe-sweep/1";
+  j["mode"] = predict_only ? "predict" : "run";
+  j["columns"] = CsvColumns();
+  json ax = json::array();
+  for (const Axis& a : axes) {
+    json vals = json::array();
+    for (const auto& v : a.values) vals.push_back(v.size() == 1 ? json(v[0]) : json(v));
+    ax.push_back({{"name", a.name()}, {"fields", a.fields}, {"values", vals}});
+  }
+  j["axes"] = ax;
+  json pts = json::array();
+  for (const Point& p : points) {
+    json axes_j = json::object();
+    for (const FieldOverride& o : p.overrides) axes_j[o.field] = o.value;
+    json e = {{"point", p.index}, {"label", p.label}, {"axes", axes_j}, {"status", p.status},
+              {"error", p.error}, {"t1_ms", JNum(p.t1_ms)}, {"fidelity", JNum(p.fidelity)},
+              {"wall_seconds", JNum(p.wall_seconds)}, {"predicted", MetricsJson(p.predicted)}};
+    if (!predict_only) e["measured"] = MetricsJson(p.measured);
+    if (p.status != "invalid") e["config"] = ConfigToJson(p.cfg);
+    pts.push_back(std::move(e));
+  }
+  j["points"] = pts;
+  return j;
+}
+
+const ChartSpec kCharts[6] = {
+    {"step_time.svg", "step time", "modeled ms per step", false, &Metrics::step_ms},
+    {"speedup.svg", "speedup (T1 / step)", "x", false, &Metrics::speedup},
+    {"bubble.svg", "bubble (mean over devices)", "idle fraction of the step", false, &Metrics::bubble},
+    {"exposed_comm.svg", "exposed communication (mean over devices)", "ms per step", false, &Metrics::exposed_ms},
+    {"peak_memory.svg", "peak activation memory (max device)", "bytes", true, &Metrics::peak_bytes},
+    {"wire_bytes.svg", "wire bytes per step (max device)", "bytes", true, &Metrics::wire_bytes},
+};
+
+std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::vector<Point>& points,
+                                    bool predict_only) {
+  const Axis& x = axes[0];
+  const size_t nx = x.values.size();
+  // x: the first field of the first axis; numeric if every value is a number.
+  std::vector<double> xs;
+  std::vector<std::string> labels;
+  bool numeric = true;
+  for (const auto& v : x.values) {
+    labels.push_back(absl::StrJoin(v, ":"));
+    double d;
+    if (absl::SimpleAtod(v[0], &d) && std::isfinite(d)) {
+      xs.push_back(d);
+    } else {
+      numeric = false;
+    }
+  }
+  if (!numeric) xs.clear();
+  if (x.fields.size() > 1) {  // linked: label by the first field when its values tell the points apart
+    std::vector<std::string> firsts;
+    for (const auto& v : x.values) firsts.push_back(v[0]);
+    std::vector<std::string> sorted = firsts;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) labels = firsts;
+  }
+  const double xmin = numeric ? *std::min_element(xs.begin(), xs.end()) : 0;
+  const double xmax = numeric ? *std::max_element(xs.begin(), xs.end()) : 0;
+  const bool log_x = numeric && xmin > 0 && xmax / xmin >= 8;
+
+  // One series pair per combination of the other axes' values.
+  std::map<std::vector<size_t>, std::vector<const Point*>> groups;
+  for (const Point& p : points) {
+    std::vector<size_t> rest(p.coord.begin() + 1, p.coord.end());
+    auto& g = groups[rest];
+    if (g.empty()) g.assign(nx, nullptr);
+    g[p.coord[0]] = &p;
+  }
+  std::vector<svg::Chart> charts;
+  for (const ChartSpec& spec : kCharts) {
+    svg::Chart c;
+    c.title = spec.title;
+    c.x_label = x.fields.size() > 1 ? absl::StrCat(x.fields[0], " (with ", absl::StrJoin(x.fields.begin() + 1, x.fields.end(), ", "), ")") : x.name();
+    c.y_label = spec.y_label;
+    c.x_values = xs;
+    c.x_labels = labels;
+    c.log_x = log_x;
+    c.bars = !numeric;
+    c.y_bytes = spec.bytes;
+    double lo = std::numeric_limits<double>::infinity(), hi = 0;
+    size_t gi = 0;
+    for (const auto& [rest, pts] : groups) {
+      std::string suffix;
+      for (size_t a = 1; a < axes.size(); ++a) {
+        absl::StrAppend(&suffix, suffix.empty() ? " (" : ", ", axes[a].name(), "=",
+                        absl::StrJoin(axes[a].values[rest[a - 1]], ":"));
+      }
+      if (!suffix.empty()) suffix += ")";
+      svg::Series meas{.name = absl::StrCat("measured", suffix), .y = {}, .color = svg::Color(gi)};
+      svg::Series pred{.name = absl::StrCat("predicted", suffix), .y = {}, .color = svg::Color(gi), .dashed = true};
+      for (size_t i = 0; i < nx; ++i) {
+        const Point* p = pts[i];
+        const double mv = p != nullptr && p->status == "ok" ? p->measured.*spec.field : kNaN;
+        const double pv = p != nullptr && p->status != "invalid" ? p->predicted.*spec.field : kNaN;
+        meas.y.push_back(mv);
+        pred.y.push_back(pv);
+        for (double v : {mv, pv}) {
+          if (std::isfinite(v) && v > 0) {
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+          }
+        }
+      }
+      if (!predict_only) c.series.push_back(std::move(meas));
+      c.series.push_back(std::move(pred));
+      ++gi;
+    }
+    c.log_y = spec.bytes && std::isfinite(lo) && hi / lo >= 20;
+    charts.push_back(std::move(c));
+  }
+  return charts;
+}
+
+std::string Table(const std::vector<Axis>& axes, const std::vector<Point>& points, bool predict_only) {
+  std::string out = "#";
+  for (const Axis& a : axes) absl::StrAppendFormat(&out, " %12s", a.name());
+  absl::StrAppendFormat(&out, " %8s %23s %17s %15s %21s %21s %21s\n", "status", "step ms (meas / pred)",
+                        "speedup", "bubble", "exposed comm ms", "peak act bytes", "wire B/device");
+  auto pair = [&](double m, double p) {
+    auto f = [&](double v) {
+      if (!std::isfinite(v)) return std::string("-");
+      return absl::StrFormat("%.4g", v);
+    };
+    return predict_only ? f(p) : absl::StrCat(f(m), " / ", f(p));
+  };
+  for (const Point& p : points) {
+    std::string row = " ";
+    for (size_t a = 0; a < axes.size(); ++a) {
+      absl::StrAppendFormat(&row, " %12s", absl::StrJoin(axes[a].values[p.coord[a]], ":"));
+    }
+    absl::StrAppendFormat(&row, " %8s %23s %17s %15s %21s %21s %21s", p.status,
+                          pair(p.measured.step_ms, p.predicted.step_ms),
+                          pair(p.measured.speedup, p.predicted.speedup),
+                          pair(p.measured.bubble, p.predicted.bubble),
+                          pair(p.measured.exposed_ms, p.predicted.exposed_ms),
+                          pair(p.measured.peak_bytes, p.predicted.peak_bytes),
+                          pair(p.measured.wire_bytes, p.predicted.wire_bytes));
+    if (p.status != "ok") absl::StrAppend(&row, "  ", p.error);
+    absl::StrAppend(&out, row, "\n");
+  }
+  return out;
+}
+
+}  // namespace rp::apps::sweep

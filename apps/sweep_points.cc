@@ -1,0 +1,173 @@
+// `ringpipe sweep`: axes and points (apps/sweep.h).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "apps/plan.h"
+#include "apps/sweep.h"
+#include "runtime/status_macros.h"
+#include "schedule/executor.h"
+#include "schedule/predictor.h"
+
+namespace rp::apps::sweep {
+
+using json = nlohmann::json;
+
+// --- Axes ---
+
+std::string Axis::name() const { return absl::StrJoin(fields, ":"); }
+
+// An axis value as its field's JSON value, read by the field's grammar (as its flag would be).
+absl::StatusOr<json> ValueJson(const std::string& axis, const std::string& field, const std::string& text) {
+  if (field == "preset") return json(text);
+  const ConfigField* f = FindField(field);
+  if (f == nullptr) return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": unknown field ", field));
+  auto v = FlagTextToJson(*f, text);
+  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": ", v.status().message()));
+  return *v;
+}
+
+namespace {
+
+absl::StatusOr<std::vector<std::string>> ExpandValues(const std::string& axis, const std::string& text) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": empty value in '", text, "'"));
+    }
+    if (size_t dots = part.find(".."); dots != absl::string_view::npos) {
+      int64_t a, b;
+      if (!absl::SimpleAtoi(part.substr(0, dots), &a) || !absl::SimpleAtoi(part.substr(dots + 2), &b) || b < a) {
+        return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": '", part,
+                                                       "' is not an integer range A..B with A <= B"));
+      }
+      if (b - a >= static_cast<int64_t>(kMaxPoints)) {
+        return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": range '", part, "' is too long"));
+      }
+      for (int64_t x = a; x <= b; ++x) out.push_back(absl::StrCat(x));
+    } else {
+      out.emplace_back(part);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Axis> ParseAxis(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--axis: '", spec, "' is not NAME=V1,V2,... or NAME=A..B"));
+  }
+  Axis axis;
+  axis.fields = absl::StrSplit(spec.substr(0, eq), ':');
+  const std::string name = axis.name();
+  for (const std::string& f : axis.fields) {
+    const auto& names = ConfigFieldNames();
+    const bool known = std::find(names.begin(), names.end(), f) != names.end();
+    if (!known || f == "config" || f == "report_json" || f == "trace") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--axis=", name, ": '", f, "' is not a config field that can be swept (the config fields are the flags of "
+          "`ringpipe run --help`)"));
+    }
+  }
+  if (axis.fields.size() == 1) {
+    RP_ASSIGN_OR_RETURN(std::vector<std::string> vals, ExpandValues(name, spec.substr(eq + 1)));
+    for (std::string& v : vals) axis.values.push_back({std::move(v)});
+  } else {
+    for (absl::string_view tuple : absl::StrSplit(spec.substr(eq + 1), ',')) {
+      std::vector<std::string> parts = absl::StrSplit(tuple, ':');
+      if (parts.size() != axis.fields.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--axis=", name, ": value '", tuple, "' has ", parts.size(),
+                                                       " parts; expected ", axis.fields.size(), " (one per field)"));
+      }
+      for (std::string& p : parts) p = std::string(absl::StripAsciiWhitespace(p));
+      axis.values.push_back(std::move(parts));
+    }
+  }
+  return axis;
+}
+
+namespace {
+
+Metrics FromPrediction(const Plan& plan, const schedule::Prediction& pred) {
+  Metrics m;
+  m.step_ms = ToMillis(pred.step_time);
+  m.speedup = pred.speedup;
+  m.efficiency = pred.efficiency;
+  double bubble = 0, exposed = 0, peak = 0;
+  for (const schedule::DeviceStats& d : pred.devices) {
+    bubble += d.bubble_over_total;
+    exposed += ToMillis(d.exposed_comm);
+    peak = std::max(peak, static_cast<double>(d.peak_activation_bytes));
+  }
+  const double n = static_cast<double>(std::max<size_t>(1, pred.devices.size()));
+  m.bubble = bubble / n;
+  m.exposed_ms = exposed / n;
+  m.peak_bytes = peak;
+  double wire = 0;
+  for (const schedule::PredictedWire& w : PredictWireBytes(plan)) wire = std::max(wire, static_cast<double>(w.total()));
+  m.wire_bytes = wire;
+  return m;
+}
+
+Metrics FromRun(const schedule::RunResult& run, int steps) {
+  Metrics m;
+  m.step_ms = run.measured_step_ms;
+  m.speedup = run.speedup;
+  m.efficiency = run.efficiency;
+  double bubble = 0, exposed = 0, peak = 0, wire = 0;
+  for (const schedule::DeviceReport& d : run.devices) {
+    bubble += d.bubble_total;
+    exposed += d.exposed_comm_ms;
+    peak = std::max(peak, static_cast<double>(d.peak_activation_bytes));
+    wire = std::max(wire, static_cast<double>(d.wire_bytes) / std::max(1, steps));
+  }
+  const double n = static_cast<double>(std::max<size_t>(1, run.devices.size()));
+  m.bubble = bubble / n;
+  m.exposed_ms = exposed / n;
+  m.peak_bytes = peak;
+  m.wire_bytes = wire;
+  return m;
+}
+
+}  // namespace
+
+void RunPoint(Point& p, bool predict_only) {
+  const auto start = std::chrono::steady_clock::now();
+  auto plan = BuildPlan(p.cfg);
+  if (!plan.ok()) {
+    p.status = "invalid";
+    p.error = std::string(plan.status().message());
+    return;
+  }
+  auto pred = schedule::Predict(plan->executor.program, plan->grid, plan->executor.cost, plan->predict);
+  if (!pred.ok()) {
+    p.status = "failed";
+    p.error = absl::StrCat("predict: ", pred.status().message());
+    return;
+  }
+  p.predicted = FromPrediction(*plan, *pred);
+  p.t1_ms = ToMillis(pred->single_device_time);
+  if (!predict_only) {
+    auto exec = schedule::Executor::Create(plan->executor);
+    absl::StatusOr<schedule::RunResult> run =
+        exec.ok() ? (*exec)->Run() : absl::StatusOr<schedule::RunResult>(exec.status());
+    if (!run.ok()) {
+      p.status = "failed";
+      p.error = absl::StrCat("run: ", run.status().message());
+    } else {
+      p.measured = FromRun(*run, p.cfg.steps);
+      p.fidelity = run->fidelity;
+    }
+  }
+  p.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace rp::apps::sweep

@@ -1,0 +1,293 @@
+// Issue 12's classes of failure, one regression test per class, through the binary as a user (or an
+// attacker) would drive it: crashes on input, memory exhaustion, special files, overflow, false
+// faults, output files, lost standard output, ignored arguments. Each test holds the contract of
+// README/docs: bad input prints one line naming the field and exits 2 without writing any file.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "apps/cli.h"
+#include "apps/files.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/tracer.h"
+#include "tests/apps/binary_runner.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Result = rp::apps::testing::BinaryResult;
+using rp::apps::testing::RunBinary;
+
+fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_hardening", name); }
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// Bad input: exit 2, one line on stderr that contains `what`, nothing on stdout.
+void ExpectBadInput(const Result& r, const std::string& what, const std::string& context) {
+  EXPECT_EQ(r.exit_code, kExitBadInput) << context << "\n" << r.err;
+  EXPECT_NE(r.err.find(what), std::string::npos) << context << "\n" << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << context << "\n" << r.err;
+  EXPECT_TRUE(r.out.empty()) << context << "\n" << r.out;
+}
+
+// Files in `dir` other than those named (temporary files would show up here).
+std::vector<std::string> Leftovers(const fs::path& dir, const std::vector<std::string>& expected) {
+  std::vector<std::string> extra;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (std::find(expected.begin(), expected.end(), name) == expected.end()) extra.push_back(name);
+  }
+  return extra;
+}
+
+// 1. Crashes on input: deep nesting, bytes that are not UTF-8, malformed reports.
+TEST(Hardening, MalformedInputIsOneLineAndExitTwoNeverACrash) {
+  const fs::path dir = TempDir("crash");
+  const fs::path deep = dir / "deep.json";
+  std::ofstream(deep) << "{\"dp\": " << std::string(100000, '[') << std::string(100000, ']') << "}";
+  ExpectBadInput(RunBinary("predict --config=" + deep.string(), dir), "nested deeper than 64", "deep config");
+  ExpectBadInput(RunBinary("predict --overlap_allreduce=\"$(printf '\\377')\"", dir), "--overlap_allreduce", "0xff bool");
+  ExpectBadInput(RunBinary("predict --report_json=\"" + dir.string() + "/r$(printf '\\351').json\"", dir), "report_json",
+                 "Latin-1 path");
+  ExpectBadInput(RunBinary("predict --link=\"$(printf '\\377')\"", dir), "\\xff", "0xff link");
+
+  struct Report {
+    const char* name;
+    std::string text;
+  } reports[] = {
+      {"measured-array", R"({"timeline":{"measured":[]}})"},
+      {"not-json", "{\"timeline\": "},
+      {"no-timeline", R"({"schema": "ringpipe-report/2"})"},
+      {"wrong-types", R"({"timeline":{"predicted":{"devices":"x"},"measured":{"devices":{"0":1}}}})"},
+      {"deep", "{\"timeline\":" + std::string(5000, '[') + std::string(5000, ']') + "}"},
+      {"array", "[1, 2]"},
+      {"bad-utf8", "{\"timeline\": {\"predicted\": \"\xff\"}}"},
+  };
+  for (const Report& r : reports) {
+    const fs::path path = dir / (std::string(r.name) + ".json");
+    std::ofstream(path, std::ios::binary) << r.text;
+    const fs::path svg = dir / "t.svg";
+    ExpectBadInput(RunBinary("timeline --from_report=" + path.string() + " --out=" + svg.string(), dir),
+                   "--from_report", r.name);
+    EXPECT_FALSE(fs::exists(svg)) << r.name;
+    fs::remove(svg);
+  }
+  // A report whose values have odd types and sizes is drawn, not a crash: wrong types are ignored,
+  // times clamped.
+  const fs::path odd = dir / "odd.json";
+  std::ofstream(odd) << R"({"timeline":{"predicted":{"step_ms":-5,"devices":[{"rank":"x","ops":[
+      {"kind":3,"op":"F","start_ms":1e308,"end_ms":-1,"mb":"2","chunk":1e30},
+      {"kind":"compute","op":"B","start_ms":1,"end_ms":2,"mb":18446744073709551615}]}]}},
+      "layout":{"world":"big"},"schedule":[]})";
+  // (and a device list of anything: rows for the entries, bars only from objects)
+  std::ofstream(dir / "rows.json") << R"({"timeline":{"measured":{"devices":[1,"a",null,{"ops":[{}]}]}}})";
+  const Result rows = RunBinary("timeline --from_report=" + (dir / "rows.json").string() + " --out=" +
+                                    (dir / "rows.svg").string(), dir);
+  EXPECT_EQ(rows.exit_code, 0) << rows.err;
+  EXPECT_NE(rows.out.find("4 device rows"), std::string::npos) << rows.out;
+  const Result r = RunBinary("timeline --from_report=" + odd.string() + " --out=" + (dir / "odd.svg").string(), dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(ReadFile(dir / "odd.svg").find("<svg"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// 2. Memory exhaustion: estimated before allocating, refused naming the field.
+TEST(Hardening, RunsThatWouldNotFitInMemoryAreBadInputAndInvalidSweepPoints) {
+  const fs::path dir = TempDir("memory");
+  // The estimate is compared with MemAvailable, here replaced by a 200 MB limit (inherited by the
+  // binary) so that the test does not depend on the host.
+  ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "200000000", 1), 0);
+  ExpectBadInput(RunBinary("run --train_size=1073741824 --steps=1 --virtual_time", dir),
+                 "train_size: the run would allocate about", "huge data set");
+  ExpectBadInput(RunBinary("run --dp=64 --pp=8 --tp=8 --hidden=1024x8 --steps=1 --virtual_time", dir),
+                 "the run would allocate about", "many devices");
+  ExpectBadInput(RunBinary("predict --dp=1048576 --pp=1 --tp=1", dir), "--dp: the run would allocate about",
+                 "predict, 2^20 devices");
+  // A sweep point that would not fit is an invalid point; the others run.
+  const fs::path out = dir / "out";
+  const Result r = RunBinary("sweep --preset=s1 --steps=1 --reference=false --virtual_time --train_size=4096 "
+                             "--axis=train_size=4096,8000000 --out_dir=" + out.string(), dir);
+  ::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES");
+  EXPECT_EQ(r.exit_code, kExitSomePointsFailed) << r.err;
+  const std::string csv = ReadFile(out / "sweep.csv");
+  EXPECT_NE(csv.find("invalid"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("the run would allocate about"), std::string::npos) << csv;
+  fs::remove_all(dir);
+}
+
+TEST(Hardening, TheTracerKeepsAtMostItsCapAndCountsTheRest) {
+  Tracer tracer(/*num_devices=*/2, /*devices_per_node=*/8, /*max_events=*/100);
+  for (int i = 0; i < 1000; ++i) {
+    tracer.Record({.wall_start_ns = i, .wall_end_ns = i + 1, .name = "F", .rank = i % 2});
+  }
+  EXPECT_LE(tracer.Events().size(), 100u);
+  EXPECT_EQ(tracer.Events().size() + tracer.capped(), 1000u);
+  Tracer unbounded(2, 8);
+  for (int i = 0; i < 10000; ++i) unbounded.Record({.wall_start_ns = i, .name = "F", .rank = 0});
+  EXPECT_EQ(unbounded.Events().size(), 10000u);
+  EXPECT_EQ(unbounded.capped(), 0u);
+}
+
+// 3. Special files: refused before they are read, never a hang; `-` reads standard input.
+TEST(Hardening, InputsMustBeRegularFilesOrStandardInput) {
+  const fs::path dir = TempDir("special");
+  const fs::path fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ExpectBadInput(RunBinary("predict --config=" + fifo.string(), dir), "is a FIFO", "fifo config");
+  ExpectBadInput(RunBinary("timeline --from_report=" + fifo.string() + " --out=" + (dir / "t.svg").string(), dir),
+                 "is a FIFO", "fifo report");
+  ExpectBadInput(RunBinary("predict --config=/dev/zero", dir), "is a device", "/dev/zero");
+  ExpectBadInput(RunBinary("predict --config=" + dir.string(), dir), "is a directory", "directory");
+  std::ofstream(dir / "in.json") << "{\"preset\": \"s1\", \"microbatches\": 4}";
+  const Result r = RunBinary("predict --config=- --report_json=" + (dir / "r.json").string() + " < " +
+                                 (dir / "in.json").string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(ReadFile(dir / "r.json"))["config"]["microbatches"], 4);
+  // A sweep reads standard input once for all its points.
+  const Result sweep = RunBinary("sweep --predict_only --config=- --axis=pp=1,2 --out_dir=" + (dir / "out").string() +
+                                     " < " + (dir / "in.json").string(),
+                                 dir);
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  EXPECT_EQ(std::count(sweep.out.begin(), sweep.out.end(), '\n'), 4) << sweep.out;  // header, 2 points, "# wrote"
+  EXPECT_EQ(sweep.out.find("invalid"), std::string::npos) << sweep.out;
+  fs::remove_all(dir);
+}
+
+// 4. Overflow: a config whose modeled times do not fit int64 nanoseconds is refused naming the field.
+TEST(Hardening, ModeledTimesThatDoNotFitAreRefusedNamingTheField) {
+  const fs::path dir = TempDir("overflow");
+  ExpectBadInput(RunBinary("predict --alpha_us=1e16", dir), "--alpha_us", "alpha");
+  ExpectBadInput(RunBinary("predict --straggler_factor=1e300", dir), "--straggler_factor", "straggler");
+  ExpectBadInput(RunBinary("predict --forward_ms=1e9 --backward_ms=1e9 --microbatches=100000", dir), "--backward_ms",
+                 "F x m");
+  ExpectBadInput(RunBinary("predict --bandwidth_gbps=1e-300", dir), "--bandwidth_gbps", "bandwidth");
+  ExpectBadInput(RunBinary("predict --cost_model=flops --flops_hidden=16777216 --flops_seq_len=16777216", dir),
+                 "flops_", "flops");
+  // At the edge: large but representable times give positive, finite figures.
+  const Result r = RunBinary("predict --forward_ms=1e6 --backward_ms=1e6 --microbatches=64 --report_json=" +
+                                 (dir / "r.json").string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(ReadFile(dir / "r.json"));
+  EXPECT_GT(j["step_time_ms"]["predicted"].get<double>(), 0);
+  EXPECT_GT(j["t1_ms"].get<double>(), 0);
+  EXPECT_GT(j["speedup"]["predicted"].get<double>(), 0);
+  fs::remove_all(dir);
+}
+
+// 5. False faults: validation accepts exactly what comm's collectives take.
+TEST(Hardening, SegmentBytesValidationMatchesTheCollectives) {
+  const fs::path dir = TempDir("segment");
+  ExpectBadInput(RunBinary("run --segment_bytes=2147483648", dir), "--segment_bytes", "2 GiB");
+  ExpectBadInput(RunBinary("run --segment_bytes=6", dir), "--segment_bytes", "6");
+  ExpectBadInput(RunBinary("run --segment_bytes=64K,128K", dir), "takes one size", "list");
+  for (const char* ok : {"1G", "64K", "4", "0"}) {
+    const fs::path report = dir / "r.json";
+    const Result r = RunBinary(std::string("predict --segment_bytes=") + ok + " --report_json=" + report.string(), dir);
+    EXPECT_EQ(r.exit_code, 0) << ok << ": " << r.err;
+  }
+  EXPECT_EQ(json::parse(ReadFile(dir / "r.json"))["segment_bytes"], 0);
+  const Result r = RunBinary("predict --segment_bytes=64K --report_json=" + (dir / "k.json").string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(ReadFile(dir / "k.json"))["segment_bytes"], 65536);
+  fs::remove_all(dir);
+}
+
+// 6. Output files: never through a symlink, never a special file, never an input or another output,
+// checked before the work, committed with fsync + rename, no temporary file left.
+TEST(Hardening, OutputsAreAtomicSafeAndCheckedBeforeTheWork) {
+  const fs::path dir = TempDir("outputs");
+  const fs::path victim = dir / "victim", report = dir / "r.json";
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, dir / "r.json.tmp-ringpipe");  // the old fixed temporary name
+  Result r = RunBinary("predict --preset=s1 --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ReadFile(victim), "precious");
+  EXPECT_TRUE(json::parse(ReadFile(report)).is_object());
+  EXPECT_EQ(Leftovers(dir, {"victim", "r.json", "r.json.tmp-ringpipe"}), std::vector<std::string>{});
+
+  ExpectBadInput(RunBinary("predict --report_json=/dev/full", dir), "is a device", "/dev/full");
+  struct stat st;
+  ASSERT_EQ(::stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  fs::create_symlink(victim, dir / "link.json");
+  ExpectBadInput(RunBinary("predict --report_json=" + (dir / "link.json").string(), dir), "symbolic link", "symlink");
+  ExpectBadInput(RunBinary("predict --report_json=" + dir.string(), dir), "report_json", "directory");
+  ExpectBadInput(RunBinary("run --report_json=" + (dir / "x").string() + " --trace=" + (dir / "x").string(), dir),
+                 "is also the output --report_json", "same output twice");
+  const fs::path cfg = dir / "c.json";
+  std::ofstream(cfg) << "{\"preset\": \"s1\"}";
+  ExpectBadInput(RunBinary("predict --config=" + cfg.string() + " --report_json=" + cfg.string(), dir),
+                 "is also the input --config", "output = input");
+  EXPECT_EQ(ReadFile(cfg), "{\"preset\": \"s1\"}");
+  // Checked before the work, with the real errno text.
+  r = RunBinary("run --report_json=" + (dir / "no" / "r.json").string(), dir);
+  ExpectBadInput(r, "No such file or directory", "missing directory");
+
+  // Two concurrent runs to one path: each writes its own temporary file; the result is one whole report.
+  r = RunBinary("predict --preset=s1 --report_json=" + report.string() + " > /dev/null & " + RINGPIPE_BIN +
+                    " predict --preset=s2 --report_json=" + report.string() + " > /dev/null; wait",
+                dir);
+  EXPECT_TRUE(json::parse(ReadFile(report)).is_object());
+  EXPECT_EQ(Leftovers(dir, {"victim", "r.json", "r.json.tmp-ringpipe", "link.json", "c.json"}),
+            std::vector<std::string>{});
+  fs::remove_all(dir);
+}
+
+TEST(Hardening, ASignalDuringACommitRemovesItsTemporaryFiles) {
+  const fs::path dir = TempDir("signal");
+  const fs::path temp = dir / ".r.json.ringpipe-test";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    InstallCleanupHandlers();
+    std::ofstream(temp) << "partial";
+    internal::RegisterTempFile(temp.string());
+    ::raise(SIGTERM);
+    ::_exit(0);  // not reached: the handler dies of the signal
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_FALSE(fs::exists(temp));
+  fs::remove_all(dir);
+}
+
+// 7. Lost standard output is an error, as coreutils have it.
+TEST(Hardening, AFailedWriteToStandardOutputIsAnError) {
+  const fs::path dir = TempDir("stdout");
+  for (const std::string& cmd : std::vector<std::string>{"predict", "allreduce --ranks=2 --max_bytes=4K --iters=1 --warmup=0",
+                                "sweep --preset=s1 --predict_only --axis=microbatches=2,4 --out_dir=" +
+                                    (dir / "out").string()}) {
+    const Result r = RunBinary(cmd + " > /dev/full", dir);
+    EXPECT_EQ(r.exit_code, kExitFailed) << cmd << "\n" << r.err;
+    EXPECT_NE(r.err.find("standard output: No space left on device"), std::string::npos) << cmd << "\n" << r.err;
+  }
+  fs::remove_all(dir);
+}
+
+// 8. Stray positional arguments are an error.
+TEST(Hardening, StrayArgumentsAreAnError) {
+  const fs::path dir = TempDir("positional");
+  ExpectBadInput(RunBinary("predict steps=0 dp=0", dir), "unexpected argument 'steps=0'", "forgotten dashes");
+  ExpectBadInput(RunBinary("run --virtual_time true", dir), "unexpected argument 'true'", "bool with a value");
+  ExpectBadInput(RunBinary("allreduce extra", dir), "unexpected argument 'extra'", "allreduce");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rp::apps
