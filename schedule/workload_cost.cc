@@ -1,9 +1,11 @@
 #include "schedule/workload_cost.h"
 
+
 #include <algorithm>
 #include <span>
 
 #include "absl/strings/str_cat.h"
+#include "comm/ring_timing.h"
 #include "runtime/status_macros.h"
 
 namespace rp::schedule {
@@ -118,19 +120,48 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int
   return b;
 }
 
-std::vector<PredictedWire> PredictWireBytes(const Program& prog, int dp, int tp, const PredictOptions& options) {
-  std::vector<PredictedWire> out(static_cast<size_t>(prog.num_ranks));
-  for (int s = 0; s < prog.num_ranks; ++s) {
+namespace {
+
+// Bytes one rank of an n-rank ring all-reduce of `elements` modeled FP32 elements sends: 2(n − 1)
+// steps of one modeled chunk in K segments (comm/ring_timing.h), codec metadata included.
+uint64_t RingAllReduceWireBytes(int n, uint64_t elements, size_t segment_bytes, comm::Codec codec) {
+  if (n <= 1) return 0;
+  const comm::ring::TimedShape shape = comm::ring::TimedShape::Ring(
+      n, elements, segment_bytes == 0 ? ~size_t{0} / 8 : segment_bytes / 4, codec, 0);
+  uint64_t chunk = 0;
+  for (int k = 0; k < shape.segments(); ++k) chunk += shape.segment_bytes(k);
+  return 2 * static_cast<uint64_t>(n - 1) * chunk;
+}
+
+}  // namespace
+
+std::vector<PredictedWire> PredictWireBytes(const ExecutionPlan& plan) {
+  const int pp = static_cast<int>(plan.ranks.size());
+  const int tp = plan.grid.shape().tp;
+  std::vector<PredictedWire> out(static_cast<size_t>(pp));
+  for (int s = 0; s < pp; ++s) {
     PredictedWire& w = out[static_cast<size_t>(s)];
-    for (const Op& op : prog.ranks[static_cast<size_t>(s)]) {
+    const size_t seg = plan.ring_segment_bytes;
+    for (const Op& op : plan.options.program.ranks[static_cast<size_t>(s)]) {
       if (IsSend(op.kind)) w.p2p += op.bytes;
-      if (op.kind == OpKind::kTpAllReduce && tp > 1) {
-        auto c = RingAllReduceCost(tp, op.bytes / 4, LinkParams{}, options.tp_ring);
-        if (c.ok()) w.tp += c->wire_bytes / static_cast<uint64_t>(tp);
+      if (!IsCompute(op.kind) || tp <= 1) continue;
+      auto add_pass = [&](int chunk, int pass) {
+        for (uint64_t e : plan.Chunk(s, chunk).tp_elements[static_cast<size_t>(pass)]) {
+          w.tp += RingAllReduceWireBytes(tp, e, seg, comm::Codec::kFp32);
+        }
+      };
+      if (op.kind == OpKind::kForwardBackward) {
+        add_pass(op.chunk, 0);
+        add_pass(op.backward_chunk, PassIndex(OpKind::kBackward));
+      } else {
+        add_pass(op.chunk, PassIndex(op.kind));
       }
-      if (op.kind == OpKind::kAllReduce && dp > 1) {
-        auto c = RingAllReduceCost(dp, op.bytes / 4, LinkParams{}, options.dp_ring);
-        if (c.ok()) w.dp += c->wire_bytes / static_cast<uint64_t>(dp);
+    }
+    const int rank = plan.grid.RankOf({0, s, 0});
+    for (int c = 0; c < plan.v; ++c) {
+      const int n = static_cast<int>(plan.GradGroup(rank, c, nullptr).size());
+      for (const BucketPlan& b : plan.Chunk(s, c).buckets) {
+        w.dp += RingAllReduceWireBytes(n, b.modeled_elements, seg, plan.options.codec);
       }
     }
   }

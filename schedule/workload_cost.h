@@ -72,13 +72,15 @@ absl::StatusOr<TransformerCost> CostOfTransformer(const TransformerModel& model,
 absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& model, int pp, int virtual_stages, int tp,
                                                const std::vector<int>& layers_per_stage, int microbatch_size);
 
-// Bytes one device puts on the wire in one step: p2p messages, its share of the TP and DP rings
-// (codec metadata included).
+// Modeled bytes one device puts on the fabric in one step: p2p messages, its TP ring all-reduces
+// and its DP (gradient-group) ring all-reduces of every bucket, in the modeled segments of
+// comm/ring_timing.h (codec metadata included) — what the predictor's and the emulator's fabric
+// time.
 struct PredictedWire {
   uint64_t p2p = 0, tp = 0, dp = 0;
   uint64_t total() const { return p2p + tp + dp; }
 };
 // One entry per pipeline rank (every replica and TP shard of a pipeline rank sends the same).
-std::vector<PredictedWire> PredictWireBytes(const Program& program, int dp, int tp, const PredictOptions& options);
+std::vector<PredictedWire> PredictWireBytes(const ExecutionPlan& plan);
 
 }  // namespace rp::schedule

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "schedule/generators.h"
+#include "tests/schedule/predict_helpers.h"
 
 namespace rp::schedule {
 namespace {
@@ -67,15 +68,28 @@ TEST(WorkloadCost, PredictedWireBytesFollowTheRingFormula) {
                      .gradient_bytes = 4096};
   auto prog = BuildSchedule(ScheduleKind::kOneFOneB, po);
   ASSERT_TRUE(prog.ok()) << prog.status();
-  const std::vector<PredictedWire> w = PredictWireBytes(*prog, /*dp=*/4, /*tp=*/1, PredictOptions{});
-  ASSERT_EQ(w.size(), 2u);
-  // Rank 0 sends 3 activations, rank 1 three gradients back (same size); each ring member sends
-  // 2(n−1)/n of the 4096 gradient bytes.
-  EXPECT_EQ(w[0].p2p, 3000u);
-  EXPECT_EQ(w[1].p2p, 3000u);
-  EXPECT_EQ(w[0].dp, 2u * 3 * 4096 / 4);
-  EXPECT_EQ(w[0].tp, 0u);
-  EXPECT_EQ(w[0].total(), w[0].p2p + w[0].dp);
+  for (comm::Codec codec : {comm::Codec::kFp32, comm::Codec::kBf16}) {
+    absl::StatusOr<ExecutionPlan> plan = PlanOf(*prog, CostModel::Uniform({}), {.dp = 4, .pp = 2});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    plan->options.codec = codec;
+    const std::vector<PredictedWire> w = PredictWireBytes(*plan);
+    ASSERT_EQ(w.size(), 2u);
+    // Rank 0 sends 3 activations, rank 1 three gradients back (same size).
+    EXPECT_EQ(w[0].p2p, 3000u);
+    EXPECT_EQ(w[1].p2p, 3000u);
+    for (int s = 0; s < 2; ++s) {
+      // Each ring member sends 2(n − 1) modeled chunks of ceil(E / n) elements per bucket, in one
+      // message each (no segment size): 4 bytes per FP32 element, 2 per BF16 one.
+      uint64_t expect = 0;
+      for (const BucketPlan& b : plan->Chunk(s, 0).buckets) {
+        expect += 2 * 3 * ((b.modeled_elements + 3) / 4) * (codec == comm::Codec::kFp32 ? 4 : 2);
+      }
+      EXPECT_GT(expect, 0u);
+      EXPECT_EQ(w[static_cast<size_t>(s)].dp, expect) << "rank " << s;
+      EXPECT_EQ(w[static_cast<size_t>(s)].tp, 0u);
+      EXPECT_EQ(w[static_cast<size_t>(s)].total(), w[static_cast<size_t>(s)].p2p + expect);
+    }
+  }
 }
 
 }  // namespace
