@@ -214,21 +214,24 @@ absl::StatusOr<Nanos> Device::Compute(const OpInfo& op, Nanos duration, Nanos re
   return end;
 }
 
-void Device::StartCommStream() {
+absl::Status Device::StartCommStream() {
   io_ = std::make_unique<boost::asio::io_context>(1);
-  comm_thread_ = std::thread([this] {
+  absl::StatusOr<Thread> t = Thread::Start(kDeviceStackBytes, [this] {
     ScopedStream scope(this, Stream::kComm);
     auto guard = boost::asio::make_work_guard(*io_);
     // The guard keeps run() alive until StopCommStream() calls stop() after the last task.
     io_->run();
   });
+  if (!t.ok()) return t.status();
+  comm_thread_ = *std::move(t);
+  return absl::OkStatus();
 }
 
 void Device::StopCommStream() {
   if (!comm_thread_.joinable()) return;
   // Let queued tasks drain (each is skipped if the run failed), then stop.
   boost::asio::post(*io_, [this] { io_->stop(); });
-  comm_thread_.join();
+  comm_thread_.Join();
   io_.reset();
 }
 
@@ -320,21 +323,37 @@ absl::Status Cluster::Run(absl::FunctionRef<absl::Status(Device&)> body) {
         absl::StrCat("Cluster::Run after a failed run: ", watchdog_->status().message()));
   }
   const size_t n = devices_.size();
+  // A thread that cannot start fails the run; those started see the failure and end.
+  auto failed_to_start = [this](const absl::Status& s, size_t rank, const char* stream) {
+    watchdog_->Fail(absl::Status(s.code(), absl::StrCat("device ", rank, " ", stream,
+                                                        " stream: ", s.message())));
+  };
   if (options_.comm_streams) {
-    for (auto& d : devices_) d->StartCommStream();
+    for (size_t r = 0; r < n; ++r) {
+      absl::Status s = devices_[r]->StartCommStream();
+      if (!s.ok()) {
+        failed_to_start(s, r, "comm");
+        break;
+      }
+    }
   }
-  std::vector<std::thread> threads;
+  std::vector<Thread> threads;
   threads.reserve(n);
-  for (size_t r = 0; r < n; ++r) {
+  for (size_t r = 0; r < n && !watchdog_->failed(); ++r) {
     Device* dev = devices_[r].get();
-    threads.emplace_back([this, dev, &body] {
+    absl::StatusOr<Thread> t = Thread::Start(kDeviceStackBytes, [this, dev, &body] {
       ScopedStream scope(dev, Stream::kCompute);
       dev->RecordFaultsAtStart();
       absl::Status s = CatchAll(dev->rank(), "compute", [&] { return body(*dev); });
       if (!s.ok()) watchdog_->Fail(s);
     });
+    if (!t.ok()) {
+      failed_to_start(t.status(), r, "compute");
+      break;
+    }
+    threads.push_back(*std::move(t));
   }
-  for (std::thread& t : threads) t.join();
+  for (Thread& t : threads) t.Join();
   for (auto& d : devices_) d->StopCommStream();
   return watchdog_->status();
 }

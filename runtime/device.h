@@ -57,6 +57,7 @@
 #include "runtime/lateness.h"
 #include "runtime/memory.h"
 #include "runtime/mutex.h"
+#include "runtime/thread.h"
 #include "runtime/time.h"
 #include "runtime/tracer.h"
 #include "runtime/watchdog.h"
@@ -186,7 +187,7 @@ class Device {
   friend class Cluster;
   Device(int rank, int node, Clock* clock, Tracer* tracer, Watchdog* watchdog,
          const FaultInjector* faults);
-  void StartCommStream();
+  [[nodiscard]] absl::Status StartCommStream();
   void StopCommStream();
   void RecordFaultsAtStart();
 
@@ -202,7 +203,7 @@ class Device {
   int64_t compute_index_ = 0;
   bool faults_recorded_ = false;
   std::unique_ptr<boost::asio::io_context> io_;
-  std::thread comm_thread_;
+  Thread comm_thread_;
 };
 
 struct ClusterOptions {
