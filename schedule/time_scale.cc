@@ -1,0 +1,107 @@
+#include "schedule/time_scale.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/status_macros.h"
+
+namespace rp::schedule {
+namespace {
+
+// Rounds up to a readable scale: 1, 1.5, 2, 3, 4, 5, 6, 8 × 10^k.
+double NiceUp(double x) {
+  if (!(x > 0)) return 1;
+  const double decade = std::pow(10.0, std::floor(std::log10(x)));
+  for (double m : {1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0}) {
+    if (m * decade >= x * (1 - 1e-12)) return m * decade;
+  }
+  return 10 * decade;
+}
+
+std::string Describe(const std::vector<TimeScaleTrial>& trials) {
+  std::string out;
+  for (const TimeScaleTrial& t : trials) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ",
+                    absl::StrFormat("%g → %+.2f %%", t.scale, 100 * t.fidelity_host));
+  }
+  return out;
+}
+
+absl::StatusOr<TimeScaleTrial> RunTrial(const ExecutorOptions& base, int steps, double scale) {
+  ExecutorOptions o = base;
+  o.virtual_time = false;
+  o.time_scale = scale;
+  o.steps = steps;
+  o.run_reference = false;
+  o.eval_every = 0;
+  o.eval_samples = 1;
+  o.tracer = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  RP_ASSIGN_OR_RETURN(auto exec, Executor::Create(o));
+  RP_ASSIGN_OR_RETURN(RunResult r, exec->Run());
+  const StepRecord& last = r.steps.back();
+  return TimeScaleTrial{
+      .scale = scale,
+      .fidelity_host = last.emulated_ms > 0 ? last.measured_ms / last.emulated_ms - 1 : 0,
+      .wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+}  // namespace
+
+double SuggestTimeScale(double scale, double fidelity_host, double target) {
+  const double f = std::abs(fidelity_host);
+  if (f <= target) return scale;
+  const double factor = std::clamp(f / target * 1.25, 2.0, 64.0);
+  return NiceUp(scale * factor);
+}
+
+absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const CalibrationOptions& c) {
+  if (!(c.target > 0) || !(c.start > 0) || !(c.max_scale >= c.start) || c.trial_steps < 1 ||
+      !(c.max_seconds > 0)) {
+    return absl::InvalidArgumentError(
+        "calibration: target, start, max_seconds must be > 0, max_scale >= start, trial_steps >= 1");
+  }
+  TimeScaleChoice out;
+  double spent = 0;
+  double scale = c.start;
+  while (true) {
+    RP_ASSIGN_OR_RETURN(TimeScaleTrial t, trial(scale));
+    out.trials.push_back(t);
+    spent += t.wall_seconds;
+    if (std::abs(t.fidelity_host) <= c.target) {
+      out.scale = scale;
+      out.sustained = true;
+      out.reason = absl::StrFormat(
+          "time scale %g: the smallest tried whose trial kept |fidelity.host| <= %g %% (trials: %s)",
+          scale, 100 * c.target, Describe(out.trials));
+      return out;
+    }
+    const double next = std::min(SuggestTimeScale(scale, t.fidelity_host, c.target), c.max_scale);
+    // The next trial takes about next / scale times this one's wall time.
+    const double next_cost = t.wall_seconds * next / scale;
+    if (next <= scale || spent + next_cost > c.max_seconds) break;
+    scale = next;
+  }
+  const auto best = std::min_element(out.trials.begin(), out.trials.end(),
+                                     [](const TimeScaleTrial& a, const TimeScaleTrial& b) {
+                                       return std::abs(a.fidelity_host) < std::abs(b.fidelity_host);
+                                     });
+  out.scale = best->scale;
+  out.sustained = false;
+  out.reason = absl::StrFormat(
+      "time scale %g: no scale up to %g within the %g s calibration budget kept |fidelity.host| "
+      "<= %g %%; the best trial is used and the host figures are not trustworthy (trials: %s)",
+      out.scale, scale, c.max_seconds, 100 * c.target, Describe(out.trials));
+  return out;
+}
+
+absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const ExecutorOptions& options,
+                                                const CalibrationOptions& c) {
+  return ChooseTimeScale(
+      [&](double scale) { return RunTrial(options, c.trial_steps, scale); }, c);
+}
+
+}  // namespace rp::schedule

@@ -1,0 +1,66 @@
+// Choosing a real-clock time scale the host can keep (DESIGN.md "The time engine": "the time
+// scale defaults to one the host can sustain — measured, not guessed").
+//
+// On a real clock every modeled nanosecond takes time_scale wall nanoseconds; the host must do an
+// op's real work (kernels, wake-ups, the fabric) within its scaled modeled time, or the run falls
+// behind and measured drifts from emulated (fidelity.host = measured / emulated − 1). How much
+// scale that takes depends on the host, its load and the layout, so ChooseTimeScale measures it:
+// short trial runs of the same options (a fresh executor each, `trial_steps` steps, no reference
+// trainer, no tracer) at growing scales, until the last trial step's |fidelity.host| is within
+// `target`. The next scale after a trial that missed is estimated from it — host overhead is
+// roughly a fixed wall time, so fidelity shrinks as 1 / scale: next = scale × |fidelity| / target
+// × 1.25, at least ×2 and at most ×64 — and the search stops at max_scale or when the trials have
+// used max_seconds of wall time (then the best scale tried is returned, marked not sustained).
+//
+// SuggestTimeScale is the same estimate for a run whose scale was forced: the scale at which its
+// measured host fidelity would have been within target.
+//
+// Example:
+//   RP_ASSIGN_OR_RETURN(TimeScaleChoice c, ChooseTimeScale(options));
+//   options.time_scale = c.scale;   // c.reason says why, c.trials what was measured
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "schedule/executor.h"
+
+namespace rp::schedule {
+
+struct TimeScaleTrial {
+  double scale = 1;
+  double fidelity_host = 0;  // the last trial step's measured / emulated − 1
+  double wall_seconds = 0;
+};
+
+struct TimeScaleChoice {
+  double scale = 1;
+  bool sustained = false;  // a trial at `scale` kept |fidelity.host| <= target
+  std::vector<TimeScaleTrial> trials;
+  std::string reason;  // one line: the chosen scale and the trials behind it
+};
+
+struct CalibrationOptions {
+  double target = 0.01;  // |fidelity.host| to reach
+  double start = 1;      // first scale tried, > 0
+  double max_scale = 4096;
+  int trial_steps = 2;   // per trial; the last step is judged (the first warms up)
+  double max_seconds = 60;  // wall-time budget of all trials
+};
+
+// Runs one trial at `scale` (tests replace it; the default runs the executor).
+using TrialFn = std::function<absl::StatusOr<TimeScaleTrial>(double scale)>;
+
+// Errors: InvalidArgument for bad calibration options; the first trial's error (a bad layout).
+[[nodiscard]] absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const ExecutorOptions& options,
+                                                              const CalibrationOptions& c = {});
+[[nodiscard]] absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial,
+                                                              const CalibrationOptions& c);
+
+// The scale at which a run measured `fidelity_host` at `scale` would have stayed within `target`
+// (the estimate above; `scale` when it already did).
+double SuggestTimeScale(double scale, double fidelity_host, double target = 0.01);
+
+}  // namespace rp::schedule

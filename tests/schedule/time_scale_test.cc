@@ -1,0 +1,93 @@
+// schedule/time_scale: the search for a sustainable time scale against fake hosts (a fixed wall
+// overhead per step, so fidelity = overhead / (scale × step)), the estimate for forced scales,
+// the budget, bad options; and one real trial on this host (its figures are not asserted: timing
+// claims belong to bench/).
+#include "schedule/time_scale.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "schedule/generators.h"
+
+namespace rp::schedule {
+namespace {
+
+// A host that adds `overhead` ms of wall time to a step of `step` modeled ms at any scale.
+TrialFn FakeHost(double overhead_ms, double step_ms, std::vector<double>* tried) {
+  return [=](double scale) -> absl::StatusOr<TimeScaleTrial> {
+    tried->push_back(scale);
+    return TimeScaleTrial{.scale = scale,
+                          .fidelity_host = overhead_ms / (scale * step_ms),
+                          .wall_seconds = 2 * scale * step_ms / 1000};
+  };
+}
+
+TEST(TimeScale, AFastHostKeepsScaleOne) {
+  std::vector<double> tried;
+  auto c = ChooseTimeScale(FakeHost(0.5, 100, &tried), {});  // 0.5 % at scale 1
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scale, 1);
+  EXPECT_TRUE(c->sustained);
+  EXPECT_EQ(tried, std::vector<double>{1});
+  EXPECT_NE(c->reason.find("time scale 1"), std::string::npos) << c->reason;
+}
+
+TEST(TimeScale, ASlowHostGetsTheEstimatedScaleAndItHolds) {
+  std::vector<double> tried;
+  // 30 ms of overhead on a 100 ms step: +30 % at scale 1; within 1 % from scale 30 on.
+  auto c = ChooseTimeScale(FakeHost(30, 100, &tried), {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->sustained);
+  EXPECT_GE(c->scale, 30);
+  EXPECT_LE(c->scale, 30 * 1.25 * 1.5);  // the estimate, rounded up to a readable value
+  EXPECT_LE(std::abs(30 / (c->scale * 100)), 0.01);
+  EXPECT_EQ(tried.size(), 2u);  // one miss, then the estimate
+  EXPECT_EQ(c->trials.size(), 2u);
+}
+
+TEST(TimeScale, TheBudgetStopsTheSearchAndSaysTheHostFiguresAreNotTrustworthy) {
+  std::vector<double> tried;
+  // A 1 s step with 10 s of overhead; each trial costs 2 × scale seconds; a 30 s budget.
+  auto c = ChooseTimeScale(FakeHost(10000, 1000, &tried), {.max_seconds = 30});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->sustained);
+  EXPECT_EQ(c->scale, tried.back());  // the best (largest) tried
+  EXPECT_NE(c->reason.find("not trustworthy"), std::string::npos) << c->reason;
+}
+
+TEST(TimeScale, SuggestionForAForcedScale) {
+  EXPECT_EQ(SuggestTimeScale(4, 0.005), 4);     // within target: keep it
+  EXPECT_EQ(SuggestTimeScale(1, 0.10), 15);     // 1 × 10 × 1.25 = 12.5 → 15
+  EXPECT_EQ(SuggestTimeScale(2, -0.03), 8);     // at least × 2 … 2 × 3.75 = 7.5 → 8
+  EXPECT_EQ(SuggestTimeScale(1, 30), 80);       // at most × 64 → 64 → 80
+}
+
+TEST(TimeScale, BadOptionsAreRefused) {
+  std::vector<double> tried;
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ChooseTimeScale(FakeHost(1, 1, &tried), {.target = 0}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ChooseTimeScale(FakeHost(1, 1, &tried), {.start = 8, .max_scale = 4}).status()));
+  EXPECT_TRUE(tried.empty());
+}
+
+TEST(TimeScale, RealTrialsRunTheExecutorOnTheRealClock) {
+  PipelineOptions po{.num_ranks = 2, .num_micro_batches = 2, .activation_bytes = 4096,
+                     .gradient_bytes = 4096};
+  absl::StatusOr<Program> prog = BuildOneFOneB(po);
+  ASSERT_TRUE(prog.ok());
+  ExecutorOptions o;
+  o.grid = {.dp = 1, .pp = 2, .tp = 1};
+  o.program = *prog;
+  o.cost = CostModel::Uniform({.forward = FromMillis(2), .backward = FromMillis(4)});
+  o.virtual_time = true;  // the trials switch to the real clock themselves
+  auto c = ChooseTimeScale(o, {.target = 1e9, .trial_steps = 1});  // any fidelity passes
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->trials.size(), 1u);
+  EXPECT_EQ(c->scale, 1);
+  EXPECT_GT(c->trials[0].wall_seconds, 0);
+  EXPECT_TRUE(std::isfinite(c->trials[0].fidelity_host));
+}
+
+}  // namespace
+}  // namespace rp::schedule
