@@ -6,6 +6,7 @@
 #include <cmath>
 #include <tuple>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -382,6 +383,60 @@ TEST(Executor, TimelineMatchesPredictionAndIsTraced) {
   }
   ASSERT_FALSE(flows.empty());
   for (const auto& [id, n] : flows) EXPECT_EQ(n, 11) << "flow " << id;
+}
+
+// Determinism (issue 13): the same options give the same emulated timeline and the same bits run
+// after run — with event-driven comm streams, TP handlers, a shared NIC (contention), jitter,
+// buckets and a lossy codec with error feedback, on a layout large enough for many interleavings.
+TEST(Executor, RepeatedVirtualRunsAreIdentical) {
+  ExecutorOptions o = MakeOptions({.kind = ScheduleKind::kOneFOneB, .dp = 4, .pp = 2, .tp = 2,
+                                   .m = 4}, 3);
+  o.run_reference = false;
+  o.placement.devices_per_node = 4;
+  o.links = DgxA100();
+  o.links.devices_per_node = 4;
+  o.links.nics_per_node = 1;
+  o.codec = comm::Codec::kInt8;
+  o.error_feedback = true;
+  o.segment_bytes = 4096;
+  o.bucket_bytes = 1 << 12;
+  o.faults.jitter = {.seed = 7, .max_fraction = 0.2};
+  struct Outcome {
+    std::vector<std::vector<OpInterval>> timelines;
+    std::vector<std::vector<float>> params;
+    std::vector<double> loss;
+  };
+  auto run = [&]() {
+    Outcome out;
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    EXPECT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    EXPECT_TRUE(r.ok()) << r.status();
+    out.timelines = r->timelines;
+    for (const StepRecord& s : r->steps) out.loss.push_back(s.loss);
+    for (int rank = 0; rank < 16; ++rank) out.params.push_back(*(*ex)->Parameters(rank));
+    return out;
+  };
+  const Outcome first = run();
+  for (int again = 0; again < 3; ++again) {
+    const Outcome next = run();
+    ASSERT_EQ(next.timelines.size(), first.timelines.size());
+    for (size_t rank = 0; rank < first.timelines.size(); ++rank) {
+      ASSERT_EQ(next.timelines[rank].size(), first.timelines[rank].size());
+      for (size_t i = 0; i < first.timelines[rank].size(); ++i) {
+        EXPECT_EQ(next.timelines[rank][i].start, first.timelines[rank][i].start) << rank << " " << i;
+        EXPECT_EQ(next.timelines[rank][i].end, first.timelines[rank][i].end) << rank << " " << i;
+        EXPECT_EQ(next.timelines[rank][i].transfer, first.timelines[rank][i].transfer);
+        EXPECT_EQ(next.timelines[rank][i].peer, first.timelines[rank][i].peer);
+      }
+    }
+    EXPECT_EQ(next.loss, first.loss);
+    for (size_t rank = 0; rank < first.params.size(); ++rank) {
+      ASSERT_EQ(0, std::memcmp(next.params[rank].data(), first.params[rank].data(),
+                               first.params[rank].size() * sizeof(float)))
+          << "rank " << rank;
+    }
+  }
 }
 
 // The default model learns: held-out accuracy far above chance (the prototypes reported chance).
