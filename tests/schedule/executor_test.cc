@@ -383,6 +383,22 @@ TEST(Executor, TimelineMatchesPredictionAndIsTraced) {
   }
   ASSERT_FALSE(flows.empty());
   for (const auto& [id, n] : flows) EXPECT_EQ(n, 11) << "flow " << id;
+  // Port tracks: every port serves one message at a time, in modeled time; the DP and TP rings and
+  // the pipeline all appear.
+  std::map<int, std::vector<PortEvent>> by_port;
+  for (const PortEvent& e : tracer.port_events()) by_port[e.port].push_back(e);
+  ASSERT_FALSE(by_port.empty());
+  for (auto& [port, events] : by_port) {
+    std::sort(events.begin(), events.end(),
+              [](const PortEvent& a, const PortEvent& b) { return a.start_ns < b.start_ns; });
+    for (size_t i = 1; i < events.size(); ++i) {
+      EXPECT_GE(events[i].start_ns, events[i - 1].end_ns) << "port " << port;
+    }
+    for (const PortEvent& e : events) EXPECT_GE(e.start_ns, e.ready_ns);
+  }
+  const std::string json = tracer.ToChromeJson();
+  EXPECT_THAT(json, HasSubstr("fabric ports (modeled)"));
+  EXPECT_THAT(json, HasSubstr("nvlink out"));
 }
 
 // Determinism (issue 13): the same options give the same emulated timeline and the same bits run
