@@ -165,7 +165,7 @@ absl::Status RingRunner::RunTimed(RingMachine::Buffers buffers) {
     absl::StatusOr<Delivery> d = go.fabric->Await(lp, group_.RingChannel(prev_), site, timeout_);
     if (!d.ok()) return Fail(d.status(), "waiting for", prev_, step);
     if (go.clock != nullptr) go.clock->WaitUntil(d->timing.arrival);
-    const auto* payload = dynamic_cast<const SegmentPayload*>(d->payload.get());
+    const SegmentPayload* payload = AsSegment(d->payload.get());
     if (payload == nullptr) {
       return Fail(absl::InternalError("a ring message without its data"), "receiving from",
                   prev_, step);
