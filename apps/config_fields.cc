@@ -132,8 +132,9 @@ ConfigField IntF(const char* name, M m, int64_t lo, int64_t hi, const char* help
 }
 
 template <typename M>
-ConfigField NumberF(const char* name, M m, const char* help, const char* unset = nullptr) {
-  return {name, Grammar::kNumber, kEveryRun, 1, 0, help, unset,
+ConfigField NumberF(const char* name, M m, const char* help, const char* unset = nullptr,
+                    unsigned scope = kEveryRun) {
+  return {name, Grammar::kNumber, scope, 1, 0, help, unset,
           [=](RunConfig& c, const json& v) -> absl::Status {
             RP_ASSIGN_OR_RETURN(double d, AsDouble(name, v));
             using T = std::remove_reference_t<decltype(m(c))>;
@@ -204,13 +205,24 @@ ConfigField EnumF(const char* name, M m, Parse parse, Print print, const char* h
 
 #define RP_MEMBER(expr) [](RunConfig & c) -> auto& { return c.expr; }
 
+// Every schedule a generator builds (schedule/generators.h), in ScheduleKind order.
+constexpr schedule::ScheduleKind kSchedules[] = {
+    schedule::ScheduleKind::kGPipe,        schedule::ScheduleKind::kOneFOneB,
+    schedule::ScheduleKind::kInterleaved,  schedule::ScheduleKind::kZeroBubbleH1,
+    schedule::ScheduleKind::kZeroBubbleH2, schedule::ScheduleKind::kZeroBubbleV,
+    schedule::ScheduleKind::kDualPipeV,    schedule::ScheduleKind::kDualPipe};
+
+std::string ScheduleNames() {
+  std::vector<std::string> names;
+  for (auto k : kSchedules) names.emplace_back(schedule::ScheduleName(k));
+  return absl::StrJoin(names, ", ");
+}
+
 absl::StatusOr<schedule::ScheduleKind> ParseSchedule(const std::string& s) {
-  for (auto k : {schedule::ScheduleKind::kGPipe, schedule::ScheduleKind::kOneFOneB,
-                 schedule::ScheduleKind::kInterleaved, schedule::ScheduleKind::kZeroBubbleH1}) {
+  for (auto k : kSchedules) {
     if (s == schedule::ScheduleName(k)) return k;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown schedule '", OneLine(s), "' (gpipe, 1f1b, interleaved, zb-h1)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown schedule '", OneLine(s), "' (", ScheduleNames(), ")"));
 }
 
 absl::StatusOr<CostModelKind> ParseCostModel(const std::string& s) {
@@ -251,9 +263,20 @@ std::vector<ConfigField>* BuildFields() {
   f->push_back(IntF("tp", RP_MEMBER(tp), 1, kMaxDevices, "Tensor-parallel shards per stage."));
   f->push_back(IntF("microbatches", RP_MEMBER(microbatches), 1, 1 << 20, "Micro-batches per replica per step."));
   f->push_back(EnumF("schedule", RP_MEMBER(schedule), ParseSchedule, schedule::ScheduleName,
-                     "Pipeline schedule: gpipe, 1f1b, interleaved or zb-h1."));
+                     "Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev or dualpipe "
+                     "(docs/schedules.md)."));
   f->push_back(IntF("virtual_stages", RP_MEMBER(virtual_stages), 1, 1024,
-                    "Virtual stages (model chunks) per device; > 1 needs --schedule=interleaved."));
+                    "Virtual stages (model chunks) per device; > 1 needs --schedule=interleaved (zb-v, dualpipev "
+                    "and dualpipe always hold 2 chunks: 1 or 2 here)."));
+  f->push_back(IntF("microbatch_group", RP_MEMBER(microbatch_group), 0, 1 << 20,
+                    "Interleaved: Megatron's micro-batch group size N (pp <= N <= microbatches, microbatches mod N "
+                    "0 or >= pp); 0: pp."));
+  f->push_back(BoolF("pytorch_rounds", RP_MEMBER(pytorch_rounds),
+                     "Interleaved: PyTorch's rule N = m / max(1, m / pp) instead of Megatron's groups (microbatches "
+                     "a multiple of the rounds; microbatch_group must be 0)."));
+  f->push_back(BoolF("fused_fb", RP_MEMBER(fused_fb),
+                     "dualpipev, dualpipe: run each overlapped pair as one F&B op that starts when both inputs are "
+                     "there (DeepSeek's code); false: two independent ops. Other schedules: must stay true."));
   f->push_back(EnumF("cost_model", RP_MEMBER(cost_model), ParseCostModel, CostModelName,
                      "fixed: --forward_ms/--backward_ms/--weight_grad_ms per stage; flops: FLOPs of the model "
                      "described by --flops_* on --flops_device."));
@@ -285,32 +308,52 @@ std::vector<ConfigField>* BuildFields() {
   f->push_back(EnumF("codec", RP_MEMBER(codec), comm::ParseCodec, comm::CodecName,
                      "Gradient wire format: fp32, fp16, bf16 or int8."));
   f->push_back({"segment_bytes", Grammar::kByteList, kEveryRun, 1, 0,
-                "Bytes per ring segment of the gradient all-reduce (fp32 bytes, a multiple of 4 up to 1G; "
-                "suffixes K, M, G = KiB, MiB, GiB). One size; 0: one message per chunk.",
+                "Modeled bytes per ring message of the TP and DP all-reduces (FP32 bytes of the modeled gradients, "
+                "a multiple of 4 up to 1G; suffixes K, M, G = KiB, MiB, GiB): each message pays the link's "
+                "overhead o. One size; 0: one message per chunk.",
                 "0 (one message per chunk)",
                 [](RunConfig& c, const json& v) -> absl::Status {
                   RP_ASSIGN_OR_RETURN(c.segment_bytes, AsBytes("segment_bytes", v));
                   return absl::OkStatus();
                 },
                 [](const RunConfig& c) { return json(c.segment_bytes); }});
-  f->push_back(IntF("buckets", RP_MEMBER(buckets), 1, 1 << 16, "Gradient all-reduce buckets per model chunk."));
-  f->push_back(BoolF("overlap_allreduce", RP_MEMBER(overlap_allreduce),
-                     "true: a chunk's gradient buckets start right after its last backward (overlapping the "
-                     "rest); false: after the last compute op."));
+  f->push_back(NumberF("bucket_mb", RP_MEMBER(bucket_mb),
+                       "DDP gradient bucket cap, MiB of modeled gradients (PyTorch's bucket_cap_mb), > 0: buckets "
+                       "form in reverse layer order and each starts its all-reduce when its last gradient is final."));
+  f->push_back(BoolF("overlap", RP_MEMBER(overlap),
+                     "DDP overlap: true starts each gradient bucket's all-reduce inside the last backward; false "
+                     "starts them all at the optimizer step."));
+  f->push_back(NumberF("reduce_gbps", RP_MEMBER(reduce_gbps),
+                       "Modeled reduction throughput of a ring all-reduce, GB/s of FP32 data, >= 0 (0: free)."));
   f->push_back(StringF("link", RP_MEMBER(link),
                        "Link model: ideal (free links) or a preset: dgx-a100, dgx-h100 (docs/runtime.md)."));
   f->push_back(IntF("devices_per_node", RP_MEMBER(devices_per_node), 1, kMaxDevices,
                     "Devices per node: decides which links are intra- or inter-node."));
+  f->push_back({"nics_per_node", Grammar::kInt, kEveryRun, 0, kMaxDevices,
+                "NICs per node for inter-node traffic: 0 = one per device (rail-optimized, as in DGX); 1 = one "
+                "shared NIC; else a divisor of devices_per_node.",
+                "one per device",
+                [](RunConfig& c, const json& v) -> absl::Status {
+                  RP_ASSIGN_OR_RETURN(c.nics_per_node, AsInt<int>("nics_per_node", v));
+                  return absl::OkStatus();
+                },
+                [](const RunConfig& c) { return json(c.nics_per_node); }});
   constexpr const char* kKeep = "the link preset's";
   f->push_back(NumberF("alpha_us", RP_MEMBER(alpha_us), "Override the latency of both link classes, us.", kKeep));
   f->push_back(NumberF("bandwidth_gbps", RP_MEMBER(bandwidth_gbps),
                        "Override the bandwidth of both link classes, GB/s (0: infinite).", kKeep));
+  f->push_back(NumberF("overhead_us", RP_MEMBER(overhead_us),
+                       "Override the per-message overhead o of both link classes, us (it occupies the ports).", kKeep));
   f->push_back(NumberF("intra_alpha_us", RP_MEMBER(intra_alpha_us), "Override the intra-node latency, us.", kKeep));
   f->push_back(NumberF("intra_bandwidth_gbps", RP_MEMBER(intra_bandwidth_gbps),
                        "Override the intra-node bandwidth, GB/s (0: infinite).", kKeep));
+  f->push_back(NumberF("intra_overhead_us", RP_MEMBER(intra_overhead_us),
+                       "Override the intra-node per-message overhead, us (dgx presets: 0.4, from NCCL).", kKeep));
   f->push_back(NumberF("inter_alpha_us", RP_MEMBER(inter_alpha_us), "Override the inter-node latency, us.", kKeep));
   f->push_back(NumberF("inter_bandwidth_gbps", RP_MEMBER(inter_bandwidth_gbps),
                        "Override the inter-node bandwidth, GB/s (0: infinite).", kKeep));
+  f->push_back(NumberF("inter_overhead_us", RP_MEMBER(inter_overhead_us),
+                       "Override the inter-node per-message overhead, us (dgx presets: 3, from NCCL).", kKeep));
   f->push_back(NumberF("time_scale", RP_MEMBER(time_scale),
                        "Wall seconds per modeled second, (0, 1000] (0.1 runs ten times faster than modeled)."));
   f->push_back(IntF("steps", RP_MEMBER(steps), 1, 1 << 24, "Training steps."));
@@ -318,6 +361,10 @@ std::vector<ConfigField>* BuildFields() {
                      "true: run on a virtual clock (as fast as the host allows, deterministic modeled times); "
                      "false: real time at --time_scale.",
                      kEmulationOnly));
+  f->push_back(NumberF("watchdog_timeout", RP_MEMBER(watchdog_timeout),
+                       "Seconds without progress before a run fails as stalled, (0, 86400] (virtual clock: no device "
+                       "advanced; real clock: wall time).",
+                       nullptr, kEmulationOnly));
   f->push_back(IntF("eval_every", RP_MEMBER(eval_every), 0, 1 << 24,
                     "Evaluate held-out accuracy every N steps and after the last (0: about 10 evaluations).",
                     kEmulationOnly));
@@ -369,6 +416,20 @@ std::string FlagText(const json& v) {
 }  // namespace
 
 const char* CostModelName(CostModelKind k) { return k == CostModelKind::kFlops ? "flops" : "fixed"; }
+
+int RunConfig::chunks() const {
+  switch (schedule) {
+    case schedule::ScheduleKind::kInterleaved: return virtual_stages;
+    case schedule::ScheduleKind::kZeroBubbleV:
+    case schedule::ScheduleKind::kDualPipeV:
+    case schedule::ScheduleKind::kDualPipe: return 2;
+    default: return 1;
+  }
+}
+
+int RunConfig::num_model_stages() const {
+  return schedule == schedule::ScheduleKind::kDualPipe ? pp : pp * chunks();
+}
 
 MlpConfig RunConfig::Mlp() const {
   MlpConfig m;
@@ -450,9 +511,11 @@ std::vector<FlagSpec> ConfigFlags(unsigned exclude, const RunConfig& defaults) {
   for (const ConfigField& f : Fields()) {
     if ((f.scope & exclude) != 0) continue;
     const json v = f.get(defaults);
-    // Unset: an empty text or list, a negative override (-1), a byte count of 0 (one message per chunk).
+    // Unset: an empty text or list, a negative override (-1), an integer or byte count of 0 whose entry
+    // says what 0 means (one message per chunk, one NIC per device).
     const bool unset = (v.is_string() && v.get_ref<const std::string&>().empty()) || (v.is_array() && v.empty()) ||
-                       (v.is_number() && v.get<double>() < 0) || (f.grammar == Grammar::kByteList && v == 0);
+                       (v.is_number() && v.get<double>() < 0) ||
+                       ((f.grammar == Grammar::kByteList || f.grammar == Grammar::kInt) && v == 0);
     out.push_back({f.name, f.grammar, unset && f.unset != nullptr ? f.unset : FlagText(v), f.help});
   }
   return out;
