@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/status_macros.h"
 
@@ -405,6 +406,7 @@ std::vector<ConfigField>* BuildFields() {
 // A default for --help: the value as flag text ("64,64", "dgx-a100", "true").
 std::string FlagText(const json& v) {
   if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) return absl::StrFormat("%g", v.get<double>());  // 25, 0.5, 1e-06
   if (v.is_array()) {
     std::vector<std::string> parts;
     for (const json& x : v) parts.push_back(FlagText(x));

@@ -25,8 +25,8 @@ constexpr double kMaxOpNs = 1e15;
 constexpr double kMaxTotalNs = 1e18;
 // Modeled messages one device may put on the fabric per step (ring segments, p2p): every one is an
 // event of the emulator and of the predictor, so tiny segments on a large modeled gradient would
-// run for hours. About a second of predictor time per device.
-constexpr double kMaxMessagesPerDeviceStep = double{1 << 20};
+// run for hours (a few seconds of predictor time per device at this bound).
+constexpr double kMaxMessagesPerDeviceStep = double{1 << 22};
 // Largest DDP bucket cap (1 TiB): one bucket per chunk for any model.
 constexpr double kMaxBucketMb = double{1 << 20};
 constexpr double kMaxWatchdogSeconds = 86400;
@@ -120,9 +120,12 @@ absl::Status CheckSchedule(const RunConfig& cfg) {
                                             "microbatches] = [", p, ", ", m, "] (Megatron)"));
     }
     if (const int rest = m % n; rest != 0 && rest < p) {
+      if (cfg.microbatch_group == 0) {
+        return FieldError("microbatches", absl::StrCat("the interleaved schedule needs a multiple of pp=", p,
+                                                       " (Megatron's groups of N = pp micro-batches), got ", m));
+      }
       return FieldError(field, absl::StrCat("microbatches mod N = ", m, " mod ", n, " = ", rest,
-                                            "; it must be 0 or at least pp=", p, " (Megatron)",
-                                            cfg.microbatch_group == 0 ? ": with N = pp, a multiple of pp" : ""));
+                                            "; it must be 0 or at least pp=", p, " (Megatron)"));
     }
   }
   if (k == ScheduleKind::kDualPipe && p % 2 != 0) {
@@ -303,13 +306,6 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
     if (l.bandwidth_gbps > 0) min_bw = min_bw == 0 ? l.bandwidth_gbps : std::min(min_bw, l.bandwidth_gbps);
   }
   const Traffic traffic = EstimateTraffic(cfg, sizes);
-  if (traffic.messages > kMaxMessagesPerDeviceStep) {
-    return FieldError(cfg.segment_bytes > 0 ? "segment_bytes" : "microbatches",
-                      absl::StrFormat("about %.3g modeled messages per device per step (segment_bytes=%d on %.3g "
-                                      "modeled gradient bytes, microbatches=%d); at most %.3g: use larger segments",
-                                      traffic.messages, cfg.segment_bytes, sizes.gradient_bytes, cfg.microbatches,
-                                      kMaxMessagesPerDeviceStep));
-  }
   // GB/s = bytes per ns; every message may also wait for the others on its ports.
   const double comm = traffic.messages * alpha + (min_bw > 0 ? traffic.bytes * world / min_bw : 0);
   if (compute <= kMaxTotalNs && t1 <= kMaxTotalNs && comm <= kMaxTotalNs) return absl::OkStatus();
@@ -330,6 +326,18 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
                                "most 1e12 ms",
                                std::max(compute, comm) / 1e6, compute / 1e6, comm / 1e6, t1 / 1e6, cfg.microbatches,
                                cfg.pp, cfg.world_size()));
+}
+
+// The step's modeled messages must stay within what the emulator and the predictor play in a
+// reasonable time (kMaxMessagesPerDeviceStep).
+absl::Status CheckMessages(const RunConfig& cfg, const ModeledSizes& sizes) {
+  const Traffic traffic = EstimateTraffic(cfg, sizes);
+  if (traffic.messages <= kMaxMessagesPerDeviceStep) return absl::OkStatus();
+  return FieldError(cfg.segment_bytes > 0 ? "segment_bytes" : "microbatches",
+                    absl::StrFormat("about %.3g modeled messages per device per step (segment_bytes=%d on %.3g "
+                                    "modeled gradient bytes, microbatches=%d); at most %.3g%s",
+                                    traffic.messages, cfg.segment_bytes, sizes.gradient_bytes, cfg.microbatches,
+                                    kMaxMessagesPerDeviceStep, cfg.segment_bytes > 0 ? ": use larger segments" : ""));
 }
 
 // DDP buckets, reduction, watchdog.
@@ -454,6 +462,7 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
     RP_RETURN_IF_ERROR(CheckGrammar(f.name, Grammar::kString, v.get_ref<const std::string&>()));
   }
   RP_RETURN_IF_ERROR(CheckMemory(for_run ? EstimateRunMemory(cfg) : EstimatePredictMemory(cfg)));
+  RP_RETURN_IF_ERROR(CheckMessages(cfg, sizes));
   return absl::OkStatus();
 }
 
