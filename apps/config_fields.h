@@ -8,7 +8,7 @@
 // them, so that "microbatches: 0" is rejected by the same code whether it came from a preset, a file,
 // a flag or a sweep axis.
 //
-// Adding a field: a member of RunConfig, one entry in Fields() (config_fields.cc), and its checks in
+// Adding a field: a member of RunConfig, one entry in the table (BuildFieldTable, config_table.cc), its checks in
 // ValidateConfig (config.cc) beyond a range; the docs' table (docs/config.md) and the fuzzer's
 // dictionary (fuzz/config.dict; a test checks it) name it too.
 //
