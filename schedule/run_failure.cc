@@ -21,28 +21,33 @@ std::string RankName(const ParallelGrid& g, int rank) {
 absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
   const ParallelGrid& g = plan->grid;
   const std::vector<LpWait> waits = fabric->Waits();
-  // Who waits for whom (ranks), and who runs without progress.
+  // Who runs without progress (a stalled or dead device: where wait chains end), and who waits
+  // for whom (ranks; a rank with a running stream waits for nobody).
   std::map<int, int> waits_for;
   std::vector<std::string> lines;
   std::vector<int> running;
   std::string running_detail;
   for (const LpWait& w : waits) {
     const int rank = w.lp / 2;
-    if (w.state == LpWait::State::kAwaitChannel && w.peer >= 0) {
-      const int peer = w.peer / 2;
-      if (!waits_for.contains(rank)) waits_for[rank] = peer;
-      if (lines.size() < 4) {
-        lines.push_back(absl::StrCat(RankName(g, rank), " waits in '", w.site.op, "' at step ",
-                                     w.site.step, " for rank ", peer));
-      }
-    } else if (w.state == LpWait::State::kRunning &&
-               std::find(running.begin(), running.end(), rank) == running.end()) {
+    if (w.state == LpWait::State::kRunning &&
+        std::find(running.begin(), running.end(), rank) == running.end()) {
       running.push_back(rank);
       if (running_detail.empty()) {
         running_detail = absl::StrCat(" (", w.lp % 2 == 0 ? "compute" : "comm",
                                       " stream, last in '", w.site.op, "', modeled time ",
                                       ToMillis(w.bound), " ms)");
       }
+    }
+  }
+  for (const LpWait& w : waits) {
+    const int rank = w.lp / 2;
+    if (w.state != LpWait::State::kAwaitChannel || w.peer < 0) continue;
+    const int peer = w.peer / 2;
+    const bool runs = std::find(running.begin(), running.end(), rank) != running.end();
+    if (!runs && !waits_for.contains(rank)) waits_for[rank] = peer;
+    if (lines.size() < 4) {
+      lines.push_back(absl::StrCat(RankName(g, rank), " waits in '", w.site.op, "' at step ",
+                                   w.site.step, " for rank ", peer));
     }
   }
   const int first = waits_for.empty() ? (running.empty() ? -1 : running.front()) : waits_for.begin()->first;
@@ -63,16 +68,21 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
                                      running_detail),
       chain.size() > 1 ? absl::StrCat("; the wait chain ends at rank ", chain.back()) : "");
   const absl::Status s = absl::DeadlineExceededError(text);
-  if (first >= 0) {
-    ErrorRecord e{.rank = first, .step = -1, .op = -1, .op_name = "stall", .status = s};
+  // One record per rank in the picture, `first` first: RunFailure follows the same wait chains.
+  auto note = [&](int rank) {
+    ErrorRecord e{.rank = rank, .step = -1, .op = -1, .op_name = "stall", .waiting = {}, .status = s};
     for (const LpWait& w : waits) {
-      if (w.lp / 2 == first && w.state == LpWait::State::kAwaitChannel) {
+      if (w.lp / 2 == rank && w.state == LpWait::State::kAwaitChannel) {
         e.op_name = w.site.op;
         e.step = w.site.step;
       }
     }
-    if (auto it = waits_for.find(first); it != waits_for.end()) e.waiting = {it->second};
+    if (auto it = waits_for.find(rank); it != waits_for.end()) e.waiting = {it->second};
     ctx.NoteError(e);
+  };
+  if (first >= 0) note(first);
+  for (const auto& [rank, peer] : waits_for) {
+    if (rank != first) note(rank);
   }
   return s;
 }
@@ -82,6 +92,10 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
   RunFailure f;
   f.status = run;
   f.committed_steps = committed;
+  // Bookkeep records step k at the boundary that commits it (a record whose evaluation failed
+  // is not committed).
+  f.steps.assign(records.begin(),
+                 records.begin() + std::min<ptrdiff_t>(std::ssize(records), committed));
   for (auto& r : runners) {
     if (r->backup_step() < 0 || r->backup_step() < committed) continue;
     r->Rollback();
@@ -117,6 +131,15 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
     f.step = root->step;
     f.op = root->op;
     f.op_name = root->op_name;
+    // A stall record knows what the fabric saw; the rank's own record (its thread's op when it
+    // unwound) names the step and program op.
+    for (const ErrorRecord& e : errs) {
+      if (root->op >= 0 || e.rank != root->rank || e.op < 0) continue;
+      f.step = e.step;
+      f.op = e.op;
+      f.op_name = e.op_name;
+      break;
+    }
     for (int r : root->waiting) {
       if (r != root->rank) f.missing_peers.push_back(r);
     }
@@ -146,8 +169,8 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
         f.stuck_ranks.push_back(at);
       }
     }
-    where = absl::StrCat("first failure: ", RankName(g, root->rank), " step ", root->step, " op ",
-                         root->op >= 0 ? absl::StrCat(root->op, " ") : "", "'", root->op_name,
+    where = absl::StrCat("first failure: ", RankName(g, f.rank), " step ", f.step, " op ",
+                         f.op >= 0 ? absl::StrCat(f.op, " ") : "", "'", f.op_name,
                          "'; missing peers: ",
                          f.missing_peers.empty() ? "none" : absl::StrJoin(f.missing_peers, ", "),
                          f.stuck_ranks == f.missing_peers
