@@ -21,44 +21,61 @@ std::string RankName(const ParallelGrid& g, int rank) {
 absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
   const ParallelGrid& g = plan->grid;
   const std::vector<LpWait> waits = fabric->Waits();
-  // Who runs without progress (a stalled or dead device: where wait chains end), and who waits
-  // for whom (ranks; a rank with a running stream waits for nobody).
-  std::map<int, int> waits_for;
-  std::vector<std::string> lines;
+  // Ranks with a stream running without progress: stalled or dead devices. The conservative rule
+  // holds back every commit past such a stream's bound, so in the end everybody waits for them
+  // (even for a message its sender already posted). With none, the waits form a deadlock.
   std::vector<int> running;
   std::string running_detail;
   for (const LpWait& w : waits) {
     const int rank = w.lp / 2;
-    if (w.state == LpWait::State::kRunning &&
-        std::find(running.begin(), running.end(), rank) == running.end()) {
-      running.push_back(rank);
-      if (running_detail.empty()) {
-        running_detail = absl::StrCat(" (", w.lp % 2 == 0 ? "compute" : "comm",
-                                      " stream, last in '", w.site.op, "', modeled time ",
-                                      ToMillis(w.bound), " ms)");
-      }
+    if (w.state != LpWait::State::kRunning ||
+        std::find(running.begin(), running.end(), rank) != running.end()) {
+      continue;
+    }
+    running.push_back(rank);
+    if (running_detail.empty()) {
+      running_detail = absl::StrCat(" (", w.lp % 2 == 0 ? "compute" : "comm", " stream, last in '",
+                                    w.site.op, "', modeled time ", ToMillis(w.bound), " ms)");
     }
   }
+  const auto runs = [&](int rank) {
+    return std::find(running.begin(), running.end(), rank) != running.end();
+  };
+  // Who waits in which op for whom (ranks; a rank with a running stream waits for nobody). The
+  // waits on a running rank come first: they name the stall's rank, op and peer.
+  struct Waiter {
+    int rank, peer;
+    const LpWait* wait;
+  };
+  std::vector<Waiter> waiters;
+  std::map<int, int> waits_for;
   for (const LpWait& w : waits) {
     const int rank = w.lp / 2;
-    if (w.state != LpWait::State::kAwaitChannel || w.peer < 0) continue;
-    const int peer = w.peer / 2;
-    const bool runs = std::find(running.begin(), running.end(), rank) != running.end();
-    if (!runs && !waits_for.contains(rank)) waits_for[rank] = peer;
-    if (lines.size() < 4) {
-      lines.push_back(absl::StrCat(RankName(g, rank), " waits in '", w.site.op, "' at step ",
-                                   w.site.step, " for rank ", peer));
-    }
+    if (w.state != LpWait::State::kAwaitChannel || w.peer < 0 || runs(rank)) continue;
+    waiters.push_back({rank, w.peer / 2, &w});
+    if (!waits_for.contains(rank)) waits_for[rank] = w.peer / 2;
   }
-  const int first = waits_for.empty() ? (running.empty() ? -1 : running.front()) : waits_for.begin()->first;
-  // Follow the chain from the first waiter to a rank that waits for nobody.
+  std::stable_partition(waiters.begin(), waiters.end(), [&](const Waiter& x) { return runs(x.peer); });
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < waiters.size() && i < 4; ++i) {
+    lines.push_back(absl::StrCat(RankName(g, waiters[i].rank), " waits in '", waiters[i].wait->site.op,
+                                 "' at step ", waiters[i].wait->site.step, " for rank ",
+                                 waiters[i].peer));
+  }
+  // The first failure: a waiter on a running rank, else a running rank (nobody waits on it
+  // through a channel, e.g. everyone else is at the step barrier), else the first waiter.
+  const int first = !waiters.empty() && runs(waiters.front().peer) ? waiters.front().rank
+                    : !running.empty()                             ? running.front()
+                    : waits_for.empty()                            ? -1
+                                                                   : waits_for.begin()->first;
+  // Follow the chain from it to a rank that waits for nobody (or around a deadlock's cycle).
   std::vector<int> chain;
   for (int at = first; at >= 0 && std::find(chain.begin(), chain.end(), at) == chain.end();) {
     chain.push_back(at);
     auto it = waits_for.find(at);
     at = it == waits_for.end() ? -1 : it->second;
   }
-  const std::string text = absl::StrCat(
+  const absl::Status s = absl::DeadlineExceededError(absl::StrCat(
       "watchdog: no device made progress for ",
       std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count(), " ms (timeout ",
       std::chrono::duration_cast<std::chrono::milliseconds>(o.watchdog_timeout).count(),
@@ -66,11 +83,19 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
       running.empty() ? ""
                       : absl::StrCat("; running without progress: ", RankName(g, running.front()),
                                      running_detail),
-      chain.size() > 1 ? absl::StrCat("; the wait chain ends at rank ", chain.back()) : "");
-  const absl::Status s = absl::DeadlineExceededError(text);
-  // One record per rank in the picture, `first` first: RunFailure follows the same wait chains.
+      chain.size() > 1 ? absl::StrCat("; the wait chain ends at rank ", chain.back()) : ""));
+  NoteStallRecords(s, first, waits, waits_for);
+  return s;
+}
+
+void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
+                                      const std::vector<LpWait>& waits,
+                                      const std::map<int, int>& waits_for) {
+  // One record per rank in the picture, `first` first: RunFailure follows the same wait chains
+  // (a running rank's own record, from its thread, ends them).
   auto note = [&](int rank) {
-    ErrorRecord e{.rank = rank, .step = -1, .op = -1, .op_name = "stall", .waiting = {}, .status = s};
+    ErrorRecord e{.rank = rank, .step = -1, .op = -1, .op_name = "stall", .waiting = {},
+                  .status = stall};
     for (const LpWait& w : waits) {
       if (w.lp / 2 == rank && w.state == LpWait::State::kAwaitChannel) {
         e.op_name = w.site.op;
@@ -84,7 +109,6 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
   for (const auto& [rank, peer] : waits_for) {
     if (rank != first) note(rank);
   }
-  return s;
 }
 
 absl::Status Executor::Impl::Fail(const absl::Status& run) {

@@ -239,10 +239,11 @@ TEST(ExecutorFaults, StallIsReportedAndNoPartialStepIsCommitted) {
   EXPECT_THAT(msg, HasSubstr("the wait chain ends at rank 1"));
   const RunFailure* f = (*ex)->failure();
   ASSERT_NE(f, nullptr);
-  EXPECT_NE(f->rank, 1) << "the first failure is a waiter";
+  // The first failure is a rank that waited for the stalled one.
+  EXPECT_NE(f->rank, 1) << msg;
   EXPECT_EQ(f->step, kFailStep);
-  EXPECT_FALSE(f->missing_peers.empty());
-  EXPECT_EQ(f->stuck_ranks, std::vector<int>{1}) << r.status();
+  EXPECT_EQ(f->missing_peers, std::vector<int>{1}) << msg;
+  EXPECT_EQ(f->stuck_ranks, std::vector<int>{1}) << msg;
   EXPECT_EQ(f->committed_steps, kFailStep);
   EXPECT_GE(f->seconds_after_fault, 0);
   EXPECT_LT(f->seconds_after_fault, ReportLimitSeconds(o));
@@ -300,9 +301,10 @@ TEST(ExecutorFaults, ThrowAtOptimizerStepCommitsNothing) {
   EXPECT_EQ(AllParams(**ex), AllParams(*before.executor));
 }
 
-// A dead device in the middle of a pipeline (virtual clock): its upstream neighbour waits for its
+// A dead device at the end of a pipeline (virtual clock): its upstream neighbour waits for its
 // gradient, and that one's upstream neighbour for it. The stall names who waits in which op for
-// whom, and the wait chain ends at the dead device.
+// whom, the first failure is the dead device's direct waiter, and the wait chain ends at the dead
+// device.
 TEST(ExecutorFaults, DeadDeviceIsTheEndOfTheWaitChain) {
   const int baseline = BaselineThreads();
   ExecutorOptions o = Small(2, /*dp=*/1, /*pp=*/3);
@@ -317,9 +319,9 @@ TEST(ExecutorFaults, DeadDeviceIsTheEndOfTheWaitChain) {
   EXPECT_THAT(msg, HasSubstr("the wait chain ends at rank 2"));
   const RunFailure* f = (*ex)->failure();
   ASSERT_NE(f, nullptr);
-  EXPECT_EQ(f->rank, 0);
+  EXPECT_EQ(f->rank, 1) << msg;
   EXPECT_EQ(f->step, 0);
-  EXPECT_EQ(f->missing_peers, std::vector<int>{1});
+  EXPECT_EQ(f->missing_peers, std::vector<int>{2});
   EXPECT_EQ(f->stuck_ranks, std::vector<int>{2});
   EXPECT_EQ(f->committed_steps, 0);
   EXPECT_EQ(ThreadCount(), baseline);
