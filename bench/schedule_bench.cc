@@ -3,11 +3,12 @@
 //
 // BM_Predict1F1B: BuildPlan + Predict of one step of 1F1B — what `ringpipe predict` does for a
 // layout. The target (issues 5 and 11 §7): DP 1024 × PP 16 × m 64 (16384 devices) in under 1 s.
-// The workload is the README's `--hidden=64x16` MLP (17 layers over 16 stages), 16 MiB activations
-// between stages, 1 GiB of gradients per device in 25 MiB DDP buckets (40+ buckets, each a DP ring
-// inside the last backward), BF16 gradients in 4 MiB ring segments, on DGX-A100 links (8 devices
-// per node, one NIC per device: every replica identical, so the predictor folds them).
-//   Args: dp, pp, m, fold (1: replica folding; 0: every device simulated — the cross-check).
+// The workload: an MLP of `layers` hidden layers of width 64 (16: the README's `--hidden=64x16`,
+// about one layer per stage; 160: ten per stage, so each stage's gradients form ten DDP buckets,
+// each a DP ring started inside the last backward), 16 MiB activations between stages, 1 GiB of
+// gradients per device, 25 MiB buckets, BF16 gradients in 4 MiB ring segments, on DGX-A100 links
+// (8 devices per node, one NIC per device: every replica identical, so the predictor folds them).
+//   Args: dp, pp, m, layers, fold (1: replica folding; 0: every device simulated — the check).
 //   Counters: devices, device_ops_per_s (program ops of every device per second), sim_ms (the
 //   predicted step, modeled ms — equal across fold = 0 and 1), folded.
 // BM_Validate: schedule validation of a ZB-H1 program; ops_per_s.
@@ -30,11 +31,11 @@ namespace {
 
 constexpr int kRepetitions = 3;
 
-PlanOptions PlanFor1F1B(int dp, int pp, const Program& prog) {
+PlanOptions PlanFor1F1B(int dp, int pp, int layers, const Program& prog) {
   PlanOptions po;
   po.grid = {.dp = dp, .pp = pp, .tp = 1};
   po.program = prog;
-  po.model.hidden = std::vector<int>(16, 64);
+  po.model.hidden = std::vector<int>(static_cast<size_t>(layers), 64);
   po.cost = CostModel::Uniform({.forward = FromMillis(10), .backward = FromMillis(20),
                                 .activation_bytes = 1 << 30});
   po.links = DgxA100();
@@ -55,9 +56,9 @@ void BM_Predict1F1B(benchmark::State& state) {
     state.SkipWithError(std::string(prog.status().message()).c_str());
     return;
   }
-  const PlanOptions po = PlanFor1F1B(dp, pp, *prog);
+  const PlanOptions po = PlanFor1F1B(dp, pp, static_cast<int>(state.range(3)), *prog);
   PredictOptions opts;
-  opts.fold_replicas = state.range(3) != 0;
+  opts.fold_replicas = state.range(4) != 0;
   Nanos step{0};
   bool folded = false;
   for (auto _ : state) {
@@ -83,11 +84,12 @@ void BM_Predict1F1B(benchmark::State& state) {
       benchmark::Counter(device_ops, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Predict1F1B)
-    ->ArgNames({"dp", "pp", "m", "fold"})
-    ->Args({1024, 16, 64, 1})  // the target: < 1 s
-    ->Args({64, 16, 64, 1})
-    ->Args({64, 16, 64, 0})    // every device simulated: same sim_ms
-    ->Args({1, 16, 64, 1})
+    ->ArgNames({"dp", "pp", "m", "layers", "fold"})
+    ->Args({1024, 16, 64, 16, 1})  // the target: < 1 s
+    ->Args({1024, 16, 64, 160, 1})
+    ->Args({64, 16, 64, 160, 1})
+    ->Args({64, 16, 64, 160, 0})   // every device simulated: the same sim_ms
+    ->Args({1, 16, 64, 16, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Repetitions(kRepetitions)
