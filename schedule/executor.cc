@@ -317,7 +317,14 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   done.store(true, std::memory_order_release);
   monitor.join();
-  if (!run.ok()) return Fail(run);
+  if (!run.ok()) {
+    const absl::Status failed = Fail(run);
+    for (StepRecord& r : failure->steps) {
+      r.predicted_ms = ToMillis(step_pred.empty() ? pred.step_time
+                                                  : step_pred[static_cast<size_t>(r.step)].step_time);
+    }
+    return failed;
+  }
   return Assemble(*cluster, pred, std::move(step_pred), wall_seconds);
 }
 
