@@ -149,10 +149,20 @@ TEST(WatchdogUnderLoad, HealthyVirtualRunCompletesWhileTheHostIsBusy) {
   ASSERT_TRUE(calibration.result.ok()) << calibration.result.status();
   // Not below a few monitor periods (20 ms): the rule, not its sampling, is under test.
   constexpr double kMinTimeoutS = 0.2;
-  const double timeout_s = std::max(kMinTimeoutS, calibration.longest_receive_s / 2);
-  o.watchdog_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(timeout_s));
-  const TracedRun run = RunTraced(o);
+  // The longest wall wait varies run to run on a loaded host: each attempt halves the shortest
+  // longest-wait seen so far, until a run had a wait longer than its watchdog (at most 4 runs).
+  double shortest_longest_s = calibration.longest_receive_s;
+  double timeout_s = 0;
+  TracedRun run;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    timeout_s = std::max(kMinTimeoutS, shortest_longest_s / 2);
+    o.watchdog_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(timeout_s));
+    run = RunTraced(o);
+    ASSERT_TRUE(run.result.ok()) << run.result.status();
+    if (run.longest_receive_s > timeout_s) break;
+    shortest_longest_s = std::min(shortest_longest_s, run.longest_receive_s);
+  }
   std::printf("[figures] 512 devices, virtual clock, host busy (external load %.2f of all CPUs): "
               "wall %.2f s, longest single receive %.2f s of wall time (calibration run %.2f s), "
               "watchdog %.2f s\n",
