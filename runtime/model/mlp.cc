@@ -240,6 +240,72 @@ absl::StatusOr<bool> MlpStage::StepMoe(int local, int micro_batch, MicroBatch& m
   return true;
 }
 
+// Dense layer `l` forward: true with *out set when it waits for the TP all-reduce of its partial
+// sum (call again with the sum in mb.cur), false when the layer is done.
+absl::StatusOr<bool> MlpStage::DenseForward(int l, MicroBatch& mb, StageExchange* out) {
+  const LayerInfo& info = layers_[static_cast<size_t>(l)];
+  const bool store = mb.pass == Pass::kForward;
+  if (!mb.awaiting) {
+    Tensor y(mb.rows, info.out);
+    RP_RETURN_IF_ERROR(
+        MatMul(mb.cur, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), y));
+    if (store) Store(&mb.x[static_cast<size_t>(l)], std::move(mb.cur), mb);
+    mb.cur = std::move(y);
+    if (info.kind == ShardKind::kRowParallel && tp_ > 1) {
+      mb.awaiting = true;  // partial sum: the TP group reduces it, then we add the bias
+      *out = StageExchange{.kind = StageExchange::Kind::kTpAllReduce, .tp_buffer = mb.cur.span()};
+      return true;
+    }
+  }
+  mb.awaiting = false;
+  RP_RETURN_IF_ERROR(AddBias(
+      mb.cur, std::span<const float>(params_.data() + info.bias_offset, info.bias_size)));
+  if (info.activation) {
+    if (store) Store(&mb.pre[static_cast<size_t>(l)], mb.cur, mb);
+    RP_RETURN_IF_ERROR(ActivationForward(activation_, mb.cur, mb.cur));
+  }
+  return false;
+}
+
+// Dense layer `l` backward: true with *out set when it waits for the TP all-reduce of its partial
+// input gradient, false when the layer is done.
+absl::StatusOr<bool> MlpStage::DenseBackward(int l, MicroBatch& mb, StageExchange* out,
+                                             const LayerGradsDoneFn& on_layer_grads) {
+  const LayerInfo& info = layers_[static_cast<size_t>(l)];
+  const bool fused = mb.pass == Pass::kBackward;
+  if (mb.awaiting) {
+    mb.awaiting = false;
+    return false;
+  }
+  Tensor dpre = std::move(mb.cur);
+  Tensor& pre = mb.pre[static_cast<size_t>(l)];
+  if (info.activation) {
+    RP_RETURN_IF_ERROR(ActivationBackward(activation_, pre, dpre, dpre));
+    Free(&pre);
+  }
+  Tensor& x = mb.x[static_cast<size_t>(l)];
+  if (fused) {
+    RP_RETURN_IF_ERROR(AccumulateWeightGrads(l, x, dpre));
+    Free(&x);
+    if (on_layer_grads) on_layer_grads(l);
+  }
+  Tensor dx;
+  if (info.layer != 0) {
+    dx = Tensor(mb.rows, info.in);
+    RP_RETURN_IF_ERROR(MatMulTransposedB(
+        dpre, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), dx,
+        &scratch_));
+  }
+  if (!fused) Store(&mb.dpre[static_cast<size_t>(l)], std::move(dpre), mb);
+  mb.cur = std::move(dx);
+  if (info.layer != 0 && info.kind == ShardKind::kColumnParallel && tp_ > 1) {
+    mb.awaiting = true;  // partial input gradient: the TP group reduces it
+    *out = StageExchange{.kind = StageExchange::Kind::kTpAllReduce, .tp_buffer = mb.cur.span()};
+    return true;
+  }
+  return false;
+}
+
 absl::StatusOr<StageExchange> MlpStage::RunToExchange(int micro_batch,
                                                       const LayerGradsDoneFn& on_layer_grads) {
   RP_ASSIGN_OR_RETURN(MicroBatch * mb, Find(micro_batch, "RunToExchange"));
@@ -250,83 +316,19 @@ absl::StatusOr<StageExchange> MlpStage::RunToExchange(int micro_batch,
   }
   StageExchange exchange;
   const int n = static_cast<int>(layers_.size());
-  const int64_t rows = mb->rows;
-  if (mb->pass == Pass::kForward || mb->pass == Pass::kInfer) {
-    const bool store = mb->pass == Pass::kForward;
-    while (mb->cursor < n) {
-      const int l = mb->cursor;
-      const LayerInfo& info = layers_[static_cast<size_t>(l)];
-      if (info.kind == ShardKind::kMoe) {
-        RP_ASSIGN_OR_RETURN(bool waiting, StepMoe(l, micro_batch, *mb, &exchange, nullptr));
-        if (waiting) return exchange;
-        ++mb->cursor;
-        continue;
-      }
-      if (!mb->awaiting) {
-        Tensor out(rows, info.out);
-        RP_RETURN_IF_ERROR(
-            MatMul(mb->cur, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out),
-                   out));
-        if (store) Store(&mb->x[static_cast<size_t>(l)], std::move(mb->cur), *mb);
-        mb->cur = std::move(out);
-        if (info.kind == ShardKind::kRowParallel && tp_ > 1) {
-          mb->awaiting = true;  // partial sum: the TP group reduces it, then we add the bias
-          return StageExchange{.kind = StageExchange::Kind::kTpAllReduce,
-                               .tp_buffer = mb->cur.span()};
-        }
-      }
-      mb->awaiting = false;
-      RP_RETURN_IF_ERROR(AddBias(mb->cur, std::span<const float>(params_.data() + info.bias_offset,
-                                                                  info.bias_size)));
-      if (info.activation) {
-        if (store) Store(&mb->pre[static_cast<size_t>(l)], mb->cur, *mb);
-        RP_RETURN_IF_ERROR(ActivationForward(activation_, mb->cur, mb->cur));
-      }
-      ++mb->cursor;
+  const bool forward = mb->pass == Pass::kForward || mb->pass == Pass::kInfer;
+  while (forward ? mb->cursor < n : mb->cursor >= 0) {
+    const int l = mb->cursor;
+    bool waiting = false;
+    if (layers_[static_cast<size_t>(l)].kind == ShardKind::kMoe) {
+      RP_ASSIGN_OR_RETURN(waiting, StepMoe(l, micro_batch, *mb, &exchange, on_layer_grads));
+    } else if (forward) {
+      RP_ASSIGN_OR_RETURN(waiting, DenseForward(l, *mb, &exchange));
+    } else {
+      RP_ASSIGN_OR_RETURN(waiting, DenseBackward(l, *mb, &exchange, on_layer_grads));
     }
-  } else {
-    const bool fused = mb->pass == Pass::kBackward;
-    while (mb->cursor >= 0) {
-      const int l = mb->cursor;
-      const LayerInfo& info = layers_[static_cast<size_t>(l)];
-      if (info.kind == ShardKind::kMoe) {
-        RP_ASSIGN_OR_RETURN(bool waiting,
-                            StepMoe(l, micro_batch, *mb, &exchange, on_layer_grads));
-        if (waiting) return exchange;
-        --mb->cursor;
-        continue;
-      }
-      if (!mb->awaiting) {
-        Tensor dpre = std::move(mb->cur);
-        Tensor& pre = mb->pre[static_cast<size_t>(l)];
-        if (info.activation) {
-          RP_RETURN_IF_ERROR(ActivationBackward(activation_, pre, dpre, dpre));
-          Free(&pre);
-        }
-        Tensor& x = mb->x[static_cast<size_t>(l)];
-        if (fused) {
-          RP_RETURN_IF_ERROR(AccumulateWeightGrads(l, x, dpre));
-          Free(&x);
-          if (on_layer_grads) on_layer_grads(l);
-        }
-        Tensor dx;
-        if (info.layer != 0) {
-          dx = Tensor(rows, info.in);
-          RP_RETURN_IF_ERROR(MatMulTransposedB(
-              dpre, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), dx,
-              &scratch_));
-        }
-        if (!fused) Store(&mb->dpre[static_cast<size_t>(l)], std::move(dpre), *mb);
-        mb->cur = std::move(dx);
-        if (info.layer != 0 && info.kind == ShardKind::kColumnParallel && tp_ > 1) {
-          mb->awaiting = true;  // partial input gradient: the TP group reduces it
-          return StageExchange{.kind = StageExchange::Kind::kTpAllReduce,
-                               .tp_buffer = mb->cur.span()};
-        }
-      }
-      mb->awaiting = false;
-      --mb->cursor;
-    }
+    if (waiting) return exchange;
+    mb->cursor += forward ? 1 : -1;
   }
   mb->finished = true;
   return StageExchange{};

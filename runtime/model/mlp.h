@@ -295,6 +295,9 @@ class MlpStage {
   absl::Status AccumulateWeightGrads(int local, ConstMatrixView x, ConstMatrixView dpre);
   absl::StatusOr<bool> StepMoe(int local, int micro_batch, MicroBatch& mb, StageExchange* out,
                                const LayerGradsDoneFn& on_layer_grads);
+  absl::StatusOr<bool> DenseForward(int local, MicroBatch& mb, StageExchange* out);
+  absl::StatusOr<bool> DenseBackward(int local, MicroBatch& mb, StageExchange* out,
+                                     const LayerGradsDoneFn& on_layer_grads);
   absl::Status LayOut(const MlpConfig& config, const ModelPartition& partition);
 
   int stage_ = 0, tp_rank_ = 0, tp_ = 1, ep_rank_ = 0, ep_ = 1, num_model_layers_ = 0;

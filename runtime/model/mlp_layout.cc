@@ -214,9 +214,45 @@ absl::StatusOr<ModelPartition> PartitionMlp(const MlpConfig& config, int num_sta
   }
   return part;
 }
+namespace {
+
+// A dense layer's weights: each element a pure function of (seed, layer, global row, global
+// column).
+void InitDenseWeights(const MlpConfig& config, const MlpStage::LayerInfo& info, int tp_rank,
+                      std::span<float> w) {
+  const int full_out = config.out_dim(info.layer);
+  const int row0 = info.kind == ShardKind::kRowParallel ? tp_rank * info.in : 0;
+  const int col0 = info.kind == ShardKind::kColumnParallel ? tp_rank * info.out : 0;
+  const float limit =
+      static_cast<float>(std::sqrt(6.0 / static_cast<double>(config.in_dim(info.layer))));
+  for (int i = 0; i < info.in; ++i) {
+    for (int k = 0; k < info.out; ++k) {
+      const int64_t index = static_cast<int64_t>(row0 + i) * full_out + (col0 + k);
+      w[static_cast<size_t>(i) * info.out + k] =
+          InitUniform(config.seed, info.layer, index) * limit;
+    }
+  }
+}
+
+// Merges neighbouring ranges of one group and drops empty ones.
+std::vector<ParamRange> MergeRanges(const std::vector<ParamRange>& ranges) {
+  std::vector<ParamRange> merged;
+  for (const ParamRange& r : ranges) {
+    if (r.size == 0) continue;
+    if (!merged.empty() && merged.back().group == r.group) {
+      merged.back().size += r.size;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
 // Shards, offsets, initial weights, MoE blocks and gradient groups of the stage's layers.
 absl::Status MlpStage::LayOut(const MlpConfig& config, const ModelPartition& partition) {
-  const int T = tp_, t = tp_rank_;
+  const int T = tp_;
   const int begin = partition.first_layer(stage_), end = partition.end_layer(stage_);
   int64_t offset = 0;
   for (int l = begin; l < end; ++l) {
@@ -228,8 +264,8 @@ absl::Status MlpStage::LayOut(const MlpConfig& config, const ModelPartition& par
     info.out = out;
     if (info.kind == ShardKind::kColumnParallel) {
       if (out % T != 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "layer %d (output width %d) is not divisible by tp=%d", l, out, T));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("layer %d (output width %d) is not divisible by tp=%d", l, out, T));
       }
       info.out = out / T;
     } else if (info.kind == ShardKind::kRowParallel) {
@@ -241,8 +277,8 @@ absl::Status MlpStage::LayOut(const MlpConfig& config, const ModelPartition& par
     }
     info.weight_offset = offset;
     if (info.kind == ShardKind::kMoe) {
-      const MoeBlock::Layout lay{in, config.moe.experts, config.moe.top_k,
-                                 config.moe.expert_hidden, ep_, ep_rank_};
+      const MoeBlock::Layout lay{
+          in, config.moe.experts, config.moe.top_k, config.moe.expert_hidden, ep_, ep_rank_};
       info.bias_offset = info.expert_offset = offset + lay.router_params();
       info.expert_size = lay.expert_params();
       info.first_expert = lay.first_expert();
@@ -261,7 +297,7 @@ absl::Status MlpStage::LayOut(const MlpConfig& config, const ModelPartition& par
   params_.assign(static_cast<size_t>(offset), 0.0f);
   grads_.assign(static_cast<size_t>(offset), 0.0f);
 
-  // Weights: each element is a pure function of (seed, layer, global row, global column).
+  // Weights, MoE blocks, gradient groups.
   for (const LayerInfo& info : layers_) {
     std::span<float> p(params_.data() + info.weight_offset,
                        static_cast<size_t>(info.end_offset - info.weight_offset));
@@ -271,8 +307,8 @@ absl::Status MlpStage::LayOut(const MlpConfig& config, const ModelPartition& par
                           MoeBlock::Create(config.moe, info.layer, info.in, config.activation, ep_,
                                            ep_rank_, config.seed, p, g));
       moe_.push_back(std::move(block));
-      param_ranges_.push_back({info.weight_offset, info.expert_offset - info.weight_offset,
-                               GradGroup::kDataParallel});
+      param_ranges_.push_back(
+          {info.weight_offset, info.expert_offset - info.weight_offset, GradGroup::kDataParallel});
       param_ranges_.push_back({info.expert_offset, info.end_offset - info.expert_offset,
                                GradGroup::kExpertDataParallel});
       continue;
@@ -280,30 +316,9 @@ absl::Status MlpStage::LayOut(const MlpConfig& config, const ModelPartition& par
     moe_.push_back(nullptr);
     param_ranges_.push_back(
         {info.weight_offset, info.end_offset - info.weight_offset, GradGroup::kDataParallel});
-    const int full_out = config.out_dim(info.layer);
-    const int row0 = info.kind == ShardKind::kRowParallel ? t * info.in : 0;
-    const int col0 = info.kind == ShardKind::kColumnParallel ? t * info.out : 0;
-    const float limit =
-        static_cast<float>(std::sqrt(6.0 / static_cast<double>(config.in_dim(info.layer))));
-    for (int i = 0; i < info.in; ++i) {
-      for (int k = 0; k < info.out; ++k) {
-        const int64_t index = static_cast<int64_t>(row0 + i) * full_out + (col0 + k);
-        p[static_cast<size_t>(i) * info.out + k] =
-            InitUniform(config.seed, info.layer, index) * limit;
-      }
-    }
+    InitDenseWeights(config, info, tp_rank_, p);
   }
-  // Merge neighbours of one group (and drop empty ranges: a MoE layer with no local experts).
-  std::vector<ParamRange> merged;
-  for (const ParamRange& r : param_ranges_) {
-    if (r.size == 0) continue;
-    if (!merged.empty() && merged.back().group == r.group) {
-      merged.back().size += r.size;
-    } else {
-      merged.push_back(r);
-    }
-  }
-  param_ranges_ = std::move(merged);
+  param_ranges_ = MergeRanges(param_ranges_);
   return absl::OkStatus();
 }
 
