@@ -420,6 +420,9 @@ absl::StatusOr<AllToAllV> AllToAllV::Create(RankComm* comm, std::span<const floa
   if (!send.empty() && recv->data() == send.data()) {
     return absl::InvalidArgumentError("recv: is the send buffer");
   }
+  if (!send_counts.empty() && recv_counts->data() == send_counts.data()) {
+    return absl::InvalidArgumentError("recv_counts: is send_counts");
+  }
   return AllToAllV(comm, send, send_counts, bins, recv, recv_counts, options);
 }
 

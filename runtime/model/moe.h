@@ -35,8 +35,7 @@
 //
 // Thread safety: a block is used by the thread of the stage that owns it (see mlp.h).
 //
-// Example (single device, ep = 1: the exchanges are local copies):
-//   EpExchange* ex = nullptr;
+// Example (single device, ep = 1: the exchanges are local copies; MlpStage drives its blocks so):
 //   RP_RETURN_IF_ERROR(block->BeginForward(key, x, /*store=*/true));
 //   ExchangeLocally(block->exchange(key));                 // dispatch
 //   RP_RETURN_IF_ERROR(block->ForwardExperts(key));
