@@ -23,11 +23,21 @@
 // Exactness: FP32 payloads arrive bit for bit; a lossy codec's element equals
 // Decode(Encode(segment)) of the sender's segment (comm/codec.h), whichever rank sends it.
 //
-// Modeled time: all of a rank's data exists at `start`, so every message it sends is ready at
-// start and stamped arrival = LinkModel::Transmit(src device, dst device, start, wire bytes) (in
-// one function, AllToAllRunner::Post). result.end = max(start, arrival of every message received);
-// an ideal link gives end == start. With a non-ideal link and a clock, receivers wait until the
-// arrival.
+// Timed communicators (options().fabric set; comm/communicator.h "Timed communicators"). Every
+// message is a copy of its bytes (encoded for lossy codecs) that the receiver frees, on an unbounded
+// link, and a fabric message with its MODELED size (AllToAllWireModel: a block's real elements
+// stand for modeled ones, e.g. a token row of width d for the described model's token; the real
+// block is cut into the same K messages as the modeled one, comm/alltoall_timing.h). The sender
+// posts each message the moment its ready time is known and never waits for its receiver; the
+// receiver awaits the fabric's timing (and, with a clock, the arrival), then takes the data. Each
+// round is a pairwise exchange of n − 1 steps timed by a2a::PairwiseTimer: step 1's messages are
+// ready at the round's start, step s + 1's once step s's receives have arrived. AllToAll is one
+// round from `start`; AllToAllV two: the counts (one message of bins · 8 bytes per step, modeled
+// as sent), then the blocks from the counts' end. result.end = when the last message arrived (on
+// an uncontended fabric the closed form of docs/collectives.md "All-to-all", to the nanosecond);
+// result.transfer / peer_wait split [start, end) as for the ring (a late peer is peer wait),
+// result.spans list it, result.modeled_bytes what the fabric timed. Untimed communicators keep the
+// lent protocol above; result.end == start.
 //
 // Errors (any aborts the group, see comm/communicator.h): FailedPrecondition for mismatched calls
 // (another collective, codec or block size on the peer; different bins; different segment_bytes;
@@ -49,28 +59,34 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "comm/alltoall_timing.h"
 #include "comm/communicator.h"
 #include "runtime/time.h"
 
 namespace rp::comm {
 
+using a2a::AllToAllWireModel;
+
 class AllToAll {
  public:
   // send.size() == recv.size(), a multiple of the group size n (block = size / n). send and recv
-  // must not overlap. `comm` must outlive the op.
+  // must not overlap. `comm` must outlive the op. `wire`: modeled sizes (timed; equal on every
+  // rank; unit_elements >= 1).
   static absl::StatusOr<AllToAll> Create(RankComm* comm, std::span<const float> send,
-                                         std::span<float> recv, const CollectiveOptions& options);
+                                         std::span<float> recv, const CollectiveOptions& options,
+                                         const AllToAllWireModel& wire = {});
   [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
   const CollectiveResult& result() const { return result_; }
 
  private:
   AllToAll(RankComm* comm, std::span<const float> send, std::span<float> recv,
-           const CollectiveOptions& options)
-      : comm_(comm), send_(send), recv_(recv), options_(options) {}
+           const CollectiveOptions& options, const AllToAllWireModel& wire)
+      : comm_(comm), send_(send), recv_(recv), options_(options), wire_(wire) {}
   RankComm* comm_;
   std::span<const float> send_;
   std::span<float> recv_;
   CollectiveOptions options_;
+  AllToAllWireModel wire_;
   CollectiveResult result_;
 };
 
@@ -80,26 +96,28 @@ class AllToAllV {
   // Σ_b send_counts[p·bins + b] elements of send. recv and recv_counts (non-null, not aliasing
   // send) are resized and filled: recv_counts[s·bins + b] as rank s sent them, recv = the blocks
   // from ranks 0..n−1 back to back. `comm`, send, send_counts, recv and recv_counts must outlive
-  // the op.
+  // the op. `wire` as AllToAll's.
   static absl::StatusOr<AllToAllV> Create(RankComm* comm, std::span<const float> send,
                                           std::span<const int64_t> send_counts, int bins,
                                           std::vector<float>* recv,
                                           std::vector<int64_t>* recv_counts,
-                                          const CollectiveOptions& options);
+                                          const CollectiveOptions& options,
+                                          const AllToAllWireModel& wire = {});
   [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
   const CollectiveResult& result() const { return result_; }
 
  private:
   AllToAllV(RankComm* comm, std::span<const float> send, std::span<const int64_t> send_counts,
             int bins, std::vector<float>* recv, std::vector<int64_t>* recv_counts,
-            const CollectiveOptions& options)
+            const CollectiveOptions& options, const AllToAllWireModel& wire)
       : comm_(comm),
         send_(send),
         send_counts_(send_counts),
         bins_(bins),
         recv_(recv),
         recv_counts_(recv_counts),
-        options_(options) {}
+        options_(options),
+        wire_(wire) {}
   RankComm* comm_;
   std::span<const float> send_;
   std::span<const int64_t> send_counts_;
@@ -107,6 +125,7 @@ class AllToAllV {
   std::vector<float>* recv_;           // caller's; filled by Run
   std::vector<int64_t>* recv_counts_;  // caller's; filled by Run
   CollectiveOptions options_;
+  AllToAllWireModel wire_;
   CollectiveResult result_;
 };
 

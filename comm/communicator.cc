@@ -205,12 +205,16 @@ internal::A2aLink* Communicator::GetAllToAllLink(int src, int dst) {
     ChannelOptions co;
     co.src_device = device(src);
     co.dst_device = device(dst);
-    co.capacity = options_.channel_capacity;
+    co.capacity = options_.fabric != nullptr ? 0 : options_.channel_capacity;  // timed: unbounded
     co.spin_iterations = options_.spin_iterations;
     co.yield_iterations = options_.yield_iterations;
     // A sender drains a peer's acknowledgements before each message to it, so at most capacity
     // (queued) + 1 (being consumed) are pending when it stops sending to that peer.
     slot = std::make_unique<internal::A2aLink>(co, options_.channel_capacity + 4);
+    if (options_.fabric != nullptr) {
+      slot->fabric_channel = options_.fabric->AddChannel(options_.lps[static_cast<size_t>(src)],
+                                                         options_.lps[static_cast<size_t>(dst)]);
+    }
     if (!abort_status_.ok()) {
       slot->data.Cancel();
       slot->acks.Cancel();

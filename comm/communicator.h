@@ -251,11 +251,12 @@ struct Ack {
 };
 class RingRunner;
 
-// One all-to-all message (comm/alltoall.cc): a segment of a block, or a block's counts. Trivially
-// copyable. The payload is lent (the sender's FP32 buffer, its encoded staging buffer or its
-// counts) until the receiver acknowledges it.
+// One all-to-all message (comm/alltoall*.cc): a segment of a block, or a block's counts. Trivially
+// copyable. Untimed, the payload is lent (the sender's FP32 buffer, its encoded staging buffer or
+// its counts) until the receiver acknowledges it; timed, it is a copy the receiver frees (owned).
 struct A2aMsg {
   const std::byte* payload;
+  bool owned;            // timed: payload was allocated (new[]) for this message only
   uint64_t op_id;        // the sender's collective sequence number
   uint64_t block_elems;  // elements of the sender's block for this receiver
   uint32_t elems;        // elements in this message (the counts message: count entries)
@@ -265,13 +266,16 @@ struct A2aMsg {
 };
 inline constexpr int32_t kCountsSegment = -1;
 
-// The all-to-all link of one ordered pair src -> dst: data one way, acknowledgements back.
-// Created on first use (Communicator::AllToAllLink) and owned by the group.
+// The all-to-all link of one ordered pair src -> dst: data one way, acknowledgements back (timed:
+// an unbounded data channel, no acknowledgements, and the fabric channel that times it). Created
+// on first use (Communicator::AllToAllLink) and owned by the group.
 struct A2aLink {
   A2aLink(const ChannelOptions& options, size_t ack_capacity)
       : data(options), acks(ack_capacity, options.spin_iterations, options.yield_iterations) {}
+  ~A2aLink();  // frees owned payloads nobody received (a failed run)
   Channel<A2aMsg> data;    // producer: src, consumer: dst
   SpscQueue<uint32_t> acks;  // producer: dst, consumer: src (one entry per message consumed)
+  ChannelId fabric_channel = -1;  // timed
 };
 class AllToAllRunner;
 }  // namespace internal

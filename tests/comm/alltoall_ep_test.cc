@@ -5,11 +5,14 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "comm/alltoall.h"
 #include "gtest/gtest.h"
+#include "runtime/fabric.h"
 #include "runtime/model/mlp.h"
 #include "runtime/model/stage_group.h"
 #include "runtime/status_macros.h"
@@ -17,15 +20,17 @@
 namespace rp::comm {
 namespace {
 
-// The EP exchange over the all-to-all of the EP group: counts in rows -> elements.
-EpExchangeFn OverComm(RankComm* rc) {
-  return [rc](EpExchange& ex) -> absl::Status {
+// The EP exchange over the all-to-all of the EP group: counts in rows -> elements. Each call starts
+// when the rank's previous one ended (*cursor; timed communicators need monotone modeled time).
+EpExchangeFn OverComm(RankComm* rc, Nanos* cursor) {
+  return [rc, cursor](EpExchange& ex) -> absl::Status {
     std::vector<int64_t> elems(ex.send_counts.begin(), ex.send_counts.end());
     for (int64_t& c : elems) c *= ex.row_width;
     std::vector<int64_t> recv_elems;
     RP_ASSIGN_OR_RETURN(auto op, AllToAllV::Create(rc, ex.send, elems, ex.bins, &ex.recv,
                                                    &recv_elems, {.segment_bytes = 256}));
-    RP_RETURN_IF_ERROR(op.Run());
+    RP_RETURN_IF_ERROR(op.Run(*cursor));
+    *cursor = op.result().end;
     ex.recv_counts.resize(recv_elems.size());
     for (size_t i = 0; i < recv_elems.size(); ++i) {
       ex.recv_counts[i] = recv_elems[i] / ex.row_width;
@@ -61,10 +66,11 @@ Shards MakeShards(const MlpConfig& c, const ModelPartition& p, int ep) {
   return s;
 }
 
-class AllToAllEp : public ::testing::TestWithParam<bool> {};  // split backward
+// (split backward, timed communicator: every message through a fabric)
+class AllToAllEp : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(AllToAllEp, ThreadedEpShardsMatchTheSerialGroupBitwise) {
-  const bool split = GetParam();
+  const auto [split, timed] = GetParam();
   const int ep = 4, rows = 12;
   MlpConfig c;
   c.input_dim = 6;
@@ -98,14 +104,27 @@ TEST_P(AllToAllEp, ThreadedEpShardsMatchTheSerialGroupBitwise) {
   }
   // Threaded: one thread per EP rank, the same op order.
   std::vector<std::vector<Tensor>> y(2, std::vector<Tensor>(ep)), dx = y;
-  auto comm = *Communicator::Create({.devices = {0, 1, 2, 3}});
+  std::unique_ptr<Fabric> fabric;
+  CommunicatorOptions co;
+  co.devices = {0, 1, 2, 3};
+  if (timed) {
+    LinkSpec spec;
+    spec.intra_node = {.alpha = Nanos(3000), .bandwidth_gbps = 300, .overhead = Nanos(400)};
+    spec.devices_per_node = 4;
+    fabric = *Fabric::Create({.links = spec, .num_devices = 4, .faults = {},
+                              .tie_rank = {0, 1, 2, 3}, .on_commit = nullptr});
+    co.fabric = fabric.get();
+    co.lps = {0, 1, 2, 3};
+  }
+  auto comm = *Communicator::Create(co);
+  std::vector<Nanos> cursor(ep, Nanos(0));
   std::vector<absl::Status> status(ep);
   std::vector<std::thread> threads;
   for (int q = 0; q < ep; ++q) {
     threads.emplace_back([&, q] {
       status[q] = [&]() -> absl::Status {
         MlpStage& st = *threaded.stages[q];
-        const EpExchangeFn exchange = OverComm(&comm->rank(q));
+        const EpExchangeFn exchange = OverComm(&comm->rank(q), &cursor[q]);
         for (int j = 0; j < 2; ++j) {
           RP_ASSIGN_OR_RETURN(y[j][q], st.Forward(j, x[j][q], nullptr, exchange));
         }
@@ -119,6 +138,7 @@ TEST_P(AllToAllEp, ThreadedEpShardsMatchTheSerialGroupBitwise) {
         if (split) {
           for (int j = 0; j < 2; ++j) RP_RETURN_IF_ERROR(st.BackwardWeight(j));
         }
+        if (fabric) fabric->Finish(q);
         return absl::OkStatus();
       }();
     });
@@ -134,12 +154,16 @@ TEST_P(AllToAllEp, ThreadedEpShardsMatchTheSerialGroupBitwise) {
     EXPECT_EQ(threaded.stages[q]->activation_bytes(), 0);
     // Each rank sent something on the wire (tokens reached other ranks' experts).
     EXPECT_GT(comm->rank(q).stats().collective_bytes[0], 0u);
+    if (timed) {
+      EXPECT_GT(cursor[q], Nanos(0)) << "modeled time passed";
+    }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backward, AllToAllEp, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return p.param ? "split" : "fused";
+INSTANTIATE_TEST_SUITE_P(Backward, AllToAllEp, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& p) {
+                           return std::string(std::get<0>(p.param) ? "split" : "fused") +
+                                  (std::get<1>(p.param) ? "_timed" : "_untimed");
                          });
 
 }  // namespace
