@@ -110,6 +110,8 @@ class PairwiseTimer {
   void OnReceive(Nanos arrival, Nanos ready, std::vector<Post>* posts);
 
   bool done() const { return step_ > steps(); }
+  // The step whose receives come next (steps() + 1 once done).
+  int step() const { return step_; }
   int steps() const { return static_cast<int>(recv_messages_.size()); }
   // Valid once done().
   Nanos end() const { return progress_; }

@@ -83,6 +83,10 @@ absl::Status ValidateMoeConfig(const MlpConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrFormat("aux_loss must be finite and >= 0, got %g", moe.aux_loss));
   }
+  if (!std::isfinite(moe.router_skew) || moe.router_skew < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("router_skew must be finite and >= 0, got %g", moe.router_skew));
+  }
   return absl::OkStatus();
 }
 

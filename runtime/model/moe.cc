@@ -156,6 +156,7 @@ absl::StatusOr<std::unique_ptr<MoeBlock>> MoeBlock::Create(const MoeConfig& conf
   block->activation_ = activation;
   block->capacity_factor_ = config.capacity_factor;
   block->aux_loss_ = config.aux_loss;
+  block->router_skew_ = config.router_skew;
   block->params_ = params;
   block->grads_ = grads;
   block->stats_.kept.assign(static_cast<size_t>(config.experts), 0);
@@ -184,6 +185,7 @@ void MoeBlock::ResetStats() {
   std::fill(stats_.kept.begin(), stats_.kept.end(), 0);
   stats_.dropped = 0;
   stats_.aux_loss_sum = 0;
+  stats_.kept_by_key.clear();
 }
 
 void MoeBlock::Keep(Tensor* slot, Tensor value) {
@@ -260,6 +262,14 @@ absl::Status MoeBlock::BeginForward(int key, ConstMatrixView x, bool store) {
   Tensor probs(T, E);
   RP_RETURN_IF_ERROR(MatMul(x, ConstMatrixView(router(), d, E), probs));
   std::vector<double> e(static_cast<size_t>(E));
+  if (router_skew_ > 0 && E > 1) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < E; ++i) {
+        probs.data()[t * E + i] -=
+            static_cast<float>(router_skew_ * static_cast<double>(i) / static_cast<double>(E - 1));
+      }
+    }
+  }
   for (int64_t t = 0; t < T; ++t) {
     float* row = probs.data() + t * E;
     const double top = *std::max_element(row, row + E);
@@ -279,6 +289,7 @@ absl::Status MoeBlock::BeginForward(int key, ConstMatrixView x, bool store) {
   if (store) {
     for (size_t i = 0; i < rt.kept.size(); ++i) stats_.kept[i] += rt.kept[i];
     stats_.dropped += rt.dropped;
+    stats_.kept_by_key[key] = rt.kept;
     if (aux_loss_ > 0) {
       double dot = 0;
       for (int64_t i = 0; i < E; ++i) {

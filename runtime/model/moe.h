@@ -14,7 +14,8 @@
 //   canonical  the order an expert visits its tokens: (expert, source, token).
 //
 // Math, per token x (width d), on its source rank:
-//   z = x·Wr (Wr: d × E, no bias);  p = softmax(z) (double, rounded to float once per element)
+//   z = x·Wr (Wr: d × E, no bias; minus the fixed router_skew · e / (E − 1), if any);
+//   p = softmax(z) (double, rounded to float once per element)
 //   top-k: the k largest p, ties to the lowest expert index; gate g_j = p_{e_j} (not renormalised)
 //   capacity: c = ⌈C·k·T/E⌉ kept (token, slot)s per expert and source, taken in token order, slot
 //             order within a token; the rest are dropped (C = 0: no limit). Each source decides its
@@ -45,6 +46,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -68,6 +70,10 @@ struct MoeConfig {
   int expert_hidden = 64;      // h >= 1: each expert is d -> h -> d
   double capacity_factor = 0;  // C >= 0 (finite); 0 = dropless
   double aux_loss = 0;         // α >= 0 (finite); 0 = no auxiliary loss
+  // A fixed, untrained preference of the router for low expert indices: logit z_e gains
+  // −router_skew · e / (E − 1) before the softmax (>= 0, finite; 0 = none). A reproducible load
+  // imbalance (the busiest expert's owner becomes the EP group's straggler) for studies and tests.
+  double router_skew = 0;
 
   bool enabled() const { return !layers.empty(); }
 };
@@ -127,6 +133,8 @@ void ExchangeLocally(EpExchange& exchange);
 struct MoeStats {
   std::vector<int64_t> kept;  // per expert (all E): (token, slot)s sent to it by this source
   int64_t dropped = 0;        // (token, slot)s dropped by the capacity
+  // Per micro-batch (key) of a Forward: its `kept` alone (the sizes of its exchanges).
+  std::map<int, std::vector<int64_t>> kept_by_key;
   double aux_loss_sum = 0;  // Σ over forward passes (not Infer) of α·E·Σ f_i·P_i (unweighted)
 };
 
@@ -202,7 +210,7 @@ class MoeBlock {
   Layout layout_;
   int layer_ = 0;
   Activation activation_ = Activation::kRelu;
-  double capacity_factor_ = 0, aux_loss_ = 0, aux_weight_ = 1;
+  double capacity_factor_ = 0, aux_loss_ = 0, aux_weight_ = 1, router_skew_ = 0;
   std::span<float> params_, grads_;  // the owning stage's buffers (they outlive the block)
   std::unordered_map<int, std::unique_ptr<KeyState>> states_;
   int64_t activation_bytes_ = 0;
