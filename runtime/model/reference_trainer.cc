@@ -33,6 +33,10 @@ absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(
     return absl::InvalidArgumentError(absl::StrFormat(
         "ep: %d must be >= 1 and divide dp (%d)", options.ep, options.layout.dp));
   }
+  if (!options.ring_buckets.empty() && options.ep > 1 && !options.shard_experts) {
+    return absl::InvalidArgumentError(
+        "ring_buckets: with ep > 1 needs shard_experts (bucket offsets are the EP shards')");
+  }
   auto t = std::unique_ptr<ReferenceTrainer>(new ReferenceTrainer());
   t->options_ = options;
   t->data_ = data;
@@ -40,6 +44,10 @@ absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(
   RP_ASSIGN_OR_RETURN(t->partition_, PartitionMlp(options.model, options.num_stages, options.tp,
                                                   options.layers_per_stage, shard_ep));
   const size_t S = static_cast<size_t>(t->partition_.num_stages());
+  if (!options.ring_buckets.empty() && options.ring_buckets.size() != S) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ring_buckets: %d entries, expected one per stage (%d)", options.ring_buckets.size(), S));
+  }
   const size_t G = static_cast<size_t>(options.ep), T = static_cast<size_t>(options.tp);
   const double aux_weight = 1.0 / (static_cast<double>(options.layout.dp) *
                                    static_cast<double>(options.layout.microbatches));
@@ -149,6 +157,69 @@ absl::Status ReferenceTrainer::AddToTotals(int group) {
   return absl::OkStatus();
 }
 
+void ReferenceTrainer::KeepGroupGrads(int group) {
+  if (group_grads_.size() <= static_cast<size_t>(group)) group_grads_.resize(group + 1);
+  auto& kept = group_grads_[static_cast<size_t>(group)];
+  kept.resize(stages_.size());
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    kept[s].resize(stages_[s].size());
+    for (size_t q = 0; q < stages_[s].size(); ++q) {
+      kept[s][q].resize(stages_[s][q].size());
+      for (size_t t = 0; t < stages_[s][q].size(); ++t) {
+        const std::span<const float> g = std::as_const(*stages_[s][q][t]).grads();
+        kept[s][q][t].assign(g.begin(), g.end());
+      }
+    }
+  }
+}
+
+// Ring order (file comment): each bucket element of shard (stage s, EP rank q, tp rank t) summed
+// along its chunk's reduce-scatter over its group's members.
+absl::Status ReferenceTrainer::RingSum(size_t s, size_t q, size_t t) {
+  MlpStage& st = *stages_[s][q][t];
+  const int ep = options_.ep, dp = options_.layout.dp;
+  std::vector<bool> covered(st.grads().size(), false);
+  for (const ReferenceOptions::RingBucket& b : options_.ring_buckets[s]) {
+    const auto range = std::find_if(st.param_ranges().begin(), st.param_ranges().end(),
+                                    [&](const ParamRange& r) {
+                                      return r.offset <= b.offset &&
+                                             b.offset + b.count <= r.offset + r.size;
+                                    });
+    // With ep == 1 both groups are the whole DP group: a bucket may span both kinds.
+    if (b.count < 0 || b.offset < 0 ||
+        static_cast<size_t>(b.offset + b.count) > st.grads().size() ||
+        (ep > 1 && range == st.param_ranges().end())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "ring_buckets[%d]: [%d, %d) is not inside one gradient group's range", s, b.offset,
+          b.offset + b.count));
+    }
+    const bool expert = ep > 1 && range->group == ReduceGroup::kExpertDataParallel;
+    const int n = expert ? dp / ep : dp;
+    // Member at ring position `pos`: replica d = pos (DP), or EP group pos with EP rank q.
+    auto value = [&](int pos, int64_t i) {
+      const size_t g = static_cast<size_t>(expert ? pos : pos / ep);
+      const size_t rank = expert ? q : static_cast<size_t>(pos % ep);
+      return group_grads_[g][s][rank][t][static_cast<size_t>(i)];
+    };
+    const int64_t base = b.count / n, extra = b.count % n;
+    for (int c = 0; c < n; ++c) {
+      const int64_t begin = c * base + std::min<int64_t>(c, extra);
+      const int64_t size = base + (c < extra ? 1 : 0);
+      for (int64_t i = b.offset + begin; i < b.offset + begin + size; ++i) {
+        float sum = value((c + 1) % n, i);
+        for (int k = 2; k <= n; ++k) sum = sum + value((c + k) % n, i);
+        st.grads()[static_cast<size_t>(i)] = sum;
+        covered[static_cast<size_t>(i)] = true;
+      }
+    }
+  }
+  if (std::find(covered.begin(), covered.end(), false) != covered.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ring_buckets[%d]: does not cover every gradient of the stage", s));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepResult> ReferenceTrainer::Step() {
   const BatchLayout& L = options_.layout;
   std::vector<double> loss_sums(static_cast<size_t>(L.dp) * L.microbatches, 0.0);
@@ -165,7 +236,11 @@ absl::StatusOr<StepResult> ReferenceTrainer::Step() {
       }
     }
     RP_RETURN_IF_ERROR(TrainGroup(g, loss_sums, correct));
-    RP_RETURN_IF_ERROR(AddToTotals(g));
+    if (options_.ring_buckets.empty()) {
+      RP_RETURN_IF_ERROR(AddToTotals(g));
+    } else {
+      KeepGroupGrads(g);
+    }
   }
   double aux_sum = 0.0;
   for (size_t s = 0; s < stages_.size(); ++s) {
@@ -173,10 +248,14 @@ absl::StatusOr<StepResult> ReferenceTrainer::Step() {
       aux_sum += stages_[s][q][0]->aux_loss_sum();  // TP ranks repeat their source's MoE blocks
       for (size_t t = 0; t < stages_[s][q].size(); ++t) {
         MlpStage& st = *stages_[s][q][t];
-        for (const ParamRange& r : st.param_ranges()) {
-          const std::vector<float>& total =
-              grad_total_[s][r.group == ReduceGroup::kExpertDataParallel ? q : 0][t];
-          std::copy_n(total.begin() + r.offset, r.size, st.grads().begin() + r.offset);
+        if (!options_.ring_buckets.empty()) {
+          RP_RETURN_IF_ERROR(RingSum(s, q, t));
+        } else {
+          for (const ParamRange& r : st.param_ranges()) {
+            const std::vector<float>& total =
+                grad_total_[s][r.group == ReduceGroup::kExpertDataParallel ? q : 0][t];
+            std::copy_n(total.begin() + r.offset, r.size, st.grads().begin() + r.offset);
+          }
         }
         RP_RETURN_IF_ERROR(optimizers_[s][q][t]->Step(st.params(), st.grads()));
       }

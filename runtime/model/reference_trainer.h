@@ -38,6 +38,16 @@
 // is the one above. The reported `loss` is the cross-entropy; `aux_loss` is the mean over the
 // step's micro-batches of the MoE auxiliary losses (their gradient weight is 1 / (dp·m)).
 //
+// Ring order. An FP32 sum of more than two replicas depends on its order; a ring all-reduce of a
+// bucket of `count` elements over n members sums chunk c (elements ChunkRange(count, n, c), as
+// comm/ring_steps.h cuts them: the first count % n chunks one element longer) along the ring's
+// reduce-scatter, starting at member c + 1: ((x[c+1] + x[c+2]) + ...) + x[c] (positions mod n).
+// With ring_buckets the step sums every bucket element that way instead of in rank order —
+// members and positions as the executor's groups: non-expert ranges over all dp replicas (position
+// d), expert ranges over the replicas with the same EP rank (position = EP group) — and then
+// reproduces a hybrid run bit for bit for any dp (tested in tests/schedule/executor_ep_test.cc).
+// The per-replica gradients are kept until the step's sums (dp copies of the model's gradients).
+//
 // Thread safety: none (single thread). The Dataset must outlive the trainer.
 //
 // Example:
@@ -73,6 +83,15 @@ struct ReferenceOptions {
   int ep = 1;
   // Emulate the EP shards (see the file comment) instead of one device's experts per replica.
   bool shard_experts = false;
+  // Ring order (see "Ring order" in the file comment): per stage, the ranges of grads() that the
+  // run all-reduces one ring at a time (its gradient buckets); empty = rank order. Set, every
+  // element must be in exactly one bucket and (ep > 1) each bucket within one ReduceGroup range; needs
+  // shard_experts when ep > 1 (bucket offsets are the EP shards').
+  struct RingBucket {
+    int64_t offset = 0;
+    int64_t count = 0;
+  };
+  std::vector<std::vector<RingBucket>> ring_buckets;
 };
 
 struct StepResult {
@@ -115,6 +134,9 @@ class ReferenceTrainer {
   absl::StatusOr<Tensor> InferAll(ConstMatrixView x);
   absl::Status TrainGroup(int group, std::vector<double>& loss_sums, int64_t& correct);
   absl::Status AddToTotals(int group);
+  // Ring order: keeps group `group`'s gradients; sums bucket elements of (s, q, t) into its grads.
+  void KeepGroupGrads(int group);
+  absl::Status RingSum(size_t s, size_t q, size_t t);
   std::vector<MlpStage*> Group(size_t stage) const;
 
   ReferenceOptions options_;
@@ -124,6 +146,8 @@ class ReferenceTrainer {
   std::vector<std::vector<std::vector<std::unique_ptr<MlpStage>>>> stages_;
   std::vector<std::vector<std::vector<std::unique_ptr<Optimizer>>>> optimizers_;
   std::vector<std::vector<std::vector<std::vector<float>>>> grad_total_;
+  // Ring order: [group][stage][EP rank][tp rank] gradients of the step.
+  std::vector<std::vector<std::vector<std::vector<std::vector<float>>>>> group_grads_;
   int64_t step_ = 0;
 };
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/model/reference_trainer.h"
 #include "schedule/executor.h"
 #include "schedule/generators.h"
 
@@ -184,6 +185,110 @@ TEST(ExecutorEp, SkewedRouterMakesAStragglerSeenAsPeerWait) {
   }
   EXPECT_GT(waits[1].peer, 2 * waits[0].peer) << "more skew, more peer wait";
 }
+
+struct ExactCase {
+  EpSetup setup;
+  double aux = 0;
+};
+
+std::string ExactName(const ExactCase& c) {
+  return Name(c.setup) + (c.aux > 0 ? "_aux" : "");
+}
+
+class ExecutorEpExact : public ::testing::TestWithParam<ExactCase> {};
+
+// FP32 EP training through the executor is bit-identical to the single-device reference in the
+// run's partition (tp = 1: one device's model; the MoE experts visit tokens in the canonical
+// order) — memcmp of the loss of every step and of every parameter of every device after the last
+// — with the reference summing replicas in the ring order of the run's gradient buckets
+// (ReferenceOptions::ring_buckets: a ring of more than two replicas sums in its own order).
+TEST_P(ExecutorEpExact, TrainsBitIdenticallyToTheReference) {
+  const ExactCase c = GetParam();
+  const EpSetup& s = c.setup;
+  constexpr int kSteps = 4;
+  ExecutorOptions o = MakeOptions(s, kSteps);
+  o.model.moe.aux_loss = c.aux;
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  absl::StatusOr<RunResult> r = (*ex)->Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+
+  absl::StatusOr<ExecutionPlan> plan = BuildPlan(PlanOptionsFor(o));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int stages = o.program.num_model_stages();
+  ReferenceOptions ro{.model = o.model,
+                      .layout = {.dp = s.dp, .microbatches = s.m, .microbatch_size = 8},
+                      .optimizer = o.optimizer,
+                      .num_stages = stages,
+                      .tp = s.tp,
+                      .layers_per_stage = {},
+                      .ep = s.ep,
+                      .shard_experts = true,
+                      .ring_buckets = {}};
+  for (int k = 0; k < stages; ++k) {
+    ro.ring_buckets.emplace_back();
+    const ChunkPlan& chunk = plan->Chunk(o.program.RankOfModelStage(k), o.program.ChunkOfModelStage(k));
+    for (const BucketPlan& b : chunk.buckets) {
+      ro.ring_buckets.back().push_back({static_cast<int64_t>(b.grad_offset),
+                                        static_cast<int64_t>(b.grad_count)});
+    }
+  }
+  absl::StatusOr<Dataset> data = Dataset::Create(o.dataset);
+  ASSERT_TRUE(data.ok());
+  absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ref = ReferenceTrainer::Create(ro, &*data);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (int i = 0; i < kSteps; ++i) {
+    absl::StatusOr<StepResult> e = (*ref)->Step();
+    ASSERT_TRUE(e.ok()) << e.status();
+    const double loss = r->steps[static_cast<size_t>(i)].loss;
+    EXPECT_EQ(std::memcmp(&loss, &e->loss, sizeof(double)), 0)
+        << "step " << i << ": " << loss << " vs " << e->loss;
+    EXPECT_EQ(r->steps[static_cast<size_t>(i)].replica_divergence, 0.0) << "step " << i;
+  }
+  int64_t dropped = 0;
+  for (const StepRecord& st : r->steps) {
+    for (const auto& b : st.moe) dropped += b.dropped;
+  }
+  if (s.capacity > 0) EXPECT_GT(dropped, 0) << "the capacity drops tokens";
+  const ParallelGrid& grid = (*ex)->grid();
+  size_t compared = 0;
+  for (int rank = 0; rank < grid.world_size(); ++rank) {
+    const Coord co = grid.CoordOf(rank);
+    for (int ch = 0; ch < o.program.num_chunks; ++ch) {
+      absl::StatusOr<std::vector<float>> w = (*ex)->Parameters(rank, ch);
+      ASSERT_TRUE(w.ok()) << w.status();
+      const std::span<const float> want =
+          (*ref)->stage(o.program.ModelStage(co.pp, ch), co.tp, co.dp % s.ep).params();
+      ASSERT_EQ(w->size(), want.size()) << "rank " << rank;
+      EXPECT_EQ(std::memcmp(w->data(), want.data(), want.size() * sizeof(float)), 0)
+          << "rank " << rank << " (dp " << co.dp << ", pp " << co.pp << ", tp " << co.tp
+          << ") chunk " << ch;
+      compared += want.size();
+    }
+  }
+  EXPECT_GT(compared, 0u);
+  std::printf("[figures] %s: loss %.6f -> %.6f bit-identical over %d steps, %zu parameters, "
+              "%lld tokens dropped\n",
+              ExactName(c).c_str(), r->steps.front().loss, r->steps.back().loss, kSteps, compared,
+              static_cast<long long>(dropped));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EpDegrees, ExecutorEpExact,
+    ::testing::Values(
+        ExactCase{{.dp = 2, .pp = 2, .tp = 2, .ep = 1, .top_k = 1}},
+        ExactCase{{.dp = 4, .pp = 2, .tp = 1, .ep = 1, .top_k = 2, .capacity = 1.0}},
+        ExactCase{{.dp = 2, .pp = 2, .tp = 2, .ep = 2, .top_k = 1, .capacity = 1.0}},
+        ExactCase{{.dp = 4, .pp = 2, .tp = 2, .ep = 2, .top_k = 2}},
+        ExactCase{{.dp = 4, .pp = 2, .tp = 1, .ep = 4, .top_k = 1}},
+        ExactCase{{.dp = 4, .pp = 1, .tp = 2, .ep = 4, .top_k = 2, .capacity = 1.0}},
+        ExactCase{{.dp = 8, .pp = 2, .tp = 1, .ep = 4, .top_k = 2, .capacity = 1.25}},
+        ExactCase{{.dp = 2, .pp = 2, .tp = 1, .ep = 2, .top_k = 2, .capacity = 1.0,
+                   .kind = ScheduleKind::kZeroBubbleH1}},
+        ExactCase{{.dp = 4, .pp = 2, .tp = 1, .ep = 2, .m = 6, .top_k = 2,
+                   .kind = ScheduleKind::kInterleaved},
+                  0.01}),
+    [](const ::testing::TestParamInfo<ExactCase>& p) { return ExactName(p.param); });
 
 TEST(ExecutorEp, BadOptionsNameTheField) {
   ExecutorOptions o = MakeOptions({.dp = 4, .ep = 3}, 1);
