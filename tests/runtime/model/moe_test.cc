@@ -120,6 +120,9 @@ TEST(MoeConfig, ErrorsNameTheField) {
   c = MoeModel(1, 0, 0);
   c.moe.expert_hidden = 0;
   expect(c, "expert_hidden");
+  c = MoeModel(1, 0, 0);
+  c.moe.router_skew = -1;
+  expect(c, "router_skew");
   EXPECT_EQ(PartitionMlp(MoeModel(1, 0, 0), 1, 1, {}, 3).status().message().find("ep"), 0u);
 }
 
@@ -431,6 +434,30 @@ TEST(PassSteps, CutsMoeBlocksAtTheirExchangesAsTheRealPassesDo) {
       EXPECT_EQ(st.moe_phase, -1);
     }
   }
+}
+
+// router_skew moves the token slots towards low expert indices (deterministically), and leaves the
+// gradients' bits to the same kernels (Infer == Forward still holds).
+TEST(MoeStage, RouterSkewFavoursLowExperts) {
+  MlpConfig c = MoeModel(1, 0.0, 0.0);
+  const Tensor x = Random(64, c.input_dim, 11);
+  std::vector<int64_t> kept[2];
+  for (int i = 0; i < 2; ++i) {
+    c.moe.router_skew = i == 0 ? 0.0 : 8.0;
+    auto p = PartitionMlp(c, 1, 1);
+    ASSERT_TRUE(p.ok());
+    auto s = Make(c, *p, 0);
+    auto y = s->Forward(0, x, nullptr);
+    ASSERT_TRUE(y.ok()) << y.status();
+    auto inferred = s->Infer(x, nullptr);
+    ASSERT_TRUE(inferred.ok());
+    EXPECT_TRUE(SameBits(y->span(), inferred->span()));
+    kept[i] = s->moe(1)->stats().kept;
+    EXPECT_EQ(s->moe(1)->stats().kept_by_key.at(0), kept[i]) << "one micro-batch: its own counts";
+  }
+  EXPECT_GT(kept[1][0], kept[0][0]);
+  EXPECT_GT(kept[1][0], 48) << "most of 64 slots on expert 0";
+  EXPECT_LT(kept[1][3], kept[0][3] + 1);
 }
 
 TEST(MoeStage, MisuseIsAnErrorNotACrash) {
