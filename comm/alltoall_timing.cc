@@ -7,8 +7,7 @@ namespace rp::comm::a2a {
 
 PairwiseTimer::PairwiseTimer(Nanos start, std::vector<std::vector<uint64_t>> send_bytes,
                              std::vector<int> recv_messages)
-    : start_(start),
-      send_bytes_(std::move(send_bytes)),
+    : send_bytes_(std::move(send_bytes)),
       recv_messages_(std::move(recv_messages)),
       ready_(start),
       next_ready_(start),

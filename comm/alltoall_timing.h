@@ -125,7 +125,6 @@ class PairwiseTimer {
   // Posts step_'s messages ready at ready_, then moves past steps that receive nothing.
   void Open(std::vector<Post>* posts);
 
-  const Nanos start_;
   const std::vector<std::vector<uint64_t>> send_bytes_;
   const std::vector<int> recv_messages_;
   int step_ = 1;         // the step whose receives are awaited (steps() + 1 when done)
