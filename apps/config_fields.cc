@@ -1,4 +1,6 @@
 #include "apps/config_fields.h"
+
+#include "apps/config_entries.h"
 #include "apps/shared_flags.h"
 
 #include <cmath>
@@ -7,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/status_macros.h"
 
@@ -14,350 +17,12 @@ namespace rp::apps {
 namespace {
 
 using json = nlohmann::json;
-
-absl::Status Bad(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(OneLine(field), ": ", why));
-}
-
-// --- JSON value readers: the type, and whether the member can hold the value (ranges are validation's) ---
-
-template <typename T>
-absl::StatusOr<T> AsInt(absl::string_view f, const json& v) {
-  const bool integral = v.is_number_integer() ||
-                        (v.is_number_float() && std::isfinite(v.get<double>()) &&
-                         std::floor(v.get<double>()) == v.get<double>());
-  if (!integral) return Bad(f, absl::StrCat("expected an integer, got ", ShortDump(v)));
-  const double d = v.get<double>();
-  const bool fits = v.is_number_unsigned()
-                        ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                        : (d >= static_cast<double>(std::numeric_limits<T>::min()) &&
-                           d <= static_cast<double>(std::numeric_limits<T>::max()));
-  if (!fits) return Bad(f, absl::StrCat("must be in ", std::numeric_limits<T>::min(), "..",
-                                        std::numeric_limits<T>::max(), ", got ", ShortDump(v)));
-  if (v.is_number_unsigned()) return static_cast<T>(v.get<uint64_t>());
-  if (v.is_number_integer()) return static_cast<T>(v.get<int64_t>());
-  return static_cast<T>(d);
-}
-
-absl::StatusOr<double> AsDouble(absl::string_view f, const json& v) {
-  if (!v.is_number()) return Bad(f, absl::StrCat("expected a number, got ", ShortDump(v)));
-  const double d = v.get<double>();
-  if (!std::isfinite(d)) return Bad(f, "must be finite");
-  return d;
-}
-
-absl::StatusOr<std::string> AsString(absl::string_view f, const json& v) {
-  if (!v.is_string()) return Bad(f, absl::StrCat("expected a string, got ", ShortDump(v)));
-  const std::string& s = v.get_ref<const std::string&>();
-  RP_RETURN_IF_ERROR(CheckGrammar(f, Grammar::kString, s));
-  return s;
-}
-
-absl::StatusOr<bool> AsBool(absl::string_view f, const json& v) {
-  if (v.is_boolean()) return v.get<bool>();
-  if (v.is_string()) return ParseBool(f, v.get_ref<const std::string&>());
-  return Bad(f, absl::StrCat("expected true or false, got ", ShortDump(v)));
-}
-
-absl::StatusOr<std::vector<double>> AsDoubleList(absl::string_view f, const json& v) {
-  if (v.is_string()) return ParseNumberList(f, v.get_ref<const std::string&>());
-  if (v.is_number()) {
-    RP_ASSIGN_OR_RETURN(double d, AsDouble(f, v));
-    return std::vector<double>{d};
-  }
-  if (!v.is_array() || v.size() > kMaxListItems) {
-    return Bad(f, absl::StrCat("expected a number or a list of at most ", kMaxListItems, " numbers, got ",
-                               ShortDump(v)));
-  }
-  std::vector<double> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    RP_ASSIGN_OR_RETURN(double d, AsDouble(absl::StrCat(f, "[", i, "]"), v[i]));
-    out.push_back(d);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<int>> AsWidthList(absl::string_view f, const json& v) {
-  if (v.is_string()) return ParseWidthList(f, v.get_ref<const std::string&>());
-  if (v.is_number()) {
-    RP_ASSIGN_OR_RETURN(int x, AsInt<int>(f, v));
-    if (x < 1) return Bad(f, absl::StrCat("must be >= 1, got ", x));
-    return std::vector<int>{x};
-  }
-  if (!v.is_array() || v.size() > kMaxListItems) {
-    return Bad(f, absl::StrCat("expected a list of at most ", kMaxListItems, " integers, got ", ShortDump(v)));
-  }
-  std::vector<int> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const std::string item = absl::StrCat(f, "[", i, "]");
-    RP_ASSIGN_OR_RETURN(int x, AsInt<int>(item, v[i]));
-    if (x < 1) return Bad(item, absl::StrCat("must be >= 1, got ", x));
-    out.push_back(x);
-  }
-  return out;
-}
-
-// A byte count: a JSON integer, or a string in the bytes grammar ("64K"); one size, not a list.
-absl::StatusOr<uint64_t> AsBytes(absl::string_view f, const json& v) {
-  if (v.is_string()) {
-    RP_ASSIGN_OR_RETURN(std::vector<uint64_t> list, ParseByteList(f, v.get_ref<const std::string&>()));
-    if (list.size() != 1) {
-      return Bad(f, absl::StrCat("takes one size, got ", list.size(),
-                                 " (`ringpipe allreduce` measures a list; a sweep varies it with --axis)"));
-    }
-    return list[0];
-  }
-  if (v.is_array() && v.size() == 1) return AsBytes(f, v[0]);
-  RP_ASSIGN_OR_RETURN(int64_t x, AsInt<int64_t>(f, v));
-  if (x < 0) return Bad(f, absl::StrCat("must be >= 0, got ", x));
-  return static_cast<uint64_t>(x);
-}
-
-// --- Entry builders. `M` returns the member of a config: [](RunConfig& c) -> auto& { return c.x; } ---
-
-template <typename M>
-auto Member(M m) {
-  return [m](const RunConfig& c) -> const auto& { return m(const_cast<RunConfig&>(c)); };
-}
-
-template <typename M>
-ConfigField IntF(const char* name, M m, int64_t lo, int64_t hi, const char* help, unsigned scope = kEveryRun) {
-  using T = std::remove_reference_t<decltype(m(std::declval<RunConfig&>()))>;
-  return {name, Grammar::kInt, scope, lo, hi, help, nullptr,
-          [=](RunConfig& c, const json& v) -> absl::Status {
-            RP_ASSIGN_OR_RETURN(m(c), AsInt<T>(name, v));
-            return absl::OkStatus();
-          },
-          [=](const RunConfig& c) { return json(Member(m)(c)); }};
-}
-
-template <typename M>
-ConfigField NumberF(const char* name, M m, const char* help, const char* unset = nullptr) {
-  return {name, Grammar::kNumber, kEveryRun, 1, 0, help, unset,
-          [=](RunConfig& c, const json& v) -> absl::Status {
-            RP_ASSIGN_OR_RETURN(double d, AsDouble(name, v));
-            using T = std::remove_reference_t<decltype(m(c))>;
-            if (std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max())) {
-              return Bad(name, absl::StrCat("out of range, got ", ShortDump(v)));
-            }
-            m(c) = static_cast<T>(d);
-            return absl::OkStatus();
-          },
-          [=](const RunConfig& c) { return json(Member(m)(c)); }};
-}
-
-template <typename M>
-ConfigField BoolF(const char* name, M m, const char* help, unsigned scope = kEveryRun) {
-  return {name, Grammar::kBool, scope, 1, 0, help, nullptr,
-          [=](RunConfig& c, const json& v) -> absl::Status {
-            RP_ASSIGN_OR_RETURN(m(c), AsBool(name, v));
-            return absl::OkStatus();
-          },
-          [=](const RunConfig& c) { return json(Member(m)(c)); }};
-}
-
-template <typename M>
-ConfigField StringF(const char* name, M m, const char* help, unsigned scope = kEveryRun,
-                    const char* unset = nullptr) {
-  return {name, Grammar::kString, scope, 1, 0, help, unset,
-          [=](RunConfig& c, const json& v) -> absl::Status {
-            RP_ASSIGN_OR_RETURN(m(c), AsString(name, v));
-            return absl::OkStatus();
-          },
-          [=](const RunConfig& c) { return json(Member(m)(c)); }};
-}
-
-template <typename M>
-ConfigField MsListF(const char* name, M m, const char* help, const char* unset = nullptr) {
-  return {name, Grammar::kNumberList, kEveryRun, 1, 0, help, unset,
-          [=](RunConfig& c, const json& v) -> absl::Status {
-            RP_ASSIGN_OR_RETURN(m(c), AsDoubleList(name, v));
-            return absl::OkStatus();
-          },
-          [=](const RunConfig& c) { return json(Member(m)(c)); }};
-}
-
-template <typename M>
-ConfigField WidthsF(const char* name, M m, const char* help, const char* unset = nullptr) {
-  return {name, Grammar::kWidthList, kEveryRun, 1, 0, help, unset,
-          [=](RunConfig& c, const json& v) -> absl::Status {
-            RP_ASSIGN_OR_RETURN(m(c), AsWidthList(name, v));
-            return absl::OkStatus();
-          },
-          [=](const RunConfig& c) { return json(Member(m)(c)); }};
-}
-
-// A named choice: `parse` maps a name to the value (InvalidArgument without the field name), `print`
-// back.
-template <typename M, typename Parse, typename Print>
-ConfigField EnumF(const char* name, M m, Parse parse, Print print, const char* help) {
-  return {name, Grammar::kString, kEveryRun, 1, 0, help, nullptr,
-          [=](RunConfig& c, const json& v) -> absl::Status {
-            RP_ASSIGN_OR_RETURN(std::string s, AsString(name, v));
-            auto value = parse(s);
-            if (!value.ok()) return Bad(name, value.status().message());
-            m(c) = *value;
-            return absl::OkStatus();
-          },
-          [=](const RunConfig& c) { return json(std::string(print(Member(m)(c)))); }};
-}
-
-#define RP_MEMBER(expr) [](RunConfig & c) -> auto& { return c.expr; }
-
-absl::StatusOr<schedule::ScheduleKind> ParseSchedule(const std::string& s) {
-  for (auto k : {schedule::ScheduleKind::kGPipe, schedule::ScheduleKind::kOneFOneB,
-                 schedule::ScheduleKind::kInterleaved, schedule::ScheduleKind::kZeroBubbleH1}) {
-    if (s == schedule::ScheduleName(k)) return k;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown schedule '", OneLine(s), "' (gpipe, 1f1b, interleaved, zb-h1)"));
-}
-
-absl::StatusOr<CostModelKind> ParseCostModel(const std::string& s) {
-  if (s == "fixed") return CostModelKind::kFixed;
-  if (s == "flops") return CostModelKind::kFlops;
-  return absl::InvalidArgumentError(absl::StrCat("unknown cost model '", OneLine(s), "' (fixed, flops)"));
-}
-
-absl::StatusOr<Activation> ParseActivation(const std::string& s) {
-  if (s == "relu") return Activation::kRelu;
-  if (s == "gelu") return Activation::kGelu;
-  return absl::InvalidArgumentError(absl::StrCat("unknown activation '", OneLine(s), "' (relu, gelu)"));
-}
-
-absl::StatusOr<OptimizerKind> ParseOptimizer(const std::string& s) {
-  if (s == "sgd") return OptimizerKind::kSgdMomentum;
-  if (s == "adam") return OptimizerKind::kAdam;
-  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", OneLine(s), "' (sgd, adam)"));
-}
-
-absl::StatusOr<std::string> ParseDevice(const std::string& s) {
-  // Checked by ValidateConfig (only the FLOPs cost model uses it); stored lower-case.
-  return absl::AsciiStrToLower(s);
-}
-
-std::vector<ConfigField>* BuildFields() {
-  constexpr int64_t kMaxDevices = kMaxPredictDevices;
-  auto* f = new std::vector<ConfigField>;
-  f->push_back(StringF("preset", RP_MEMBER(preset),
-                       "Named starting configuration: default, s1, s2, s3-0d, s3-1d, s3-2d, s3-3d (docs/config.md). "
-                       "Unset: the config file's \"preset\", else default."));
-  f->push_back(StringF("config", RP_MEMBER(config_file),
-                       "JSON config file: an object whose keys are these flag names (// comments allowed). "
-                       "Overrides the preset; flags override it.",
-                       kEveryRun, "none"));
-  f->push_back(IntF("dp", RP_MEMBER(dp), 1, kMaxDevices, "Data-parallel replicas."));
-  f->push_back(IntF("pp", RP_MEMBER(pp), 1, kMaxDevices, "Pipeline stages (devices per pipeline)."));
-  f->push_back(IntF("tp", RP_MEMBER(tp), 1, kMaxDevices, "Tensor-parallel shards per stage."));
-  f->push_back(IntF("microbatches", RP_MEMBER(microbatches), 1, 1 << 20, "Micro-batches per replica per step."));
-  f->push_back(EnumF("schedule", RP_MEMBER(schedule), ParseSchedule, schedule::ScheduleName,
-                     "Pipeline schedule: gpipe, 1f1b, interleaved or zb-h1."));
-  f->push_back(IntF("virtual_stages", RP_MEMBER(virtual_stages), 1, 1024,
-                    "Virtual stages (model chunks) per device; > 1 needs --schedule=interleaved."));
-  f->push_back(EnumF("cost_model", RP_MEMBER(cost_model), ParseCostModel, CostModelName,
-                     "fixed: --forward_ms/--backward_ms/--weight_grad_ms per stage; flops: FLOPs of the model "
-                     "described by --flops_* on --flops_device."));
-  f->push_back(MsListF("forward_ms", RP_MEMBER(forward_ms),
-                       "Forward time of one micro-batch on one device (fixed cost model), ms: one value, or a "
-                       "comma list with one value per pipeline stage."));
-  f->push_back(MsListF("backward_ms", RP_MEMBER(backward_ms),
-                       "Whole backward (input + weight gradients) time per micro-batch, ms: one value or one "
-                       "per stage."));
-  f->push_back(MsListF("weight_grad_ms", RP_MEMBER(weight_grad_ms),
-                       "Weight-gradient part of the backward (zb-h1's W), ms: one value or one per stage.",
-                       "half the backward"));
-  f->push_back(NumberF("optimizer_ms", RP_MEMBER(optimizer_ms), "Optimizer step time per device, ms."));
-  f->push_back(IntF("straggler_rank", RP_MEMBER(straggler_rank), 0, kMaxDevices - 1,
-                    "Global rank of a straggler device (with --straggler_factor)."));
-  f->push_back(NumberF("straggler_factor", RP_MEMBER(straggler_factor),
-                       "Every compute op of --straggler_rank takes this many times longer, >= 1 (1: no "
-                       "straggler). Emulated and predicted; sweepable."));
-  f->push_back(EnumF("flops_device", RP_MEMBER(flops.device), ParseDevice, [](const std::string& s) { return s; },
-                     "FLOPs cost model: device preset a100 (312 TFLOPS dense bf16) or h100 (989)."));
-  f->push_back(NumberF("flops_efficiency", RP_MEMBER(flops.efficiency),
-                       "FLOPs cost model: fraction of the dense peak reached, (0, 1]."));
-  f->push_back(IntF("flops_layers", RP_MEMBER(flops.layers), 1, 1 << 20,
-                    "FLOPs cost model: transformer layers of the described model."));
-  f->push_back(IntF("flops_hidden", RP_MEMBER(flops.hidden), 1, 1 << 24, "FLOPs cost model: hidden size."));
-  f->push_back(IntF("flops_seq_len", RP_MEMBER(flops.seq_len), 1, 1 << 24, "FLOPs cost model: sequence length."));
-  f->push_back(IntF("flops_microbatch_size", RP_MEMBER(flops.microbatch_size), 1, 1 << 20,
-                    "FLOPs cost model: sequences per micro-batch."));
-  f->push_back(EnumF("codec", RP_MEMBER(codec), comm::ParseCodec, comm::CodecName,
-                     "Gradient wire format: fp32, fp16, bf16 or int8."));
-  f->push_back({"segment_bytes", Grammar::kByteList, kEveryRun, 1, 0,
-                "Bytes per ring segment of the gradient all-reduce (fp32 bytes, a multiple of 4 up to 1G; "
-                "suffixes K, M, G = KiB, MiB, GiB). One size; 0: one message per chunk.",
-                "0 (one message per chunk)",
-                [](RunConfig& c, const json& v) -> absl::Status {
-                  RP_ASSIGN_OR_RETURN(c.segment_bytes, AsBytes("segment_bytes", v));
-                  return absl::OkStatus();
-                },
-                [](const RunConfig& c) { return json(c.segment_bytes); }});
-  f->push_back(IntF("buckets", RP_MEMBER(buckets), 1, 1 << 16, "Gradient all-reduce buckets per model chunk."));
-  f->push_back(BoolF("overlap_allreduce", RP_MEMBER(overlap_allreduce),
-                     "true: a chunk's gradient buckets start right after its last backward (overlapping the "
-                     "rest); false: after the last compute op."));
-  f->push_back(StringF("link", RP_MEMBER(link),
-                       "Link model: ideal (free links) or a preset: dgx-a100, dgx-h100 (docs/runtime.md)."));
-  f->push_back(IntF("devices_per_node", RP_MEMBER(devices_per_node), 1, kMaxDevices,
-                    "Devices per node: decides which links are intra- or inter-node."));
-  constexpr const char* kKeep = "the link preset's";
-  f->push_back(NumberF("alpha_us", RP_MEMBER(alpha_us), "Override the latency of both link classes, us.", kKeep));
-  f->push_back(NumberF("bandwidth_gbps", RP_MEMBER(bandwidth_gbps),
-                       "Override the bandwidth of both link classes, GB/s (0: infinite).", kKeep));
-  f->push_back(NumberF("intra_alpha_us", RP_MEMBER(intra_alpha_us), "Override the intra-node latency, us.", kKeep));
-  f->push_back(NumberF("intra_bandwidth_gbps", RP_MEMBER(intra_bandwidth_gbps),
-                       "Override the intra-node bandwidth, GB/s (0: infinite).", kKeep));
-  f->push_back(NumberF("inter_alpha_us", RP_MEMBER(inter_alpha_us), "Override the inter-node latency, us.", kKeep));
-  f->push_back(NumberF("inter_bandwidth_gbps", RP_MEMBER(inter_bandwidth_gbps),
-                       "Override the inter-node bandwidth, GB/s (0: infinite).", kKeep));
-  f->push_back(NumberF("time_scale", RP_MEMBER(time_scale),
-                       "Wall seconds per modeled second, (0, 1000] (0.1 runs ten times faster than modeled)."));
-  f->push_back(IntF("steps", RP_MEMBER(steps), 1, 1 << 24, "Training steps."));
-  f->push_back(BoolF("virtual_time", RP_MEMBER(virtual_time),
-                     "true: run on a virtual clock (as fast as the host allows, deterministic modeled times); "
-                     "false: real time at --time_scale.",
-                     kEmulationOnly));
-  f->push_back(IntF("eval_every", RP_MEMBER(eval_every), 0, 1 << 24,
-                    "Evaluate held-out accuracy every N steps and after the last (0: about 10 evaluations).",
-                    kEmulationOnly));
-  f->push_back(IntF("eval_samples", RP_MEMBER(eval_samples), 0, int64_t{1} << 30,
-                    "Held-out samples per evaluation (0: the whole held-out split).", kEmulationOnly));
-  f->push_back(BoolF("reference", RP_MEMBER(reference),
-                     "true: also train the single-device FP32 reference and report the loss gap.", kEmulationOnly));
-  f->push_back(IntF("seed", RP_MEMBER(seed), 0, std::numeric_limits<int64_t>::max(),
-                    "Seed of the weights and the data set."));
-  f->push_back(IntF("input_dim", RP_MEMBER(input_dim), 1, 1 << 20, "Real model: input features."));
-  f->push_back(WidthsF("hidden", RP_MEMBER(hidden),
-                       "Real model: hidden layer widths, e.g. 64,64,32 or 64x5 (64x5: 6 layers).", "no hidden layer"));
-  f->push_back(IntF("classes", RP_MEMBER(classes), 2, 1 << 20, "Real model: output classes."));
-  f->push_back(EnumF("activation", RP_MEMBER(activation), ParseActivation,
-                     [](Activation a) { return std::string(ActivationName(a)); }, "Real model: relu or gelu."));
-  f->push_back(WidthsF("layers_per_stage", RP_MEMBER(layers_per_stage),
-                       "Real model: layers of each model stage (pp x virtual_stages counts), e.g. 4,2.",
-                       "balanced"));
-  f->push_back(IntF("microbatch_size", RP_MEMBER(microbatch_size), 1, 1 << 20, "Real model: samples per micro-batch."));
-  f->push_back(IntF("train_size", RP_MEMBER(train_size), 1, int64_t{1} << 30, "Real data set: training samples."));
-  f->push_back(IntF("test_size", RP_MEMBER(test_size), 1, int64_t{1} << 30, "Real data set: held-out samples."));
-  f->push_back(EnumF("optimizer", RP_MEMBER(optimizer.kind), ParseOptimizer,
-                     [](OptimizerKind k) { return k == OptimizerKind::kAdam ? "adam" : "sgd"; },
-                     "sgd (with momentum) or adam."));
-  f->push_back(NumberF("lr", RP_MEMBER(optimizer.lr), "Learning rate, > 0."));
-  f->push_back(NumberF("momentum", RP_MEMBER(optimizer.momentum), "SGD momentum, [0, 1)."));
-  f->push_back(NumberF("weight_decay", RP_MEMBER(optimizer.weight_decay), "Weight decay, >= 0."));
-  f->push_back(StringF("report_json", RP_MEMBER(report_json),
-                       "Write the report as JSON to this path (schema: docs/report.md).", kOutputFile, "none"));
-  f->push_back(StringF("trace", RP_MEMBER(trace),
-                       "Write the Chrome/Perfetto trace of the run to this path (run only).",
-                       kOutputFile | kEmulationOnly, "none"));
-  return f;
-}
-
-#undef RP_MEMBER
+using entries::Bad;
 
 // A default for --help: the value as flag text ("64,64", "dgx-a100", "true").
 std::string FlagText(const json& v) {
   if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) return absl::StrFormat("%g", v.get<double>());  // 25, 0.5, 1e-06
   if (v.is_array()) {
     std::vector<std::string> parts;
     for (const json& x : v) parts.push_back(FlagText(x));
@@ -370,6 +35,20 @@ std::string FlagText(const json& v) {
 
 const char* CostModelName(CostModelKind k) { return k == CostModelKind::kFlops ? "flops" : "fixed"; }
 
+int RunConfig::chunks() const {
+  switch (schedule) {
+    case schedule::ScheduleKind::kInterleaved: return virtual_stages;
+    case schedule::ScheduleKind::kZeroBubbleV:
+    case schedule::ScheduleKind::kDualPipeV:
+    case schedule::ScheduleKind::kDualPipe: return 2;
+    default: return 1;
+  }
+}
+
+int RunConfig::num_model_stages() const {
+  return schedule == schedule::ScheduleKind::kDualPipe ? pp : pp * chunks();
+}
+
 MlpConfig RunConfig::Mlp() const {
   MlpConfig m;
   m.input_dim = input_dim;
@@ -381,7 +60,7 @@ MlpConfig RunConfig::Mlp() const {
 }
 
 const std::vector<ConfigField>& Fields() {
-  static const std::vector<ConfigField>* fields = BuildFields();
+  static const std::vector<ConfigField>* fields = entries::BuildFieldTable();
   return *fields;
 }
 
@@ -450,9 +129,11 @@ std::vector<FlagSpec> ConfigFlags(unsigned exclude, const RunConfig& defaults) {
   for (const ConfigField& f : Fields()) {
     if ((f.scope & exclude) != 0) continue;
     const json v = f.get(defaults);
-    // Unset: an empty text or list, a negative override (-1), a byte count of 0 (one message per chunk).
+    // Unset: an empty text or list, a negative override (-1), an integer or byte count of 0 whose entry
+    // says what 0 means (one message per chunk, one NIC per device).
     const bool unset = (v.is_string() && v.get_ref<const std::string&>().empty()) || (v.is_array() && v.empty()) ||
-                       (v.is_number() && v.get<double>() < 0) || (f.grammar == Grammar::kByteList && v == 0);
+                       (v.is_number() && v.get<double>() < 0) ||
+                       ((f.grammar == Grammar::kByteList || f.grammar == Grammar::kInt) && v == 0);
     out.push_back({f.name, f.grammar, unset && f.unset != nullptr ? f.unset : FlagText(v), f.help});
   }
   return out;

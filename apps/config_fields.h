@@ -8,7 +8,7 @@
 // them, so that "microbatches: 0" is rejected by the same code whether it came from a preset, a file,
 // a flag or a sweep axis.
 //
-// Adding a field: a member of RunConfig, one entry in Fields() (config_fields.cc), and its checks in
+// Adding a field: a member of RunConfig, one entry in the table (BuildFieldTable, config_table.cc), its checks in
 // ValidateConfig (config.cc) beyond a range; the docs' table (docs/config.md) and the fuzzer's
 // dictionary (fuzz/config.dict; a test checks it) name it too.
 //
@@ -39,8 +39,8 @@ const char* CostModelName(CostModelKind k);  // "fixed", "flops"
 // The FLOPs cost model's described transformer (schedule/workload_cost.h has the formulas).
 using FlopsModel = schedule::TransformerModel;
 
-// Largest layout `run` emulates (one thread per device); `predict` takes up to kMaxPredictDevices.
-inline constexpr int kMaxRunDevices = 4096;
+// Largest layout `predict` takes; `run`'s limit is the machine's thread limit (apps/host.h,
+// MaxRunDevices: one thread per device on the virtual clock, two on the real clock).
 inline constexpr int kMaxPredictDevices = 1 << 20;
 
 struct RunConfig {
@@ -51,7 +51,10 @@ struct RunConfig {
   int dp = 1, pp = 1, tp = 1;
   int microbatches = 1;  // per replica per step
   schedule::ScheduleKind schedule = schedule::ScheduleKind::kOneFOneB;
-  int virtual_stages = 1;  // interleaved only
+  int virtual_stages = 1;  // interleaved; zb-v, dualpipev and dualpipe always hold 2 chunks (1 or 2)
+  int microbatch_group = 0;     // interleaved: Megatron's group size N (0 = pp)
+  bool pytorch_rounds = false;  // interleaved: PyTorch's rounds rule instead (microbatch_group 0)
+  bool fused_fb = true;         // dualpipev, dualpipe: an overlapped pair is one F&B op
 
   // Cost model.
   CostModelKind cost_model = CostModelKind::kFixed;
@@ -66,23 +69,28 @@ struct RunConfig {
   int straggler_rank = 0;
   double straggler_factor = 1;
 
-  // Gradient all-reduce and wire format.
+  // Gradient all-reduce and wire format (DESIGN.md "Gradient buckets overlap backward").
   comm::Codec codec = comm::Codec::kFp32;
-  uint64_t segment_bytes = 0;  // fp32 bytes per ring segment; 0 = one message per chunk
-  int buckets = 1;             // gradient buckets per chunk
-  bool overlap_allreduce = true;
+  // Modeled FP32 bytes per ring message (TP and DP rings); 0 = one message per chunk.
+  uint64_t segment_bytes = 0;
+  double bucket_mb = 25;  // DDP bucket cap in MiB of modeled gradients (PyTorch's bucket_cap_mb)
+  bool overlap = true;    // buckets start inside the last backward (DDP overlap); false: at the optimizer
+  double reduce_gbps = 0; // modeled reduction throughput of a ring (0 = free)
 
   // Links: a preset of runtime/link_models.h (or "ideal") with overrides (< 0: keep the preset's).
-  // alpha in µs, bandwidth in GB/s (0 = infinite). ResolveLinks (apps/config.h) gives the LinkSpec.
+  // alpha and overhead in µs, bandwidth in GB/s (0 = infinite). ResolveLinks (apps/config.h) gives the
+  // LinkSpec.
   std::string link = "ideal";
   int devices_per_node = 8;
-  double alpha_us = -1, bandwidth_gbps = -1;
-  double intra_alpha_us = -1, intra_bandwidth_gbps = -1;
-  double inter_alpha_us = -1, inter_bandwidth_gbps = -1;
+  int nics_per_node = 0;  // 0 = one NIC per device (rail-optimized); else a divisor of devices_per_node
+  double alpha_us = -1, bandwidth_gbps = -1, overhead_us = -1;
+  double intra_alpha_us = -1, intra_bandwidth_gbps = -1, intra_overhead_us = -1;
+  double inter_alpha_us = -1, inter_bandwidth_gbps = -1, inter_overhead_us = -1;
 
   // Emulation.
   double time_scale = 1.0;    // wall seconds per modeled second
   bool virtual_time = false;  // true: virtual clock (as fast as the host allows; deterministic)
+  double watchdog_timeout = 10;  // seconds without progress before a run is failed as stalled
   int steps = 1;
   uint64_t seed = 1;
   int eval_every = 0;         // held-out evaluation every N steps (and after the last); 0: ~10 in all
@@ -105,7 +113,11 @@ struct RunConfig {
   std::string trace;
 
   int world_size() const { return dp * pp * tp; }
-  int num_model_stages() const { return pp * virtual_stages; }
+  // Chunks per pipeline rank: virtual_stages (interleaved), 2 (zb-v, dualpipev, dualpipe), else 1.
+  int chunks() const;
+  // Model stages the real model is cut into: pp × chunks, except DualPipe (two directions over the
+  // same pp stages: each stage's weights live on two ranks).
+  int num_model_stages() const;
   MlpConfig Mlp() const;
 };
 

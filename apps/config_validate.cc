@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "apps/config.h"
+#include "apps/host.h"
 #include "apps/memory_estimate.h"
 #include "comm/collectives.h"
 #include "runtime/link_models.h"
@@ -22,6 +23,13 @@ constexpr int64_t kMaxProgramSlots = int64_t{1} << 22;
 // well inside 2^63 ≈ 9.2e18 so that sums of a few of them still fit.
 constexpr double kMaxOpNs = 1e15;
 constexpr double kMaxTotalNs = 1e18;
+// Modeled messages one device may put on the fabric per step (ring segments, p2p): every one is an
+// event of the emulator and of the predictor, so tiny segments on a large modeled gradient would
+// run for hours (a few seconds of predictor time per device at this bound).
+constexpr double kMaxMessagesPerDeviceStep = double{1 << 22};
+// Largest DDP bucket cap (1 TiB): one bucket per chunk for any model.
+constexpr double kMaxBucketMb = double{1 << 20};
+constexpr double kMaxWatchdogSeconds = 86400;
 
 absl::Status CheckRanges(const RunConfig& cfg) {
   for (const ConfigField& f : Fields()) {
@@ -54,35 +62,127 @@ absl::Status CheckPerStage(const char* field, const std::vector<double>& v, int 
 
 double At(const std::vector<double>& list, int s) { return list.size() == 1 ? list[0] : list[static_cast<size_t>(s)]; }
 
-absl::Status CheckLayout(const RunConfig& cfg, bool for_run) {
+absl::Status CheckWorld(const RunConfig& cfg, bool for_run) {
   const int64_t world = int64_t{cfg.dp} * cfg.pp * cfg.tp;
-  const int64_t max_world = for_run ? kMaxRunDevices : kMaxPredictDevices;
-  if (world > max_world) {
-    return FieldError("dp", absl::StrCat("dp x pp x tp = ", world, " devices; `ringpipe ", for_run ? "run" : "predict",
-                                         "` takes at most ", max_world,
-                                         for_run ? " (use `ringpipe predict` for larger layouts)" : ""));
+  if (!for_run) {
+    if (world <= kMaxPredictDevices) return absl::OkStatus();
+    return FieldError("dp", absl::StrCat("dp x pp x tp = ", world, " devices; `ringpipe predict` takes at most ",
+                                         kMaxPredictDevices));
   }
-  if (cfg.virtual_stages > 1 && cfg.schedule != schedule::ScheduleKind::kInterleaved) {
+  const int64_t max_world = MaxRunDevices(cfg.virtual_time);
+  if (world <= max_world) return absl::OkStatus();
+  const ThreadLimit limit = MachineThreadLimit();
+  return FieldError("dp", absl::StrCat("dp x pp x tp = ", world, " devices; `ringpipe run` takes at most ", max_world,
+                                       " on this machine (", ThreadsPerDevice(cfg.virtual_time), " thread(s) per device ",
+                                       cfg.virtual_time ? "on the virtual clock" : "on the real clock",
+                                       "; thread limit ", limit.threads, " from ", limit.source,
+                                       "): use `ringpipe predict` for larger layouts"));
+}
+
+// The schedule's conditions (schedule/generators.h), each naming the config field it is about.
+absl::Status CheckSchedule(const RunConfig& cfg) {
+  using schedule::ScheduleKind;
+  const ScheduleKind k = cfg.schedule;
+  const char* name = schedule::ScheduleName(k);
+  const int p = cfg.pp, m = cfg.microbatches;
+  const bool two_chunks = k == ScheduleKind::kZeroBubbleV || k == ScheduleKind::kDualPipeV || k == ScheduleKind::kDualPipe;
+  if (cfg.virtual_stages > 1 && k != ScheduleKind::kInterleaved && !(two_chunks && cfg.virtual_stages == 2)) {
     return FieldError("virtual_stages", absl::StrCat(cfg.virtual_stages, " needs --schedule=interleaved (schedule is ",
-                                                     schedule::ScheduleName(cfg.schedule), ")"));
+                                                     name, two_chunks ? ", which always holds 2 chunks per device" : "",
+                                                     ")"));
   }
-  if (cfg.schedule == schedule::ScheduleKind::kInterleaved && cfg.microbatches % cfg.pp != 0) {
-    return FieldError("microbatches", absl::StrCat("the interleaved schedule needs a multiple of pp=", cfg.pp,
-                                                   ", got ", cfg.microbatches));
+  if (k != ScheduleKind::kInterleaved && cfg.microbatch_group != 0) {
+    return FieldError("microbatch_group", absl::StrCat("is for --schedule=interleaved (schedule is ", name, ")"));
   }
+  if (k != ScheduleKind::kInterleaved && cfg.pytorch_rounds) {
+    return FieldError("pytorch_rounds", absl::StrCat("is for --schedule=interleaved (schedule is ", name, ")"));
+  }
+  if (!cfg.fused_fb && k != ScheduleKind::kDualPipeV && k != ScheduleKind::kDualPipe) {
+    return FieldError("fused_fb", absl::StrCat("false is for dualpipev and dualpipe, whose F&B pairs it splits "
+                                               "(schedule is ", name, ")"));
+  }
+  if (k == ScheduleKind::kInterleaved) {
+    if (cfg.pytorch_rounds) {
+      if (cfg.microbatch_group != 0) {
+        return FieldError("microbatch_group", "must be 0 with pytorch_rounds (PyTorch derives the group size)");
+      }
+      const int rounds = std::max(1, m / p);
+      if (m % rounds != 0) {
+        return FieldError("microbatches", absl::StrCat(m, " is not a multiple of PyTorch's rounds max(1, microbatches / "
+                                                       "pp) = ", rounds));
+      }
+      return absl::OkStatus();
+    }
+    const int n = cfg.microbatch_group == 0 ? p : cfg.microbatch_group;
+    const char* field = cfg.microbatch_group == 0 ? "microbatches" : "microbatch_group";
+    if (n < p || n > m) {
+      return FieldError(field, absl::StrCat("the interleaved schedule's group size N = ", n, " must be in [pp, "
+                                            "microbatches] = [", p, ", ", m, "] (Megatron)"));
+    }
+    if (const int rest = m % n; rest != 0 && rest < p) {
+      if (cfg.microbatch_group == 0) {
+        return FieldError("microbatches", absl::StrCat("the interleaved schedule needs a multiple of pp=", p,
+                                                       " (Megatron's groups of N = pp micro-batches), got ", m));
+      }
+      return FieldError(field, absl::StrCat("microbatches mod N = ", m, " mod ", n, " = ", rest,
+                                            "; it must be 0 or at least pp=", p, " (Megatron)"));
+    }
+  }
+  if (k == ScheduleKind::kDualPipe && p % 2 != 0) {
+    return FieldError("pp", absl::StrCat("dualpipe needs an even pp (its two directions meet in the middle), got ", p));
+  }
+  if (k == ScheduleKind::kDualPipe && m % 2 != 0) {
+    return FieldError("microbatches", absl::StrCat("dualpipe needs an even number (half flow each way), got ", m));
+  }
+  if ((k == ScheduleKind::kZeroBubbleH2 || k == ScheduleKind::kDualPipeV || k == ScheduleKind::kDualPipe) && m < 2 * p) {
+    return FieldError("microbatches", absl::StrCat(name, " needs at least 2 x pp = ", 2 * p, ", got ", m));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLayout(const RunConfig& cfg, bool for_run) {
+  RP_RETURN_IF_ERROR(CheckWorld(cfg, for_run));
+  RP_RETURN_IF_ERROR(CheckSchedule(cfg));
   // The schedule program holds a few ops per (pipeline rank, model chunk, micro-batch).
-  if (const int64_t slots = int64_t{cfg.pp} * cfg.virtual_stages * cfg.microbatches; slots > kMaxProgramSlots) {
-    return FieldError("microbatches", absl::StrCat("pp x virtual_stages x microbatches = ", slots, "; at most ",
+  if (const int64_t slots = int64_t{cfg.pp} * cfg.chunks() * cfg.microbatches; slots > kMaxProgramSlots) {
+    return FieldError("microbatches", absl::StrCat("pp x chunks x microbatches = ", slots, "; at most ",
                                                    kMaxProgramSlots, " (the schedule program must fit in memory)"));
   }
   if (cfg.straggler_rank >= cfg.world_size()) {
     return FieldError("straggler_rank", absl::StrCat("must be below the world size ", cfg.world_size()));
   }
+  if (cfg.nics_per_node != 0 && (cfg.nics_per_node > cfg.devices_per_node || cfg.devices_per_node % cfg.nics_per_node != 0)) {
+    return FieldError("nics_per_node", absl::StrCat(cfg.nics_per_node, " does not divide devices_per_node=",
+                                                    cfg.devices_per_node, " (0: one NIC per device)"));
+  }
   return absl::OkStatus();
 }
 
+// Upper bounds of the modeled sizes the fabric will time (schedule/workload_cost.h), for the budgets.
+struct ModeledSizes {
+  double gradient_bytes = 0;    // fp32 gradients of the busiest device
+  double tp_bytes = 0;          // the TP all-reduces of one pass of one chunk
+  double activation_bytes = 0;  // one p2p message
+  double layers = 1;            // layers of the model
+};
+
+ModeledSizes MlpSizes(const RunConfig& cfg) {
+  const MlpConfig mlp = cfg.Mlp();
+  ModeledSizes s;
+  double widest = mlp.input_dim;
+  for (int l = 0; l < mlp.num_layers(); ++l) {
+    s.gradient_bytes += (static_cast<double>(mlp.in_dim(l)) * mlp.out_dim(l) + mlp.out_dim(l)) * 4;
+    widest = std::max<double>(widest, mlp.out_dim(l));
+  }
+  s.tp_bytes = 2.0 * cfg.microbatch_size * widest * 4 * std::max(1, mlp.num_layers());
+  s.activation_bytes = cfg.microbatch_size * widest * 4;
+  s.layers = std::max(1, mlp.num_layers());
+  return s;
+}
+
 // Per pipeline rank: the modeled F + B + optimizer of one micro-batch in ns (the busiest rank's).
-absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_field) {
+absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_field, ModeledSizes& sizes) {
+  sizes = MlpSizes(cfg);
   double max_op = 0;
   if (cfg.cost_model == CostModelKind::kFixed) {
     RP_RETURN_IF_ERROR(CheckPerStage("forward_ms", cfg.forward_ms, cfg.pp, false));
@@ -108,9 +208,9 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
       return FieldError("flops_efficiency", absl::StrCat("must be in (0, 1], got ", cfg.flops.efficiency));
     }
     if (cfg.flops.layers < cfg.num_model_stages()) {
-      return FieldError("pp", absl::StrCat(cfg.num_model_stages(), " model stages (pp=", cfg.pp, " x virtual_stages=",
-                                           cfg.virtual_stages, ") but the described model has flops_layers=",
-                                           cfg.flops.layers));
+      return FieldError("pp", absl::StrCat(cfg.num_model_stages(), " model stages (pp=", cfg.pp, " x ",
+                                           cfg.num_model_stages() / cfg.pp,
+                                           " chunk(s)) but the described model has flops_layers=", cfg.flops.layers));
     }
     if (cfg.flops.hidden % cfg.tp != 0) {
       return FieldError("tp", absl::StrCat("flops_hidden=", cfg.flops.hidden, " is not divisible by tp=", cfg.tp));
@@ -120,8 +220,12 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
                              static_cast<double>(cfg.flops.microbatch_size)};
     const char* names[] = {"flops_layers", "flops_hidden", "flops_seq_len", "flops_microbatch_size"};
     time_field = names[std::max_element(std::begin(ratios), std::end(ratios)) - std::begin(ratios)];
-    auto cost = schedule::CostOfTransformer(cfg.flops, cfg.pp, cfg.virtual_stages, cfg.tp);
+    auto cost = schedule::CostOfTransformer(cfg.flops, cfg.pp, cfg.num_model_stages() / cfg.pp, cfg.tp);
     if (!cost.ok()) return FieldError(time_field, std::string(cost.status().message()));
+    sizes = {.gradient_bytes = static_cast<double>(cost->bytes.gradient),
+             .tp_bytes = static_cast<double>(cost->bytes.tp_allreduce),
+             .activation_bytes = static_cast<double>(cost->bytes.activation_message),
+             .layers = static_cast<double>(cfg.flops.layers)};
     for (const schedule::StageCost& c : cost->cost.stages) {
       max_op = std::max(max_op, static_cast<double>((c.forward + c.backward).count()));
     }
@@ -139,10 +243,13 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
 
 absl::Status CheckLinkOverrides(const RunConfig& cfg) {
   for (auto [name, v, alpha] : {std::tuple{"alpha_us", cfg.alpha_us, true}, {"bandwidth_gbps", cfg.bandwidth_gbps, false},
+                                {"overhead_us", cfg.overhead_us, true},
                                 {"intra_alpha_us", cfg.intra_alpha_us, true},
                                 {"intra_bandwidth_gbps", cfg.intra_bandwidth_gbps, false},
+                                {"intra_overhead_us", cfg.intra_overhead_us, true},
                                 {"inter_alpha_us", cfg.inter_alpha_us, true},
-                                {"inter_bandwidth_gbps", cfg.inter_bandwidth_gbps, false}}) {
+                                {"inter_bandwidth_gbps", cfg.inter_bandwidth_gbps, false},
+                                {"inter_overhead_us", cfg.inter_overhead_us, true}}) {
     if (v == -1) continue;  // unset: the preset's
     if (!(v >= 0)) return FieldError(name, absl::StrCat("must be >= 0, got ", v));
     // Each latency must fit the time base by itself; a tiny bandwidth makes every byte last long.
@@ -154,9 +261,42 @@ absl::Status CheckLinkOverrides(const RunConfig& cfg) {
   return absl::OkStatus();
 }
 
-// The modeled step and T1 must fit the time base: an upper bound of each, in double.
-absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double op_ns, const std::string& time_field) {
-  const double m = cfg.microbatches, p = cfg.pp, v = cfg.virtual_stages;
+// Modeled messages and bytes one device puts on the fabric per step (upper bounds): ring segments
+// of its DP buckets and TP all-reduces (comm/ring_timing.h: K segments per chunk), p2p messages.
+struct Traffic {
+  double messages = 0;
+  double bytes = 0;
+};
+
+Traffic EstimateTraffic(const RunConfig& cfg, const ModeledSizes& sizes) {
+  const double seg_elems = cfg.segment_bytes > 0 ? static_cast<double>(cfg.segment_bytes) / 4 : 0;
+  // Segments of one chunk of a ring of n over `elements`, summed over `calls` calls of that total.
+  auto segments = [&](double elements, double n, double calls) {
+    return seg_elems > 0 ? std::ceil(elements / n / seg_elems) + calls : calls;
+  };
+  const double m = cfg.microbatches, chunks = cfg.chunks();
+  Traffic t;
+  const double n_dp = cfg.dp * (cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2.0 : 1.0);
+  if (n_dp > 1) {
+    const double buckets = std::ceil(sizes.gradient_bytes / (cfg.bucket_mb * 1048576.0)) + chunks;
+    t.messages += 2 * (n_dp - 1) * segments(sizes.gradient_bytes / 4, n_dp, buckets);
+    t.bytes += 2 * sizes.gradient_bytes;
+  }
+  if (cfg.tp > 1) {
+    const double passes = 2 * m * chunks;
+    const double calls = std::ceil(sizes.layers / cfg.num_model_stages()) + 1;
+    t.messages += passes * 2 * (cfg.tp - 1) * segments(sizes.tp_bytes / 4, cfg.tp, calls);
+    t.bytes += passes * 2 * sizes.tp_bytes;
+  }
+  t.messages += 4 * m * chunks;
+  t.bytes += 4 * m * chunks * sizes.activation_bytes;
+  return t;
+}
+
+// The modeled step and T1 must fit the time base, and the step's messages the emulator: upper bounds.
+absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double op_ns, const std::string& time_field,
+                             const ModeledSizes& sizes) {
+  const double m = cfg.microbatches, p = cfg.pp, v = cfg.chunks();
   const double world = static_cast<double>(cfg.world_size());
   const double compute = (m + p) * v * op_ns;  // every schedule's step <= its ops run one after another
   const double t1 = world * m * op_ns;
@@ -165,19 +305,19 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
     alpha = std::max(alpha, static_cast<double>((l.alpha + l.overhead).count()));
     if (l.bandwidth_gbps > 0) min_bw = min_bw == 0 ? l.bandwidth_gbps : std::min(min_bw, l.bandwidth_gbps);
   }
-  // Messages per step on one device: p2p (2 per op pair), TP rings, DP ring steps of each bucket.
-  const double messages = 4 * m * v * (1 + 2 * (cfg.tp - 1)) + 2.0 * (cfg.dp - 1) * cfg.buckets * v * 64;
-  const double bytes_per_ns = min_bw;  // GB/s = bytes per ns
-  const double largest = std::ldexp(1.0, 34);  // 16 GiB: above any message the validated sizes allow
-  const double comm = messages * (alpha + (bytes_per_ns > 0 ? largest / bytes_per_ns : 0));
+  const Traffic traffic = EstimateTraffic(cfg, sizes);
+  // GB/s = bytes per ns; every message may also wait for the others on its ports.
+  const double comm = traffic.messages * alpha + (min_bw > 0 ? traffic.bytes * world / min_bw : 0);
   if (compute <= kMaxTotalNs && t1 <= kMaxTotalNs && comm <= kMaxTotalNs) return absl::OkStatus();
   std::string field = time_field;
   if (comm > std::max(compute, t1)) {
-    field = cfg.alpha_us >= 0 || cfg.bandwidth_gbps >= 0 ? (alpha * messages > comm / 2 ? "alpha_us" : "bandwidth_gbps")
-            : cfg.inter_alpha_us >= 0 || cfg.inter_bandwidth_gbps >= 0
-                ? (alpha * messages > comm / 2 ? "inter_alpha_us" : "inter_bandwidth_gbps")
-            : cfg.intra_alpha_us >= 0 || cfg.intra_bandwidth_gbps >= 0
-                ? (alpha * messages > comm / 2 ? "intra_alpha_us" : "intra_bandwidth_gbps")
+    const bool latency = alpha * traffic.messages > comm / 2;
+    field = cfg.alpha_us >= 0 || cfg.bandwidth_gbps >= 0 || cfg.overhead_us >= 0
+                ? (latency ? "alpha_us" : "bandwidth_gbps")
+            : cfg.inter_alpha_us >= 0 || cfg.inter_bandwidth_gbps >= 0 || cfg.inter_overhead_us >= 0
+                ? (latency ? "inter_alpha_us" : "inter_bandwidth_gbps")
+            : cfg.intra_alpha_us >= 0 || cfg.intra_bandwidth_gbps >= 0 || cfg.intra_overhead_us >= 0
+                ? (latency ? "intra_alpha_us" : "intra_bandwidth_gbps")
                 : "link";
   }
   return FieldError(field, absl::StrFormat(
@@ -186,6 +326,37 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
                                "most 1e12 ms",
                                std::max(compute, comm) / 1e6, compute / 1e6, comm / 1e6, t1 / 1e6, cfg.microbatches,
                                cfg.pp, cfg.world_size()));
+}
+
+// The step's modeled messages must stay within what the emulator and the predictor play in a
+// reasonable time (kMaxMessagesPerDeviceStep).
+absl::Status CheckMessages(const RunConfig& cfg, const ModeledSizes& sizes) {
+  const Traffic traffic = EstimateTraffic(cfg, sizes);
+  if (traffic.messages <= kMaxMessagesPerDeviceStep) return absl::OkStatus();
+  return FieldError(cfg.segment_bytes > 0 ? "segment_bytes" : "microbatches",
+                    absl::StrFormat("about %.3g modeled messages per device per step (segment_bytes=%d on %.3g "
+                                    "modeled gradient bytes, microbatches=%d); at most %.3g%s",
+                                    traffic.messages, cfg.segment_bytes, sizes.gradient_bytes, cfg.microbatches,
+                                    kMaxMessagesPerDeviceStep, cfg.segment_bytes > 0 ? ": use larger segments" : ""));
+}
+
+// DDP buckets, reduction, watchdog.
+absl::Status CheckCollectives(const RunConfig& cfg) {
+  if (!(cfg.bucket_mb > 0) || cfg.bucket_mb > kMaxBucketMb) {
+    return FieldError("bucket_mb", absl::StrCat("must be in (0, ", kMaxBucketMb, "] MiB, got ", cfg.bucket_mb));
+  }
+  if (cfg.bucket_mb * 1048576.0 < 4) {
+    return FieldError("bucket_mb", absl::StrCat(cfg.bucket_mb, " MiB is less than one fp32 gradient (4 bytes)"));
+  }
+  if (!(cfg.reduce_gbps >= 0)) return FieldError("reduce_gbps", absl::StrCat("must be >= 0, got ", cfg.reduce_gbps));
+  if (cfg.reduce_gbps != 0 && cfg.reduce_gbps < 1e-6) {
+    return FieldError("reduce_gbps", absl::StrCat("must be 0 (free) or at least 1e-6 GB/s, got ", cfg.reduce_gbps));
+  }
+  if (!(cfg.watchdog_timeout > 0) || cfg.watchdog_timeout > kMaxWatchdogSeconds) {
+    return FieldError("watchdog_timeout", absl::StrCat("must be in (0, ", kMaxWatchdogSeconds, "] seconds, got ",
+                                                       cfg.watchdog_timeout));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckRealModel(const RunConfig& cfg) {
@@ -207,13 +378,14 @@ absl::Status CheckRealModel(const RunConfig& cfg) {
                                       cfg.microbatch_size, widest, widest * cfg.microbatch_size, kMaxModelFloats));
   }
   if (cfg.num_model_stages() > mlp.num_layers()) {
-    return FieldError("pp", absl::StrCat(cfg.num_model_stages(), " model stages (pp=", cfg.pp, " x virtual_stages=",
-                                         cfg.virtual_stages, ") but the model has only ", mlp.num_layers(),
+    return FieldError("pp", absl::StrCat(cfg.num_model_stages(), " model stages (pp=", cfg.pp, " x ",
+                                         cfg.num_model_stages() / cfg.pp, " chunk(s)) but the model has only ",
+                                         mlp.num_layers(),
                                          " layers (--hidden has ", cfg.hidden.size(), " widths)"));
   }
   if (!cfg.layers_per_stage.empty() && cfg.layers_per_stage.size() != static_cast<size_t>(cfg.num_model_stages())) {
     return FieldError("layers_per_stage", absl::StrCat("has ", cfg.layers_per_stage.size(),
-                                                       " entries; expected one per model stage (pp x virtual_stages = ",
+                                                       " entries; expected one per model stage (pp x chunks = ",
                                                        cfg.num_model_stages(), ")"));
   }
   // Without TP the partition can fail only on layers_per_stage; with it, on a width TP must divide.
@@ -251,14 +423,16 @@ absl::StatusOr<LinkSpec> ResolveLinks(const RunConfig& cfg) {
   RP_RETURN_IF_ERROR(CheckLinkOverrides(cfg));
   LinkSpec s = *spec;
   s.devices_per_node = cfg.devices_per_node;
-  auto apply = [](double alpha_us, double gbps, LinkParams& p) {
+  s.nics_per_node = cfg.nics_per_node;
+  auto apply = [](double alpha_us, double gbps, double overhead_us, LinkParams& p) {
     if (alpha_us >= 0) p.alpha = FromMicros(alpha_us);
     if (gbps >= 0) p.bandwidth_gbps = gbps;
+    if (overhead_us >= 0) p.overhead = FromMicros(overhead_us);
   };
-  apply(cfg.alpha_us, cfg.bandwidth_gbps, s.intra_node);
-  apply(cfg.alpha_us, cfg.bandwidth_gbps, s.inter_node);
-  apply(cfg.intra_alpha_us, cfg.intra_bandwidth_gbps, s.intra_node);
-  apply(cfg.inter_alpha_us, cfg.inter_bandwidth_gbps, s.inter_node);
+  apply(cfg.alpha_us, cfg.bandwidth_gbps, cfg.overhead_us, s.intra_node);
+  apply(cfg.alpha_us, cfg.bandwidth_gbps, cfg.overhead_us, s.inter_node);
+  apply(cfg.intra_alpha_us, cfg.intra_bandwidth_gbps, cfg.intra_overhead_us, s.intra_node);
+  apply(cfg.inter_alpha_us, cfg.inter_bandwidth_gbps, cfg.inter_overhead_us, s.inter_node);
   return s;
 }
 
@@ -274,10 +448,12 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
     return FieldError("segment_bytes", absl::StrCat("must be 0 (one message per chunk) or a multiple of 4 in "
                                                     "[4, 1G], got ", cfg.segment_bytes));
   }
+  RP_RETURN_IF_ERROR(CheckCollectives(cfg));
   RP_ASSIGN_OR_RETURN(const LinkSpec links, ResolveLinks(cfg));
   std::string time_field;
-  RP_ASSIGN_OR_RETURN(const double op_ns, CheckCostModel(cfg, time_field));
-  RP_RETURN_IF_ERROR(CheckTimeBudget(cfg, links, op_ns, time_field));
+  ModeledSizes sizes;
+  RP_ASSIGN_OR_RETURN(const double op_ns, CheckCostModel(cfg, time_field, sizes));
+  RP_RETURN_IF_ERROR(CheckTimeBudget(cfg, links, op_ns, time_field, sizes));
   // The real model: needed by `run`, and by `predict` in the fixed cost model (message sizes).
   if (for_run || cfg.cost_model == CostModelKind::kFixed) RP_RETURN_IF_ERROR(CheckRealModel(cfg));
   for (const ConfigField& f : Fields()) {
@@ -286,6 +462,7 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
     RP_RETURN_IF_ERROR(CheckGrammar(f.name, Grammar::kString, v.get_ref<const std::string&>()));
   }
   RP_RETURN_IF_ERROR(CheckMemory(for_run ? EstimateRunMemory(cfg) : EstimatePredictMemory(cfg)));
+  RP_RETURN_IF_ERROR(CheckMessages(cfg, sizes));
   return absl::OkStatus();
 }
 

@@ -57,14 +57,14 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
 
   const bool gpipe = cfg.schedule == schedule::ScheduleKind::kGPipe;
   const double in_flight =
-      gpipe ? cfg.microbatches : std::min<double>(cfg.microbatches, static_cast<double>(cfg.pp) * cfg.virtual_stages);
+      gpipe ? cfg.microbatches : std::min<double>(cfg.microbatches, static_cast<double>(cfg.pp) * cfg.chunks());
   // Each pipeline rank stores its layers' share; over a replica the widths add up once per micro-batch.
   const double activations = static_cast<double>(cfg.dp) * in_flight * 3 * cfg.microbatch_size * widths * 4 *
                              std::max(1, cfg.tp);
   est.parts.push_back({"activations", "microbatch_size", activations});
 
   // Events the run records: a few per op, bounded by the tracer's cap.
-  const double ops = static_cast<double>(cfg.world_size()) * cfg.microbatches * cfg.virtual_stages * 12.0 * cfg.steps;
+  const double ops = static_cast<double>(cfg.world_size()) * cfg.microbatches * cfg.chunks() * 12.0 * cfg.steps;
   const double events = std::min(ops, static_cast<double>(kMaxTraceEvents));
   double trace = events * sizeof(TraceEvent) * 2;  // the buffers, and Events()' sorted copy
   if (!cfg.trace.empty()) trace += events * kChromeBytesPerEvent;
@@ -74,11 +74,19 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   return est;
 }
 
+double ModelBufferBytes(const RunConfig& cfg) {
+  double bytes = 0;
+  for (const MemoryEstimate::Part& p : EstimateRunMemory(cfg).parts) {
+    if (p.what == "data set" || p.what == "model") bytes += p.bytes;
+  }
+  return bytes;
+}
+
 MemoryEstimate EstimatePredictMemory(const RunConfig& cfg) {
   MemoryEstimate est;
   est.parts.push_back({"devices", "dp", static_cast<double>(cfg.world_size()) * kPredictBytesPerDevice});
   est.parts.push_back({"schedule program", "microbatches",
-                       static_cast<double>(cfg.pp) * cfg.virtual_stages * cfg.microbatches * kProgramBytesPerSlot});
+                       static_cast<double>(cfg.pp) * cfg.chunks() * cfg.microbatches * kProgramBytesPerSlot});
   return est;
 }
 

@@ -40,6 +40,10 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate EstimateRunMemory(const RunConfig& cfg);
+// The buffers of a run that do not grow with its devices' number: the data set and the replicas'
+// weights, gradients and optimizer state (the estimate's "data set" and "model" parts). The host
+// section of the report subtracts them from the peak RSS to give the RSS per device.
+double ModelBufferBytes(const RunConfig& cfg);
 // `predict`: the predictor's per-device state and the report of every device (measured: about 3 kB per
 // device at DP = 65536, report written), and the schedule program.
 MemoryEstimate EstimatePredictMemory(const RunConfig& cfg);

@@ -1,6 +1,7 @@
 #include "apps/plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -14,25 +15,32 @@
 namespace rp::apps {
 namespace {
 
-schedule::Codec ToCostCodec(comm::Codec c) {
-  switch (c) {
-    case comm::Codec::kFp32: return schedule::Codec::kFp32;
-    case comm::Codec::kFp16: return schedule::Codec::kFp16;
-    case comm::Codec::kBf16: return schedule::Codec::kBf16;
-    case comm::Codec::kInt8: return schedule::Codec::kInt8;
-  }
-  return schedule::Codec::kFp32;
+// Model stages of one rank's chunks as the workload sizes count them (DualPipe: its two directions
+// run over the same pp stages).
+int StageChunks(const RunConfig& cfg) { return cfg.num_model_stages() / cfg.pp; }
+
+// DualPipe: every rank holds two stages' weights (stage r of one direction, pp - 1 - r of the other),
+// while the sizes above count one stage per rank.
+// Schedules whose backward is split into B (input gradient) and W (weight gradient).
+bool SplitBackward(schedule::ScheduleKind k) {
+  using schedule::ScheduleKind;
+  return k == ScheduleKind::kZeroBubbleH1 || k == ScheduleKind::kZeroBubbleH2 || k == ScheduleKind::kZeroBubbleV ||
+         k == ScheduleKind::kDualPipeV || k == ScheduleKind::kDualPipe;
+}
+
+uint64_t GradientBytesPerRank(const RunConfig& cfg, uint64_t per_stage_chunk) {
+  return cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2 * per_stage_chunk : per_stage_chunk;
 }
 
 // The fixed cost model: the given times, message sizes from the real model.
 absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, schedule::PipelineOptions& po,
                         std::string& description) {
   RP_ASSIGN_OR_RETURN(schedule::WorkloadBytes bytes,
-                      schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, cfg.virtual_stages, cfg.tp,
+                      schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, StageChunks(cfg), cfg.tp,
                                                  cfg.layers_per_stage, cfg.microbatch_size));
   po.activation_bytes = bytes.activation_message;
   po.tp_allreduce_bytes = bytes.tp_allreduce;
-  po.gradient_bytes = bytes.gradient;
+  po.gradient_bytes = GradientBytesPerRank(cfg, bytes.gradient);
   auto at = [](const std::vector<double>& list, int s) { return list.size() == 1 ? list[0] : list[s]; };
   for (int s = 0; s < cfg.pp; ++s) {
     schedule::StageCost c;
@@ -48,7 +56,7 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   };
   description = absl::StrCat(
       "fixed: F ", list(cfg.forward_ms), " ms, B ", list(cfg.backward_ms), " ms",
-      cfg.schedule == schedule::ScheduleKind::kZeroBubbleH1
+      SplitBackward(cfg.schedule)
           ? absl::StrCat(" (W ", cfg.weight_grad_ms.empty() ? std::string("B/2") : list(cfg.weight_grad_ms), " ms)")
           : "",
       " per micro-batch per device");
@@ -59,11 +67,11 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
 absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, schedule::PipelineOptions& po,
                         std::string& description) {
   const FlopsModel& f = cfg.flops;
-  RP_ASSIGN_OR_RETURN(schedule::TransformerCost t, schedule::CostOfTransformer(f, cfg.pp, cfg.virtual_stages, cfg.tp));
+  RP_ASSIGN_OR_RETURN(schedule::TransformerCost t, schedule::CostOfTransformer(f, cfg.pp, StageChunks(cfg), cfg.tp));
   ex.cost = std::move(t.cost);
   for (schedule::StageCost& c : ex.cost.stages) c.optimizer = FromMillis(cfg.optimizer_ms);
   po.activation_bytes = t.bytes.activation_message;
-  po.gradient_bytes = t.bytes.gradient;
+  po.gradient_bytes = GradientBytesPerRank(cfg, t.bytes.gradient);
   po.tp_allreduce_bytes = t.bytes.tp_allreduce;
   description = absl::StrFormat(
       "flops: %d-layer transformer, hidden %d, seq %d, %d seq/micro-batch on %s (%.0f TFLOPS x %.2f): "
@@ -73,18 +81,13 @@ absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   return absl::OkStatus();
 }
 
-}  // namespace
 
-absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg) {
-  schedule::Placement placement;
-  placement.devices_per_node = cfg.devices_per_node;
-  RP_ASSIGN_OR_RETURN(schedule::ParallelGrid grid,
-                      schedule::ParallelGrid::Create({.dp = cfg.dp, .pp = cfg.pp, .tp = cfg.tp}, placement));
-  RP_ASSIGN_OR_RETURN(const LinkSpec links, ResolveLinks(cfg));
-  Plan plan{.grid = std::move(grid), .executor = {}, .predict = {}, .cost_description = {}};
-  schedule::ExecutorOptions& ex = plan.executor;
+// The executor's options for a config: layout, workload, links, collectives, clock, the program.
+absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cfg, const LinkSpec& links,
+                                                            std::string& cost_description) {
+  schedule::ExecutorOptions ex;
   ex.grid = {.dp = cfg.dp, .pp = cfg.pp, .tp = cfg.tp};
-  ex.placement = placement;
+  ex.placement.devices_per_node = cfg.devices_per_node;
   ex.model = cfg.Mlp();
   ex.layers_per_stage = cfg.layers_per_stage;
   ex.optimizer = cfg.optimizer;
@@ -96,11 +99,13 @@ absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg) {
   ex.microbatch_size = cfg.microbatch_size;
   ex.links = links;
   ex.codec = cfg.codec;
-  ex.segment_bytes = cfg.segment_bytes > 0 ? cfg.segment_bytes : comm::kDefaultSegmentBytes;
-  ex.model_segment_bytes = cfg.segment_bytes;
-  ex.tp_model_segment_bytes = 0;
+  ex.segment_bytes = cfg.segment_bytes;
+  ex.reduce_gbps = cfg.reduce_gbps;
+  ex.bucket_bytes = static_cast<uint64_t>(std::llround(cfg.bucket_mb * 1048576.0));
+  ex.overlap_grad_allreduce = cfg.overlap;
   ex.virtual_time = cfg.virtual_time;
   ex.time_scale = cfg.time_scale;
+  ex.watchdog_timeout = WatchdogTimeout(cfg.watchdog_timeout);
   ex.steps = cfg.steps;
   ex.eval_every = cfg.eval_every > 0 ? cfg.eval_every : std::max(1, (cfg.steps + 9) / 10);
   ex.eval_samples = cfg.eval_samples;
@@ -109,30 +114,48 @@ absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg) {
   schedule::PipelineOptions po;
   po.num_ranks = cfg.pp;
   po.num_micro_batches = cfg.microbatches;
-  po.num_chunks = cfg.virtual_stages;
-  po.buckets_per_chunk = cfg.buckets;
-  po.overlap_grad_allreduce = cfg.overlap_allreduce;
+  po.num_chunks = cfg.chunks();
+  po.overlap_grad_allreduce = cfg.overlap;
+  po.microbatch_group = cfg.microbatch_group;
+  po.pytorch_rounds = cfg.pytorch_rounds;
+  po.fused_fb = cfg.fused_fb;
   if (cfg.cost_model == CostModelKind::kFixed) {
-    RP_RETURN_IF_ERROR(FixedCosts(cfg, ex, po, plan.cost_description));
+    RP_RETURN_IF_ERROR(FixedCosts(cfg, ex, po, cost_description));
   } else {
-    RP_RETURN_IF_ERROR(FlopsCosts(cfg, ex, po, plan.cost_description));
+    RP_RETURN_IF_ERROR(FlopsCosts(cfg, ex, po, cost_description));
   }
-  RP_ASSIGN_OR_RETURN(ex.program, schedule::BuildSchedule(cfg.schedule, po));
-  // schedule::PredictOptionsFor(ex)'s rule (schedule/executor.h), spelled out so `predict` does not
-  // need the executor.
-  plan.predict.links = ex.links;
-  plan.predict.dp_ring = {.segment_bytes = ex.model_segment_bytes, .codec = ToCostCodec(ex.codec)};
-  plan.predict.tp_ring = {.segment_bytes = ex.tp_model_segment_bytes, .codec = schedule::Codec::kFp32};
+  auto program = schedule::BuildSchedule(cfg.schedule, po);
+  if (!program.ok()) return FieldError("schedule", std::string(program.status().message()));
+  ex.program = *std::move(program);
   if (cfg.straggler_factor != 1) {
     ex.faults.stragglers.push_back({.rank = cfg.straggler_rank, .factor = cfg.straggler_factor});
   }
-  plan.predict.compute_factor = schedule::StragglerFactors(ex.faults, cfg.world_size());
-  return plan;
+  return ex;
+}
+
+}  // namespace
+
+std::chrono::nanoseconds WatchdogTimeout(double seconds) {
+  return std::chrono::nanoseconds(static_cast<int64_t>(std::llround(seconds * 1e9)));
+}
+
+absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg) {
+  RP_ASSIGN_OR_RETURN(const LinkSpec links, ResolveLinks(cfg));
+  std::string description;
+  RP_ASSIGN_OR_RETURN(schedule::ExecutorOptions ex, ExecutorOptionsFor(cfg, links, description));
+  RP_ASSIGN_OR_RETURN(schedule::ParallelGrid grid, schedule::ParallelGrid::Create(ex.grid, ex.placement));
+  RP_ASSIGN_OR_RETURN(schedule::ExecutionPlan execution, schedule::BuildPlan(schedule::PlanOptionsFor(ex)));
+  schedule::PredictOptions predict = schedule::PredictOptionsFor(ex);
+  return Plan{.grid = std::move(grid),
+              .executor = std::move(ex),
+              .execution = std::move(execution),
+              .predict = std::move(predict),
+              .cost_description = std::move(description),
+              .modeled_sizes = cfg.cost_model == CostModelKind::kFixed ? "the real MLP" : "the described transformer"};
 }
 
 std::vector<schedule::PredictedWire> PredictWireBytes(const Plan& plan) {
-  return schedule::PredictWireBytes(plan.executor.program, plan.executor.grid.dp, plan.executor.grid.tp,
-                                    plan.predict);
+  return schedule::PredictWireBytes(plan.execution);
 }
 
 }  // namespace rp::apps

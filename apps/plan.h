@@ -5,37 +5,51 @@
 //
 // Thread safety: pure functions.
 //
+// Modeled vs real sizes. With the fixed cost model the message and gradient sizes the fabric times
+// are the real MLP's; with the FLOPs cost model they are the described transformer's while the small
+// MLP is computed (schedule/workload_cost.h). `modeled_sizes` says which.
+//
 // Example:
 //   RP_ASSIGN_OR_RETURN(RunConfig cfg, LoadConfig(args, /*for_run=*/false));
 //   RP_ASSIGN_OR_RETURN(Plan plan, BuildPlan(cfg));
-//   RP_ASSIGN_OR_RETURN(schedule::Prediction pred,
-//                       schedule::Predict(plan.executor.program, plan.grid, plan.executor.cost, plan.predict));
+//   RP_ASSIGN_OR_RETURN(schedule::Prediction pred, schedule::Predict(plan.execution, plan.predict));
 #pragma once
 
+#include <chrono>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "apps/config_fields.h"
 #include "schedule/executor.h"
 #include "schedule/grid.h"
+#include "schedule/plan.h"
 #include "schedule/predictor.h"
+#include "schedule/workload_cost.h"
 
 namespace rp::apps {
 
-// `executor` holds the program, the cost model, the links and the workload (tracer unset); `predict`
-// are the predictor options the executor itself uses for the same options (schedule::PredictOptionsFor's
-// rule: links; DP ring = codec and segment_bytes; TP ring = fp32, one message per chunk).
+// `executor` holds the program, the cost model, the links and the workload (tracer unset);
+// `execution` is the execution plan the executor and the predictor play (schedule::BuildPlan of
+// schedule::PlanOptionsFor(executor)); `predict` the predictor options the executor itself uses
+// (schedule::PredictOptionsFor).
 struct Plan {
   schedule::ParallelGrid grid;
   schedule::ExecutorOptions executor;
+  schedule::ExecutionPlan execution;
   schedule::PredictOptions predict;
   std::string cost_description;  // one line for the report, e.g. "fixed: F 50 ms, B 80 ms per ..."
+  // What the fabric's sizes describe: "the real MLP" (fixed cost model) or "the described transformer".
+  std::string modeled_sizes;
 };
 
 // `cfg` must have passed ValidateConfig (errors otherwise are the lower layers').
 [[nodiscard]] absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg);
 
-// Bytes each pipeline rank puts on the wire in one step (schedule::PredictWireBytes of the plan).
+// Modeled bytes each pipeline rank puts on the fabric in one step (schedule::PredictWireBytes).
 std::vector<schedule::PredictedWire> PredictWireBytes(const Plan& plan);
+
+// The executor's watchdog for a config's watchdog_timeout (seconds).
+std::chrono::nanoseconds WatchdogTimeout(double seconds);
 
 }  // namespace rp::apps

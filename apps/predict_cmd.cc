@@ -3,6 +3,7 @@
 // flags), same JSON schema minus the measured fields (docs/report.md).
 //
 // Exit codes (apps/cli.h): 0 ok; 2 bad input (nothing written); 1 an output could not be written.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -32,13 +33,12 @@ int Run(const ParsedArgs& args) {
   if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) return fail(kExitBadInput, st);
   auto plan = BuildPlan(*cfg);
   if (!plan.ok()) return fail(kExitBadInput, plan.status());
-  auto pred = schedule::Predict(plan->executor.program, plan->grid, plan->executor.cost, plan->predict);
+  auto pred = schedule::Predict(plan->execution, plan->predict);
   if (!pred.ok()) return fail(kExitBadInput, pred.status());
   const nlohmann::json report = BuildReport(*cfg, *plan, *pred, nullptr);
   std::string text = RenderReport(report);
-  absl::StrAppend(&text, "\npredicted step, first replica (", ScheduleName(cfg->schedule),
-                  "; F/B/b/W compute, O optimizer, T TP all-reduce, = gradient all-reduce, . idle)\n",
-                  RenderPredictedGantt(*plan, *pred, 96));
+  absl::StrAppend(&text, "\npredicted step, first replica (", ScheduleName(cfg->schedule), "; ", kGanttLegend, ")\n",
+                  RenderPredictedGantt(*plan, *pred, 96, std::min(16, cfg->pp * cfg->tp)));
   if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
   if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, st);
   std::fputs(text.c_str(), stdout);

@@ -1,57 +1,80 @@
-// The report of `ringpipe run` and `ringpipe predict`: one JSON document (schema in docs/report.md)
-// and its text rendering, plus ASCII Gantt charts of a step.
+// The report of `ringpipe run` and `ringpipe predict`: one JSON document (schema `ringpipe-report/2`,
+// docs/report.md) and its text rendering, plus ASCII Gantt charts of a step.
+//
+// Three timelines, honestly named (DESIGN.md): measured = steady_clock stamps on the device threads ÷
+// time scale; emulated = the run's modeled timeline; predicted = the predictor's. fidelity.host =
+// measured / emulated − 1, fidelity.model = emulated / predicted − 1. Every timing figure exists on
+// each timeline with the same keys; every byte and memory figure says whether it is modeled (what the
+// fabric times: the real MLP's sizes with the fixed cost model, the described transformer's with the
+// FLOPs one) or real (the small MLP's buffers) by its name (modeled_*, real_*).
 //
 // The JSON is the source of truth: RenderReport draws the text from it, so a saved report renders the
-// same text. `run` reports measured figures next to predicted ones; `predict` the same schema minus
-// the measured fields ("mode": "predict"): no fidelity, steps, replica divergence, host figures, and
-// devices[] carry only their coordinates and "predicted" object.
+// same text. `predict` writes the same schema with only the predicted figures ("mode": "predict").
 //
 // Thread safety: pure functions.
 //
 // Example:
-//   nlohmann::json report = BuildReport(cfg, plan, prediction, &run_result);
+//   nlohmann::json report = BuildReport(cfg, plan, run_result.prediction, &run_result, &host);
 //   std::string text = RenderReport(report);
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "apps/config_fields.h"
 #include "apps/plan.h"
 #include "nlohmann/json.hpp"
-#include "runtime/tracer.h"
 #include "schedule/executor.h"
+#include "schedule/metrics.h"
 #include "schedule/predictor.h"
 
 namespace rp::apps {
 
-inline constexpr const char* kReportSchema = "ringpipe-report/1";
+inline constexpr const char* kReportSchema = "ringpipe-report/2";
 
 // Devices of the first replica whose per-op step timelines the report's "timeline" section holds
 // (docs/report.md; `ringpipe timeline --from_report` draws them).
 inline constexpr int kMaxTimelineRows = 64;
 
+// What the host spent on a run (the report's "host" section beside RunResult's own figures).
+struct HostUsage {
+  double rss_before_bytes = 0;    // VmRSS before the executor was created
+  double peak_rss_bytes = 0;      // VmHWM after the run
+  double model_buffer_bytes = 0;  // the run's known buffers: weights, gradients, optimizer state, data set
+  int threads = 0;                // peak thread count sampled during the run
+};
+
 // `json` as text (nlohmann's dump, indented by `indent`), never throwing: bytes that are not UTF-8
 // (a path a user gave) become U+FFFD.
 std::string DumpJson(const nlohmann::json& json, int indent = -1);
 
-// `run` == nullptr: a predict-only report.
+// `run` == nullptr: a predict-only report (`host` is then ignored; it may be null for a run too).
 nlohmann::json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,
-                           const schedule::RunResult* run);
+                           const schedule::RunResult* run, const HostUsage* host = nullptr);
 
 // The text report. At most `max_device_rows` rows of the per-device table (the rest summarised).
 std::string RenderReport(const nlohmann::json& report, size_t max_device_rows = 32);
 
-// ASCII Gantt of step `step`'s compute and comm streams from trace events, in modeled time, `width`
-// columns, one row per device for at most `max_rows` devices (ranks in order). Cells: F forward,
-// B backward, b input-gradient backward, W weight gradient, O optimizer, T TP all-reduce, = gradient
-// all-reduce (comm row), '.' idle; a micro-batch number follows the letter where it fits.
-std::string RenderMeasuredGantt(const std::vector<TraceEvent>& events, int step, int num_devices, int width,
-                                int max_rows);
+// ASCII Gantt of one step of the first replica's devices (at most `max_rows`), `width` columns over
+// `span`: one row per device, a comm row under it when its gradient buckets ran. `timeline_of(rank)`
+// gives a rank's intervals (nullptr: none); `wall` draws their measured wall stamps (wall_start,
+// wall_end), else their emulated (or predicted) times. Cells: F forward, B backward, b input-gradient
+// backward, W weight gradient, O optimizer, T TP all-reduce, - exposed communication (the transfer
+// part of a wait; peer wait is idle), = gradient all-reduce (comm row), '.' idle; the micro-batch
+// follows the letter where it fits.
+std::string RenderGantt(const schedule::Program& program, const schedule::ParallelGrid& grid,
+                        const std::function<const std::vector<schedule::OpInterval>*(int rank)>& timeline_of,
+                        bool wall, Nanos span, int width, int max_rows);
 
-// The predicted step of the first replica (pipeline ranks, TP shard 0) in the same style
-// (schedule::RenderTimeline at step / width per column).
-std::string RenderPredictedGantt(const Plan& plan, const schedule::Prediction& prediction, int width);
+// The measured Gantt of a run's kept step (RunResult::timelines, wall stamps) and the predicted one.
+std::string RenderMeasuredGantt(const Plan& plan, const schedule::RunResult& run, int width, int max_rows);
+std::string RenderPredictedGantt(const Plan& plan, const schedule::Prediction& prediction, int width,
+                                 int max_rows);
+
+// The key legend printed under the Gantt charts.
+inline constexpr const char* kGanttLegend =
+    "F/B/b/W compute, O optimizer, T TP all-reduce, - exposed communication, = gradient all-reduce, . idle";
 
 }  // namespace rp::apps

@@ -130,7 +130,8 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text) {
   size_t kept = 0;
   const json::parser_callback_t filter = [&](int depth, json::parse_event_t event, json& parsed) {
     if (depth == 1 && event == json::parse_event_t::key) {
-      keep = parsed.is_string() && (parsed == "timeline" || parsed == "layout" || parsed == "schedule");
+      keep = parsed.is_string() &&
+             (parsed == "timeline" || parsed == "layout" || parsed == "schedule" || parsed == "schema");
       return keep;
     }
     if (depth >= 1 && !keep) return false;
@@ -151,6 +152,15 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text) {
 }
 
 absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) {
+  const json& schema = Get(report, "schema");
+  if (!schema.is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat("has no \"schema\" (a ", kReportSchemaRead,
+                                                   " report of `ringpipe run` or `predict` --report_json)"));
+  }
+  if (schema != kReportSchemaRead) {
+    return absl::InvalidArgumentError(absl::StrCat("has \"schema\": \"", Str(report, "schema"), "\"; this ringpipe reads \"",
+                                                   kReportSchemaRead, "\" (write it again with --report_json)"));
+  }
   const json& t = Get(report, "timeline");
   if (!t.is_object()) {
     return absl::InvalidArgumentError(
@@ -159,7 +169,8 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) 
   TimelineReport out;
   size_t bars = 0;
   if (const json& m = Get(t, "measured"); Get(m, "devices").is_array()) {
-    out.panels.push_back(Panel(absl::StrFormat("measured — emulated step %d (the median step), modeled time",
+    out.panels.push_back(Panel(absl::StrFormat("measured — step %d (the median step): wall clock on the device "
+                                               "threads / time scale",
                                                Int(m, "step", 0)),
                                m, bars));
     out.measured_step_ms = out.panels.back().span_ms;

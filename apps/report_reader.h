@@ -1,12 +1,14 @@
 // Reads a saved `ringpipe run` / `predict` report (docs/report.md) back for `ringpipe timeline
-// --from_report`: its "timeline" section as Gantt panels, and a default title.
+// --from_report`: its "timeline" section as Gantt panels — measured (drawn from the wall stamps of the
+// device threads) above predicted — and a default title. Only schema kReportSchemaRead is read; any
+// other "schema" is refused with one line naming it.
 //
 // The reader trusts nothing in the file: any JSON is either read or refused with one line, never a
 // crash. Missing keys take defaults, values of the wrong type are ignored, numbers are clamped to
 // finite, non-negative times, strings are shown as printable UTF-8, and the sizes are bounded
 // (kMaxReportBytes of text, kMaxJsonDepth of nesting, kMaxRows rows, kMaxBars bars). Only the
 // sections it draws are kept in memory (the per-device and per-step sections are skipped while
-// parsing), so the schema can grow (`ringpipe-report/2`) without this reader changing.
+// parsing).
 //
 // Thread safety: pure functions.
 //
@@ -26,6 +28,8 @@
 namespace rp::apps {
 
 inline constexpr size_t kMaxReportBytes = size_t{1} << 30;
+// The schema this reader reads (apps/report.h writes it).
+inline constexpr const char* kReportSchemaRead = "ringpipe-report/2";
 inline constexpr size_t kMaxRows = 4096;
 inline constexpr size_t kMaxBars = size_t{1} << 22;
 
@@ -37,9 +41,9 @@ struct TimelineReport {
   double predicted_step_ms = -1;        // -1: no predicted panel
 };
 
-// InvalidArgument (one line) for text that is not JSON, too large or too deep, or a report with no
-// timeline to draw: "is not JSON: ...", "has no \"timeline\" section ...", "\"timeline\" holds
-// neither measured nor predicted devices".
+// InvalidArgument (one line) for text that is not JSON, too large or too deep, a report of another
+// schema, or one with no timeline to draw: "is not JSON: ...", "has \"schema\": \"ringpipe-report/1\"; ...",
+// "has no \"timeline\" section ...", "\"timeline\" holds neither measured nor predicted devices".
 absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text);
 // The same from a report already in memory (`ringpipe timeline` after a run).
 absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report);

@@ -1,6 +1,7 @@
 // `ringpipe run`: trains the configured model with DP x PP x TP on emulated devices (the Executor,
-// schedule/executor.h) and prints measured and predicted figures side by side (apps/report.h), an
-// ASCII Gantt of the measured step, and optionally the JSON report and the Chrome trace.
+// schedule/executor.h) and prints the measured, emulated and predicted figures (apps/report.h), ASCII
+// Gantts of the measured step (wall stamps) and of the predicted one, the host's figures (peak RSS,
+// threads, device-ops per second), and optionally the JSON report and the Chrome trace.
 //
 // Exit codes (apps/cli.h): 0 ok; 2 bad input (nothing run, nothing written); 3 the run failed at run
 // time (a device threw, stalled or stopped, a wait outlived the watchdog: the message names rank,
@@ -27,6 +28,7 @@
 #include "apps/cli.h"
 #include "apps/config.h"
 #include "apps/files.h"
+#include "apps/host.h"
 #include "apps/memory_estimate.h"
 #include "apps/plan.h"
 #include "apps/presets.h"
@@ -123,78 +125,76 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, FaultPlan& plan) {
   return absl::OkStatus();
 }
 
+int Fail(int code, const absl::Status& st) {
+  std::fprintf(stderr, "ringpipe run: %s\n", std::string(st.message()).c_str());
+  return code;
+}
+
+// The text printed after a run: the report, the measured Gantt (wall stamps) and the predicted one.
+std::string RunText(const RunConfig& cfg, const Plan& plan, const schedule::RunResult& result,
+                    const nlohmann::json& report) {
+  std::string text = RenderReport(report);
+  const int rows = std::min(16, cfg.pp * cfg.tp);
+  const std::string measured = RenderMeasuredGantt(plan, result, 96, rows);
+  if (!measured.empty()) {
+    absl::StrAppend(&text, "\nmeasured step ", result.timeline_step,
+                    " (median), first replica: wall clock on the device threads / time scale (", kGanttLegend, ")\n",
+                    measured);
+  }
+  absl::StrAppend(&text, "\npredicted step, first replica: the predictor\n",
+                  RenderPredictedGantt(plan, result.prediction, 96, rows));
+  return text;
+}
+
 int Run(const ParsedArgs& args) {
-  auto fail = [](int code, const absl::Status& st) {
-    std::fprintf(stderr, "ringpipe run: %s\n", std::string(st.message()).c_str());
-    return code;
-  };
   auto cfg = LoadConfig(args, /*for_run=*/true);
-  if (!cfg.ok()) return fail(kExitBadInput, cfg.status());
+  if (!cfg.ok()) return Fail(kExitBadInput, cfg.status());
   OutputFiles outputs;
   for (const auto& [flag, path] : {std::pair{"report_json", cfg->report_json}, {"trace", cfg->trace}}) {
-    if (absl::Status st = outputs.Declare(flag, path); !st.ok()) return fail(kExitBadInput, st);
+    if (absl::Status st = outputs.Declare(flag, path); !st.ok()) return Fail(kExitBadInput, st);
   }
-  if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) return fail(kExitBadInput, st);
+  if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) return Fail(kExitBadInput, st);
   auto plan = BuildPlan(*cfg);
-  if (!plan.ok()) return fail(kExitBadInput, plan.status());
+  if (!plan.ok()) return Fail(kExitBadInput, plan.status());
 
   Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents);
   schedule::ExecutorOptions options = plan->executor;
   options.tracer = &tracer;
-  if (absl::Status st = ParseFaultFlags(args, options.faults); !st.ok()) return fail(kExitBadInput, st);
+  if (absl::Status st = ParseFaultFlags(args, options.faults); !st.ok()) return Fail(kExitBadInput, st);
+  HostUsage host{.rss_before_bytes = ReadProcStatus().rss_bytes, .model_buffer_bytes = ModelBufferBytes(*cfg)};
   auto exec = schedule::Executor::Create(options);
   if (!exec.ok()) {
     const bool bad_input = exec.status().code() == absl::StatusCode::kInvalidArgument;
-    return fail(bad_input ? kExitBadInput : kExitFailed, exec.status());
+    return Fail(bad_input ? kExitBadInput : kExitFailed, exec.status());
   }
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",
                plan->grid.ToString().c_str(), schedule::ScheduleName(cfg->schedule), cfg->steps,
                cfg->world_size(),
                cfg->virtual_time ? "virtual clock" : absl::StrCat("time scale ", cfg->time_scale).c_str());
+  ThreadSampler sampler;
   auto result = (*exec)->Run();
+  host.threads = sampler.Stop();
+  host.peak_rss_bytes = ReadProcStatus().peak_rss_bytes;
   if (!result.ok()) {
     // The message already names the first failure (rank, step, op, missing peers, committed steps).
-    if (const schedule::RunFailure* f = (*exec)->failure();
-        f != nullptr && f->seconds_after_fault >= 0) {
-      std::fprintf(stderr, "ringpipe run: injected fault detected %.3f s after it fired\n",
-                   f->seconds_after_fault);
+    if (const schedule::RunFailure* f = (*exec)->failure(); f != nullptr && f->seconds_after_fault >= 0) {
+      std::fprintf(stderr, "ringpipe run: injected fault detected %.3f s after it fired\n", f->seconds_after_fault);
     }
-    return fail(kExitFault, result.status());
+    return Fail(kExitFault, result.status());
   }
-
   for (const schedule::RunResult::SlowLink& l : result->slow_links) {
     std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d took %gx its link class's time from step %d\n",
                  l.src, l.dst, l.factor, l.first_step);
   }
-  const nlohmann::json report = BuildReport(*cfg, *plan, result->prediction, &*result);
-  std::string text = RenderReport(report);
-
-  // The Gantt of the median-time step.
-  std::vector<size_t> order(result->steps.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return result->steps[a].measured_ms < result->steps[b].measured_ms;
-  });
-  if (!order.empty()) {
-    const int step = result->steps[order[order.size() / 2]].step;
-    const std::string gantt = RenderMeasuredGantt(tracer.Events(), step, cfg->world_size(), 96,
-                                                    std::min(16, cfg->pp * cfg->tp));
-    if (!gantt.empty()) {
-      absl::StrAppend(&text, "\nmeasured step ", step,
-                      " (median), first replica, modeled time (F/B/b/W compute, O optimizer, T TP all-reduce, = gradient "
-                      "all-reduce, . idle)\n",
-                      gantt);
-    }
-  }
-  absl::StrAppend(&text, "\npredicted step, first replica\n", RenderPredictedGantt(*plan, result->prediction, 96));
-
+  const nlohmann::json report = BuildReport(*cfg, *plan, result->prediction, &*result, &host);
+  const std::string text = RunText(*cfg, *plan, *result, report);
   if (tracer.capped() > 0) {
     std::fprintf(stderr, "ringpipe run: the trace keeps the first %zu events; %llu later ones were dropped\n",
                  kMaxTraceEvents, static_cast<unsigned long long>(tracer.capped()));
   }
   if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
   if (!cfg->trace.empty()) outputs.Set("trace", tracer.ToChromeJson());
-  if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, st);
+  if (absl::Status st = outputs.Commit(); !st.ok()) return Fail(kExitFailed, st);
   std::fputs(text.c_str(), stdout);
   return kExitOk;
 }

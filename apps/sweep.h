@@ -32,9 +32,13 @@ absl::StatusOr<Axis> ParseAxis(const std::string& spec);
 // An axis value as its field's JSON value, read by the field's grammar (as its flag would be).
 absl::StatusOr<nlohmann::json> ValueJson(const std::string& axis, const std::string& field, const std::string& text);
 
+// One point's figures on one timeline (measured: a run's wall stamps ÷ time scale; predicted: the
+// predictor). Bytes and memory are modeled (what the fabric times) on both: measured ones are the run's
+// fabric counts.
 struct Metrics {
   double step_ms = kNaN, speedup = kNaN, efficiency = kNaN, bubble = kNaN, exposed_ms = kNaN;
-  double peak_bytes = kNaN, wire_bytes = kNaN;
+  double peer_wait_ms = kNaN;
+  double peak_bytes = kNaN, wire_bytes = kNaN;  // modeled
 };
 
 struct Point {
@@ -46,7 +50,10 @@ struct Point {
   std::string error;
   RunConfig cfg;              // valid when status != invalid
   Metrics measured, predicted;
-  double t1_ms = kNaN, fidelity = kNaN, wall_seconds = kNaN;
+  double emulated_step_ms = kNaN;
+  // The real MLP's buffers (a run only): max over devices.
+  double real_peak_bytes = kNaN, real_wire_bytes = kNaN;
+  double t1_ms = kNaN, fidelity_host = kNaN, fidelity_model = kNaN, wall_seconds = kNaN;
 };
 
 // Runs one valid point: predict, then (unless predict_only) emulate. Sets status/error on failure.

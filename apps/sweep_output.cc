@@ -17,12 +17,14 @@ using json = nlohmann::json;
 const std::vector<std::string>& CsvColumns() {
   static const std::vector<std::string>* cols = new std::vector<std::string>{
       "point", "label", "status", "error", "preset", "dp", "pp", "tp", "world", "microbatches", "schedule",
-      "virtual_stages", "codec", "segment_bytes", "link", "time_scale",
-      "step_ms_measured", "step_ms_predicted", "fidelity", "t1_ms",
+      "virtual_stages", "codec", "segment_bytes", "bucket_mb", "link", "time_scale",
+      "step_ms_measured", "step_ms_emulated", "step_ms_predicted", "fidelity_host", "fidelity_model", "t1_ms",
       "speedup_measured", "speedup_predicted", "efficiency_measured", "efficiency_predicted",
       "bubble_measured", "bubble_predicted", "exposed_comm_ms_measured", "exposed_comm_ms_predicted",
-      "peak_activation_bytes_measured", "peak_activation_bytes_predicted",
-      "wire_bytes_measured", "wire_bytes_predicted", "wall_seconds"};
+      "peer_wait_ms_measured", "peer_wait_ms_predicted",
+      "modeled_peak_activation_bytes_measured", "modeled_peak_activation_bytes_predicted",
+      "modeled_wire_bytes_measured", "modeled_wire_bytes_predicted",
+      "real_peak_activation_bytes", "real_wire_bytes", "wall_seconds"};
   return *cols;
 }
 
@@ -48,17 +50,19 @@ json MetricsJson(const Metrics& m) {
           {"efficiency", JNum(m.efficiency)},
           {"bubble", JNum(m.bubble)},
           {"exposed_comm_ms", JNum(m.exposed_ms)},
-          {"peak_activation_bytes", JNum(m.peak_bytes)},
-          {"wire_bytes", JNum(m.wire_bytes)}};
+          {"peer_wait_ms", JNum(m.peer_wait_ms)},
+          {"modeled_peak_activation_bytes", JNum(m.peak_bytes)},
+          {"modeled_wire_bytes", JNum(m.wire_bytes)}};
 }
 
 // The config columns of a point (from the config if it was built, else empty).
 std::vector<std::string> ConfigColumns(const Point& p) {
-  if (p.status == "invalid") return std::vector<std::string>(12, "");
+  if (p.status == "invalid") return std::vector<std::string>(13, "");
   const RunConfig& c = p.cfg;
   return {c.preset, absl::StrCat(c.dp), absl::StrCat(c.pp), absl::StrCat(c.tp), absl::StrCat(c.world_size()),
           absl::StrCat(c.microbatches), schedule::ScheduleName(c.schedule), absl::StrCat(c.virtual_stages),
-          comm::CodecName(c.codec), absl::StrCat(c.segment_bytes), c.link, absl::StrFormat("%g", c.time_scale)};
+          comm::CodecName(c.codec), absl::StrCat(c.segment_bytes), absl::StrFormat("%g", c.bucket_mb), c.link,
+          absl::StrFormat("%g", c.time_scale)};
 }
 
 }  // namespace
@@ -68,10 +72,12 @@ std::string BuildCsv(const std::vector<Point>& points) {
   for (const Point& p : points) {
     std::vector<std::string> row = {absl::StrCat(p.index), CsvField(p.label), p.status, CsvField(p.error)};
     for (const std::string& s : ConfigColumns(p)) row.push_back(CsvField(s));
-    for (double x : {p.measured.step_ms, p.predicted.step_ms, p.fidelity, p.t1_ms, p.measured.speedup,
-                     p.predicted.speedup, p.measured.efficiency, p.predicted.efficiency, p.measured.bubble,
-                     p.predicted.bubble, p.measured.exposed_ms, p.predicted.exposed_ms, p.measured.peak_bytes,
-                     p.predicted.peak_bytes, p.measured.wire_bytes, p.predicted.wire_bytes, p.wall_seconds}) {
+    for (double x : {p.measured.step_ms, p.emulated_step_ms, p.predicted.step_ms, p.fidelity_host, p.fidelity_model,
+                     p.t1_ms, p.measured.speedup, p.predicted.speedup, p.measured.efficiency, p.predicted.efficiency,
+                     p.measured.bubble, p.predicted.bubble, p.measured.exposed_ms, p.predicted.exposed_ms,
+                     p.measured.peer_wait_ms, p.predicted.peer_wait_ms, p.measured.peak_bytes, p.predicted.peak_bytes,
+                     p.measured.wire_bytes, p.predicted.wire_bytes, p.real_peak_bytes, p.real_wire_bytes,
+                     p.wall_seconds}) {
       row.push_back(CsvNum(x));
     }
     absl::StrAppend(&out, absl::StrJoin(row, ","), "\n");
@@ -81,7 +87,7 @@ std::string BuildCsv(const std::vector<Point>& points) {
 
 json BuildJson(const std::vector<Axis>& axes, const std::vector<Point>& points, bool predict_only) {
   json j;
-  j["schema"] = "ringpipe-sweep/1";
+  j["schema"] = "ringpipe-sweep/2";
   j["mode"] = predict_only ? "predict" : "run";
   j["columns"] = CsvColumns();
   json ax = json::array();
@@ -96,9 +102,14 @@ json BuildJson(const std::vector<Axis>& axes, const std::vector<Point>& points, 
     json axes_j = json::object();
     for (const FieldOverride& o : p.overrides) axes_j[o.field] = o.value;
     json e = {{"point", p.index}, {"label", p.label}, {"axes", axes_j}, {"status", p.status},
-              {"error", p.error}, {"t1_ms", JNum(p.t1_ms)}, {"fidelity", JNum(p.fidelity)},
+              {"error", p.error}, {"t1_ms", JNum(p.t1_ms)},
+              {"fidelity", {{"host", JNum(p.fidelity_host)}, {"model", JNum(p.fidelity_model)}}},
               {"wall_seconds", JNum(p.wall_seconds)}, {"predicted", MetricsJson(p.predicted)}};
-    if (!predict_only) e["measured"] = MetricsJson(p.measured);
+    if (!predict_only) {
+      e["measured"] = MetricsJson(p.measured);
+      e["emulated_step_ms"] = JNum(p.emulated_step_ms);
+      e["real"] = {{"peak_activation_bytes", JNum(p.real_peak_bytes)}, {"wire_bytes", JNum(p.real_wire_bytes)}};
+    }
     if (p.status != "invalid") e["config"] = ConfigToJson(p.cfg);
     pts.push_back(std::move(e));
   }
@@ -111,8 +122,8 @@ const ChartSpec kCharts[6] = {
     {"speedup.svg", "speedup (T1 / step)", "x", false, &Metrics::speedup},
     {"bubble.svg", "bubble (mean over devices)", "idle fraction of the step", false, &Metrics::bubble},
     {"exposed_comm.svg", "exposed communication (mean over devices)", "ms per step", false, &Metrics::exposed_ms},
-    {"peak_memory.svg", "peak activation memory (max device)", "bytes", true, &Metrics::peak_bytes},
-    {"wire_bytes.svg", "wire bytes per step (max device)", "bytes", true, &Metrics::wire_bytes},
+    {"peak_memory.svg", "modeled peak activation memory (max device)", "modeled bytes", true, &Metrics::peak_bytes},
+    {"wire_bytes.svg", "modeled wire bytes per step (max device)", "modeled bytes", true, &Metrics::wire_bytes},
 };
 
 std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::vector<Point>& points,
@@ -201,7 +212,7 @@ std::string Table(const std::vector<Axis>& axes, const std::vector<Point>& point
   std::string out = "#";
   for (const Axis& a : axes) absl::StrAppendFormat(&out, " %12s", a.name());
   absl::StrAppendFormat(&out, " %8s %23s %17s %15s %21s %21s %21s\n", "status", "step ms (meas / pred)",
-                        "speedup", "bubble", "exposed comm ms", "peak act bytes", "wire B/device");
+                        "speedup", "bubble", "exposed comm ms", "modeled peak act", "modeled wire B");
   auto pair = [&](double m, double p) {
     auto f = [&](double v) {
       if (!std::isfinite(v)) return std::string("-");

@@ -101,15 +101,18 @@ Metrics FromPrediction(const Plan& plan, const schedule::Prediction& pred) {
   m.step_ms = ToMillis(pred.step_time);
   m.speedup = pred.speedup;
   m.efficiency = pred.efficiency;
-  double bubble = 0, exposed = 0, peak = 0;
-  for (const schedule::DeviceStats& d : pred.devices) {
-    bubble += d.bubble_over_total;
+  double bubble = 0, exposed = 0, peer = 0, peak = 0;
+  for (size_t r = 0; r < pred.devices.size(); ++r) {
+    const schedule::DeviceMetrics& d = pred.devices[r];
+    bubble += d.bubble_total;
     exposed += ToMillis(d.exposed_comm);
-    peak = std::max(peak, static_cast<double>(d.peak_activation_bytes));
+    peer += ToMillis(d.peer_wait);
+    if (r < pred.peak_activation_bytes.size()) peak = std::max(peak, static_cast<double>(pred.peak_activation_bytes[r]));
   }
   const double n = static_cast<double>(std::max<size_t>(1, pred.devices.size()));
   m.bubble = bubble / n;
   m.exposed_ms = exposed / n;
+  m.peer_wait_ms = peer / n;
   m.peak_bytes = peak;
   double wire = 0;
   for (const schedule::PredictedWire& w : PredictWireBytes(plan)) wire = std::max(wire, static_cast<double>(w.total()));
@@ -117,21 +120,28 @@ Metrics FromPrediction(const Plan& plan, const schedule::Prediction& pred) {
   return m;
 }
 
-Metrics FromRun(const schedule::RunResult& run, int steps) {
+// The measured figures of a run (modeled bytes: the run's fabric counts), and its real buffers.
+Metrics FromRun(const schedule::RunResult& run, int steps, double& real_peak, double& real_wire) {
   Metrics m;
   m.step_ms = run.measured_step_ms;
   m.speedup = run.speedup;
   m.efficiency = run.efficiency;
-  double bubble = 0, exposed = 0, peak = 0, wire = 0;
+  double bubble = 0, exposed = 0, peer = 0, peak = 0, wire = 0;
+  real_peak = real_wire = 0;
+  const double per_step = std::max(1, steps);
   for (const schedule::DeviceReport& d : run.devices) {
-    bubble += d.bubble_total;
-    exposed += d.exposed_comm_ms;
-    peak = std::max(peak, static_cast<double>(d.peak_activation_bytes));
-    wire = std::max(wire, static_cast<double>(d.wire_bytes) / std::max(1, steps));
+    bubble += d.measured.bubble_total;
+    exposed += d.measured.exposed_comm_ms;
+    peer += d.measured.peer_wait_ms;
+    peak = std::max(peak, static_cast<double>(d.modeled_peak_activation_bytes));
+    wire = std::max(wire, static_cast<double>(d.modeled_wire_bytes) / per_step);
+    real_peak = std::max(real_peak, static_cast<double>(d.peak_activation_bytes));
+    real_wire = std::max(real_wire, static_cast<double>(d.wire_bytes) / per_step);
   }
   const double n = static_cast<double>(std::max<size_t>(1, run.devices.size()));
   m.bubble = bubble / n;
   m.exposed_ms = exposed / n;
+  m.peer_wait_ms = peer / n;
   m.peak_bytes = peak;
   m.wire_bytes = wire;
   return m;
@@ -147,7 +157,7 @@ void RunPoint(Point& p, bool predict_only) {
     p.error = std::string(plan.status().message());
     return;
   }
-  auto pred = schedule::Predict(plan->executor.program, plan->grid, plan->executor.cost, plan->predict);
+  auto pred = schedule::Predict(plan->execution, plan->predict);
   if (!pred.ok()) {
     p.status = "failed";
     p.error = absl::StrCat("predict: ", pred.status().message());
@@ -163,8 +173,10 @@ void RunPoint(Point& p, bool predict_only) {
       p.status = "failed";
       p.error = absl::StrCat("run: ", run.status().message());
     } else {
-      p.measured = FromRun(*run, p.cfg.steps);
-      p.fidelity = run->fidelity;
+      p.measured = FromRun(*run, p.cfg.steps, p.real_peak_bytes, p.real_wire_bytes);
+      p.emulated_step_ms = run->emulated_step_ms;
+      p.fidelity_host = run->fidelity_host;
+      p.fidelity_model = run->fidelity_model;
     }
   }
   p.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

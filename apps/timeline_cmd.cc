@@ -1,7 +1,8 @@
 // `ringpipe timeline`: an SVG Gantt chart of one training step — one row per device of the first
 // replica (at most kMaxTimelineRows), compute ops coloured by kind with their micro-batch number, TP
 // all-reduces, the gradient all-reduce on the comm stream (the row's lower strip), exposed
-// communication waits, and idle time — measured (the median step of an emulated run) above predicted.
+// communication waits (their transfer part), and idle time — measured (the median step of an emulated
+// run, drawn from the wall stamps of the device threads ÷ time scale) above predicted.
 //
 //   ringpipe timeline --preset=s1 --out=timeline.svg            # run (same flags as `run`), then draw
 //   ringpipe timeline --preset=s1 --predict_only --out=t.svg    # the predictor's step only
@@ -75,7 +76,7 @@ int Run(const ParsedArgs& args) {
     if (!plan.ok()) return fail(kExitBadInput, std::string(plan.status().message()));
     json report;
     if (predict_only) {
-      auto pred = schedule::Predict(plan->executor.program, plan->grid, plan->executor.cost, plan->predict);
+      auto pred = schedule::Predict(plan->execution, plan->predict);
       if (!pred.ok()) return fail(kExitBadInput, std::string(pred.status().message()));
       report = BuildReport(*cfg, *plan, *pred, nullptr);
     } else {

@@ -27,10 +27,44 @@ void EventCommStream::Enqueue(Collective c) {
   });
 }
 
+std::deque<Delivery>& EventCommStream::Inbox(ChannelId channel) {
+  for (auto& [c, box] : inbox_) {
+    if (c == channel) return box;
+  }
+  return inbox_.emplace_back(channel, std::deque<Delivery>{}).second;
+}
+
 void EventCommStream::OnMessage(Fabric::Scope& scope, ChannelId channel, Delivery delivery) {
   if (failed_) return;
-  inbox_[channel].push_back(std::move(delivery));
+  std::deque<Delivery>& box = Inbox(channel);
+  // The common case: the running collective waits for exactly this message.
+  if (box.empty() && running_.has_value() && running_->collective.recv_channel == channel &&
+      !running_->machine.done()) {
+    if (!Feed(scope, delivery)) return;
+  } else {
+    box.push_back(std::move(delivery));
+  }
   Pump(scope);
+}
+
+bool EventCommStream::Feed(Fabric::Scope& scope, const Delivery& d) {
+  const SegmentPayload* payload = AsSegment(d.payload.get());
+  if (payload == nullptr) {
+    Fail(scope, absl::InternalError("a ring message without its data"), "receiving from");
+    return false;
+  }
+  absl::Status s = running_->machine.OnReceive(d.timing, *payload, &sends_);
+  if (!s.ok()) {
+    Fail(scope, s,
+         s.code() == absl::StatusCode::kFailedPrecondition ? "receiving from" : "reducing data of");
+    return false;
+  }
+  s = Post(scope, sends_);
+  if (!s.ok()) {
+    Fail(scope, s, "posting to the fabric, next");
+    return false;
+  }
+  return true;
 }
 
 absl::Status EventCommStream::Post(Fabric::Scope& scope, std::vector<RingMachine::Send>& sends) {
@@ -88,26 +122,14 @@ void EventCommStream::Pump(Fabric::Scope& scope) {
       continue;
     }
     const Collective& c = running_->collective;
-    std::deque<Delivery>& box = inbox_[c.recv_channel];
+    std::deque<Delivery>& box = Inbox(c.recv_channel);
     if (box.empty()) {
       if (event_lp_) scope.Awaiting(lp_, c.recv_channel, c.site);
       return;
     }
-    Delivery d = std::move(box.front());
+    const Delivery d = std::move(box.front());
     box.pop_front();
-    const auto* payload = dynamic_cast<const SegmentPayload*>(d.payload.get());
-    if (payload == nullptr) {
-      return Fail(scope, absl::InternalError("a ring message without its data"),
-                  "receiving from");
-    }
-    absl::Status s = machine.OnReceive(d.timing, *payload, &sends_);
-    if (!s.ok()) {
-      return Fail(scope, s,
-                  s.code() == absl::StatusCode::kFailedPrecondition ? "receiving from"
-                                                                     : "reducing data of");
-    }
-    s = Post(scope, sends_);
-    if (!s.ok()) return Fail(scope, s, "posting to the fabric, next");
+    if (!Feed(scope, d)) return;
   }
 }
 

@@ -30,8 +30,9 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <utility>
+#include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "comm/ring_machine.h"
 #include "runtime/fabric.h"
@@ -79,6 +80,9 @@ class EventCommStream {
   void Pump(Fabric::Scope& scope);
   absl::Status Post(Fabric::Scope& scope, std::vector<RingMachine::Send>& sends);
   void Fail(Fabric::Scope& scope, const absl::Status& status, const char* what);
+  std::deque<Delivery>& Inbox(ChannelId channel);
+  // Feeds one message to the running collective; false once the stream failed.
+  bool Feed(Fabric::Scope& scope, const Delivery& d);
 
   Fabric* const fabric_;
   const LpId lp_;
@@ -86,7 +90,8 @@ class EventCommStream {
   // Touched only under the fabric's lock.
   std::deque<Collective> queue_;
   std::optional<Running> running_;
-  absl::flat_hash_map<ChannelId, std::deque<Delivery>> inbox_;
+  // Messages not consumed yet, per channel (a stream listens on one or two: a linear search).
+  std::deque<std::pair<ChannelId, std::deque<Delivery>>> inbox_;  // stable on growth
   Nanos prev_end_{0};
   bool failed_ = false;
   std::vector<RingMachine::Send> sends_;  // scratch

@@ -115,7 +115,7 @@ absl::Status RingMachine::MakeSend(const StepPlan& p, int k, const ring::RingTim
                                    std::vector<Send>* sends) {
   const ring::Range g = ring::SplitSegment(p.send, shape_.segments(), k);
   const uint64_t bytes = SegmentWireBytes(spec_.codec, g.size);
-  auto payload = std::make_unique<SegmentPayload>();
+  auto payload = std::make_unique_for_overwrite<SegmentPayload>();
   payload->op_id = spec_.op_id;
   payload->count = spec_.count;
   payload->elems = static_cast<uint32_t>(g.size);
@@ -125,18 +125,17 @@ absl::Status RingMachine::MakeSend(const StepPlan& p, int k, const ring::RingTim
   payload->kind = spec_.kind;
   payload->codec = spec_.codec;
   if (g.size > 0) {
-    payload->bytes = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    std::byte* wire = payload->Reserve(bytes);
     const float* src = p.send_src + g.begin;
     if (spec_.codec == Codec::kFp32) {
-      std::memcpy(payload->bytes.get(), src, bytes);
+      std::memcpy(wire, src, bytes);
     } else if (p.feedback) {
       RP_RETURN_IF_ERROR(EncodeWithFeedback(spec_.codec, src, g.size,
-                                            buffers_.residual + g.begin, payload->bytes.get(),
-                                            g.begin));
+                                            buffers_.residual + g.begin, wire, g.begin));
     } else {
-      RP_RETURN_IF_ERROR(Encode(spec_.codec, src, g.size, payload->bytes.get(), g.begin));
+      RP_RETURN_IF_ERROR(Encode(spec_.codec, src, g.size, wire, g.begin));
     }
-    if (p.adopt != nullptr) Decode(spec_.codec, payload->bytes.get(), g.size, p.adopt + g.begin);
+    if (p.adopt != nullptr) Decode(spec_.codec, wire, g.size, p.adopt + g.begin);
   }
   wire_bytes_ += bytes;
   modeled_bytes_ += post.bytes;
@@ -181,10 +180,10 @@ absl::Status RingMachine::OnReceive(const MessageTiming& timing, const SegmentPa
   RP_RETURN_IF_ERROR(Check(payload, p, k, g.size));
   if (g.size > 0) {
     if (p.reduce) {
-      RP_RETURN_IF_ERROR(DecodeAdd(spec_.codec, p.add + g.begin, payload.bytes.get(), g.size,
+      RP_RETURN_IF_ERROR(DecodeAdd(spec_.codec, p.add + g.begin, payload.data(), g.size,
                                    p.dst + (g.begin - p.dst_offset), g.begin));
     } else {
-      Decode(spec_.codec, payload.bytes.get(), g.size, p.dst + g.begin);
+      Decode(spec_.codec, payload.data(), g.size, p.dst + g.begin);
     }
   }
   ring::RingTimer::Post next;

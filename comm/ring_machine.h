@@ -42,8 +42,10 @@
 //   m.result().end;  // when the last received segment was consumed
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <typeinfo>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -66,8 +68,28 @@ struct SegmentPayload final : FabricPayload {
   int32_t segment = 0;
   ring::TimedKind kind = ring::TimedKind::kAllReduce;
   Codec codec = Codec::kFp32;
-  std::unique_ptr<std::byte[]> bytes;  // SegmentWireBytes(codec, elems); null when elems == 0
+
+  // Room for `n` wire bytes: inline up to kInlineBytes (no second allocation for the small
+  // segments of large rings), else on the heap.
+  std::byte* Reserve(size_t n) {
+    if (n <= kInlineBytes) return data_ = inline_.data();
+    heap_ = std::make_unique_for_overwrite<std::byte[]>(n);
+    return data_ = heap_.get();
+  }
+  const std::byte* data() const { return data_; }  // SegmentWireBytes(codec, elems) bytes
+
+ private:
+  static constexpr size_t kInlineBytes = 256;
+  alignas(16) std::array<std::byte, kInlineBytes> inline_;
+  std::unique_ptr<std::byte[]> heap_;
+  std::byte* data_ = nullptr;
 };
+
+// `p` as a ring segment, or nullptr if it is something else (a cheap exact-type check).
+inline const SegmentPayload* AsSegment(const FabricPayload* p) {
+  return p != nullptr && typeid(*p) == typeid(SegmentPayload) ? static_cast<const SegmentPayload*>(p)
+                                                             : nullptr;
+}
 
 class RingMachine {
  public:

@@ -21,7 +21,8 @@ void* Trampoline(void* arg) {
 
 absl::StatusOr<Thread> Thread::Start(size_t stack_bytes, std::function<void()> fn) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  size_t stack = stack_bytes < PTHREAD_STACK_MIN ? PTHREAD_STACK_MIN : stack_bytes;
+  const size_t min_stack = static_cast<size_t>(PTHREAD_STACK_MIN);
+  size_t stack = stack_bytes < min_stack ? min_stack : stack_bytes;
   stack = (stack + page - 1) / page * page;
   pthread_attr_t attr;
   if (int e = pthread_attr_init(&attr); e != 0) {

@@ -53,12 +53,13 @@ Tracer::Tracer(int num_devices, int devices_per_node, size_t max_events)
   const size_t buffers = static_cast<size_t>(num_devices_) * kStreams;
   const size_t share = max_events == kUnbounded ? kUnbounded : max_events / buffers;
   for (size_t b = 0; b < buffers; ++b) buffers_[b].Configure(std::clamp<size_t>(share, 1, kChunkEvents), share);
+  max_port_events_ = max_events;
 }
 
 uint64_t Tracer::capped() const {
   uint64_t n = 0;
   for (size_t b = 0; b < static_cast<size_t>(num_devices_) * kStreams; ++b) n += buffers_[b].capped();
-  return n;
+  return n + port_capped_;
 }
 
 int64_t Tracer::WallNow() const { return SteadyNs() - epoch_ns_; }
@@ -140,6 +141,24 @@ std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
         }
         events.push_back(std::move(flow));
       }
+    }
+  }
+  if (!port_events_.empty()) {
+    const int pid = layouts * num_nodes;
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
+                      {"args", {{"name", "fabric ports (modeled)"}}}});
+    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
+                      {"args", {{"sort_index", pid}}}});
+    for (size_t p = 0; p < port_names_.size(); ++p) {
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid},
+                        {"tid", static_cast<int>(p)}, {"args", {{"name", port_names_[p]}}}});
+    }
+    for (const PortEvent& e : port_events_) {
+      events.push_back({{"ph", "X"}, {"name", absl::StrCat(e.src, " → ", e.dst)},
+                        {"cat", "port"}, {"ts", Us(e.start_ns)},
+                        {"dur", Us(std::max<int64_t>(0, e.end_ns - e.start_ns))}, {"pid", pid},
+                        {"tid", e.port},
+                        {"args", {{"bytes", e.bytes}, {"queued_us", Us(e.start_ns - e.ready_ns)}}}});
     }
   }
   json root = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};

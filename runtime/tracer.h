@@ -22,7 +22,9 @@
 //     (pid num_nodes + n) placed at their modeled times;
 //   * each send → receive pair sharing a flow_id gets flow events ("ph":"s" on the send,
 //     "ph":"f","bp":"e" on the receive, same "id");
-//   * faults are instant events ("ph":"i").
+//   * faults are instant events ("ph":"i");
+//   * with port events (RecordPort), a process "fabric ports (modeled)" with one track per port
+//     showing, in modeled time, which message occupies it (src → dst, bytes, time queued).
 //
 // Example:
 //   rp::Tracer tracer(/*num_devices=*/4, /*devices_per_node=*/8);
@@ -66,6 +68,16 @@ struct TraceEvent {
   Stream stream = Stream::kCompute;
 };
 
+// One fabric port busy with one message, in modeled time (the "fabric ports" tracks).
+struct PortEvent {
+  int32_t port = 0;
+  int32_t src = 0, dst = 0;  // device ids
+  uint64_t bytes = 0;        // modeled
+  int64_t ready_ns = 0;      // when the message was ready (start − ready: queued for a busy port)
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;        // last byte: the port is free again
+};
+
 struct ChromeTraceOptions {
   bool modeled_tracks = true;  // add "node n (modeled)" processes laid out in modeled time
 };
@@ -87,6 +99,20 @@ class Tracer {
   int64_t WallNow() const;
   // A fresh non-zero flow id (relaxed atomic counter). Any thread.
   uint64_t NewFlowId() { return next_flow_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Names the fabric's ports (index = PortEvent::port). Before any RecordPort.
+  void SetPorts(std::vector<std::string> names) { port_names_ = std::move(names); }
+  // Appends a port event (kept up to max_events). Any thread, but calls must be serialized by the
+  // caller (rp::Fabric calls it under its lock, from FabricOptions::on_commit).
+  void RecordPort(const PortEvent& e) {
+    if (port_events_.size() >= max_port_events_) {
+      ++port_capped_;
+      return;
+    }
+    port_events_.push_back(e);
+  }
+  // Only after the recording threads were joined.
+  const std::vector<PortEvent>& port_events() const { return port_events_; }
 
   // Appends `e` to the buffer of (e.rank, e.stream). Only the thread that runs that stream may call
   // it. Events with a rank outside [0, num_devices) are dropped and counted (dropped()).
@@ -156,6 +182,10 @@ class Tracer {
   const int devices_per_node_;
   const int64_t epoch_ns_;
   std::unique_ptr<Buffer[]> buffers_;
+  std::vector<std::string> port_names_;
+  std::vector<PortEvent> port_events_;  // serialized by the caller (RecordPort)
+  size_t max_port_events_ = kUnbounded;
+  uint64_t port_capped_ = 0;
   std::atomic<uint64_t> next_flow_{1};
   std::atomic<uint64_t> dropped_{0};
 };

@@ -120,10 +120,27 @@ absl::Status Executor::Impl::Build() {
     if (!ds.ok()) return Invalid("dataset", std::string(ds.status().message()));
     data.emplace(std::move(*ds));
   }
-  RP_ASSIGN_OR_RETURN(fabric, Fabric::Create({.links = plan->options.links,
-                                              .num_devices = world,
-                                              .faults = plan->link_faults,
-                                              .tie_rank = plan->tie_rank}));
+  FabricOptions fo{.links = plan->options.links,
+                   .num_devices = world,
+                   .faults = plan->link_faults,
+                   .tie_rank = plan->tie_rank};
+  if (Tracer* tracer = o.tracer; tracer != nullptr) {
+    // Port occupancy tracks: each committed message on its egress and ingress ports.
+    fo.on_commit = [tracer](const FabricMessage& m, const MessageTiming& t) {
+      for (int port : {t.egress_port, t.ingress_port}) {
+        if (port < 0) continue;
+        tracer->RecordPort({.port = port, .src = m.src, .dst = m.dst, .bytes = m.bytes,
+                            .ready_ns = t.ready.count(), .start_ns = t.start.count(),
+                            .end_ns = t.last_byte.count()});
+      }
+    };
+  }
+  RP_ASSIGN_OR_RETURN(fabric, Fabric::Create(fo));
+  if (o.tracer != nullptr) {
+    std::vector<std::string> ports;
+    for (int p = 0; p < fabric->model().num_ports(); ++p) ports.push_back(fabric->model().PortName(p));
+    o.tracer->SetPorts(std::move(ports));
+  }
   ctx.options = &o;
   ctx.plan = &*plan;
   ctx.data = &*data;
@@ -293,7 +310,21 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   done.store(true, std::memory_order_release);
   monitor.join();
-  if (!run.ok()) return Fail(run);
+  if (!run.ok()) {
+    const absl::Status failed = Fail(run);
+    // Each failed step's prediction: per step where the step's inputs are known without the run
+    // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
+    std::vector<Prediction> step_pred;
+    if (!plan->has_ep_exchanges()) {
+      absl::StatusOr<std::vector<Prediction>> each = PredictEachStep(popts);
+      if (each.ok()) step_pred = *std::move(each);
+    }
+    for (StepRecord& r : failure->steps) {
+      r.predicted_ms = ToMillis(step_pred.empty() ? pred.step_time
+                                                  : step_pred[static_cast<size_t>(r.step)].step_time);
+    }
+    return failed;
+  }
   RP_ASSIGN_OR_RETURN(std::vector<Prediction> step_pred, PredictEachStep(popts));
   return Assemble(*cluster, pred, std::move(step_pred), wall_seconds);
 }

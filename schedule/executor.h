@@ -282,6 +282,8 @@ struct RunFailure {
   // missing_peers when they were not waiting themselves.
   std::vector<int> stuck_ranks;
   int committed_steps = 0;  // parameters are as after this many steps on every device
+  // The records of those steps (as RunResult::steps would hold them), in step order.
+  std::vector<StepRecord> steps;
   int rolled_back = 0;      // devices whose uncommitted optimizer update was undone
   // Wall seconds from the first injected OpFault firing (throw / stall) to Run() returning with
   // every thread joined; -1 if none fired.

@@ -6,6 +6,7 @@
 //   run_failure.cc  RunFailure: the first failure, wait chains, rollback of uncommitted updates
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -70,6 +71,8 @@ class Executor::Impl {
   absl::Status Fail(const absl::Status& run);
   // The stall the monitor found: a DeadlineExceeded naming who waits for whom.
   absl::Status StallStatus(std::chrono::nanoseconds quiet);
+  void NoteStallRecords(const absl::Status& stall, int first, const std::vector<LpWait>& waits,
+                        const std::map<int, int>& waits_for);
 
  private:
   absl::Status MakeCommunicators();

@@ -21,39 +21,61 @@ std::string RankName(const ParallelGrid& g, int rank) {
 absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
   const ParallelGrid& g = plan->grid;
   const std::vector<LpWait> waits = fabric->Waits();
-  // Who waits for whom (ranks), and who runs without progress.
-  std::map<int, int> waits_for;
-  std::vector<std::string> lines;
+  // Ranks with a stream running without progress: stalled or dead devices. The conservative rule
+  // holds back every commit past such a stream's bound, so in the end everybody waits for them
+  // (even for a message its sender already posted). With none, the waits form a deadlock.
   std::vector<int> running;
   std::string running_detail;
   for (const LpWait& w : waits) {
     const int rank = w.lp / 2;
-    if (w.state == LpWait::State::kAwaitChannel && w.peer >= 0) {
-      const int peer = w.peer / 2;
-      if (!waits_for.contains(rank)) waits_for[rank] = peer;
-      if (lines.size() < 4) {
-        lines.push_back(absl::StrCat(RankName(g, rank), " waits in '", w.site.op, "' at step ",
-                                     w.site.step, " for rank ", peer));
-      }
-    } else if (w.state == LpWait::State::kRunning &&
-               std::find(running.begin(), running.end(), rank) == running.end()) {
-      running.push_back(rank);
-      if (running_detail.empty()) {
-        running_detail = absl::StrCat(" (", w.lp % 2 == 0 ? "compute" : "comm",
-                                      " stream, last in '", w.site.op, "', modeled time ",
-                                      ToMillis(w.bound), " ms)");
-      }
+    if (w.state != LpWait::State::kRunning ||
+        std::find(running.begin(), running.end(), rank) != running.end()) {
+      continue;
+    }
+    running.push_back(rank);
+    if (running_detail.empty()) {
+      running_detail = absl::StrCat(" (", w.lp % 2 == 0 ? "compute" : "comm", " stream, last in '",
+                                    w.site.op, "', modeled time ", ToMillis(w.bound), " ms)");
     }
   }
-  const int first = waits_for.empty() ? (running.empty() ? -1 : running.front()) : waits_for.begin()->first;
-  // Follow the chain from the first waiter to a rank that waits for nobody.
+  const auto runs = [&](int rank) {
+    return std::find(running.begin(), running.end(), rank) != running.end();
+  };
+  // Who waits in which op for whom (ranks; a rank with a running stream waits for nobody). The
+  // waits on a running rank come first: they name the stall's rank, op and peer.
+  struct Waiter {
+    int rank, peer;
+    const LpWait* wait;
+  };
+  std::vector<Waiter> waiters;
+  std::map<int, int> waits_for;
+  for (const LpWait& w : waits) {
+    const int rank = w.lp / 2;
+    if (w.state != LpWait::State::kAwaitChannel || w.peer < 0 || runs(rank)) continue;
+    waiters.push_back({rank, w.peer / 2, &w});
+    if (!waits_for.contains(rank)) waits_for[rank] = w.peer / 2;
+  }
+  std::stable_partition(waiters.begin(), waiters.end(), [&](const Waiter& x) { return runs(x.peer); });
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < waiters.size() && i < 4; ++i) {
+    lines.push_back(absl::StrCat(RankName(g, waiters[i].rank), " waits in '", waiters[i].wait->site.op,
+                                 "' at step ", waiters[i].wait->site.step, " for rank ",
+                                 waiters[i].peer));
+  }
+  // The first failure: a waiter on a running rank, else a running rank (nobody waits on it
+  // through a channel, e.g. everyone else is at the step barrier), else the first waiter.
+  const int first = !waiters.empty() && runs(waiters.front().peer) ? waiters.front().rank
+                    : !running.empty()                             ? running.front()
+                    : waits_for.empty()                            ? -1
+                                                                   : waits_for.begin()->first;
+  // Follow the chain from it to a rank that waits for nobody (or around a deadlock's cycle).
   std::vector<int> chain;
   for (int at = first; at >= 0 && std::find(chain.begin(), chain.end(), at) == chain.end();) {
     chain.push_back(at);
     auto it = waits_for.find(at);
     at = it == waits_for.end() ? -1 : it->second;
   }
-  const std::string text = absl::StrCat(
+  const absl::Status s = absl::DeadlineExceededError(absl::StrCat(
       "watchdog: no device made progress for ",
       std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count(), " ms (timeout ",
       std::chrono::duration_cast<std::chrono::milliseconds>(o.watchdog_timeout).count(),
@@ -61,20 +83,32 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
       running.empty() ? ""
                       : absl::StrCat("; running without progress: ", RankName(g, running.front()),
                                      running_detail),
-      chain.size() > 1 ? absl::StrCat("; the wait chain ends at rank ", chain.back()) : "");
-  const absl::Status s = absl::DeadlineExceededError(text);
-  if (first >= 0) {
-    ErrorRecord e{.rank = first, .step = -1, .op = -1, .op_name = "stall", .status = s};
+      chain.size() > 1 ? absl::StrCat("; the wait chain ends at rank ", chain.back()) : ""));
+  NoteStallRecords(s, first, waits, waits_for);
+  return s;
+}
+
+void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
+                                      const std::vector<LpWait>& waits,
+                                      const std::map<int, int>& waits_for) {
+  // One record per rank in the picture, `first` first: RunFailure follows the same wait chains
+  // (a running rank's own record, from its thread, ends them).
+  auto note = [&](int rank) {
+    ErrorRecord e{.rank = rank, .step = -1, .op = -1, .op_name = "stall", .waiting = {},
+                  .status = stall};
     for (const LpWait& w : waits) {
-      if (w.lp / 2 == first && w.state == LpWait::State::kAwaitChannel) {
+      if (w.lp / 2 == rank && w.state == LpWait::State::kAwaitChannel) {
         e.op_name = w.site.op;
         e.step = w.site.step;
       }
     }
-    if (auto it = waits_for.find(first); it != waits_for.end()) e.waiting = {it->second};
+    if (auto it = waits_for.find(rank); it != waits_for.end()) e.waiting = {it->second};
     ctx.NoteError(e);
+  };
+  if (first >= 0) note(first);
+  for (const auto& [rank, peer] : waits_for) {
+    if (rank != first) note(rank);
   }
-  return s;
 }
 
 absl::Status Executor::Impl::Fail(const absl::Status& run) {
@@ -82,6 +116,10 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
   RunFailure f;
   f.status = run;
   f.committed_steps = committed;
+  // Bookkeep records step k at the boundary that commits it (a record whose evaluation failed
+  // is not committed).
+  f.steps.assign(records.begin(),
+                 records.begin() + std::min<ptrdiff_t>(std::ssize(records), committed));
   for (auto& r : runners) {
     if (r->backup_step() < 0 || r->backup_step() < committed) continue;
     r->Rollback();
@@ -117,6 +155,15 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
     f.step = root->step;
     f.op = root->op;
     f.op_name = root->op_name;
+    // A stall record knows what the fabric saw; the rank's own record (its thread's op when it
+    // unwound) names the step and program op.
+    for (const ErrorRecord& e : errs) {
+      if (root->op >= 0 || e.rank != root->rank || e.op < 0) continue;
+      f.step = e.step;
+      f.op = e.op;
+      f.op_name = e.op_name;
+      break;
+    }
     for (int r : root->waiting) {
       if (r != root->rank) f.missing_peers.push_back(r);
     }
@@ -146,8 +193,8 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
         f.stuck_ranks.push_back(at);
       }
     }
-    where = absl::StrCat("first failure: ", RankName(g, root->rank), " step ", root->step, " op ",
-                         root->op >= 0 ? absl::StrCat(root->op, " ") : "", "'", root->op_name,
+    where = absl::StrCat("first failure: ", RankName(g, f.rank), " step ", f.step, " op ",
+                         f.op >= 0 ? absl::StrCat(f.op, " ") : "", "'", f.op_name,
                          "'; missing peers: ",
                          f.missing_peers.empty() ? "none" : absl::StrJoin(f.missing_peers, ", "),
                          f.stuck_ranks == f.missing_peers

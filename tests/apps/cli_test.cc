@@ -206,6 +206,52 @@ TEST(RingpipeBinary, AllReduceForwardingFlagsKeepEveryElementRight) {
   }
 }
 
+nlohmann::json ReadRows(const fs::path& p) {
+  std::ifstream f(p);
+  return nlohmann::json::parse(f);
+}
+
+// With a link preset the ranks run on the modeled fabric from one common start: the emulated time is
+// the closed form of docs/collectives.md to the nanosecond, the same run after run, and a segment
+// sweep shows the trade-off (4 ranks, 1 MiB, NVLink 3: α 3 us, o 0.4 us, 300 GB/s; the closed form
+// gives 161.9, 46.6, 23.6 and 25.6 us for 4K, 16K, 64K and 256K segments).
+TEST(RingpipeBinary, AllReduceOnALinkPresetIsEmulatedAndEqualsTheClosedForm) {
+  const fs::path dir = TempDir("allreduce_timed");
+  const fs::path json = dir / "rows.json";
+  const std::string cmd = "allreduce --link=dgx-a100 --ranks=4 --min_bytes=1M --max_bytes=1M --iters=2 --warmup=1 "
+                          "--segment_bytes=4K,16K,64K,256K --json=" + json.string();
+  const Result r = RunBinary(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("formula(us)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# fastest segment per size: 1048576 B -> 65536 B"), std::string::npos) << r.out;
+  const nlohmann::json rows = ReadRows(json);
+  ASSERT_EQ(rows.size(), 4u);
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["time"], "emulated");
+    EXPECT_EQ(row["wrong"], 0);
+    ASSERT_TRUE(row["formula_us"].is_number()) << row.dump();
+    EXPECT_DOUBLE_EQ(row["time_us"].get<double>(), row["formula_us"].get<double>()) << row.dump();
+  }
+  const double t4k = rows[0]["time_us"], t16k = rows[1]["time_us"], t64k = rows[2]["time_us"], t256k = rows[3]["time_us"];
+  EXPECT_GT(t4k, t16k);   // too small: o on every one of 64 messages per chunk and step
+  EXPECT_GT(t16k, t64k);
+  EXPECT_LT(t64k, t256k);  // too large: no pipelining across the 6 ring steps
+  EXPECT_NEAR(t4k, 161.9, 0.1);
+  EXPECT_NEAR(t64k, 23.6, 0.1);
+  // One common modeled start: the same command gives the same time.
+  ASSERT_EQ(RunBinary(cmd).exit_code, 0);
+  EXPECT_EQ(ReadRows(json), rows);
+  // A ring across nodes mixes link classes: no closed form, still exact results.
+  const Result cross = RunBinary("allreduce --link=dgx-h100 --ranks=12 --min_bytes=4K --max_bytes=4K --iters=1 "
+                                 "--warmup=0 --json=" + json.string());
+  ASSERT_EQ(cross.exit_code, 0) << cross.out;
+  const nlohmann::json x = ReadRows(json);
+  EXPECT_TRUE(x[0]["formula_us"].is_null());
+  EXPECT_EQ(x[0]["wrong"], 0);
+  EXPECT_GT(x[0]["time_us"].get<double>(), 0);
+  fs::remove_all(dir);
+}
+
 // --help shows the effective default of every flag, per subcommand, in one grammar.
 TEST(RingpipeBinary, HelpShowsTheEffectiveDefaultOfEveryFlag) {
   const Result run = RunBinary("run --help");
@@ -213,6 +259,10 @@ TEST(RingpipeBinary, HelpShowsTheEffectiveDefaultOfEveryFlag) {
   EXPECT_NE(run.out.find("--link=<text>  (default: dgx-a100)"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("--segment_bytes=<bytes or a list, e.g. 16K,64K,1M>  (default: 0 (one message per chunk))"),
             std::string::npos);
+  EXPECT_NE(run.out.find("--nics_per_node=<integer>  (default: one per device)"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("--bucket_mb=<number>  (default: 25)"), std::string::npos);
+  EXPECT_NE(run.out.find("--watchdog_timeout=<number>  (default: 10)"), std::string::npos);
+  EXPECT_NE(run.out.find("--overlap=<true|false>  (default: true)"), std::string::npos);
   EXPECT_NE(run.out.find("--dp=<integer>  (default: 2)"), std::string::npos);
   EXPECT_NE(run.out.find("--hidden=<widths, e.g. 128,64x3>  (default: 64,64,64,64,64)"), std::string::npos);
   EXPECT_NE(run.out.find("--alpha_us=<number>  (default: the link preset's)"), std::string::npos);

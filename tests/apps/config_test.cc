@@ -1,13 +1,16 @@
 // apps/config: presets < config file < flags, field parsing and validation messages.
 #include "apps/config.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "apps/cli.h"
+#include "apps/host.h"
 #include "apps/plan.h"
 #include "apps/subcommands.h"
 #include "apps/presets.h"
@@ -153,7 +156,30 @@ TEST(Config, ValidationNamesTheField) {
       {{"--layers_per_stage=3"}, "--layers_per_stage"},
       {{"--dp=x"}, "--dp"},
       {{"--cost_model=flops", "--flops_device=tpu"}, "flops_device"},
-      {{"--dp=2000"}, "--dp"},  // 8000 devices: run emulates at most 4096
+      // The new fields (issue 11, 13, 14): one line naming the field.
+      {{"--nics_per_node=3", "--devices_per_node=4"}, "--nics_per_node"},
+      {{"--nics_per_node=8", "--devices_per_node=4"}, "--nics_per_node"},
+      {{"--bucket_mb=0"}, "--bucket_mb"},
+      {{"--bucket_mb=-1"}, "--bucket_mb"},
+      {{"--bucket_mb=x"}, "--bucket_mb"},
+      {{"--reduce_gbps=-1"}, "--reduce_gbps"},
+      {{"--overhead_us=-2"}, "--overhead_us"},
+      {{"--inter_overhead_us=1e16"}, "--inter_overhead_us"},
+      {{"--watchdog_timeout=0"}, "--watchdog_timeout"},
+      {{"--watchdog_timeout=1e9"}, "--watchdog_timeout"},
+      {{"--segment_bytes=4", "--cost_model=flops"}, "--segment_bytes"},  // ~1e8 messages per step
+      {{"--microbatch_group=4"}, "--microbatch_group"},  // 1f1b
+      {{"--pytorch_rounds"}, "--pytorch_rounds"},
+      {{"--fused_fb=false"}, "--fused_fb"},
+      {{"--schedule=interleaved", "--virtual_stages=2", "--microbatch_group=3"}, "--microbatch_group"},  // < pp
+      {{"--schedule=interleaved", "--virtual_stages=2", "--microbatches=5"}, "--microbatches"},  // 5 mod 2 = 1
+      {{"--schedule=interleaved", "--virtual_stages=2", "--pytorch_rounds", "--microbatch_group=2"}, "--microbatch_group"},
+      {{"--schedule=zb-h2", "--microbatches=3"}, "--microbatches"},  // m < 2 pp
+      {{"--schedule=dualpipev", "--microbatches=3"}, "--microbatches"},
+      {{"--schedule=dualpipe", "--pp=3", "--hidden=64x7"}, "--pp"},  // odd pp
+      {{"--schedule=dualpipe", "--microbatches=5"}, "--microbatches"},
+      {{"--schedule=zb-v", "--virtual_stages=3"}, "--virtual_stages"},
+      {{"--buckets=2"}, "--buckets"},  // gone: bucket_mb replaced it
   };
   for (const Case& c : cases) {
     auto cfg = Load(c.args);
@@ -162,6 +188,26 @@ TEST(Config, ValidationNamesTheField) {
     EXPECT_EQ(cfg.status().code(), absl::StatusCode::kInvalidArgument) << joined;
     EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(c.field)) << joined;
   }
+}
+
+// `run` takes what the machine's thread limit allows (one thread per device on the virtual clock, two
+// on the real clock) and points larger layouts at `predict`.
+TEST(Config, RunTakesWhatTheThreadLimitAllowsAndPointsLargerLayoutsAtPredict) {
+  ASSERT_EQ(::setenv("RINGPIPE_THREAD_LIMIT", "1064", 1), 0);  // 1000 threads beyond the reserve
+  EXPECT_EQ(MaxRunDevices(/*virtual_time=*/true), 1000);
+  EXPECT_EQ(MaxRunDevices(/*virtual_time=*/false), 500);
+  // 125 x 2 x 2 = 500 devices: fits the real clock; 126 x 2 x 2 = 504 does not, the virtual clock does.
+  const std::vector<std::string> small = {"--dp=125", "--hidden=64x5", "--train_size=1024", "--steps=1"};
+  std::vector<std::string> big = {"--dp=126", "--hidden=64x5", "--train_size=1024", "--steps=1"};
+  EXPECT_TRUE(Load(small).ok()) << Load(small).status();
+  auto refused = Load(big);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--dp: "));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("ringpipe predict"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("thread limit 1064 from RINGPIPE_THREAD_LIMIT"));
+  big.push_back("--virtual_time");
+  EXPECT_TRUE(Load(big).ok()) << Load(big).status();
+  ASSERT_EQ(::unsetenv("RINGPIPE_THREAD_LIMIT"), 0);
+  EXPECT_GE(MachineThreadLimit().threads, 1);
 }
 
 TEST(Config, PredictAcceptsLayoutsTooLargeToRun) {
@@ -179,16 +225,76 @@ TEST(Config, S1PlanIsTheWriteUpsModel) {
   ASSERT_EQ(plan->executor.cost.stages.size(), 2u);
   EXPECT_EQ(plan->executor.cost.stages[1].forward, FromMillis(50));
   EXPECT_EQ(plan->executor.cost.stages[1].backward, FromMillis(80));
-  EXPECT_EQ(plan->predict.dp_ring.segment_bytes, 0u);  // one message per ring step
-  EXPECT_EQ(plan->predict.links.inter_node.alpha, FromMillis(20));
-  EXPECT_EQ(plan->predict.links.intra_node.alpha, FromMillis(20));  // every transfer: 20 ms
-  // Same rule as the executor's.
-  const schedule::PredictOptions ex = schedule::PredictOptionsFor(plan->executor);
-  EXPECT_EQ(ex.dp_ring.segment_bytes, plan->predict.dp_ring.segment_bytes);
-  EXPECT_EQ(ex.dp_ring.codec, plan->predict.dp_ring.codec);
-  EXPECT_EQ(ex.tp_ring.segment_bytes, plan->predict.tp_ring.segment_bytes);
-  EXPECT_EQ(ex.tp_ring.codec, plan->predict.tp_ring.codec);
-  EXPECT_EQ(ex.links.inter_node.alpha, plan->predict.links.inter_node.alpha);
+  EXPECT_EQ(plan->executor.segment_bytes, 0u);  // one message per ring step
+  EXPECT_EQ(plan->executor.links.inter_node.alpha, FromMillis(20));
+  EXPECT_EQ(plan->executor.links.intra_node.alpha, FromMillis(20));  // every transfer: 20 ms
+  EXPECT_EQ(plan->executor.links.intra_node.overhead, Nanos(0));
+  EXPECT_EQ(plan->executor.bucket_bytes, uint64_t{25} << 20);  // PyTorch DDP's default
+  EXPECT_TRUE(plan->executor.overlap_grad_allreduce);
+  // The tiny MLP's gradients fit one bucket per device.
+  for (const schedule::RankPlan& r : plan->execution.ranks) EXPECT_EQ(r.bucket_order.size(), 1u);
+}
+
+TEST(Config, NewFieldsReachTheExecutor) {
+  auto cfg = Load({"--nics_per_node=1", "--bucket_mb=0.5", "--overlap=false", "--reduce_gbps=50",
+                   "--segment_bytes=64K", "--inter_overhead_us=7", "--watchdog_timeout=2.5", "--link=dgx-h100"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto plan = BuildPlan(*cfg);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const schedule::ExecutorOptions& ex = plan->executor;
+  EXPECT_EQ(ex.links.nics_per_node, 1);
+  EXPECT_EQ(ex.bucket_bytes, uint64_t{1} << 19);
+  EXPECT_FALSE(ex.overlap_grad_allreduce);
+  EXPECT_EQ(ex.reduce_gbps, 50);
+  EXPECT_EQ(ex.segment_bytes, uint64_t{64} << 10);
+  EXPECT_EQ(ex.links.inter_node.overhead, FromMicros(7));
+  EXPECT_EQ(ex.links.intra_node.overhead, FromMicros(0.4));  // the preset's (NCCL)
+  EXPECT_EQ(ex.watchdog_timeout, std::chrono::milliseconds(2500));
+  // Default: the presets' cited overheads, one NIC per device, 10 s watchdog.
+  cfg = Load({});
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  plan = BuildPlan(*cfg);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->executor.links.inter_node.overhead, FromMicros(3));
+  EXPECT_EQ(plan->executor.links.nics_per_node, 0);
+  EXPECT_EQ(plan->executor.watchdog_timeout, std::chrono::seconds(10));
+}
+
+TEST(Config, EverySchedulePlansWithItsOptions) {
+  for (const char* s : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev", "dualpipe"}) {
+    std::vector<std::string> args = {std::string("--schedule=") + s, "--microbatches=8", "--tp=1", "--hidden=64x7"};
+    if (std::string(s) == "interleaved") args.push_back("--virtual_stages=2");
+    auto cfg = Load(args, /*for_run=*/false);
+    ASSERT_TRUE(cfg.ok()) << s << ": " << cfg.status();
+    auto plan = BuildPlan(*cfg);
+    ASSERT_TRUE(plan.ok()) << s << ": " << plan.status();
+    EXPECT_EQ(plan->executor.program.kind, cfg->schedule) << s;
+    const bool two_chunks = std::string(s) == "zb-v" || std::string(s) == "dualpipev" ||
+                            std::string(s) == "dualpipe" || std::string(s) == "interleaved";
+    EXPECT_EQ(plan->executor.program.num_chunks, two_chunks ? 2 : 1) << s;
+  }
+  // DualPipe's two directions run over pp model stages; fused F&B or apart.
+  for (const char* fused : {"--fused_fb=true", "--fused_fb=false"}) {
+    auto cfg = Load({"--schedule=dualpipe", "--microbatches=8", "--tp=1", fused}, false);
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    EXPECT_EQ(cfg->num_model_stages(), 2);
+    auto plan = BuildPlan(*cfg);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    bool any_fb = false;
+    for (const auto& ops : plan->executor.program.ranks) {
+      for (const auto& op : ops) any_fb |= op.kind == schedule::OpKind::kForwardBackward;
+    }
+    EXPECT_EQ(any_fb, std::string(fused) == "--fused_fb=true");
+  }
+  // Megatron's group size and PyTorch's rounds.
+  auto cfg = Load({"--schedule=interleaved", "--virtual_stages=2", "--microbatches=6", "--microbatch_group=3",
+                   "--tp=1", "--hidden=64x7"}, false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_TRUE(BuildPlan(*cfg).ok());
+  cfg = Load({"--schedule=interleaved", "--virtual_stages=2", "--microbatches=3", "--pytorch_rounds", "--tp=1",
+              "--hidden=64x7"}, false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_TRUE(BuildPlan(*cfg).ok());
 }
 
 }  // namespace

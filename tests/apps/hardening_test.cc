@@ -59,7 +59,7 @@ TEST(Hardening, MalformedInputIsOneLineAndExitTwoNeverACrash) {
   const fs::path deep = dir / "deep.json";
   std::ofstream(deep) << "{\"dp\": " << std::string(100000, '[') << std::string(100000, ']') << "}";
   ExpectBadInput(RunBinary("predict --config=" + deep.string(), dir), "nested deeper than 64", "deep config");
-  ExpectBadInput(RunBinary("predict --overlap_allreduce=\"$(printf '\\377')\"", dir), "--overlap_allreduce", "0xff bool");
+  ExpectBadInput(RunBinary("predict --overlap=\"$(printf '\\377')\"", dir), "--overlap", "0xff bool");
   ExpectBadInput(RunBinary("predict --report_json=\"" + dir.string() + "/r$(printf '\\351').json\"", dir), "report_json",
                  "Latin-1 path");
   ExpectBadInput(RunBinary("predict --link=\"$(printf '\\377')\"", dir), "\\xff", "0xff link");
@@ -74,6 +74,8 @@ TEST(Hardening, MalformedInputIsOneLineAndExitTwoNeverACrash) {
       {"wrong-types", R"({"timeline":{"predicted":{"devices":"x"},"measured":{"devices":{"0":1}}}})"},
       {"deep", "{\"timeline\":" + std::string(5000, '[') + std::string(5000, ']') + "}"},
       {"array", "[1, 2]"},
+      {"old-schema", R"({"schema":"ringpipe-report/1","timeline":{"predicted":{"devices":[]}}})"},
+      {"no-schema", R"({"timeline":{"predicted":{"step_ms":1,"devices":[{"rank":0,"ops":[]}]}}})"},
       {"bad-utf8", "{\"timeline\": {\"predicted\": \"\xff\"}}"},
   };
   for (const Report& r : reports) {
@@ -88,12 +90,12 @@ TEST(Hardening, MalformedInputIsOneLineAndExitTwoNeverACrash) {
   // A report whose values have odd types and sizes is drawn, not a crash: wrong types are ignored,
   // times clamped.
   const fs::path odd = dir / "odd.json";
-  std::ofstream(odd) << R"({"timeline":{"predicted":{"step_ms":-5,"devices":[{"rank":"x","ops":[
+  std::ofstream(odd) << R"({"schema":"ringpipe-report/2","timeline":{"predicted":{"step_ms":-5,"devices":[{"rank":"x","ops":[
       {"kind":3,"op":"F","start_ms":1e308,"end_ms":-1,"mb":"2","chunk":1e30},
       {"kind":"compute","op":"B","start_ms":1,"end_ms":2,"mb":18446744073709551615}]}]}},
       "layout":{"world":"big"},"schedule":[]})";
   // (and a device list of anything: rows for the entries, bars only from objects)
-  std::ofstream(dir / "rows.json") << R"({"timeline":{"measured":{"devices":[1,"a",null,{"ops":[{}]}]}}})";
+  std::ofstream(dir / "rows.json") << R"({"schema":"ringpipe-report/2","timeline":{"measured":{"devices":[1,"a",null,{"ops":[{}]}]}}})";
   const Result rows = RunBinary("timeline --from_report=" + (dir / "rows.json").string() + " --out=" +
                                     (dir / "rows.svg").string(), dir);
   EXPECT_EQ(rows.exit_code, 0) << rows.err;
@@ -200,10 +202,10 @@ TEST(Hardening, SegmentBytesValidationMatchesTheCollectives) {
     const Result r = RunBinary(std::string("predict --segment_bytes=") + ok + " --report_json=" + report.string(), dir);
     EXPECT_EQ(r.exit_code, 0) << ok << ": " << r.err;
   }
-  EXPECT_EQ(json::parse(ReadFile(dir / "r.json"))["segment_bytes"], 0);
+  EXPECT_EQ(json::parse(ReadFile(dir / "r.json"))["collectives"]["segment_bytes"], 0);
   const Result r = RunBinary("predict --segment_bytes=64K --report_json=" + (dir / "k.json").string(), dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(json::parse(ReadFile(dir / "k.json"))["segment_bytes"], 65536);
+  EXPECT_EQ(json::parse(ReadFile(dir / "k.json"))["collectives"]["segment_bytes"], 65536);
   fs::remove_all(dir);
 }
 

@@ -3,8 +3,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -75,6 +77,28 @@ TEST(RunCommand, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) {
   fs::remove_all(dir);
 }
 
+// The timing keys every timeline has (docs/report.md), and the modeled byte keys beside them.
+const char* const kFigureKeys[] = {"busy_ms",         "bubble_total",      "bubble_ideal",
+                                   "comm_ms",         "exposed_comm_ms",   "peer_wait_ms",
+                                   "overlap",         "modeled_wire_bytes", "modeled_p2p_bytes",
+                                   "modeled_tp_bytes", "modeled_dp_bytes",  "modeled_peak_activation_bytes"};
+
+// Every key holding bytes says which model it is about: modeled_* (what the fabric times) or under
+// "real" (the real MLP's buffers).
+void ExpectBytesSayModeledOrReal(const json& j, const std::string& path) {
+  if (!j.is_object()) return;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    // "bytes" is the legend saying what modeled and real mean; "config" echoes the fields as given.
+    if (key == "real" || key == "config" || key == "host" || key == "bytes") continue;
+    if (key.find("bytes") != std::string::npos && key != "segment_bytes") {
+      EXPECT_EQ(key.rfind("modeled_", 0), 0u) << path << "." << key;
+    }
+    if (it.value().is_object()) ExpectBytesSayModeledOrReal(it.value(), path + "." + key);
+    if (it.value().is_array() && !it.value().empty()) ExpectBytesSayModeledOrReal(it.value()[0], path + "." + key);
+  }
+}
+
 TEST(RunCommand, DefaultRunTrainsFarAboveChanceAndWritesEveryDocumentedKey) {
   const fs::path dir = TempDir("default");
   const fs::path report = dir / "report.json", trace = dir / "trace.json";
@@ -82,45 +106,95 @@ TEST(RunCommand, DefaultRunTrainsFarAboveChanceAndWritesEveryDocumentedKey) {
   const Result r = RunBinary("run --virtual_time=true --report_json=" + report.string() +
                                  " --trace=" + trace.string(), dir);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-  for (const char* text : {"step time", "fidelity", "speedup", "replica divergence", "held-out accuracy",
-                           "wait lateness", "rank 0 |"}) {
+  for (const char* text : {"step time   measured", "emulated", "predicted", "fidelity    host", "speedup",
+                           "replica divergence", "held-out accuracy", "wait lateness", "rank 0 |", "device-ops/s",
+                           "peak RSS", "measured: wall clock on the device threads / time scale"}) {
     EXPECT_NE(r.out.find(text), std::string::npos) << text;
   }
   const json j = ReadJson(report);
-  for (const char* key : {"schema", "mode", "config", "layout", "schedule", "cost_model", "links", "codec",
-                          "segment_bytes", "step_time_ms", "fidelity", "t1_ms", "speedup", "efficiency",
-                          "replica_divergence", "training", "steps", "devices", "host"}) {
+  for (const char* key : {"schema", "mode", "config", "layout", "schedule", "cost_model", "links", "collectives",
+                          "bytes", "step_time_ms", "fidelity", "pipeline", "t1_ms", "speedup", "efficiency",
+                          "replica_divergence", "training", "steps", "devices", "host", "timeline"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
+  EXPECT_EQ(j["schema"], "ringpipe-report/2");
   EXPECT_EQ(j["mode"], "run");
-  EXPECT_TRUE(j["step_time_ms"].contains("measured"));
-  EXPECT_TRUE(j["step_time_ms"].contains("predicted"));
+  // Virtual clock: measured = emulated, and emulated = predicted to the nanosecond.
+  const json& st = j["step_time_ms"];
+  EXPECT_EQ(st["measured"], st["emulated"]);
+  EXPECT_NEAR(st["emulated"].get<double>(), st["predicted"].get<double>(), 1e-6);
+  EXPECT_NEAR(j["fidelity"]["host"].get<double>(), 0.0, 1e-9);
+  EXPECT_NEAR(j["fidelity"]["model"].get<double>(), 0.0, 1e-9);
   EXPECT_EQ(j["layout"]["world"], 8);
   ASSERT_EQ(j["devices"].size(), 8u);
   for (const json& d : j["devices"]) {
-    for (const char* key : {"rank", "dp", "pp", "tp", "node", "busy_ms", "bubble_total", "bubble_ideal",
-                            "exposed_comm_ms", "overlap", "peak_activation_bytes", "wire_bytes", "overruns",
-                            "predicted"}) {
+    for (const char* key : {"rank", "dp", "pp", "tp", "node", "emulated", "predicted", "real", "host"}) {
       EXPECT_TRUE(d.contains(key)) << key;
     }
-    EXPECT_GT(d["wire_bytes"].get<double>(), 0);
+    for (const char* key : kFigureKeys) {
+      EXPECT_TRUE(d.contains(key)) << key;
+      EXPECT_TRUE(d["emulated"].contains(key)) << key;
+      EXPECT_TRUE(d["predicted"].contains(key)) << key;
+      EXPECT_EQ(d[key], d["emulated"][key]) << key << ": virtual clock";
+    }
+    EXPECT_GE(d["overlap"].get<double>(), 0.0);
+    EXPECT_LE(d["overlap"].get<double>(), 1.0);
+    EXPECT_GT(d["modeled_wire_bytes"].get<double>(), 0);
+    EXPECT_GT(d["real"]["wire_bytes"].get<double>(), 0);
+    EXPECT_GT(d["real"]["peak_activation_bytes"].get<double>(), 0);
   }
-  for (const char* key : {"overruns", "wait_lateness_ms", "wall_seconds", "clock_waits"}) EXPECT_TRUE(j["host"].contains(key));
+  ExpectBytesSayModeledOrReal(j, "report");
+  const json& h = j["host"];
+  for (const char* key : {"clock", "overruns", "wait_lateness_ms", "wall_seconds", "clock_waits", "device_ops",
+                          "device_ops_per_second", "threads", "threads_per_device", "thread_limit", "peak_rss_bytes",
+                          "rss_per_device_bytes", "model_buffer_bytes", "max_run_devices"}) {
+    EXPECT_TRUE(h.contains(key)) << key;
+  }
+  EXPECT_EQ(h["clock"], "virtual");
+  EXPECT_EQ(h["threads_per_device"], 1);
+  EXPECT_GE(h["threads"].get<int>(), 8);  // one per device at least
+  EXPECT_GT(h["device_ops_per_second"].get<double>(), 0);
+  EXPECT_GT(h["peak_rss_bytes"].get<double>(), 0);
   ASSERT_EQ(j["steps"].size(), static_cast<size_t>(j["config"]["steps"].get<int>()));
   for (const json& s : j["steps"]) {
     EXPECT_TRUE(s["predicted_ms"].is_number());
+    EXPECT_TRUE(s["emulated_ms"].is_number());
     EXPECT_TRUE(s["loss"].is_number());
     EXPECT_TRUE(s["accuracy"].is_number());
+  }
+  for (const char* timeline : {"measured", "emulated", "predicted"}) {
+    EXPECT_EQ(j["timeline"][timeline]["devices"].size(), 4u) << timeline;  // the first replica
   }
   const double acc = j["training"]["final_test_accuracy"].get<double>();
   const double chance = j["training"]["chance_accuracy"].get<double>();
   EXPECT_GT(acc, 0.5) << "chance " << chance;
   EXPECT_GT(acc, 3 * chance);
   EXPECT_EQ(j["replica_divergence"].get<double>(), 0.0);
-  // On the virtual clock every op ends exactly at its modeled time: measured = predicted.
-  EXPECT_NEAR(j["fidelity"].get<double>(), 0.0, 1e-9);
   const json t = ReadJson(trace);
   EXPECT_TRUE(t.contains("traceEvents") || t.is_array());
+  fs::remove_all(dir);
+}
+
+// On the real clock the measured figures come from the wall stamps of the device threads: they are
+// not the emulated ones (issue 11: they were bit-equal to the predicted ones when formula-made).
+TEST(RunCommand, RealClockMeasuresFromTheWallClock) {
+  const fs::path dir = TempDir("real");
+  const fs::path report = dir / "report.json";
+  const Result r = RunBinary("run --steps=2 --reference=false --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["host"]["clock"], "real");
+  EXPECT_EQ(j["host"]["threads_per_device"], 2);
+  int differ = 0;
+  for (const json& d : j["devices"]) differ += d["busy_ms"] != d["emulated"]["busy_ms"];
+  EXPECT_GT(differ, 0);
+  double wall_end = 0, modeled_end = 0;
+  for (const json& op : j["timeline"]["measured"]["devices"][0]["ops"]) wall_end = std::max(wall_end, op["end_ms"].get<double>());
+  for (const json& op : j["timeline"]["emulated"]["devices"][0]["ops"]) modeled_end = std::max(modeled_end, op["end_ms"].get<double>());
+  EXPECT_GT(wall_end, 0);
+  EXPECT_NE(wall_end, modeled_end);
+  const double host = j["fidelity"]["host"].get<double>();
+  EXPECT_NEAR(host, j["step_time_ms"]["measured"].get<double>() / j["step_time_ms"]["emulated"].get<double>() - 1, 1e-12);
   fs::remove_all(dir);
 }
 
@@ -143,6 +217,11 @@ TEST(PredictCommand, ScenarioS1MatchesTheWriteUpsCorrectedNumbers) {
   for (const char* key : {"fidelity", "steps", "replica_divergence", "host"}) EXPECT_FALSE(j.contains(key)) << key;
   ASSERT_EQ(j["devices"].size(), 4u);
   EXPECT_DOUBLE_EQ(j["devices"][0]["predicted"]["exposed_comm_ms"].get<double>(), 40.0);
+  // Rank 0 waits (p - 1)(F + B) = 130 ms for gradients that are not sent yet: bubble, not communication.
+  EXPECT_DOUBLE_EQ(j["devices"][0]["predicted"]["peer_wait_ms"].get<double>(), 130.0);
+  EXPECT_EQ(j["schema"], "ringpipe-report/2");
+  EXPECT_TRUE(j["timeline"].contains("predicted"));
+  EXPECT_FALSE(j["timeline"].contains("measured"));
   EXPECT_FALSE(j["devices"][0].contains("busy_ms"));
   fs::remove_all(dir);
 }
@@ -157,6 +236,7 @@ TEST(RunCommand, ScenarioS1OnTheVirtualClockMeasuresThePredictedStep) {
   // from then on each pair of micro-batches costs 2(F + B) + 2d = 300 ms (two in flight), so B7
   // starts at 220 + 3 x 300 + 130 = 1250 and ends at 1330; the 2-replica ring adds 2 x 20 = 40.
   EXPECT_DOUBLE_EQ(j["step_time_ms"]["measured"].get<double>(), 1370.0);
+  EXPECT_DOUBLE_EQ(j["step_time_ms"]["emulated"].get<double>(), 1370.0);
   EXPECT_DOUBLE_EQ(j["step_time_ms"]["predicted"].get<double>(), 1370.0);
   EXPECT_NEAR(j["speedup"]["measured"].get<double>(), 4160.0 / 1370.0, 1e-9);
   fs::remove_all(dir);
@@ -174,8 +254,13 @@ TEST(PredictCommand, SixteenThousandDevicesPredictWithoutEmulating) {
   EXPECT_EQ(j["devices"].size(), 16384u);
   // 1F1B, uniform costs, m = 64, p = 16: the pipeline is (m + p − 1)(F + B) before the all-reduce.
   EXPECT_GE(j["step_time_ms"]["predicted"].get<double>(), 79 * 6.0);
-  // The same layout is refused by `run`.
-  EXPECT_EQ(RunBinary("run --dp=1024 --pp=16 --tp=1 --hidden=64x16", dir).exit_code, kExitBadInput);
+  // `run` refuses what the machine's thread limit cannot hold, naming dp and pointing at predict.
+  ASSERT_EQ(::setenv("RINGPIPE_THREAD_LIMIT", "4096", 1), 0);
+  const Result refused = RunBinary("run --dp=1024 --pp=16 --tp=1 --hidden=64x16", dir);
+  ASSERT_EQ(::unsetenv("RINGPIPE_THREAD_LIMIT"), 0);
+  EXPECT_EQ(refused.exit_code, kExitBadInput);
+  EXPECT_NE(refused.err.find("--dp: "), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("use `ringpipe predict` for larger layouts"), std::string::npos) << refused.err;
   fs::remove_all(dir);
 }
 

@@ -97,7 +97,7 @@ TEST(SweepCommand, CsvHeaderIsTheDocumentedColumnList) {
   ASSERT_FALSE(documented.empty()) << "docs/studies.md lost its column list";
   EXPECT_EQ(csv[0], documented);
   const json j = json::parse(ReadFile(dir / "sweep.json"));
-  EXPECT_EQ(j["schema"], "ringpipe-sweep/1");
+  EXPECT_EQ(j["schema"], "ringpipe-sweep/2");
   EXPECT_EQ(j["columns"].get<std::vector<std::string>>(), documented);
   // Predict-only: the measured columns are empty, the predicted ones are the S1 preset's numbers.
   EXPECT_EQ(Cell(csv, 1, "step_ms_measured"), "");
@@ -154,7 +154,8 @@ TEST(SweepCommand, BadAxesExitTwoWithOneLineNamingTheFieldAndWriteNothing) {
       {"--axis=bogus=1,2", "--axis=bogus"},
       {"--axis=report_json=a,b", "--axis=report_json"},
       {"--axis=microbatches=2,x", "--axis=microbatches: --microbatches: expected an integer, got 'x'"},
-      {"--axis=overlap_allreduce=true,maybe", "overlap_allreduce"},
+      {"--axis=overlap=true,maybe", "overlap"},
+      {"--axis=bucket_mb=25,x", "bucket_mb"},
       {"--axis=segment_bytes=64K,64Q", "segment_bytes"},
       {"--axis=pp=3..1", "--axis=pp"},
       {"--axis=pp", "--axis"},
@@ -257,6 +258,30 @@ TEST(SweepCommand, ScheduleAxisDrawsGroupedBars) {
   EXPECT_NE(r.out.find("zb-h1"), std::string::npos) << r.out;
 }
 
+// All eight schedules as one axis (issue 14), emulated on the virtual clock: every point runs, its
+// emulated step equals the predicted one, and the charts hold a bar per schedule.
+TEST(SweepCommand, ScheduleAxisCoversAllEightSchedules) {
+  const fs::path dir = TempDir("eight");
+  const Result r = RunBinary(
+      "sweep --preset=s1 --hidden=64x7 --pp=4 --dp=2 --tp=1 --microbatches=8 --steps=1 --reference=false "
+      "--virtual_time --axis=schedule:virtual_stages=gpipe:1,1f1b:1,interleaved:2,zb-h1:1,zb-h2:1,zb-v:2,"
+      "dualpipev:2,dualpipe:2 --out_dir=" + dir.string(),
+      dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const auto csv = ReadCsv(dir / "sweep.csv");
+  ASSERT_EQ(csv.size(), 9u);
+  const char* names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev", "dualpipe"};
+  for (size_t row = 1; row <= 8; ++row) {
+    EXPECT_EQ(Cell(csv, row, "status"), "ok") << row << ": " << Cell(csv, row, "error");
+    EXPECT_EQ(Cell(csv, row, "schedule"), names[row - 1]);
+    EXPECT_EQ(Cell(csv, row, "step_ms_emulated"), Cell(csv, row, "step_ms_predicted")) << names[row - 1];
+    EXPECT_EQ(Cell(csv, row, "step_ms_measured"), Cell(csv, row, "step_ms_emulated")) << names[row - 1];
+  }
+  const XmlDoc doc = ParseXml(ReadFile(dir / "bubble.svg"));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  EXPECT_EQ(doc.elements.at("rect"), 1 + 2 * 8 + 2);  // background, measured and predicted bars, legend
+}
+
 TEST(TimelineCommand, DrawsTheRunAndTheSameChartFromItsSavedReport) {
   const fs::path dir = TempDir("timeline");
   const fs::path svg1 = dir / "run.svg", svg2 = dir / "report.svg", report = dir / "report.json";
@@ -304,6 +329,10 @@ TEST(TimelineCommand, BadInputExitsTwoAndWritesNothing) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
     EXPECT_FALSE(fs::exists(svg)) << args;
   }
+  const Result old = RunBinary("timeline --from_report=" + old_report.string() + " --out=" + svg.string(), dir);
+  EXPECT_NE(old.err.find("has \"schema\": \"ringpipe-report/1\"; this ringpipe reads \"ringpipe-report/2\""),
+            std::string::npos)
+      << old.err;
 }
 
 }  // namespace

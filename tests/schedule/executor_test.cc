@@ -1,11 +1,12 @@
 // Executor tests: hybrid training vs the serial references, replica bit-identity per codec,
-// modeled timing vs the predictor, metrics definitions, validation and stall errors.
+// validation and stall errors (timing: executor_timing_test.cc).
 #include "schedule/executor.h"
 
 #include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -15,57 +16,12 @@
 #include "runtime/model/reference_trainer.h"
 #include "schedule/generators.h"
 #include "schedule/metrics.h"
+#include "tests/schedule/executor_helpers.h"
 
 namespace rp::schedule {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct RunSetup {
-  ScheduleKind kind = ScheduleKind::kOneFOneB;
-  int dp = 2, pp = 3, tp = 2, m = 4, v = 1;
-  bool fused = true;
-};
-
-// Creates an executor for `o` and runs it; the first error of either.
-absl::StatusOr<RunResult> CreateAndRun(const ExecutorOptions& o) {
-  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-  if (!ex.ok()) return ex.status();
-  return (*ex)->Run();
-}
-
-ExecutorOptions MakeOptions(const RunSetup& s, int steps) {
-  PipelineOptions po{.num_ranks = s.pp, .num_micro_batches = s.m, .num_chunks = s.v,
-                     .activation_bytes = 1 << 16, .tp_allreduce_bytes = s.tp > 1 ? 4096u : 0u,
-                     .gradient_bytes = 1 << 20, .buckets_per_chunk = 2, .fused_fb = s.fused};
-  absl::StatusOr<Program> prog = BuildSchedule(s.kind, po);
-  EXPECT_TRUE(prog.ok()) << prog.status();
-  ExecutorOptions o;
-  o.grid = {.dp = s.dp, .pp = s.pp, .tp = s.tp};
-  o.program = *prog;
-  o.model.hidden = std::vector<int>(s.v > 1 ? 11 : 5, 32);  // 12 layers: 2 per model stage at K = 6
-  o.microbatch_size = 8;
-  o.cost = CostModel::Uniform({.forward = FromMillis(5), .backward = FromMillis(8),
-                               .weight_grad = FromMillis(4), .optimizer = FromMillis(1)});
-  o.links.intra_node = {.alpha = FromMicros(20), .bandwidth_gbps = 100};
-  o.links.inter_node = {.alpha = FromMicros(50), .bandwidth_gbps = 25};
-  o.placement.devices_per_node = 4;
-  o.virtual_time = true;
-  o.steps = steps;
-  o.eval_every = 0;
-  o.eval_samples = 512;
-  return o;
-}
-
-std::string Name(const RunSetup& s) {
-  std::string kind = ScheduleName(s.kind);
-  for (char& ch : kind) {
-    if (ch == '-') ch = '_';
-  }
-  return kind + "_dp" + std::to_string(s.dp) + "_pp" +
-         std::to_string(s.pp) + "_tp" + std::to_string(s.tp) + "_m" + std::to_string(s.m) + "_v" +
-         std::to_string(s.v) + (s.fused ? "" : "_apart");
-}
 
 class ExecutorLoss : public ::testing::TestWithParam<RunSetup> {};
 
@@ -160,115 +116,6 @@ INSTANTIATE_TEST_SUITE_P(Codecs, ExecutorCodec, ::testing::ValuesIn(comm::kAllCo
                            return std::string(comm::CodecName(p.param));
                          });
 
-// S1 in modeled time: 1210 ms, T1 4160 ms.
-TEST(Executor, S1ModeledStepMatchesClosedForm) {
-  absl::StatusOr<Program> prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 8,
-                                                .activation_bytes = 4096, .gradient_bytes = 4096});
-  ASSERT_TRUE(prog.ok());
-  ExecutorOptions o;
-  o.grid = {.dp = 2, .pp = 2, .tp = 1};
-  o.placement.devices_per_node = 2;  // replicas on separate nodes
-  o.program = *prog;
-  o.cost = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80)});
-  o.links.inter_node = {.alpha = FromMillis(20), .bandwidth_gbps = 0};
-  o.segment_bytes = 0;  // one message per chunk: 2 (n − 1) ring steps of 20 ms
-  o.virtual_time = true;
-  o.steps = 2;
-  o.run_reference = false;
-  absl::StatusOr<RunResult> r = CreateAndRun(o);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_DOUBLE_EQ(r->predicted_step_ms, 1210.0);
-  EXPECT_DOUBLE_EQ(r->emulated_step_ms, 1210.0);
-  EXPECT_DOUBLE_EQ(r->t1_ms, 4160.0);
-  EXPECT_NEAR(r->speedup, 4160.0 / 1210.0, 1e-9);
-  // Rank 0 (stage 0): busy 8 × 130 ms; bubble (p − 1)(F + B) + all-reduce wait.
-  EXPECT_DOUBLE_EQ(r->devices[0].emulated.busy_ms, 1040.0);
-  EXPECT_DOUBLE_EQ(r->devices[0].emulated.exposed_comm_ms, 40.0);
-}
-
-// Seeded jitter is emulated and predicted alike: every step is predicted with the draws its devices
-// made, so on the virtual clock each step's modeled time equals its prediction exactly.
-TEST(Executor, JitterIsPredictedStepByStep) {
-  absl::StatusOr<Program> prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 4,
-                                                .activation_bytes = 4096, .gradient_bytes = 4096});
-  ASSERT_TRUE(prog.ok());
-  ExecutorOptions o;
-  o.grid = {.dp = 2, .pp = 2, .tp = 1};
-  o.program = *prog;
-  o.cost = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80),
-                               .optimizer = FromMillis(3)});
-  o.virtual_time = true;
-  o.steps = 3;
-  o.run_reference = false;
-  o.faults.jitter = {.seed = 7, .max_fraction = 0.4};
-  o.faults.stragglers.push_back({.rank = 1, .factor = 1.25});
-  absl::StatusOr<RunResult> r = CreateAndRun(o);
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->steps.size(), 3u);
-  std::set<double> distinct;
-  for (const StepRecord& s : r->steps) {
-    EXPECT_DOUBLE_EQ(s.emulated_ms, s.predicted_ms) << "step " << s.step;
-    distinct.insert(s.predicted_ms);
-  }
-  EXPECT_EQ(distinct.size(), 3u) << "each step has its own draws";
-  EXPECT_DOUBLE_EQ(r->emulated_step_ms, r->predicted_step_ms);
-  // Jitter only slows: every step is longer than the jitter-free prediction.
-  o.faults.jitter = {};
-  absl::StatusOr<RunResult> c = CreateAndRun(o);
-  ASSERT_TRUE(c.ok()) << c.status();
-  for (const StepRecord& s : r->steps) EXPECT_GT(s.predicted_ms, c->predicted_step_ms);
-}
-
-// A straggler is emulated and predicted alike: on the virtual clock measured == predicted, and the
-// step grows with the factor.
-TEST(Executor, StragglerIsEmulatedAndPredictedAlike) {
-  absl::StatusOr<Program> prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 4,
-                                                .activation_bytes = 4096, .gradient_bytes = 4096});
-  ASSERT_TRUE(prog.ok());
-  ExecutorOptions o;
-  o.grid = {.dp = 2, .pp = 2, .tp = 1};
-  o.program = *prog;
-  o.cost = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80)});
-  o.virtual_time = true;
-  o.steps = 1;
-  o.run_reference = false;
-  absl::StatusOr<RunResult> base = CreateAndRun(o);
-  ASSERT_TRUE(base.ok()) << base.status();
-  o.faults.stragglers.push_back({.rank = 3, .factor = 1.5});
-  absl::StatusOr<RunResult> r = CreateAndRun(o);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_DOUBLE_EQ(r->emulated_step_ms, r->predicted_step_ms);
-  EXPECT_GT(r->predicted_step_ms, base->predicted_step_ms);
-  EXPECT_DOUBLE_EQ(r->t1_ms, base->t1_ms);
-  // Stage 1 of replica 1 computes 4 x 130 x 1.5 = 780 ms.
-  EXPECT_DOUBLE_EQ(r->devices[3].emulated.busy_ms, 780.0);
-}
-
-TEST(Metrics, ClosedForms) {
-  const std::vector<OpInterval> ops = {
-      {.kind = IntervalKind::kCompute, .start = FromMillis(0), .end = FromMillis(50)},
-      // A receive: 10 ms peer wait, then 20 ms in flight; the message flew 25 ms.
-      {.kind = IntervalKind::kRecv, .start = FromMillis(50), .end = FromMillis(80),
-       .transfer = FromMillis(20), .peer = FromMillis(10), .comm = FromMillis(25)},
-      {.kind = IntervalKind::kGradAllReduce, .start = FromMillis(80), .end = FromMillis(120),
-       .comm = FromMillis(35)},
-      {.kind = IntervalKind::kGradWait, .start = FromMillis(80), .end = FromMillis(90),
-       .transfer = FromMillis(10)},
-  };
-  const DeviceMetrics m = ComputeDeviceMetrics(ops, FromMillis(100), Timeline::kEmulated);
-  EXPECT_EQ(m.busy, FromMillis(50));
-  EXPECT_DOUBLE_EQ(m.bubble_total, 0.5);
-  EXPECT_DOUBLE_EQ(m.bubble_ideal, 1.0);
-  EXPECT_EQ(m.comm, FromMillis(60));
-  EXPECT_EQ(m.exposed_comm, FromMillis(30));
-  EXPECT_EQ(m.peer_wait, FromMillis(10));
-  EXPECT_DOUBLE_EQ(m.overlap, 0.5);
-  EXPECT_NEAR(Fidelity(FromMillis(101), FromMillis(100)), 0.01, 1e-12);
-  const WaitSplit w = SplitWait(FromMillis(50), FromMillis(80), FromMillis(60));
-  EXPECT_EQ(w.peer, FromMillis(10));
-  EXPECT_EQ(w.transfer, FromMillis(20));
-}
-
 TEST(Executor, RejectsBadOptionsNamingTheField) {
   ExecutorOptions good = MakeOptions({}, 1);
   struct Case {
@@ -337,51 +184,6 @@ TEST(Executor, RealClockRunCountsItsWaits) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_GT(r->clock_waits, 0u);  // every compute op waits for its modeled end
   EXPECT_LE(r->clock_crowded_waits, r->clock_waits);
-}
-
-// The measured timeline (virtual clock) equals the predictor's interval by interval, and the tracer
-// gets one compute event per F/B/optimizer of every rank and step.
-TEST(Executor, TimelineMatchesPredictionAndIsTraced) {
-  ExecutorOptions o = MakeOptions({.kind = ScheduleKind::kZeroBubbleH1, .dp = 2, .pp = 2, .tp = 2,
-                                   .m = 4}, 2);
-  o.run_reference = false;
-  Tracer tracer(8, 4);
-  o.tracer = &tracer;
-  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  absl::StatusOr<RunResult> r = (*ex)->Run();
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->timelines.size(), 8u);
-  for (int rank = 0; rank < 8; ++rank) {
-    const std::vector<OpInterval>& want = r->prediction.Timeline((*ex)->grid(), rank);
-    const std::vector<OpInterval>& got = r->timelines[static_cast<size_t>(rank)];
-    ASSERT_EQ(got.size(), want.size()) << "rank " << rank;
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_EQ(got[i].kind, want[i].kind) << "rank " << rank << " interval " << i;
-      EXPECT_EQ(got[i].op, want[i].op) << "rank " << rank << " interval " << i;
-      EXPECT_EQ(got[i].start, want[i].start) << "rank " << rank << " interval " << i;
-      EXPECT_EQ(got[i].end, want[i].end) << "rank " << rank << " interval " << i;
-      EXPECT_EQ(got[i].transfer, want[i].transfer) << "rank " << rank << " interval " << i;
-      EXPECT_EQ(got[i].peer, want[i].peer) << "rank " << rank << " interval " << i;
-      EXPECT_EQ(got[i].comm, want[i].comm) << "rank " << rank << " interval " << i;
-    }
-  }
-  int computes = 0;
-  for (const TraceEvent& e : tracer.Events()) {
-    if (e.kind == rp::OpKind::kCompute) ++computes;
-  }
-  // Per rank and step: m F + m Bi + m W + the optimizer.
-  EXPECT_EQ(computes, 8 * 2 * (3 * 4 + 1));
-  // Every send is joined to its receive by a flow id.
-  std::map<uint64_t, int> flows;
-  for (const TraceEvent& e : tracer.Events()) {
-    if (e.kind == rp::OpKind::kSend || e.kind == rp::OpKind::kRecv) {
-      ASSERT_NE(e.flow_id, 0u);
-      flows[e.flow_id] += e.kind == rp::OpKind::kSend ? 1 : 10;
-    }
-  }
-  ASSERT_FALSE(flows.empty());
-  for (const auto& [id, n] : flows) EXPECT_EQ(n, 11) << "flow " << id;
 }
 
 // The default model learns: held-out accuracy far above chance (the prototypes reported chance).

@@ -1,0 +1,216 @@
+// Internal to apps/config_fields.cc and apps/config_table.cc: how a config field's entry reads a JSON
+// value (the type, and whether the member can hold it; ranges are the validation's) and the entry
+// builders the field table (config_table.cc) is written with. Not for other users.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "apps/config_fields.h"
+#include "runtime/status_macros.h"
+
+namespace rp::apps::entries {
+
+using json = nlohmann::json;
+
+
+inline absl::Status Bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(OneLine(field), ": ", why));
+}
+
+// --- JSON value readers: the type, and whether the member can hold the value (ranges are validation's) ---
+
+template <typename T>
+absl::StatusOr<T> AsInt(absl::string_view f, const json& v) {
+  const bool integral = v.is_number_integer() ||
+                        (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                         std::floor(v.get<double>()) == v.get<double>());
+  if (!integral) return Bad(f, absl::StrCat("expected an integer, got ", ShortDump(v)));
+  const double d = v.get<double>();
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                        : (d >= static_cast<double>(std::numeric_limits<T>::min()) &&
+                           d <= static_cast<double>(std::numeric_limits<T>::max()));
+  if (!fits) return Bad(f, absl::StrCat("must be in ", std::numeric_limits<T>::min(), "..",
+                                        std::numeric_limits<T>::max(), ", got ", ShortDump(v)));
+  if (v.is_number_unsigned()) return static_cast<T>(v.get<uint64_t>());
+  if (v.is_number_integer()) return static_cast<T>(v.get<int64_t>());
+  return static_cast<T>(d);
+}
+
+inline absl::StatusOr<double> AsDouble(absl::string_view f, const json& v) {
+  if (!v.is_number()) return Bad(f, absl::StrCat("expected a number, got ", ShortDump(v)));
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) return Bad(f, "must be finite");
+  return d;
+}
+
+inline absl::StatusOr<std::string> AsString(absl::string_view f, const json& v) {
+  if (!v.is_string()) return Bad(f, absl::StrCat("expected a string, got ", ShortDump(v)));
+  const std::string& s = v.get_ref<const std::string&>();
+  RP_RETURN_IF_ERROR(CheckGrammar(f, Grammar::kString, s));
+  return s;
+}
+
+inline absl::StatusOr<bool> AsBool(absl::string_view f, const json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_string()) return ParseBool(f, v.get_ref<const std::string&>());
+  return Bad(f, absl::StrCat("expected true or false, got ", ShortDump(v)));
+}
+
+inline absl::StatusOr<std::vector<double>> AsDoubleList(absl::string_view f, const json& v) {
+  if (v.is_string()) return ParseNumberList(f, v.get_ref<const std::string&>());
+  if (v.is_number()) {
+    RP_ASSIGN_OR_RETURN(double d, AsDouble(f, v));
+    return std::vector<double>{d};
+  }
+  if (!v.is_array() || v.size() > kMaxListItems) {
+    return Bad(f, absl::StrCat("expected a number or a list of at most ", kMaxListItems, " numbers, got ",
+                               ShortDump(v)));
+  }
+  std::vector<double> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    RP_ASSIGN_OR_RETURN(double d, AsDouble(absl::StrCat(f, "[", i, "]"), v[i]));
+    out.push_back(d);
+  }
+  return out;
+}
+
+inline absl::StatusOr<std::vector<int>> AsWidthList(absl::string_view f, const json& v) {
+  if (v.is_string()) return ParseWidthList(f, v.get_ref<const std::string&>());
+  if (v.is_number()) {
+    RP_ASSIGN_OR_RETURN(int x, AsInt<int>(f, v));
+    if (x < 1) return Bad(f, absl::StrCat("must be >= 1, got ", x));
+    return std::vector<int>{x};
+  }
+  if (!v.is_array() || v.size() > kMaxListItems) {
+    return Bad(f, absl::StrCat("expected a list of at most ", kMaxListItems, " integers, got ", ShortDump(v)));
+  }
+  std::vector<int> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string item = absl::StrCat(f, "[", i, "]");
+    RP_ASSIGN_OR_RETURN(int x, AsInt<int>(item, v[i]));
+    if (x < 1) return Bad(item, absl::StrCat("must be >= 1, got ", x));
+    out.push_back(x);
+  }
+  return out;
+}
+
+// A byte count: a JSON integer, or a string in the bytes grammar ("64K"); one size, not a list.
+inline absl::StatusOr<uint64_t> AsBytes(absl::string_view f, const json& v) {
+  if (v.is_string()) {
+    RP_ASSIGN_OR_RETURN(std::vector<uint64_t> list, ParseByteList(f, v.get_ref<const std::string&>()));
+    if (list.size() != 1) {
+      return Bad(f, absl::StrCat("takes one size, got ", list.size(),
+                                 " (`ringpipe allreduce` measures a list; a sweep varies it with --axis)"));
+    }
+    return list[0];
+  }
+  if (v.is_array() && v.size() == 1) return AsBytes(f, v[0]);
+  RP_ASSIGN_OR_RETURN(int64_t x, AsInt<int64_t>(f, v));
+  if (x < 0) return Bad(f, absl::StrCat("must be >= 0, got ", x));
+  return static_cast<uint64_t>(x);
+}
+
+// --- Entry builders. `M` returns the member of a config: [](RunConfig& c) -> auto& { return c.x; } ---
+
+template <typename M>
+auto Member(M m) {
+  return [m](const RunConfig& c) -> const auto& { return m(const_cast<RunConfig&>(c)); };
+}
+
+template <typename M>
+ConfigField IntF(const char* name, M m, int64_t lo, int64_t hi, const char* help, unsigned scope = kEveryRun) {
+  using T = std::remove_reference_t<decltype(m(std::declval<RunConfig&>()))>;
+  return {name, Grammar::kInt, scope, lo, hi, help, nullptr,
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            RP_ASSIGN_OR_RETURN(m(c), AsInt<T>(name, v));
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return json(Member(m)(c)); }};
+}
+
+template <typename M>
+ConfigField NumberF(const char* name, M m, const char* help, const char* unset = nullptr,
+                    unsigned scope = kEveryRun) {
+  return {name, Grammar::kNumber, scope, 1, 0, help, unset,
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            RP_ASSIGN_OR_RETURN(double d, AsDouble(name, v));
+            using T = std::remove_reference_t<decltype(m(c))>;
+            if (std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max())) {
+              return Bad(name, absl::StrCat("out of range, got ", ShortDump(v)));
+            }
+            m(c) = static_cast<T>(d);
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return json(Member(m)(c)); }};
+}
+
+template <typename M>
+ConfigField BoolF(const char* name, M m, const char* help, unsigned scope = kEveryRun) {
+  return {name, Grammar::kBool, scope, 1, 0, help, nullptr,
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            RP_ASSIGN_OR_RETURN(m(c), AsBool(name, v));
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return json(Member(m)(c)); }};
+}
+
+template <typename M>
+ConfigField StringF(const char* name, M m, const char* help, unsigned scope = kEveryRun,
+                    const char* unset = nullptr) {
+  return {name, Grammar::kString, scope, 1, 0, help, unset,
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            RP_ASSIGN_OR_RETURN(m(c), AsString(name, v));
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return json(Member(m)(c)); }};
+}
+
+template <typename M>
+ConfigField MsListF(const char* name, M m, const char* help, const char* unset = nullptr) {
+  return {name, Grammar::kNumberList, kEveryRun, 1, 0, help, unset,
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            RP_ASSIGN_OR_RETURN(m(c), AsDoubleList(name, v));
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return json(Member(m)(c)); }};
+}
+
+template <typename M>
+ConfigField WidthsF(const char* name, M m, const char* help, const char* unset = nullptr) {
+  return {name, Grammar::kWidthList, kEveryRun, 1, 0, help, unset,
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            RP_ASSIGN_OR_RETURN(m(c), AsWidthList(name, v));
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return json(Member(m)(c)); }};
+}
+
+// A named choice: `parse` maps a name to the value (InvalidArgument without the field name), `print`
+// back.
+template <typename M, typename Parse, typename Print>
+ConfigField EnumF(const char* name, M m, Parse parse, Print print, const char* help) {
+  return {name, Grammar::kString, kEveryRun, 1, 0, help, nullptr,
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            RP_ASSIGN_OR_RETURN(std::string s, AsString(name, v));
+            auto value = parse(s);
+            if (!value.ok()) return Bad(name, value.status().message());
+            m(c) = *value;
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return json(std::string(print(Member(m)(c)))); }};
+}
+
+// The field table, in help order (apps/config_table.cc); Fields() keeps it.
+std::vector<ConfigField>* BuildFieldTable();
+
+}  // namespace rp::apps::entries

@@ -1,0 +1,334 @@
+// BuildReport: the JSON report (schema ringpipe-report/2, docs/report.md).
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_join.h"
+#include "apps/host.h"
+#include "apps/report.h"
+#include "schedule/cost_model.h"
+#include "schedule/metrics.h"
+#include "schedule/program.h"
+
+namespace rp::apps {
+namespace {
+
+using json = nlohmann::json;
+
+double Ms(Nanos t) { return ToMillis(t); }
+
+// NaN is not JSON: write null.
+json Num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+json LinkJson(const LinkParams& p) {
+  return {{"alpha_us", static_cast<double>(p.alpha.count()) / 1e3},
+          {"bandwidth_gbps", p.bandwidth_gbps},
+          {"overhead_us", static_cast<double>(p.overhead.count()) / 1e3}};
+}
+
+std::string PlacementOrder(const schedule::Placement& p) {
+  std::vector<std::string> names;
+  for (schedule::Dim d : p.order) {
+    names.emplace_back(d == schedule::Dim::kDp ? "dp" : d == schedule::Dim::kPp ? "pp" : "tp");
+  }
+  return absl::StrJoin(names, ",");
+}
+
+// The timing figures of one device on one timeline (the same keys on every timeline).
+json Figures(const schedule::TimelineFigures& f) {
+  return {{"busy_ms", f.busy_ms},         {"bubble_total", f.bubble_total},
+          {"bubble_ideal", f.bubble_ideal}, {"comm_ms", f.comm_ms},
+          {"exposed_comm_ms", f.exposed_comm_ms}, {"peer_wait_ms", f.peer_wait_ms},
+          {"overlap", f.overlap}};
+}
+
+// Modeled bytes per step and modeled peak activations, added to a timeline's figures.
+void AddModeledBytes(json& j, uint64_t wire, uint64_t p2p, uint64_t tp, uint64_t dp, uint64_t peak_act) {
+  j["modeled_wire_bytes"] = wire;
+  j["modeled_p2p_bytes"] = p2p;
+  j["modeled_tp_bytes"] = tp;
+  j["modeled_dp_bytes"] = dp;
+  j["modeled_peak_activation_bytes"] = peak_act;
+}
+
+json PipelineJson(const schedule::PipelineFigures& p) {
+  return {{"makespan_ms", Ms(p.makespan)},
+          {"max_span_ms", Ms(p.max_span)},
+          {"makespan_bubble_ms", Ms(p.makespan_bubble)},
+          {"span_bubble_ms", Ms(p.span_bubble)}};
+}
+
+// The pipeline figures of a run's kept step on the measured or emulated timeline.
+schedule::PipelineFigures RunPipeline(const schedule::RunResult& run, schedule::Timeline timeline) {
+  std::vector<schedule::DeviceMetrics> devices;
+  for (const auto& ivs : run.timelines) {
+    devices.push_back(schedule::ComputeDeviceMetrics(ivs, Nanos(0), timeline));
+  }
+  return schedule::ComputePipelineFigures(devices);
+}
+
+// One interval as a timeline entry (docs/report.md "timeline"), or null when it draws nothing:
+// compute ops, TP and gradient all-reduces, and the transfer part of waits (exposed communication).
+json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const schedule::OpInterval& iv,
+                   bool wall) {
+  const schedule::Op* op =
+      iv.op >= 0 && static_cast<size_t>(iv.op) < list.size() ? &list[static_cast<size_t>(iv.op)] : nullptr;
+  Nanos start = wall ? iv.wall_start : iv.start;
+  const Nanos end = wall ? iv.wall_end : iv.end;
+  const Nanos transfer = wall ? iv.wall_transfer : iv.transfer;
+  const char* kind = "compute";
+  std::string name = op != nullptr ? schedule::OpKindName(op->kind) : "";
+  int mb = op != nullptr ? op->micro_batch : -1;
+  int chunk = op != nullptr ? op->chunk : -1;
+  switch (iv.kind) {
+    case schedule::IntervalKind::kCompute:
+      if (op != nullptr && op->kind == schedule::OpKind::kForwardBackward) {
+        // The two parts of an F&B: its forward, then its backward (detail 1).
+        name = iv.detail == 1 ? "B" : "F";
+        if (iv.detail == 1) {
+          mb = op->backward_micro_batch;
+          chunk = op->backward_chunk;
+        }
+      }
+      break;
+    case schedule::IntervalKind::kOptimizer: name = "Opt"; break;
+    case schedule::IntervalKind::kSend: return nullptr;
+    case schedule::IntervalKind::kRecv:
+    case schedule::IntervalKind::kGradWait:
+      start = std::max(start, end - transfer);  // peer wait is bubble, not communication
+      kind = "wait";
+      break;
+    case schedule::IntervalKind::kTpAllReduce: kind = "tp_allreduce"; break;
+    case schedule::IntervalKind::kGradAllReduce: kind = "grad_allreduce"; break;
+  }
+  if (end <= start) return nullptr;
+  json e = {{"kind", kind}, {"op", name}, {"start_ms", Ms(start)}, {"end_ms", Ms(end)}};
+  if (mb >= 0) e["mb"] = mb;
+  if (num_chunks > 1 && chunk >= 0) e["chunk"] = chunk;
+  return e;
+}
+
+json TimelineDevices(const Plan& plan, int rows,
+                     const std::function<const std::vector<schedule::OpInterval>*(int)>& timeline_of, bool wall) {
+  const schedule::Program& prog = plan.executor.program;
+  json devices = json::array();
+  for (int rank = 0; rank < rows; ++rank) {
+    const std::vector<schedule::OpInterval>* ivs = timeline_of(rank);
+    if (ivs == nullptr) continue;
+    const schedule::Coord c = plan.grid.CoordOf(rank);
+    json ops = json::array();
+    for (const schedule::OpInterval& iv : *ivs) {
+      json e = TimelineEntry(prog.ranks[static_cast<size_t>(c.pp)], prog.num_chunks, iv, wall);
+      if (!e.is_null()) ops.push_back(std::move(e));
+    }
+    devices.push_back({{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}, {"ops", std::move(ops)}});
+  }
+  return devices;
+}
+
+// The "timeline" section: the first replica's devices (dp = 0), at most kMaxTimelineRows of them;
+// measured from the wall stamps, emulated and predicted from the modeled times.
+json TimelineJson(const Plan& plan, const schedule::Prediction& pred, const schedule::RunResult* run) {
+  const int rows = std::min(plan.grid.shape().pp * plan.grid.shape().tp, kMaxTimelineRows);
+  json t;
+  t["ranks"] = json::array();
+  for (int rank = 0; rank < rows; ++rank) t["ranks"].push_back(rank);
+  if (run != nullptr && !run->timelines.empty()) {
+    const size_t step = static_cast<size_t>(run->timeline_step);
+    const schedule::StepRecord* rec = step < run->steps.size() ? &run->steps[step] : nullptr;
+    auto of = [&](int rank) {
+      return static_cast<size_t>(rank) < run->timelines.size() ? &run->timelines[static_cast<size_t>(rank)] : nullptr;
+    };
+    t["measured"] = {{"step", run->timeline_step},
+                     {"step_ms", rec != nullptr ? rec->measured_ms : 0.0},
+                     {"devices", TimelineDevices(plan, rows, of, /*wall=*/true)}};
+    t["emulated"] = {{"step", run->timeline_step},
+                     {"step_ms", rec != nullptr ? rec->emulated_ms : 0.0},
+                     {"devices", TimelineDevices(plan, rows, of, /*wall=*/false)}};
+  }
+  if (!pred.timelines.empty()) {
+    t["predicted"] = {{"step_ms", Ms(pred.step_time)},
+                      {"devices", TimelineDevices(
+                                      plan, rows, [&](int rank) { return &pred.Timeline(plan.grid, rank); },
+                                      /*wall=*/false)}};
+  }
+  return t;
+}
+
+// Config-derived sections: layout, schedule, cost model, links, collectives, what bytes mean.
+void DescribeSetup(const RunConfig& cfg, const Plan& plan, json& r) {
+  const schedule::ParallelGrid& grid = plan.grid;
+  const schedule::ExecutorOptions& ex = plan.executor;
+  r["layout"] = {{"dp", cfg.dp}, {"pp", cfg.pp}, {"tp", cfg.tp}, {"world", grid.world_size()},
+                 {"devices_per_node", grid.placement().devices_per_node}, {"nodes", grid.num_nodes()},
+                 {"placement", PlacementOrder(grid.placement())}, {"description", grid.ToString()}};
+  r["schedule"] = {{"name", schedule::ScheduleName(cfg.schedule)}, {"microbatches", cfg.microbatches},
+                   {"chunks", cfg.chunks()}, {"virtual_stages", cfg.virtual_stages},
+                   {"microbatch_group", cfg.microbatch_group}, {"pytorch_rounds", cfg.pytorch_rounds},
+                   {"fused_fb", cfg.fused_fb}, {"directions", ex.program.num_directions()},
+                   {"global_batch", int64_t{cfg.dp} * cfg.microbatches * cfg.microbatch_size}};
+  json stages = json::array();
+  for (int s = 0; s < cfg.pp; ++s) {
+    const schedule::StageCost& c = ex.cost.Of(s);
+    stages.push_back({{"forward_ms", Ms(c.forward)}, {"backward_ms", Ms(c.backward)},
+                      {"weight_grad_ms", Ms(c.weight_grad)}, {"optimizer_ms", Ms(c.optimizer)},
+                      {"modeled_activation_bytes", c.activation_bytes}});
+  }
+  r["cost_model"] = {{"kind", CostModelName(cfg.cost_model)}, {"description", plan.cost_description},
+                     {"stages", stages}};
+  r["links"] = {{"name", cfg.link}, {"devices_per_node", ex.links.devices_per_node},
+                {"nics_per_node", ex.links.nics_per_node}, {"intra_node", LinkJson(ex.links.intra_node)},
+                {"inter_node", LinkJson(ex.links.inter_node)}};
+  size_t buckets = 0;
+  for (const schedule::RankPlan& rp : plan.execution.ranks) buckets = std::max(buckets, rp.bucket_order.size());
+  r["collectives"] = {{"codec", comm::CodecName(cfg.codec)}, {"segment_bytes", cfg.segment_bytes},
+                      {"bucket_mb", cfg.bucket_mb}, {"buckets_per_device", buckets}, {"overlap", cfg.overlap},
+                      {"reduce_gbps", cfg.reduce_gbps}};
+  uint64_t activation = 0;
+  for (const auto& ops : ex.program.ranks) {
+    for (const auto& op : ops) {
+      if (op.kind == schedule::OpKind::kSendAct) activation = std::max(activation, op.bytes);
+    }
+  }
+  r["bytes"] = {{"modeled", absl::StrCat("sizes of ", plan.modeled_sizes, ": what the fabric times")},
+                {"real", "the real MLP's buffers in this process"},
+                {"modeled_activation_message_bytes", activation}};
+}
+
+// A run's step records, training figures and three-timeline summary.
+void DescribeRun(const schedule::RunResult& run, const schedule::Prediction& pred, int world, json& r) {
+  r["step_time_ms"] = {{"measured", run.measured_step_ms}, {"emulated", run.emulated_step_ms},
+                       {"predicted", run.predicted_step_ms}};
+  r["fidelity"] = {{"host", Num(run.fidelity_host)}, {"model", Num(run.fidelity_model)}};
+  const schedule::Scaling emu = schedule::ComputeScaling(pred.single_device_time,
+                                                         FromMillis(run.emulated_step_ms), world);
+  const schedule::Scaling pre = schedule::ComputeScaling(pred.single_device_time,
+                                                         FromMillis(run.predicted_step_ms), world);
+  r["speedup"] = {{"measured", Num(run.speedup)}, {"emulated", Num(emu.speedup)}, {"predicted", pre.speedup}};
+  r["efficiency"] = {{"measured", Num(run.efficiency)}, {"emulated", Num(emu.efficiency)},
+                     {"predicted", pre.efficiency}};
+  r["pipeline"] = {{"measured", PipelineJson(RunPipeline(run, schedule::Timeline::kMeasured))},
+                   {"emulated", PipelineJson(RunPipeline(run, schedule::Timeline::kEmulated))},
+                   {"predicted", PipelineJson({pred.makespan, pred.max_span, pred.makespan_bubble,
+                                               pred.span_bubble})}};
+  r["replica_divergence"] = run.max_replica_divergence;
+  r["training"] = {{"final_loss", Num(run.final_loss)}, {"final_test_accuracy", Num(run.final_accuracy)},
+                   {"chance_accuracy", run.chance_accuracy},
+                   {"max_loss_rel_diff_vs_fp32_reference", Num(run.max_loss_rel_diff)}};
+  json steps = json::array();
+  for (const schedule::StepRecord& s : run.steps) {
+    steps.push_back({{"step", s.step}, {"loss", Num(s.loss)}, {"accuracy", Num(s.train_accuracy)},
+                     {"test_accuracy", Num(s.accuracy)}, {"test_loss", Num(s.test_loss)},
+                     {"measured_ms", s.measured_ms}, {"emulated_ms", s.emulated_ms},
+                     {"predicted_ms", s.predicted_ms}, {"replica_divergence", s.replica_divergence},
+                     {"reference_loss", Num(s.reference_loss)}});
+  }
+  r["steps"] = std::move(steps);
+}
+
+// The "host" section: what the run cost this machine (docs/report.md).
+json HostJson(const schedule::RunResult& run, const HostUsage* host) {
+  uint64_t device_ops = 0;
+  double overrun_ms = 0;
+  for (const auto& d : run.devices) {
+    device_ops += d.compute_ops;
+    overrun_ms += d.overrun_ms;
+  }
+  const int world = static_cast<int>(std::max<size_t>(1, run.devices.size()));
+  const ThreadLimit limit = MachineThreadLimit();
+  json h = {{"clock", run.virtual_time ? "virtual" : "real"}, {"virtual_time", run.virtual_time},
+            {"time_scale", run.time_scale}, {"wall_seconds", run.wall_seconds}, {"device_ops", device_ops},
+            {"device_ops_per_second", run.wall_seconds > 0 ? static_cast<double>(device_ops) / run.wall_seconds : 0.0},
+            {"threads_per_device", ThreadsPerDevice(run.virtual_time)},
+            {"thread_limit", {{"threads", limit.threads}, {"source", limit.source}}},
+            {"max_run_devices", MaxRunDevices(run.virtual_time)},
+            {"overruns", run.overruns}, {"overrun_ms", overrun_ms},
+            {"wait_lateness_ms", {{"count", run.lateness.count()}, {"mean", Ms(run.lateness.mean())},
+                                  {"p50", Ms(run.lateness.Quantile(0.5))}, {"p99", Ms(run.lateness.Quantile(0.99))},
+                                  {"max", Ms(run.lateness.max())}}},
+            {"clock_waits", {{"total", run.clock_waits}, {"crowded", run.clock_crowded_waits}}},
+            {"faults", run.faults}};
+  if (host != nullptr) {
+    const double per_device =
+        std::max(0.0, host->peak_rss_bytes - host->rss_before_bytes - host->model_buffer_bytes) / world;
+    h["threads"] = host->threads;
+    h["peak_rss_bytes"] = host->peak_rss_bytes;
+    h["rss_before_run_bytes"] = host->rss_before_bytes;
+    h["model_buffer_bytes"] = host->model_buffer_bytes;
+    h["rss_per_device_bytes"] = per_device;
+  }
+  return h;
+}
+
+json PredictedDevice(const Plan& plan, const schedule::Prediction& pred,
+                     const std::vector<schedule::PredictedWire>& wire, int rank) {
+  const size_t r = static_cast<size_t>(rank);
+  const schedule::PredictedWire& w = wire[static_cast<size_t>(plan.grid.CoordOf(rank).pp)];
+  json p = Figures(schedule::FiguresOf(pred.devices[r]));
+  AddModeledBytes(p, w.total(), w.p2p, w.tp, w.dp, r < pred.peak_activation_bytes.size() ? pred.peak_activation_bytes[r] : 0);
+  if (r < pred.peak_in_flight.size()) p["peak_in_flight"] = pred.peak_in_flight[r];
+  return p;
+}
+
+// A run's device: the measured figures, its emulated object, and its real buffers and host figures.
+void AddRunDevice(const schedule::DeviceReport& m, uint64_t steps, json& d) {
+  const json measured = Figures(m.measured);
+  for (auto it = measured.begin(); it != measured.end(); ++it) d[it.key()] = it.value();
+  const uint64_t mw = m.modeled_wire_bytes / steps, mp = m.modeled_p2p_bytes / steps;
+  const uint64_t mt = m.modeled_tp_bytes / steps, md = m.modeled_dp_bytes / steps;
+  // Bytes and memory do not depend on the clock: the measured figures are the run's fabric counts.
+  AddModeledBytes(d, mw, mp, mt, md, m.modeled_peak_activation_bytes);
+  json emulated = Figures(m.emulated);
+  AddModeledBytes(emulated, mw, mp, mt, md, m.modeled_peak_activation_bytes);
+  d["emulated"] = std::move(emulated);
+  d["real"] = {{"wire_bytes", m.wire_bytes / steps}, {"p2p_bytes", m.p2p_bytes / steps},
+               {"tp_bytes", m.tp_bytes / steps},     {"dp_bytes", m.dp_bytes / steps},
+               {"peak_activation_bytes", m.peak_activation_bytes}};
+  d["host"] = {{"compute_ops", m.compute_ops}, {"overruns", m.overruns}, {"overrun_ms", m.overrun_ms},
+               {"lateness_p50_ms", m.lateness_p50_ms}, {"lateness_p99_ms", m.lateness_p99_ms},
+               {"lateness_max_ms", m.lateness_max_ms}};
+}
+
+}  // namespace
+
+std::string DumpJson(const json& j, int indent) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,
+                 const schedule::RunResult* run, const HostUsage* host) {
+  const schedule::ParallelGrid& grid = plan.grid;
+  json r;
+  r["schema"] = kReportSchema;
+  r["mode"] = run != nullptr ? "run" : "predict";
+  r["config"] = ConfigToJson(cfg);
+  DescribeSetup(cfg, plan, r);
+  r["t1_ms"] = Ms(pred.single_device_time);
+  if (run != nullptr) {
+    DescribeRun(*run, pred, grid.world_size(), r);
+    r["host"] = HostJson(*run, host);
+  } else {
+    r["step_time_ms"] = {{"predicted", Ms(pred.step_time)}};
+    r["speedup"] = {{"predicted", pred.speedup}};
+    r["efficiency"] = {{"predicted", pred.efficiency}};
+    r["pipeline"] = {{"predicted", PipelineJson({pred.makespan, pred.max_span, pred.makespan_bubble,
+                                                 pred.span_bubble})}};
+  }
+  const std::vector<schedule::PredictedWire> wire = PredictWireBytes(plan);
+  const uint64_t steps = static_cast<uint64_t>(std::max(1, cfg.steps));
+  json devices = json::array();
+  for (int rank = 0; rank < grid.world_size(); ++rank) {
+    const schedule::Coord c = grid.CoordOf(rank);
+    json d = {{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}, {"device", grid.DeviceOf(rank)},
+              {"node", grid.NodeOf(rank)}};
+    if (run != nullptr && static_cast<size_t>(rank) < run->devices.size()) {
+      AddRunDevice(run->devices[static_cast<size_t>(rank)], steps, d);
+    }
+    d["predicted"] = PredictedDevice(plan, pred, wire, rank);
+    devices.push_back(std::move(d));
+  }
+  r["devices"] = std::move(devices);
+  r["timeline"] = TimelineJson(plan, pred, run);
+  return r;
+}
+
+}  // namespace rp::apps

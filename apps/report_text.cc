@@ -1,0 +1,224 @@
+// RenderReport: the text report, drawn from the JSON report (apps/report.h).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "apps/report.h"
+
+namespace rp::apps {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Bytes(double b) {
+  if (!std::isfinite(b)) return "n/a";
+  if (b >= 1e9) return absl::StrFormat("%.2f GB", b / 1e9);
+  if (b >= 1e6) return absl::StrFormat("%.2f MB", b / 1e6);
+  if (b >= 1e3) return absl::StrFormat("%.1f kB", b / 1e3);
+  return absl::StrFormat("%.0f B", b);
+}
+
+const json& Get(const json& j, const char* key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+double D(const json& j, const char* key) {
+  const json& v = Get(j, key);
+  return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+
+// `f` is a printf format with one double conversion (a runtime string: absl::StrFormat needs a
+// compile-time format, which clang enforces).
+std::string Fmt(const char* f, double x) {
+  if (!std::isfinite(x)) return "n/a";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::string LinkText(const json& l) {
+  const double bw = D(l, "bandwidth_gbps"), o = D(l, "overhead_us");
+  return absl::StrCat("a ", Fmt("%.6g", D(l, "alpha_us")), " us",
+                      o > 0 ? absl::StrCat(" + o ", Fmt("%.6g", o), " us/message") : std::string(), " + ",
+                      bw > 0 ? absl::StrCat(Fmt("%.6g", bw), " GB/s") : std::string("free bandwidth"));
+}
+
+std::string Setup(const json& r, bool run) {
+  std::string out;
+  const json& cfg = Get(r, "config");
+  const json& lay = Get(r, "layout");
+  const json& sch = Get(r, "schedule");
+  absl::StrAppend(&out, "ringpipe ", run ? "run" : "predict", " — preset ", cfg.value("preset", ""),
+                  cfg.value("config", "").empty() ? "" : absl::StrCat(", config ", cfg.value("config", "")), "\n");
+  absl::StrAppend(&out, "  layout     ", lay.value("description", ""), " = ", lay.value("world", 0), " devices\n");
+  absl::StrAppend(&out, "  schedule   ", sch.value("name", ""), ", ", sch.value("microbatches", 0),
+                  " micro-batches per replica",
+                  sch.value("chunks", 1) > 1 ? absl::StrCat(", ", sch.value("chunks", 1), " chunks per device") : "",
+                  ", global batch ", sch.value("global_batch", 0), " samples\n");
+  absl::StrAppend(&out, "  cost model ", Get(r, "cost_model").value("description", ""), "\n");
+  const json& ln = Get(r, "links");
+  const int nics = ln.value("nics_per_node", 0);
+  absl::StrAppend(&out, "  links      ", ln.value("name", ""), ": intra-node ", LinkText(Get(ln, "intra_node")),
+                  "; inter-node ", LinkText(Get(ln, "inter_node")), "; ", ln.value("devices_per_node", 0),
+                  " devices per node, ", nics == 0 ? std::string("a NIC per device") : absl::StrCat(nics, " NIC(s) per node"),
+                  "\n");
+  const json& co = Get(r, "collectives");
+  const double seg = D(co, "segment_bytes");
+  absl::StrAppend(&out, "  gradients  ring all-reduce, codec ", co.value("codec", ""), ", ",
+                  seg > 0 ? absl::StrCat(Bytes(seg), " modeled segments") : std::string("one message per chunk"),
+                  ", buckets of ", Fmt("%g", D(co, "bucket_mb")), " MiB (", co.value("buckets_per_device", 0),
+                  " per device), overlap ", co.value("overlap", true) ? "on" : "off", ", reduction ",
+                  D(co, "reduce_gbps") > 0 ? absl::StrCat(Fmt("%g", D(co, "reduce_gbps")), " GB/s") : "free", "\n");
+  absl::StrAppend(&out, "  bytes      modeled = ", Get(r, "bytes").value("modeled", ""), "; real = ",
+                  Get(r, "bytes").value("real", ""), "\n");
+  if (run) {
+    const json& h = Get(r, "host");
+    absl::StrAppend(&out, "  clock      ",
+                    h.value("virtual_time", false) ? std::string("virtual (as fast as the host allows; measured = emulated)")
+                                                   : absl::StrCat("real, time scale ", Fmt("%g", D(h, "time_scale"))),
+                    "\n");
+  }
+  return out;
+}
+
+std::string Steps(const json& r) {
+  std::string out = "\nsteps      loss    train acc  held-out acc  step (measured ms)\n";
+  const json& steps = Get(r, "steps");
+  const size_t n = steps.is_array() ? steps.size() : 0;
+  for (size_t i = 0; i < n; ++i) {
+    // All steps up to 12, else the first 3, every tenth, and the last 3.
+    if (n > 12 && i >= 3 && i + 3 < n && (i + 1) % std::max<size_t>(1, n / 10) != 0) continue;
+    const json& s = steps[i];
+    absl::StrAppend(&out, absl::StrFormat("  %5d  %8.4f  %9.3f  %12s  %10.2f\n", s.value("step", 0), D(s, "loss"),
+                                          D(s, "accuracy"), Fmt("%.3f", D(s, "test_accuracy")), D(s, "measured_ms")));
+  }
+  const json& t = Get(r, "training");
+  absl::StrAppend(&out, "  held-out accuracy ", Fmt("%.3f", D(t, "final_test_accuracy")), " (chance ",
+                  Fmt("%.3f", D(t, "chance_accuracy")), "); loss vs single-device FP32 reference: max rel. diff ",
+                  Fmt("%.2e", D(t, "max_loss_rel_diff_vs_fp32_reference")), "\n");
+  return out;
+}
+
+std::string Timing(const json& r, bool run) {
+  std::string out = "\ntiming (modeled ms)\n";
+  const json& st = Get(r, "step_time_ms");
+  const int world = Get(r, "layout").value("world", 1);
+  if (run) {
+    absl::StrAppend(&out, "  step time   measured ", Fmt("%.3f", D(st, "measured")), "   emulated ",
+                    Fmt("%.3f", D(st, "emulated")), "   predicted ", Fmt("%.3f", D(st, "predicted")),
+                    "  (median over steps)\n",
+                    "              measured: wall clock on the device threads / time scale; emulated: the run's "
+                    "modeled timeline; predicted: the predictor\n");
+    const json& f = Get(r, "fidelity");
+    absl::StrAppend(&out, "  fidelity    host ", Fmt("%+.3f%%", 100 * D(f, "host")),
+                    " (measured / emulated - 1)   model ", Fmt("%+.3f%%", 100 * D(f, "model")),
+                    " (emulated / predicted - 1)\n");
+  } else {
+    absl::StrAppend(&out, "  step time   predicted ", Fmt("%.3f", D(st, "predicted")), "\n");
+  }
+  const json& pipe = Get(Get(r, "pipeline"), run ? "measured" : "predicted");
+  absl::StrAppend(&out, "  pipeline    makespan ", Fmt("%.3f", D(pipe, "makespan_ms")), ", largest per-rank span ",
+                  Fmt("%.3f", D(pipe, "max_span_ms")), "; bubble with the flush ",
+                  Fmt("%.3f", D(pipe, "makespan_bubble_ms")), ", in the span ", Fmt("%.3f", D(pipe, "span_bubble_ms")),
+                  run ? " (measured)\n" : "\n");
+  absl::StrAppend(&out, "  T1          ", Fmt("%.3f", D(r, "t1_ms")),
+                  "   (every compute op of the global batch on one device)\n");
+  const json& sp = Get(r, "speedup");
+  const json& ef = Get(r, "efficiency");
+  if (run) {
+    absl::StrAppend(&out, "  speedup     measured ", Fmt("%.3f", D(sp, "measured")), " x   (predicted ",
+                    Fmt("%.3f", D(sp, "predicted")), ")   efficiency ", Fmt("%.1f%%", 100 * D(ef, "measured")), " of ",
+                    world, " devices\n");
+    absl::StrAppend(&out, "  replica divergence ", Fmt("%g", D(r, "replica_divergence")),
+                    " (max |w_r - w_0| over replicas, every step)\n");
+  } else {
+    absl::StrAppend(&out, "  speedup     predicted ", Fmt("%.3f", D(sp, "predicted")), " x   efficiency ",
+                    Fmt("%.1f%%", 100 * D(ef, "predicted")), " of ", world, " devices\n");
+  }
+  return out;
+}
+
+std::string DeviceRow(const json& d, bool run) {
+  const json& p = Get(d, "predicted");
+  const json& m = run ? d : p;
+  const std::string coord = absl::StrCat(d.value("dp", 0), "/", d.value("pp", 0), "/", d.value("tp", 0));
+  auto pair = [&](const char* f, const char* key) {
+    return run ? absl::StrCat(Fmt(f, D(m, key)), " [", Fmt(f, D(p, key)), "]") : Fmt(f, D(p, key));
+  };
+  return absl::StrFormat("  %5d %-9s %19s %13s %19s %19s %15s %11s %11s\n", d.value("rank", 0), coord,
+                         pair("%.2f", "busy_ms"), Fmt("%.3f", D(m, "bubble_total")), pair("%.3f", "exposed_comm_ms"),
+                         pair("%.3f", "peer_wait_ms"), pair("%.3f", "overlap"),
+                         Bytes(D(m, "modeled_peak_activation_bytes")), Bytes(D(m, "modeled_wire_bytes")));
+}
+
+std::string Devices(const json& r, bool run, size_t max_rows) {
+  const json& devs = Get(r, "devices");
+  if (!devs.is_array()) return "";
+  std::string out = absl::StrCat(
+      "\ndevices", run ? " (measured; predicted in brackets)" : " (predicted)",
+      ": busy/step, bubble = idle / step, exposed comm (transfer only), peer wait (bubble), overlap, modeled peak "
+      "activations and wire bytes per step\n");
+  absl::StrAppend(&out, absl::StrFormat("  %5s %-9s %19s %13s %19s %19s %15s %11s %11s\n", "rank", "dp/pp/tp",
+                                        "busy ms", "bubble", "exposed comm ms", "peer wait ms", "overlap",
+                                        "peak act", "wire"));
+  const size_t rows = std::min(devs.size(), max_rows);
+  for (size_t i = 0; i < rows; ++i) absl::StrAppend(&out, DeviceRow(devs[i], run));
+  double max_bubble = 0, max_exposed = 0, real_act = 0, real_wire = 0;
+  for (const json& d : devs) {
+    const json& src = run ? d : Get(d, "predicted");
+    max_bubble = std::max(max_bubble, D(src, "bubble_total"));
+    max_exposed = std::max(max_exposed, D(src, "exposed_comm_ms"));
+    real_act = std::max(real_act, D(Get(d, "real"), "peak_activation_bytes"));
+    real_wire = std::max(real_wire, D(Get(d, "real"), "wire_bytes"));
+  }
+  if (devs.size() > rows) {
+    absl::StrAppend(&out, "  ... ", devs.size() - rows, " more devices (all in --report_json); over all ",
+                    devs.size(), ": max bubble ", Fmt("%.3f", max_bubble), ", max exposed comm ",
+                    Fmt("%.3f", max_exposed), " ms\n");
+  }
+  if (run) {
+    absl::StrAppend(&out, "  real buffers (", Get(r, "bytes").value("real", ""), "): peak activations up to ",
+                    Bytes(real_act), ", wire bytes up to ", Bytes(real_wire), " per step per device\n");
+  }
+  return out;
+}
+
+std::string Host(const json& r) {
+  const json& h = Get(r, "host");
+  const json& l = Get(h, "wait_lateness_ms");
+  std::string out = absl::StrCat(
+      "\nhost  wall ", Fmt("%.2f", D(h, "wall_seconds")), " s on the ", h.value("clock", ""), " clock; ",
+      Fmt("%.0f", D(h, "device_ops_per_second")), " device-ops/s; ", Fmt("%.0f", D(h, "threads")), " threads (",
+      h.value("threads_per_device", 1), " per device); peak RSS ", Bytes(D(h, "peak_rss_bytes")), ", ",
+      Bytes(D(h, "rss_per_device_bytes")), " per device beyond the model buffers\n");
+  absl::StrAppend(&out, "      overruns ", h.value("overruns", uint64_t{0}), " compute ops (",
+                  Fmt("%.3f", D(h, "overrun_ms")), " ms of real work beyond modeled time); wait lateness p50 ",
+                  Fmt("%.3f", D(l, "p50")), " p99 ", Fmt("%.3f", D(l, "p99")), " max ", Fmt("%.3f", D(l, "max")),
+                  " ms over ", l.value("count", uint64_t{0}), " waits\n");
+  const json& cw = Get(h, "clock_waits");
+  const double waits = D(cw, "total"), crowded = D(cw, "crowded");
+  if (crowded > 0 && waits > 0) {
+    absl::StrAppend(&out, "      ", Fmt("%.1f", 100.0 * crowded / waits),
+                    " % of clock waits ran crowded (busy host or > 128 waiting devices: plain sleeps, less precise)\n");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RenderReport(const json& r, size_t max_device_rows) {
+  const bool run = r.value("mode", "") == "run";
+  std::string out = Setup(r, run);
+  if (run) absl::StrAppend(&out, Steps(r));
+  absl::StrAppend(&out, Timing(r, run), Devices(r, run, max_device_rows));
+  if (run) absl::StrAppend(&out, Host(r));
+  return out;
+}
+
+}  // namespace rp::apps
