@@ -16,6 +16,8 @@ const char* OpName(OpKind kind) {
     case OpKind::kReduceScatter: return "reduce-scatter";
     case OpKind::kAllGather: return "all-gather";
     case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kAllToAll: return "all-to-all";
+    case OpKind::kAllToAllV: return "all-to-all-v";
   }
   return "op";
 }
@@ -150,6 +152,10 @@ void Communicator::Abort(const absl::Status& status) {
     MutexLock lock(&mu_);
     if (abort_status_.ok()) abort_status_ = status;
     for (auto& [key, ch] : p2p_) ch->Cancel();
+    for (auto& [key, link] : a2a_) {
+      link->data.Cancel();
+      link->acks.Cancel();
+    }
   }
   aborted_.store(true, std::memory_order_seq_cst);  // paired with RankComm::in_op_
   for (auto& ch : ring_data_) ch->Cancel();
@@ -191,6 +197,32 @@ ChannelId Communicator::P2PFabricChannel(int src, int dst) {
   return it->second;
 }
 
+internal::A2aLink* Communicator::GetAllToAllLink(int src, int dst) {
+  MutexLock lock(&mu_);
+  const int64_t key = static_cast<int64_t>(src) * size() + dst;
+  auto& slot = a2a_[key];
+  if (slot == nullptr) {
+    ChannelOptions co;
+    co.src_device = device(src);
+    co.dst_device = device(dst);
+    co.capacity = options_.fabric != nullptr ? 0 : options_.channel_capacity;  // timed: unbounded
+    co.spin_iterations = options_.spin_iterations;
+    co.yield_iterations = options_.yield_iterations;
+    // A sender drains a peer's acknowledgements before each message to it, so at most capacity
+    // (queued) + 1 (being consumed) are pending when it stops sending to that peer.
+    slot = std::make_unique<internal::A2aLink>(co, options_.channel_capacity + 4);
+    if (options_.fabric != nullptr) {
+      slot->fabric_channel = options_.fabric->AddChannel(options_.lps[static_cast<size_t>(src)],
+                                                         options_.lps[static_cast<size_t>(dst)]);
+    }
+    if (!abort_status_.ok()) {
+      slot->data.Cancel();
+      slot->acks.Cancel();
+    }
+  }
+  return slot.get();
+}
+
 int RankComm::size() const { return group_->size(); }
 uint64_t RankComm::residual_bytes() const {
   uint64_t bytes = 0;
@@ -222,6 +254,18 @@ OwningChannel<Buffer>* RankComm::P2PChannel(int src, int dst) {
   OwningChannel<Buffer>* ch = group_->GetP2P(src, dst);
   p2p_cache_.emplace(key, ch);
   return ch;
+}
+
+internal::A2aLink* RankComm::AllToAllLink(int src, int dst) {
+  if (a2a_to_.empty()) {
+    a2a_to_.assign(static_cast<size_t>(size()), nullptr);
+    a2a_from_.assign(static_cast<size_t>(size()), nullptr);
+    a2a_in_flight_.assign(static_cast<size_t>(size()), 0);
+  }
+  const bool out = src == rank_;
+  internal::A2aLink*& cached = (out ? a2a_to_ : a2a_from_)[static_cast<size_t>(out ? dst : src)];
+  if (cached == nullptr) cached = group_->GetAllToAllLink(src, dst);
+  return cached;
 }
 
 absl::StatusOr<uint64_t> RankComm::Send(int peer, std::unique_ptr<Buffer> buffer,

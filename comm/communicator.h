@@ -219,7 +219,9 @@ struct P2POptions {
 };
 
 namespace internal {
-enum class OpKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+enum class OpKind : uint8_t {
+  kAllReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll, kAllToAllV
+};
 const char* OpName(OpKind kind);
 
 // One ring message: a segment of a collective. Trivially copyable (see channel.h).
@@ -248,6 +250,34 @@ struct Ack {
   int32_t hops;
 };
 class RingRunner;
+
+// One all-to-all message (comm/alltoall*.cc): a segment of a block, or a block's counts. Trivially
+// copyable. Untimed, the payload is lent (the sender's FP32 buffer, its encoded staging buffer or
+// its counts) until the receiver acknowledges it; timed, it is a copy the receiver frees (owned).
+struct A2aMsg {
+  const std::byte* payload;
+  bool owned;            // timed: payload was allocated (new[]) for this message only
+  uint64_t op_id;        // the sender's collective sequence number
+  uint64_t block_elems;  // elements of the sender's block for this receiver
+  uint32_t elems;        // elements in this message (the counts message: count entries)
+  int32_t segment;       // segment index; kCountsSegment for the counts message
+  OpKind kind;
+  Codec codec;
+};
+inline constexpr int32_t kCountsSegment = -1;
+
+// The all-to-all link of one ordered pair src -> dst: data one way, acknowledgements back (timed:
+// an unbounded data channel, no acknowledgements, and the fabric channel that times it). Created
+// on first use (Communicator::AllToAllLink) and owned by the group.
+struct A2aLink {
+  A2aLink(const ChannelOptions& options, size_t ack_capacity)
+      : data(options), acks(ack_capacity, options.spin_iterations, options.yield_iterations) {}
+  ~A2aLink();  // frees owned payloads nobody received (a failed run)
+  Channel<A2aMsg> data;    // producer: src, consumer: dst
+  SpscQueue<uint32_t> acks;  // producer: dst, consumer: src (one entry per message consumed)
+  ChannelId fabric_channel = -1;  // timed
+};
+class AllToAllRunner;
 }  // namespace internal
 
 class Communicator;
@@ -308,10 +338,12 @@ class RankComm {
  private:
   friend class Communicator;
   friend class internal::RingRunner;
+  friend class internal::AllToAllRunner;
   RankComm(Communicator* group, int rank) : group_(group), rank_(rank) {}
 
   OwningChannel<Buffer>* P2PChannel(int src, int dst);
   bool timed() const;
+  internal::A2aLink* AllToAllLink(int src, int dst);
 
   Communicator* const group_;  // owns this RankComm
   const int rank_;
@@ -349,6 +381,11 @@ class RankComm {
   std::vector<int32_t> fwd_hops_;
   size_t held_ = 0;
   absl::flat_hash_map<int64_t, OwningChannel<Buffer>*> p2p_cache_;
+  // All-to-all state: the links to and from each peer (cached on first use), messages sent to each
+  // peer and not yet acknowledged, and the staging buffer lossy codecs encode into.
+  std::vector<internal::A2aLink*> a2a_to_, a2a_from_;
+  std::vector<uint64_t> a2a_in_flight_;
+  std::vector<std::byte> a2a_wire_;
   WireStats stats_;
 };
 
@@ -381,6 +418,7 @@ class Communicator {
   OwningChannel<Buffer>* GetP2P(int src, int dst);
   // Timed: the fabric channel of ring link r -> r + 1, and of p2p pair src -> dst (made on first use).
   ChannelId P2PFabricChannel(int src, int dst);
+  internal::A2aLink* GetAllToAllLink(int src, int dst);
 
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<Channel<internal::WireMsg>>> ring_data_;  // [r]: r -> r + 1
@@ -393,6 +431,7 @@ class Communicator {
   absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::unique_ptr<OwningChannel<Buffer>>> p2p_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, ChannelId> p2p_fabric_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::unique_ptr<internal::A2aLink>> a2a_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rp::comm

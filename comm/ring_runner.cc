@@ -17,6 +17,8 @@ ring::TimedKind TimedKindOf(OpKind kind) {
     case OpKind::kReduceScatter: return ring::TimedKind::kReduceScatter;
     case OpKind::kAllGather: return ring::TimedKind::kAllGather;
     case OpKind::kBroadcast: return ring::TimedKind::kBroadcast;
+    case OpKind::kAllToAll:
+    case OpKind::kAllToAllV: break;  // not ring collectives (comm/alltoall.cc)
   }
   return ring::TimedKind::kAllReduce;
 }

@@ -53,7 +53,10 @@ PlanOptions PlanOptionsFor(const ExecutorOptions& o) {
                      .reduce_gbps = o.reduce_gbps,
                      .bucket_bytes = o.bucket_bytes,
                      .overlap_grad_allreduce = o.overlap_grad_allreduce,
-                     .faults = o.faults};
+                     .faults = o.faults,
+                     .ep = o.ep,
+                     .ep_row_bytes = o.ep_row_bytes,
+                     .microbatch_size = o.microbatch_size};
 }
 
 PredictOptions PredictOptionsFor(const ExecutorOptions& o) {
@@ -202,12 +205,23 @@ absl::Status Executor::Impl::MakeCommunicators() {
                                                   /*lp_is_event_driven=*/true));
     }
   }
-  ctx.grads.resize(static_cast<size_t>(plan->num_grad_groups()));
+  ctx.grads.resize(static_cast<size_t>(plan->num_bucket_groups()));
   for (int r = 0; r < g.world_size(); ++r) {
     for (int ch = 0; ch < plan->v; ++ch) {
-      auto& slot = ctx.grads[static_cast<size_t>(plan->GradGroupId(r, ch))];
+      for (const BucketPlan& b : plan->Chunk(g.CoordOf(r).pp, ch).buckets) {
+        auto& slot = ctx.grads[static_cast<size_t>(plan->BucketGroupId(r, ch, b))];
+        if (slot == nullptr) {
+          RP_ASSIGN_OR_RETURN(slot, make(plan->BucketGroup(r, ch, b, nullptr), true, ring_clock));
+        }
+      }
+    }
+  }
+  if (plan->has_ep_exchanges()) {
+    ctx.eps.resize(static_cast<size_t>(plan->num_ep_groups()));
+    for (int r = 0; r < g.world_size(); ++r) {
+      auto& slot = ctx.eps[static_cast<size_t>(plan->EpGroupId(r))];
       if (slot == nullptr) {
-        RP_ASSIGN_OR_RETURN(slot, make(plan->GradGroup(r, ch, nullptr), true, ring_clock));
+        RP_ASSIGN_OR_RETURN(slot, make(plan->EpGroup(r, nullptr), false, ring_clock));
       }
     }
   }
@@ -217,32 +231,11 @@ absl::Status Executor::Impl::MakeCommunicators() {
 absl::StatusOr<RunResult> Executor::Impl::Run() {
   if (ran) return absl::FailedPreconditionError("executor: Run() may be called once");
   ran = true;
-  // The prediction of the same plan (per step when jitter draws differ per step).
+  // The prediction of the same plan (per step, after the run, when jitter draws, slow links or
+  // the routing of EP exchanges differ per step).
   const PredictOptions popts = PredictOptionsFor(o);
   RP_ASSIGN_OR_RETURN(Prediction pred, Predict(*plan, popts));
-  std::vector<Prediction> step_pred;
   const int world = plan->grid.world_size();
-  const bool per_step = o.faults.jitter.max_fraction > 0 || !plan->link_faults.empty();
-  if (per_step) {
-    std::vector<int> ops_per_step(static_cast<size_t>(world), 0);
-    for (int r = 0; r < world; ++r) {
-      for (const Op& op : o.program.ranks[static_cast<size_t>(plan->grid.CoordOf(r).pp)]) {
-        ops_per_step[static_cast<size_t>(r)] += IsDeviceCompute(op.kind);
-      }
-    }
-    for (int k = 0; k < o.steps; ++k) {
-      PredictOptions pk = popts;
-      pk.step = k;
-      if (o.faults.jitter.max_fraction > 0) {
-        pk.compute_op_factor = [this, &ops_per_step, k](int rank, int i) {
-          return injector.ComputeFactor(rank, int64_t{k} * ops_per_step[static_cast<size_t>(rank)] + i);
-        };
-      }
-      RP_ASSIGN_OR_RETURN(Prediction p, Predict(*plan, pk));
-      step_pred.push_back(std::move(p));
-    }
-  }
-
   if (o.virtual_time) {
     virtual_clock_ = std::make_unique<VirtualClock>();
     ctx.clock = virtual_clock_.get();
@@ -272,7 +265,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     while (!done.load(std::memory_order_acquire)) {
       if (cluster->watchdog().WaitForFailure(kMonitorPeriod)) {
         const absl::Status s = cluster->watchdog().status();
-        for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads}) {
+        for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads, &ctx.eps}) {
           for (auto& c : *v) c->Abort(s);
         }
         fabric->Abort(s);
@@ -319,13 +312,50 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   monitor.join();
   if (!run.ok()) {
     const absl::Status failed = Fail(run);
+    // Each failed step's prediction: per step where the step's inputs are known without the run
+    // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
+    std::vector<Prediction> step_pred;
+    if (!plan->has_ep_exchanges()) {
+      absl::StatusOr<std::vector<Prediction>> each = PredictEachStep(popts);
+      if (each.ok()) step_pred = *std::move(each);
+    }
     for (StepRecord& r : failure->steps) {
       r.predicted_ms = ToMillis(step_pred.empty() ? pred.step_time
                                                   : step_pred[static_cast<size_t>(r.step)].step_time);
     }
     return failed;
   }
+  RP_ASSIGN_OR_RETURN(std::vector<Prediction> step_pred, PredictEachStep(popts));
   return Assemble(*cluster, pred, std::move(step_pred), wall_seconds);
+}
+
+absl::StatusOr<std::vector<Prediction>> Executor::Impl::PredictEachStep(
+    const PredictOptions& popts) {
+  std::vector<Prediction> step_pred;
+  const int world = plan->grid.world_size();
+  const bool per_step = o.faults.jitter.max_fraction > 0 || !plan->link_faults.empty() ||
+                        plan->has_ep_exchanges();
+  if (!per_step) return step_pred;
+  std::vector<int> ops_per_step(static_cast<size_t>(world), 0);
+  for (int r = 0; r < world; ++r) {
+    for (const Op& op : o.program.ranks[static_cast<size_t>(plan->grid.CoordOf(r).pp)]) {
+      ops_per_step[static_cast<size_t>(r)] += IsDeviceCompute(op.kind);
+    }
+  }
+  for (int k = 0; k < o.steps; ++k) {
+    PredictOptions pk = popts;
+    pk.step = k;
+    if (o.faults.jitter.max_fraction > 0) {
+      pk.compute_op_factor = [this, &ops_per_step, k](int rank, int i) {
+        return injector.ComputeFactor(rank,
+                                      int64_t{k} * ops_per_step[static_cast<size_t>(rank)] + i);
+      };
+    }
+    if (plan->has_ep_exchanges()) pk.routing = &records[static_cast<size_t>(k)].routing;
+    RP_ASSIGN_OR_RETURN(Prediction p, Predict(*plan, pk));
+    step_pred.push_back(std::move(p));
+  }
+  return step_pred;
 }
 
 // --- Executor ---

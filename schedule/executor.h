@@ -15,6 +15,10 @@
 //                    as soon as their lowest layer's gradient of the step's last micro-batch is
 //                    final — inside the last backward — timed by their own ring messages;
 //   Opt              awaits every bucket, then the optimizer (a compute op).
+//   EP (ep > 1)      a MoE block's dispatch and combine are timed all-to-all-v's on the EP group
+//                    inside F/B/Bi (between the block's layer steps, as TP all-reduces are); the
+//                    step's routing (StepRecord::routing) sizes them, and the per-step prediction
+//                    replays the same routing.
 // The program's kTpAllReduce and kAllReduce ops carry the modeled sizes of those collectives (see
 // schedule/plan.h); they take no time of their own.
 // Between steps all devices meet at a rendezvous (runtime/fabric.h) whose last arriver records
@@ -76,6 +80,7 @@
 #include "schedule/metrics.h"
 #include "schedule/predictor.h"
 #include "schedule/program.h"
+#include "schedule/routing.h"
 
 namespace rp::schedule {
 
@@ -95,6 +100,15 @@ struct ExecutorOptions {
   int microbatch_size = 32;           // samples per micro-batch (>= 1)
   // Expected global batch (dp × m × microbatch_size); 0 = derive. Else must match.
   int64_t global_batch = 0;
+  // Expert parallelism (docs/executor.md "Expert parallelism"): the EP degree, carved out of DP
+  // (grid.dp a multiple of ep; ep divides model.moe.experts; > 1 needs MoE layers and a
+  // one-direction program). Replica dp is EP rank dp % ep of EP group dp / ep; MoE blocks exchange
+  // tokens with their EP group through timed all-to-alls inside F/B/Bi; expert parameters are
+  // reduced over the dp / ep replicas with the same EP rank, the rest over DP.
+  int ep = 1;
+  // Modeled bytes one real token row stands for in the EP all-to-all (a multiple of 4; 0 = the
+  // real row: 4 × the block's width).
+  uint64_t ep_row_bytes = 0;
 
   // --- Modeled time ---
   CostModel cost;  // F/B/W/optimizer per pipeline rank (1 or pp entries)
@@ -148,11 +162,23 @@ struct StepRecord {
   double test_loss = std::numeric_limits<double>::quiet_NaN();
   double measured_ms = 0;   // first op start to last op end: wall / time_scale (virtual: emulated)
   double emulated_ms = 0;   // the same window in the run's modeled time
-  double predicted_ms = 0;  // schedule::Predict of this step (its own jitter draws, if any)
+  // schedule::Predict of this step (its own jitter draws, if any; with EP exchanges, the step's
+  // own routing).
+  double predicted_ms = 0;
   double replica_divergence = 0;  // max |w_r − w_0| over replicas and shards, after the update
   // rp::ReferenceTrainer's loss at this step (NaN without run_reference) and |loss − it| / it.
   double reference_loss = std::numeric_limits<double>::quiet_NaN();
   double loss_rel_diff = std::numeric_limits<double>::quiet_NaN();
+  // MoE blocks (model.moe.layers order): (token, slot)s each expert received over the global batch
+  // and (token, slot)s the capacity dropped.
+  struct MoeBlockRecord {
+    int layer = 0;
+    std::vector<int64_t> expert_tokens;
+    int64_t dropped = 0;
+  };
+  std::vector<MoeBlockRecord> moe;
+  // Per source replica and micro-batch (what sized the EP all-to-alls; the predictor's input).
+  StepRouting routing;
 };
 
 // A device's figures of one step on one timeline (schedule/metrics.h definitions).
@@ -180,9 +206,10 @@ struct DeviceReport {
   uint64_t modeled_peak_activation_bytes = 0;
   // Bytes put on the wire over the whole run: real buffers (codec metadata included) and the
   // modeled bytes the fabric timed, split by kind.
-  uint64_t wire_bytes = 0, p2p_bytes = 0, tp_bytes = 0, dp_bytes = 0;
+  // dp_bytes: gradient all-reduces (DP and expert-DP groups); ep_bytes: EP all-to-alls.
+  uint64_t wire_bytes = 0, p2p_bytes = 0, tp_bytes = 0, dp_bytes = 0, ep_bytes = 0;
   uint64_t modeled_wire_bytes = 0, modeled_p2p_bytes = 0, modeled_tp_bytes = 0,
-           modeled_dp_bytes = 0;
+           modeled_dp_bytes = 0, modeled_ep_bytes = 0;
   // Host figures (whole run).
   uint64_t compute_ops = 0;
   uint64_t overruns = 0;     // compute ops whose real work outlasted their modeled time

@@ -54,10 +54,13 @@ class Executor::Impl {
 
   absl::Status Build();
   absl::StatusOr<RunResult> Run();
+  // Per-step predictions after the run (empty when one prediction fits every step).
+  absl::StatusOr<std::vector<Prediction>> PredictEachStep(const PredictOptions& popts);
 
   // step_book.cc
   absl::StatusOr<Nanos> OnStepBoundary(Nanos max_end);
   absl::Status Bookkeep(int step);
+  void RecordRouting(StepRecord& rec);
   absl::Status Evaluate(StepRecord& rec);
 
   // run_result.cc

@@ -17,6 +17,7 @@ const char* IntervalKindName(IntervalKind k) {
     case IntervalKind::kGradAllReduce: return "grad_allreduce";
     case IntervalKind::kGradWait: return "grad_wait";
     case IntervalKind::kOptimizer: return "optimizer";
+    case IntervalKind::kEpAllToAll: return "ep_alltoall";
   }
   return "?";
 }
@@ -72,6 +73,7 @@ DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_t
       case IntervalKind::kOptimizer: m.busy += len; break;
       case IntervalKind::kRecv:
       case IntervalKind::kTpAllReduce:
+      case IntervalKind::kEpAllToAll:
       case IntervalKind::kGradWait:
         m.exposed_comm += wall ? op.wall_transfer : op.transfer;
         m.peer_wait += wall ? op.wall_peer : op.peer;

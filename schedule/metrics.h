@@ -8,6 +8,8 @@
 //   kOptimizer      the optimizer update: busy, not the pipeline.
 //   kRecv           a p2p receive: the device waited from reaching it to the message's arrival.
 //   kTpAllReduce    a TP all-reduce inside F/B, on the compute stream (the device waits it all).
+//   kEpAllToAll     an EP all-to-all (a MoE block's dispatch or combine) inside F/B/Bi, on the
+//                   compute stream, accounted as a TP all-reduce is.
 //   kGradWait       the optimizer's wait for its gradient buckets (compute stream).
 //   kGradAllReduce  a DP bucket all-reduce on the comm stream (overlaps compute; not a wait).
 //   kSend           a p2p send (an instant on the sender: the receiver accounts the message).
@@ -21,11 +23,12 @@
 //                device's first one's start to its last one's end (the per-rank span zero-bubble
 //                papers quote); the makespan of a step is the last pipeline end over devices
 //   bubble       step − busy; bubble_total = bubble / step; bubble_ideal = bubble / busy
-//   exposed      Σ transfer parts of the compute stream's waits (receives, TP all-reduces, the
-//                optimizer's wait)
+//   exposed      Σ transfer parts of the compute stream's waits (receives, TP all-reduces, EP
+//                all-to-alls, the optimizer's wait)
 //   peer wait    Σ their peer-wait parts (part of the bubble, never communication)
-//   comm         Σ comm over receives, TP and DP all-reduces (emulated: the measured figure uses
-//                the same — how long the fabric took to move the data is a model quantity)
+//   comm         Σ comm over receives, TP and DP all-reduces, EP all-to-alls (emulated: the
+//                measured figure uses the same — how long the fabric took to move the data is a
+//                model quantity)
 //   overlap      1 − exposed / comm, in [0, 1] (1 when comm = 0)
 //   T1           every compute op of the global batch on one device, no communication
 //   speedup      T1 / step; efficiency = speedup / world
@@ -49,7 +52,7 @@
 namespace rp::schedule {
 
 enum class IntervalKind : uint8_t {
-  kCompute, kRecv, kSend, kTpAllReduce, kGradAllReduce, kGradWait, kOptimizer
+  kCompute, kRecv, kSend, kTpAllReduce, kGradAllReduce, kGradWait, kOptimizer, kEpAllToAll
 };
 const char* IntervalKindName(IntervalKind k);  // "compute", "recv", ...
 
@@ -58,7 +61,8 @@ enum class Timeline : uint8_t { kMeasured, kEmulated };
 struct OpInterval {
   IntervalKind kind = IntervalKind::kCompute;
   int32_t op = -1;      // index of the op in program.ranks[pp] (-1 if none)
-  // kGradAllReduce: the bucket (launch order); kTpAllReduce: its index in the op; kCompute: 1 for
+  // kGradAllReduce: the bucket (launch order); kTpAllReduce, kEpAllToAll: its index in the op (of
+  // its kind); kCompute: 1 for
   // the backward part of an F&B.
   int32_t detail = -1;
   // Emulated (or predicted) timeline.

@@ -62,63 +62,141 @@ std::vector<ModeledSizes> SizesOf(const Program& prog, int pp) {
   return sizes;
 }
 
+// A layer's share of a pass: its parameters; a MoE block's router plus top_k experts (see
+// LayerPlan::weight), cut by phase when its pass is (router, experts, combine).
+uint64_t MoeWeight(const MlpConfig& m, const MlpStage::LayerInfo& l, int phase) {
+  const uint64_t router = static_cast<uint64_t>(l.in) * static_cast<uint64_t>(m.moe.experts);
+  const uint64_t experts =
+      static_cast<uint64_t>(m.moe.top_k) * static_cast<uint64_t>(l.expert_size);
+  if (phase == 0) return router;
+  if (phase == 1) return experts;
+  if (phase == 2) return 0;
+  return router + experts;
+}
+
+// Buckets in reverse layer order, closed once they hold at least bucket_bytes; with ep > 1 a MoE
+// block's experts form an expert bucket and cut the DP buckets around them (plan.h "bucket").
+void FormBuckets(uint64_t bucket_bytes, ChunkPlan& c) {
+  const int n = static_cast<int>(c.layers.size());
+  c.bucket_of_layer.assign(c.layers.size(), -1);
+  c.expert_bucket_of_layer.assign(c.layers.size(), -1);
+  BucketPlan cur;
+  uint64_t bytes = 0;
+  bool open = false;
+  auto close = [&] {
+    cur.modeled_elements = (bytes + 3) / 4;
+    c.bucket_of_layer[static_cast<size_t>(cur.first_layer)] = static_cast<int>(c.buckets.size());
+    c.buckets.push_back(cur);
+    open = false;
+    bytes = 0;
+  };
+  for (int l = n - 1; l >= 0; --l) {
+    const LayerPlan& lp = c.layers[static_cast<size_t>(l)];
+    size_t count = lp.grad_count;
+    uint64_t piece_bytes = lp.modeled_grad_bytes;
+    if (lp.expert_count > 0) {
+      if (open) close();
+      c.expert_bucket_of_layer[static_cast<size_t>(l)] = static_cast<int>(c.buckets.size());
+      c.buckets.push_back({.first_layer = l, .end_layer = l + 1, .grad_offset = lp.expert_offset,
+                           .grad_count = lp.expert_count,
+                           .modeled_elements = (lp.modeled_expert_bytes + 3) / 4,
+                           .expert = true});
+      count = lp.expert_offset - lp.grad_offset;  // the router
+      piece_bytes -= lp.modeled_expert_bytes;
+    }
+    if (!open) {
+      cur = BucketPlan{.first_layer = l, .end_layer = l + 1, .grad_offset = lp.grad_offset};
+      open = true;
+    }
+    cur.first_layer = l;
+    cur.grad_offset = lp.grad_offset;
+    cur.grad_count += count;
+    bytes += piece_bytes;
+    if (l == 0 || (bucket_bytes > 0 && bytes >= bucket_bytes)) close();
+  }
+}
+
 absl::StatusOr<ChunkPlan> BuildChunk(const PlanOptions& o, const ModelPartition& part, int pp,
                                      int chunk, const ModeledSizes& sizes) {
   ChunkPlan c;
   c.model_stage = o.program.ModelStage(pp, chunk);
   RP_ASSIGN_OR_RETURN(std::vector<MlpStage::LayerInfo> layers,
                       StageLayers(o.model, part, c.model_stage));
-  std::vector<uint64_t> weights;
+  const bool split_experts = part.ep > 1;
+  std::vector<uint64_t> params;
   for (const MlpStage::LayerInfo& l : layers) {
-    const uint64_t params = static_cast<uint64_t>(l.in) * static_cast<uint64_t>(l.out) +
-                            static_cast<uint64_t>(l.bias_size);
-    weights.push_back(params);
+    const uint64_t count = static_cast<uint64_t>(l.end_offset - l.weight_offset);
+    const bool moe = l.kind == ShardKind::kMoe;
+    params.push_back(count);
     c.layers.push_back({.layer = l.layer,
-                        .weight = params,
+                        .weight = moe ? MoeWeight(o.model, l, -1) : count,
                         .grad_offset = static_cast<size_t>(l.weight_offset),
-                        .grad_count = static_cast<size_t>(params)});
+                        .grad_count = static_cast<size_t>(count),
+                        .width = l.in});
+    if (moe && split_experts) {
+      c.layers.back().expert_offset = static_cast<size_t>(l.expert_offset);
+      c.layers.back().expert_count = static_cast<size_t>(l.end_offset - l.expert_offset);
+    }
   }
-  const std::vector<uint64_t> grad_bytes = SplitByWeight(sizes.grad_bytes, weights);
-  for (size_t l = 0; l < c.layers.size(); ++l) c.layers[l].modeled_grad_bytes = grad_bytes[l];
+  const std::vector<uint64_t> grad_bytes = SplitByWeight(sizes.grad_bytes, params);
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    LayerPlan& lp = c.layers[l];
+    lp.modeled_grad_bytes = grad_bytes[l];
+    if (lp.expert_count > 0) {
+      lp.modeled_expert_bytes =
+          SplitByWeight(grad_bytes[l], {lp.expert_offset - lp.grad_offset, lp.expert_count})[1];
+    }
+  }
   const PassKind kinds[kNumPasses] = {PassKind::kForward, PassKind::kBackward,
                                       PassKind::kBackwardInput, PassKind::kWeight};
   for (int p = 0; p < kNumPasses; ++p) {
-    c.steps[static_cast<size_t>(p)] = PassSteps(layers, part.tp, kinds[p]);
+    const size_t up = static_cast<size_t>(p);
+    c.steps[up] = PassSteps(layers, part.tp, kinds[p], part.ep);
     int ars = 0;
-    for (const PassStep& s : c.steps[static_cast<size_t>(p)]) {
+    for (const PassStep& s : c.steps[up]) {
+      uint64_t w = 0;
       if (s.kind == PassStep::Kind::kLayer) {
-        c.total_weight[static_cast<size_t>(p)] += c.layers[static_cast<size_t>(s.local_layer)].weight;
-      } else {
+        const MlpStage::LayerInfo& info = layers[static_cast<size_t>(s.local_layer)];
+        w = s.moe_phase >= 0 ? MoeWeight(o.model, info, s.moe_phase)
+                             : c.layers[static_cast<size_t>(s.local_layer)].weight;
+      } else if (s.kind == PassStep::Kind::kTpAllReduce) {
         ++ars;
       }
+      c.step_weight[up].push_back(w);
+      c.total_weight[up] += w;
     }
-    const uint64_t elements = (sizes.tp_bytes[static_cast<size_t>(p)] + 3) / 4;
-    c.tp_elements[static_cast<size_t>(p)] =
+    const uint64_t elements = (sizes.tp_bytes[up] + 3) / 4;
+    c.tp_elements[up] =
         ars == 0 ? std::vector<uint64_t>{}
                  : SplitByWeight(elements, std::vector<uint64_t>(static_cast<size_t>(ars), 1));
   }
-  // Buckets: reverse layer order, closed once they hold at least bucket_bytes.
-  c.bucket_of_layer.assign(c.layers.size(), -1);
-  const int n = static_cast<int>(c.layers.size());
-  int end = n;
-  uint64_t bytes = 0;
-  for (int l = n - 1; l >= 0; --l) {
-    bytes += c.layers[static_cast<size_t>(l)].modeled_grad_bytes;
-    if (l == 0 || (o.bucket_bytes > 0 && bytes >= o.bucket_bytes)) {
-      BucketPlan b;
-      b.first_layer = l;
-      b.end_layer = end;
-      b.grad_offset = c.layers[static_cast<size_t>(l)].grad_offset;
-      const LayerPlan& top = c.layers[static_cast<size_t>(end - 1)];
-      b.grad_count = top.grad_offset + top.grad_count - b.grad_offset;
-      b.modeled_elements = (bytes + 3) / 4;
-      c.bucket_of_layer[static_cast<size_t>(l)] = static_cast<int>(c.buckets.size());
-      c.buckets.push_back(b);
-      end = l;
-      bytes = 0;
-    }
-  }
+  FormBuckets(o.bucket_bytes, c);
   return c;
+}
+
+// EP degree: carved out of DP, dividing the experts; MoE layers and one direction needed.
+absl::Status CheckEp(const PlanOptions& o) {
+  if (o.ep < 1) return Invalid("ep", absl::StrCat(o.ep, " (must be >= 1)"));
+  if (o.grid.dp % o.ep != 0) {
+    return Invalid("ep", absl::StrCat("dp (", o.grid.dp, ") must be a multiple of ep (", o.ep, ")"));
+  }
+  if (o.ep_row_bytes % 4 != 0) {
+    return Invalid("ep_row_bytes", absl::StrCat(o.ep_row_bytes, " (must be a multiple of 4)"));
+  }
+  if (o.microbatch_size < 1) {
+    return Invalid("microbatch_size", absl::StrCat(o.microbatch_size, " (must be >= 1)"));
+  }
+  if (o.ep == 1) return absl::OkStatus();
+  if (!o.model.moe.enabled()) {
+    return Invalid("ep", absl::StrCat(o.ep, " > 1 needs MoE layers (model.moe.layers)"));
+  }
+  if (o.model.moe.experts % o.ep != 0) {
+    return Invalid("ep", absl::StrCat(o.ep, " does not divide experts (", o.model.moe.experts, ")"));
+  }
+  if (o.program.num_directions() > 1) {
+    return Invalid("ep", "expert parallelism with two-direction schedules is not supported");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -174,19 +252,67 @@ int ExecutionPlan::GradGroupId(int rank, int chunk) const {
   return options.program.ModelStage(c.pp, chunk) * tp + c.tp;
 }
 
+std::vector<int> ExecutionPlan::EpGroup(int rank, int* index) const {
+  const Coord c = grid.CoordOf(rank);
+  const int e = options.ep, first = c.dp / e * e;
+  if (index != nullptr) *index = c.dp % e;
+  std::vector<int> group;
+  for (int q = 0; q < e; ++q) group.push_back(grid.RankOf({first + q, c.pp, c.tp}));
+  return group;
+}
+
+int ExecutionPlan::num_ep_groups() const {
+  const GridShape s = grid.shape();
+  return s.dp / options.ep * s.pp * s.tp;
+}
+
+int ExecutionPlan::EpGroupId(int rank) const {
+  const Coord c = grid.CoordOf(rank);
+  const GridShape s = grid.shape();
+  return ((c.dp / options.ep) * s.pp + c.pp) * s.tp + c.tp;
+}
+
+uint64_t ExecutionPlan::EpRowElements(int width) const {
+  return options.ep_row_bytes == 0 ? static_cast<uint64_t>(width) : options.ep_row_bytes / 4;
+}
+
+std::vector<int> ExecutionPlan::BucketGroup(int rank, int chunk, const BucketPlan& bucket,
+                                            int* index) const {
+  if (!bucket.expert) return GradGroup(rank, chunk, index);
+  const Coord c = grid.CoordOf(rank);
+  const int e = options.ep;
+  if (index != nullptr) *index = c.dp / e;
+  std::vector<int> group;
+  for (int g = 0; g < grid.shape().dp / e; ++g) {
+    group.push_back(grid.RankOf({g * e + c.dp % e, c.pp, c.tp}));
+  }
+  return group;
+}
+
+int ExecutionPlan::BucketGroupId(int rank, int chunk, const BucketPlan& bucket) const {
+  if (!bucket.expert) return GradGroupId(rank, chunk);
+  const Coord c = grid.CoordOf(rank);
+  return num_grad_groups() + (c.pp * grid.shape().tp + c.tp) * options.ep + c.dp % options.ep;
+}
+
+int ExecutionPlan::num_bucket_groups() const {
+  const GridShape s = grid.shape();
+  return num_grad_groups() + (options.ep > 1 ? s.pp * s.tp * options.ep : 0);
+}
+
 std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duration) {
-  const auto& steps = chunk.steps[static_cast<size_t>(pass)];
+  const auto& weights = chunk.step_weight[static_cast<size_t>(pass)];
   const uint64_t total = chunk.total_weight[static_cast<size_t>(pass)];
   std::vector<Nanos> out;
-  out.reserve(steps.size());
+  out.reserve(weights.size());
   uint64_t done = 0;
   Nanos prev{0};
-  for (const PassStep& s : steps) {
-    if (s.kind != PassStep::Kind::kLayer) {
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (chunk.steps[static_cast<size_t>(pass)][i].kind != PassStep::Kind::kLayer) {
       out.push_back(Nanos(0));
       continue;
     }
-    done += chunk.layers[static_cast<size_t>(s.local_layer)].weight;
+    done += weights[i];
     const Nanos end = ShareEnd(duration, done, total);
     out.push_back(end - prev);
     prev = end;
@@ -224,11 +350,12 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
   if (!(o.reduce_gbps >= 0) || !std::isfinite(o.reduce_gbps)) {
     return Invalid("reduce_gbps", "must be finite and >= 0");
   }
+  RP_RETURN_IF_ERROR(CheckEp(o));
   ExecutionPlan plan{.options = o, .grid = *grid};
   plan.v = V;
   {
-    absl::StatusOr<ModelPartition> part =
-        PartitionMlp(o.model, o.program.num_model_stages(), o.grid.tp, o.layers_per_stage);
+    absl::StatusOr<ModelPartition> part = PartitionMlp(o.model, o.program.num_model_stages(),
+                                                       o.grid.tp, o.layers_per_stage, o.ep);
     if (!part.ok()) return Invalid("model", std::string(part.status().message()));
     plan.partition = *part;
   }

@@ -18,6 +18,15 @@
 //                stream when its lowest layer's gradient of the step's last micro-batch is final:
 //                during the chunk's last backward (B, or W when split) with overlap, else when the
 //                device reaches its optimizer step.
+//                Expert parallelism (ep > 1): a MoE block's experts are reduced over the expert-
+//                data-parallel group, everything else over DP (rp::ReduceGroup). A block's experts
+//                are an expert bucket of their own (completing with the block), and a DP bucket
+//                never spans them: the DP bucket above a MoE block closes at the block, and the
+//                block's router starts the next one. Buckets are listed in launch order.
+//   EP groups    ep consecutive DP replicas (replica dp is EP rank dp % ep of EP group dp / ep) of
+//                one (pp, tp): their tokens meet at the experts through the EP all-to-alls inside
+//                the passes (PassSteps' kEpAllToAll steps). The expert-data-parallel group of a
+//                rank: the dp / ep replicas with its EP rank, in ring order by EP group.
 //   modeled size the bytes the fabric times: p2p messages carry their op's bytes; a pass's TP
 //                all-reduces share the program's kTpAllReduce bytes of that pass equally; a chunk's
 //                gradients weigh the program's kAllReduce bytes of that chunk (the described model's
@@ -58,10 +67,18 @@ int PassIndex(OpKind kind);
 
 struct LayerPlan {
   int layer = 0;                 // global model layer
-  uint64_t weight = 0;           // its parameter count (one shard): its share of a pass
+  // Its share of a pass: its parameter count (one shard); a MoE block's is its router's plus
+  // top_k experts' (the parameters a token meets), whatever its EP rank holds.
+  uint64_t weight = 0;
   size_t grad_offset = 0;        // its real gradient elements in the stage's grads()
   size_t grad_count = 0;
   uint64_t modeled_grad_bytes = 0;
+  // A MoE block with ep > 1: its experts' elements (inside the range above) and their share of
+  // the modeled bytes (reduced over the expert-data-parallel group); 0 otherwise.
+  size_t expert_offset = 0;
+  size_t expert_count = 0;
+  uint64_t modeled_expert_bytes = 0;
+  int width = 0;                 // input width (a MoE block's token rows)
 };
 
 struct BucketPlan {
@@ -70,6 +87,7 @@ struct BucketPlan {
   size_t grad_offset = 0;        // real elements [grad_offset, grad_offset + grad_count)
   size_t grad_count = 0;
   uint64_t modeled_elements = 0;  // FP32 elements the fabric times (modeled bytes / 4, rounded up)
+  bool expert = false;            // a MoE block's experts: reduced over the expert-DP group
 };
 
 struct ChunkPlan {
@@ -77,14 +95,18 @@ struct ChunkPlan {
   std::vector<LayerPlan> layers;
   std::array<std::vector<PassStep>, kNumPasses> steps;  // per pass
   std::array<uint64_t, kNumPasses> total_weight{};      // Σ layer weights over a pass's kLayer steps
+  // Per step of a pass: its weight (a layer's, or a MoE block phase's share; 0 for exchanges).
+  std::array<std::vector<uint64_t>, kNumPasses> step_weight;
   // Modeled FP32 elements of each TP all-reduce of a pass (its kTpAllReduce steps in order).
   std::array<std::vector<uint64_t>, kNumPasses> tp_elements;
   std::vector<BucketPlan> buckets;  // in launch order (reverse layer order)
   // Op index (in the rank's list) after which its gradients are final: its last B, W, or F&B whose
   // backward part is this chunk.
   int last_grad_op = -1;
-  // For each local layer: the bucket it completes (its lowest layer), else -1.
+  // For each local layer: the bucket it completes (its lowest layer), else -1; and the expert
+  // bucket it completes (a MoE block with ep > 1), else -1 — launched first.
   std::vector<int> bucket_of_layer;
+  std::vector<int> expert_bucket_of_layer;
 };
 
 struct RankPlan {
@@ -112,6 +134,12 @@ struct PlanOptions {
   uint64_t bucket_bytes = 25ull << 20;  // DDP bucket cap (modeled bytes); 0 = one bucket per chunk
   bool overlap_grad_allreduce = true;
   FaultPlan faults;                 // degraded links and slow-link faults become fabric faults
+  // Expert parallelism: the EP degree (>= 1, dividing grid.dp and model.moe.experts; > 1 needs
+  // MoE layers and one direction), and the modeled bytes one real token row stands for in the EP
+  // all-to-all (a multiple of 4 counted as FP32 elements; 0 = the real row, 4 × its width).
+  int ep = 1;
+  uint64_t ep_row_bytes = 0;
+  int microbatch_size = 32;  // tokens (rows) per micro-batch: balanced routing (predictor)
 };
 
 struct ExecutionPlan {
@@ -147,6 +175,23 @@ struct ExecutionPlan {
   int GradGroupId(int rank, int chunk) const;
   // The fault-free modeled duration of an op of kind `kind` on pipeline rank pp (F&B: F + B).
   Nanos OpCost(int pp, OpKind kind) const;
+
+  // --- Expert parallelism (see "EP groups") ---
+  int ep() const { return options.ep; }
+  // Whether passes exchange tokens (ep > 1 with MoE layers).
+  bool has_ep_exchanges() const { return options.ep > 1 && options.model.moe.enabled(); }
+  // The EP group of a rank (global ranks by EP rank); `index` receives its EP rank.
+  std::vector<int> EpGroup(int rank, int* index) const;
+  int num_ep_groups() const;
+  int EpGroupId(int rank) const;  // the executor's EP communicators
+  // Modeled FP32 elements one real token row of `width` stands for (options.ep_row_bytes).
+  uint64_t EpRowElements(int width) const;
+  // The group that reduces `bucket` of (rank, chunk): GradGroup, or for an expert bucket the
+  // expert-data-parallel group (`index` receives the rank's position), and ids over both kinds
+  // (GradGroupId first, then one expert group per (pp, tp, EP rank)).
+  std::vector<int> BucketGroup(int rank, int chunk, const BucketPlan& bucket, int* index) const;
+  int BucketGroupId(int rank, int chunk, const BucketPlan& bucket) const;
+  int num_bucket_groups() const;
 };
 
 // Validates (InvalidArgument naming the field) and builds the plan: grid and placement, program vs
@@ -154,7 +199,7 @@ struct ExecutionPlan {
 [[nodiscard]] absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& options);
 
 // The durations of the kLayer steps of one pass of `duration` on `chunk`, in step order (0 for
-// the kTpAllReduce steps): consecutive ShareEnd differences, summing to `duration`.
+// the exchange steps): consecutive ShareEnd differences of the step weights, summing to `duration`.
 std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duration);
 
 }  // namespace rp::schedule

@@ -34,7 +34,7 @@ bool CanFold(const ExecutionPlan& plan, const PredictOptions& opts) {
   const ParallelGrid& g = plan.grid;
   const GridShape s = g.shape();
   if (!opts.fold_replicas || s.dp == 1 || opts.compute_op_factor || !plan.link_faults.empty() ||
-      plan.options.program.num_directions() > 1) {
+      plan.options.program.num_directions() > 1 || plan.has_ep_exchanges()) {
     return false;
   }
   auto at = [&](int dp, int pp, int tp) { return g.RankOf({dp, pp, tp}); };
@@ -89,6 +89,7 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
   Prediction pred;
   pred.tp = shape.tp;
   pred.folded = fold;
+  pred.balanced_routing_assumed = sim.balanced_routing_assumed();
   const int classes = fold ? 1 : shape.dp;
   pred.class_of_replica.resize(static_cast<size_t>(shape.dp));
   for (int d = 0; d < shape.dp; ++d) pred.class_of_replica[static_cast<size_t>(d)] = fold ? 0 : d;

@@ -7,7 +7,8 @@
 //   all-reduce between layers is a ring::RingTimer over the TP group; a send posts its message; a
 //   receive waits for its message's arrival; the chunk's last backward launches buckets on the comm
 //   stream, each a RingTimer over the DP group starting at max(ready, previous bucket's end); the
-//   optimizer waits for every bucket.
+//   optimizer waits for every bucket; a MoE block's EP dispatch and combine (ep > 1) are two
+//   a2a::PairwiseTimer rounds each (counts, blocks) over the EP group, sized by the step's routing.
 // Messages commit on a rp::FabricModel in key order (ready, tie rank, post count of the LP): the
 // simulation runs every LP until it blocks, then commits the pending message of least key — the
 // order rp::Fabric's conservative rule produces with threads. Ports, contention, NIC sharing,
@@ -19,7 +20,7 @@
 // simulation plays one replica and stands each DP ring message to the next replica in for the
 // message it receives from the previous one (same ports, same times). Exact, and what makes
 // DP 1024 × PP 16 predict in well under a second. fold_replicas = false plays every device
-// (tests check both agree).
+// (tests check both agree). EP exchanges couple the replicas of an EP group: no folding.
 //
 // Metrics (schedule/metrics.h): per device on the predicted timeline; step time = the last op's
 // end (the step starts at 0); T1 = SingleDeviceTime.
@@ -41,6 +42,7 @@
 #include "runtime/time.h"
 #include "schedule/metrics.h"
 #include "schedule/plan.h"
+#include "schedule/routing.h"
 
 namespace rp::schedule {
 
@@ -54,6 +56,9 @@ struct PredictOptions {
   std::function<double(int rank, int compute_op)> compute_op_factor;
   int step = 0;               // training step (slow-link faults act from their step on)
   bool fold_replicas = true;  // see "Replica folding"
+  // The step's MoE routing (sizes the EP all-to-alls; see schedule/routing.h); not owned, read
+  // during Predict. Null with EP exchanges: balanced routing is assumed (Prediction says so).
+  const StepRouting* routing = nullptr;
 };
 
 struct Prediction {
@@ -77,6 +82,9 @@ struct Prediction {
   std::vector<std::vector<std::vector<OpInterval>>> timelines;  // [class][pp·TP + tp]
   int tp = 1;
   bool folded = false;
+  // EP exchanges were sized by balanced routing (no StepRouting given): an assumption, not the
+  // routing of a run.
+  bool balanced_routing_assumed = false;
 
   const std::vector<OpInterval>& Timeline(const ParallelGrid& grid, int rank) const {
     const Coord c = grid.CoordOf(rank);

@@ -16,7 +16,7 @@ using comm::ring::RingTimer;
 using comm::ring::TimedKind;
 using comm::ring::TimedShape;
 
-enum ChannelKind { kAct = 0, kGrad = 1, kTpRing = 2, kDpRing = 3 };
+enum ChannelKind { kAct = 0, kGrad = 1, kTpRing = 2, kDpRing = 3, kEp = 4 };
 
 }  // namespace
 
@@ -24,6 +24,7 @@ Simulation::Simulation(const ExecutionPlan& plan, const PredictOptions& opts,
                        std::vector<int> ranks, bool fold)
     : plan_(plan),
       opts_(opts),
+      routing_(opts.routing),
       ranks_(std::move(ranks)),
       fold_(fold),
       fabric_(FabricModel::Create(plan.options.links, plan.grid.world_size(), plan.link_faults)
@@ -41,6 +42,11 @@ Simulation::Simulation(const ExecutionPlan& plan, const PredictOptions& opts,
   }
   lp_seq_.assign(2 * ranks_.size(), 0);
   queued_.assign(2 * ranks_.size(), false);
+  if (routing_ == nullptr && plan.has_ep_exchanges()) {
+    balanced_ = BalancedRouting(plan.options.model, plan.grid.shape().dp,
+                                plan.options.program.num_micro_batches, plan.options.microbatch_size);
+    routing_ = &balanced_;
+  }
 }
 
 double Simulation::FactorOf(const Device& d, int compute_op) const {
@@ -224,7 +230,7 @@ void Simulation::BeginPass(Device& d, const Op& op) {
         d.act_ready.erase(it);
       }
     }
-    d.parts.push_back({.pass = 0, .chunk = op.chunk});
+    d.parts.push_back({.pass = 0, .chunk = op.chunk, .micro_batch = op.micro_batch});
     bases.push_back(rp.op_cost[0]);
   }
   if (has_b) {
@@ -238,7 +244,8 @@ void Simulation::BeginPass(Device& d, const Op& op) {
     }
     const int pass = PassIndex(b_kind);
     d.parts.push_back({.pass = pass, .chunk = b_chunk,
-                       .detail = op.kind == OpKind::kForwardBackward ? 1 : -1});
+                       .detail = op.kind == OpKind::kForwardBackward ? 1 : -1,
+                       .micro_batch = b_mb});
     bases.push_back(rp.op_cost[static_cast<size_t>(pass)]);
   }
   // One fault draw for the whole op; the parts cut its duration by their costs (as RunParts).
@@ -260,6 +267,7 @@ void Simulation::BeginPass(Device& d, const Op& op) {
   d.part_index = 0;
   d.step_index = 0;
   d.tp_calls = 0;
+  d.ep_calls = 0;
   d.in_pass = true;
 }
 
@@ -278,9 +286,17 @@ bool Simulation::StepPass(int dev, const Op& op) {
         d.cursor = SaturatingAdd(d.cursor, part.durations[d.step_index]);
         ++d.step_index;
         if (launches && s.grads_final) {
-          const int b = chunk.bucket_of_layer[static_cast<size_t>(s.local_layer)];
-          if (b >= 0) LaunchBucket(dev, part.chunk, b, d.cursor);
+          const size_t l = static_cast<size_t>(s.local_layer);
+          for (const int b : {chunk.expert_bucket_of_layer[l], chunk.bucket_of_layer[l]}) {
+            if (b >= 0) LaunchBucket(dev, part.chunk, b, d.cursor);
+          }
         }
+        continue;
+      }
+      if (s.kind == PassStep::Kind::kEpAllToAll) {
+        if (!EpStep(dev, part, s)) return false;
+        ++d.step_index;
+        d.segment_start = d.cursor;
         continue;
       }
       if (!d.tp_ring) {
@@ -320,6 +336,7 @@ bool Simulation::StepPass(int dev, const Op& op) {
     d.segment_start = d.cursor;
     d.step_index = 0;
     d.tp_calls = 0;
+    d.ep_calls = 0;
     ++d.part_index;
   }
   const int K = plan_.options.program.num_model_stages();
@@ -343,7 +360,8 @@ void Simulation::LaunchBucket(int dev, int chunk, int bucket, Nanos ready) {
   const int o = static_cast<int>(std::find(order.begin(), order.end(), std::make_pair(chunk, bucket)) -
                                  order.begin());
   d.launched[static_cast<size_t>(o)] = true;
-  if (plan_.GradGroup(d.rank, chunk, nullptr).size() == 1) {  // nothing to reduce
+  const BucketPlan& b = plan_.Chunk(d.coord.pp, chunk).buckets[static_cast<size_t>(bucket)];
+  if (plan_.BucketGroup(d.rank, chunk, b, nullptr).size() == 1) {  // nothing to reduce
     d.buckets[static_cast<size_t>(o)] = BucketDone{.start = ready, .end = ready, .done = true};
     return;
   }
@@ -362,10 +380,10 @@ absl::Status Simulation::AdvanceComm(int dev) {
       const Nanos start = std::max(d.current.ready, d.comm_prev_end);
       const BucketPlan& b = plan_.Chunk(d.coord.pp, d.current.chunk).buckets[static_cast<size_t>(d.current.index)];
       int pos = 0;
-      const std::vector<int> group = plan_.GradGroup(d.rank, d.current.chunk, &pos);
+      const std::vector<int> group = plan_.BucketGroup(d.rank, d.current.chunk, b, &pos);
       const int D = static_cast<int>(group.size());
       // One channel space per gradient group (two groups may join the same pair of devices).
-      const int kind = kDpRing + 4 * (1 + plan_.GradGroupId(d.rank, d.current.chunk));
+      const int kind = kDpRing + 4 * (1 + plan_.BucketGroupId(d.rank, d.current.chunk, b));
       const int next = group[static_cast<size_t>((pos + 1) % D)];
       const int prev = group[static_cast<size_t>((pos + D - 1) % D)];
       const TimedShape shape = TimedShape::Ring(D, b.modeled_elements, plan_.ring_segment_bytes / 4,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "comm/alltoall_timing.h"
 #include "comm/ring_timing.h"
 #include "runtime/fabric_model.h"
 #include "schedule/metrics.h"
@@ -24,9 +25,11 @@ namespace rp::schedule::internal {
 
 class Simulation {
  public:
-  // Simulates `ranks` (global ranks: every rank, or replica 0's when `fold`).
+  // Simulates `ranks` (global ranks: every rank, or replica 0's when `fold`). EP exchanges are sized
+  // by opts.routing, or by balanced routing when it is null (balanced_routing_assumed()).
   Simulation(const ExecutionPlan& plan, const PredictOptions& opts, std::vector<int> ranks,
              bool fold);
+  bool balanced_routing_assumed() const { return routing_ == &balanced_; }
   [[nodiscard]] absl::Status Run();
 
   // Results, per simulated device (index into `ranks`).
@@ -64,6 +67,19 @@ class Simulation {
     std::vector<WaitSpan> spans;
     bool done = false;
   };
+  // An EP all-to-all in progress on a compute LP: the counts round, then the blocks round
+  // (predictor_ep.cc).
+  struct EpExchangeSim {
+    std::vector<int> group;  // the EP group's global ranks, by EP rank
+    int index = 0;           // this rank's EP rank
+    int bins = 1;            // count entries per peer
+    int round = 0;           // 0 counts, 1 blocks
+    std::vector<std::vector<uint64_t>> block_bytes;  // blocks round: per step, message bytes
+    std::vector<int> block_messages;                 // blocks round: per step, receives
+    std::optional<comm::a2a::PairwiseTimer> timer;
+    Nanos start{0};
+    Nanos transfer{0}, peer{0};
+  };
   // One ring collective in progress on an LP.
   struct Ring {
     comm::ring::RingTimer timer;
@@ -83,6 +99,7 @@ class Simulation {
       int pass = 0, chunk = 0;
       int32_t detail = -1;
       std::vector<Nanos> durations;
+      int micro_batch = 0;
     };
     std::vector<Part> parts;  // the current compute op's passes (an F&B has two)
     size_t part_index = 0;
@@ -90,6 +107,8 @@ class Simulation {
     Nanos segment_start{0};
     int tp_calls = 0;
     std::optional<Ring> tp_ring;
+    int ep_calls = 0;
+    std::optional<EpExchangeSim> ep;
     std::map<std::pair<int, int>, Nanos> act_ready, grad_ready;  // (mb, model stage)
     std::vector<bool> launched;
     bool at_optimizer = false;
@@ -118,12 +137,18 @@ class Simulation {
   void BeginPass(Device& d, const Op& op);
   bool StepPass(int dev, const Op& op);
   void LaunchBucket(int dev, int chunk, int bucket, Nanos ready);
+  // The EP all-to-all at step `s` of the current part (predictor_ep.cc): false while it waits.
+  bool EpStep(int dev, const Device::Part& part, const PassStep& s);
+  void BeginEpRound(int dev);
+  void PostEp(int lp, const Device& d, const comm::a2a::PairwiseTimer::Post& p);
   bool Optimizer(int dev);
-  int ChannelFor(int kind, int a, int b);  // kind: 0 act, 1 grad, 2 TP ring, 3 DP ring
+  int ChannelFor(int kind, int a, int b);  // kind: 0 act, 1 grad, 2 TP ring, 3 DP ring, 4 EP
   void Record(Device& d, OpInterval iv);
 
   const ExecutionPlan& plan_;
   const PredictOptions& opts_;
+  const StepRouting* routing_;  // the step's (opts_.routing, or balanced_)
+  StepRouting balanced_;
   const std::vector<int> ranks_;
   const bool fold_;
   FabricModel fabric_;

@@ -93,23 +93,34 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
     comm::WireStats dps;
     std::vector<int> seen;
     for (int ch = 0; ch < plan->v; ++ch) {
-      const int id = plan->GradGroupId(r, ch);
-      if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
-      seen.push_back(id);
+      for (const BucketPlan& b : plan->Chunk(c.pp, ch).buckets) {
+        const int id = plan->BucketGroupId(r, ch, b);
+        if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+        seen.push_back(id);
+        int index = 0;
+        plan->BucketGroup(r, ch, b, &index);
+        const comm::WireStats& w = ctx.Grad(id).rank(index).stats();
+        for (int k = 0; k < 4; ++k) dps.collective_bytes[k] += w.collective_bytes[k];
+        dps.modeled_bytes += w.modeled_bytes;
+      }
+    }
+    comm::WireStats eps;
+    if (plan->has_ep_exchanges()) {
       int index = 0;
-      plan->GradGroup(r, ch, &index);
-      const comm::WireStats& w = ctx.Grad(id).rank(index).stats();
-      for (int k = 0; k < 4; ++k) dps.collective_bytes[k] += w.collective_bytes[k];
-      dps.modeled_bytes += w.modeled_bytes;
+      plan->EpGroup(r, &index);
+      eps = ctx.Ep(r).rank(index).stats();
     }
     rep.p2p_bytes = Total(act) + Total(grad);
     rep.tp_bytes = Total(tps);
     rep.dp_bytes = Total(dps);
-    rep.wire_bytes = rep.p2p_bytes + rep.tp_bytes + rep.dp_bytes;
+    rep.ep_bytes = Total(eps);
+    rep.wire_bytes = rep.p2p_bytes + rep.tp_bytes + rep.dp_bytes + rep.ep_bytes;
     rep.modeled_p2p_bytes = act.modeled_bytes + grad.modeled_bytes;
     rep.modeled_tp_bytes = tps.modeled_bytes;
     rep.modeled_dp_bytes = dps.modeled_bytes;
-    rep.modeled_wire_bytes = rep.modeled_p2p_bytes + rep.modeled_tp_bytes + rep.modeled_dp_bytes;
+    rep.modeled_ep_bytes = eps.modeled_bytes;
+    rep.modeled_wire_bytes = rep.modeled_p2p_bytes + rep.modeled_tp_bytes +
+                             rep.modeled_dp_bytes + rep.modeled_ep_bytes;
     const rp::DeviceStats& st = dv.stats();
     rep.compute_ops = st.compute_ops;
     rep.overruns = st.overruns;
@@ -128,8 +139,10 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
     res.clock_crowded_waits = ctx.real_clock->crowded_waits();
   }
   if (o.run_reference) {
+    // The single-device model (with EP: each EP group's replicas in lockstep, experts visiting
+    // tokens in the canonical order; reference_trainer.h).
     ReferenceOptions ro{.model = o.model, .layout = layout, .optimizer = o.optimizer,
-                        .num_stages = 1, .tp = 1, .layers_per_stage = {}};
+                        .num_stages = 1, .tp = 1, .layers_per_stage = {}, .ep = o.ep};
     RP_ASSIGN_OR_RETURN(auto ref, ReferenceTrainer::Create(ro, &*data));
     res.max_loss_rel_diff = 0;
     for (StepRecord& r : res.steps) {

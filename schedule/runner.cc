@@ -34,10 +34,15 @@ DeviceRunner::~DeviceRunner() = default;
 absl::StatusOr<std::unique_ptr<DeviceRunner>> DeviceRunner::Create(RunContext* ctx, int rank) {
   auto r = std::unique_ptr<DeviceRunner>(new DeviceRunner(ctx, rank));
   const ExecutionPlan& plan = *ctx->plan;
+  // MoE: replica dp is EP rank dp % ep; each micro-batch's auxiliary loss weighs 1 / (dp · m),
+  // as in rp::ReferenceTrainer.
+  const double aux_weight = 1.0 / (static_cast<double>(ctx->layout.dp) *
+                                   static_cast<double>(ctx->layout.microbatches));
   for (int c = 0; c < plan.v; ++c) {
     RP_ASSIGN_OR_RETURN(auto st, MlpStage::Create(ctx->options->model, plan.partition,
                                                   plan.Chunk(r->coord_.pp, c).model_stage,
-                                                  r->coord_.tp));
+                                                  r->coord_.tp, r->coord_.dp % plan.ep()));
+    st->SetAuxLossWeight(aux_weight);
     RP_ASSIGN_OR_RETURN(auto opt, Optimizer::Create(ctx->options->optimizer, st->params().size()));
     r->stages_.push_back(std::move(st));
     r->optimizers_.push_back(std::move(opt));
@@ -126,7 +131,10 @@ absl::Status DeviceRunner::Body(Device& dev,
 }
 
 absl::Status DeviceRunner::RunStep(int step) {
-  for (auto& st : stages_) st->ZeroGrads();
+  for (auto& st : stages_) {
+    st->ZeroGrads();
+    st->ResetMoeStats();  // routing figures per step (read at the step boundary)
+  }
   const int m = ctx_->layout.microbatches;
   loss_sum_.assign(static_cast<size_t>(m), 0.0);
   correct_.assign(static_cast<size_t>(m), 0);

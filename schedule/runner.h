@@ -16,6 +16,8 @@
 //                comm stream is the device's comm thread (rp::Fabric::AddWork, Device::PostComm);
 //                on a virtual clock it is event-driven (comm::EventCommStream): the fabric runs
 //                each bucket's ring as its messages commit, with no thread.
+//   EP exchanges a MoE block's dispatch and combine (ep > 1) are timed all-to-all-v's on the EP
+//                group at their kEpAllToAll steps, between the block's layer steps (runner_ep.cc).
 //   send/recv    a send posts the real buffer with its modeled bytes; a receive takes the next
 //                message of its pipeline channel: cursor = max(cursor, arrival); the wait splits
 //                into transfer and peer wait (schedule/metrics.h).
@@ -83,8 +85,8 @@ struct RunContext {
   // their own, so each (sender, receiver, kind) is one FIFO channel (program.h).
   std::vector<std::unique_ptr<comm::Communicator>> pipes_act, pipes_grad;
   std::vector<std::unique_ptr<comm::Communicator>> tps;    // per (dp, pp): index dp·PP + pp
-  // Gradient groups (ExecutionPlan::GradGroupId): the DP groups, or with two directions the
-  // mirror + DP groups of each model stage.
+  // Gradient groups (ExecutionPlan::BucketGroupId): the DP groups, or with two directions the
+  // mirror + DP groups of each model stage; then the expert-data-parallel groups (ep > 1).
   std::vector<std::unique_ptr<comm::Communicator>> grads;
   // Per device, on a virtual clock: the comm stream as an event-driven LP of the fabric (no comm
   // thread; see comm/comm_stream.h). Empty: each device's comm stream is a thread.
@@ -92,6 +94,8 @@ struct RunContext {
   // Per device, on a virtual clock with TP > 1: the TP ring all-reduces of its compute stream as
   // state machines fed by the fabric while the compute thread awaits their end on a gate.
   std::vector<std::unique_ptr<comm::EventCommStream>> tp_streams;
+  // EP groups (ExecutionPlan::EpGroupId; ep > 1 with MoE layers): compute streams.
+  std::vector<std::unique_ptr<comm::Communicator>> eps;
   RendezvousId barrier = -1;
   std::atomic<int64_t> ops_done{0};  // progress for the stall monitor
   std::atomic<int> clock_sleepers{0};  // device threads waiting on a real clock right now
@@ -102,6 +106,9 @@ struct RunContext {
   comm::Communicator& Pipe(const Coord& c, bool grad) const;
   comm::Communicator& Tp(const Coord& c) const;
   comm::Communicator& Grad(int group) const { return *grads[static_cast<size_t>(group)]; }
+  comm::Communicator& Ep(int rank) const {
+    return *eps[static_cast<size_t>(plan->EpGroupId(rank))];
+  }
 };
 
 class DeviceRunner {
@@ -157,8 +164,9 @@ class DeviceRunner {
   absl::Status OptimizerStep(int step, int op_index, const Op& op);
   absl::Status InjectedFault(int step, int op_index, const Op& op, const OpFault& fault);
   // One pass of a compute op (an F&B has two): the chunk whose plan steps it follows, its
-  // fault-free cost, and the real kernel, which receives the TP and layer callbacks.
-  using Kernel = std::function<absl::Status(const TpAllReduceFn&, const LayerGradsDoneFn&)>;
+  // fault-free cost, and the real kernel, which receives the TP, layer and EP callbacks.
+  using Kernel = std::function<absl::Status(const TpAllReduceFn&, const LayerGradsDoneFn&,
+                                            const EpExchangeFn&)>;
   struct Part {
     int pass = 0;
     int chunk = 0;
@@ -177,6 +185,10 @@ class DeviceRunner {
   Part ForwardPart(int step, int op_index, const Op& op, int chunk, int mb, Pending* in, Tensor* out);
   Part BackwardPart(int step, int op_index, const Op& op, OpKind kind, int chunk, int mb,
                     Pending* dy, Tensor* dx);
+  // The EP all-to-all of exchange `x` starting at modeled `start` (wall0: its measured start):
+  // records it and returns its end (runner_ep.cc).
+  absl::StatusOr<Nanos> EpAllToAll(int step, int op_index, const Op& op, EpExchange& x,
+                                   Nanos start, Nanos wall0);
   absl::Status LaunchBucket(int step, int chunk, int bucket, Nanos ready);
   // One TP all-reduce of `buffer` from modeled `start` (on the TP group's ring; event-driven on a
   // virtual clock).
@@ -213,6 +225,7 @@ class DeviceRunner {
   // Event-driven TP all-reduces: the gate the compute thread awaits, the result handed over.
   GateId tp_gate_ = -1;
   absl::StatusOr<comm::CollectiveResult> tp_result_;
+  int ep_calls_ = 0;  // EP all-to-alls so far in the current op
   // Buckets: per launch order, a gate and the comm stream's record.
   std::vector<GateId> gates_;
   std::vector<BucketRecord> buckets_;  // written by the comm stream before its gate's Signal

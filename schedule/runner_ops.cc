@@ -8,48 +8,11 @@
 #include "runtime/status_macros.h"
 #include "runtime/timing.h"
 #include "schedule/runner.h"
+#include "schedule/runner_internal.h"
 
 namespace rp::schedule {
-namespace {
 
-std::chrono::nanoseconds CommTimeout(const ExecutorOptions& o) {
-  return o.virtual_time ? std::chrono::nanoseconds(std::chrono::hours(24))
-                        : 10 * o.watchdog_timeout;
-}
-
-uint64_t FlowId(int src_rank, uint64_t ticket) {
-  return (static_cast<uint64_t>(src_rank) + 1) << 40 | (ticket & ((uint64_t{1} << 40) - 1));
-}
-
-absl::Status WithSite(const absl::Status& s, const Coord& c, int rank, int step, const Op& op,
-                      int peer_rank) {
-  if (s.ok()) return s;
-  return absl::Status(
-      s.code(), absl::StrCat("rank ", rank, " (dp ", c.dp, ", pp ", c.pp, ", tp ", c.tp,
-                             ") step ", step, " op ", ToString(op),
-                             peer_rank >= 0 ? absl::StrCat(" peer rank ", peer_rank) : "", ": ",
-                             s.message()));
-}
-
-std::vector<WaitSpan> Spans(const std::vector<comm::CollectiveResult::Span>& spans) {
-  std::vector<WaitSpan> out;
-  out.reserve(spans.size());
-  for (const auto& sp : spans) out.push_back({sp.start, sp.end, sp.peer});
-  return out;
-}
-
-// The measured split of a wait [wall_start, wall_end) on the step's measured axis against modeled
-// spans mapped onto it (modeled t sits at t − step_start).
-WaitSplit SplitWallBySpans(Nanos wall_start, Nanos wall_end, std::vector<WaitSpan> spans,
-                           Nanos step_start) {
-  for (WaitSpan& sp : spans) {
-    sp.start -= step_start;
-    sp.end -= step_start;
-  }
-  return SplitBySpans(wall_start, wall_end, spans);
-}
-
-}  // namespace
+using namespace runner_internal;  // NOLINT: this file's helpers
 
 absl::StatusOr<DeviceRunner::Pending> DeviceRunner::TakeInput(int step, const Op& op, int k,
                                                               int mb) {
@@ -102,11 +65,12 @@ DeviceRunner::Part DeviceRunner::ForwardPart(int step, int op_index, const Op& o
   const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
   return Part{
       .pass = 0, .chunk = chunk, .base = plan.ranks[static_cast<size_t>(coord_.pp)].op_cost[0],
-      .kernel = [=, this](const TpAllReduceFn& tp, const LayerGradsDoneFn&) -> absl::Status {
+      .kernel = [=, this](const TpAllReduceFn& tp, const LayerGradsDoneFn&,
+                          const EpExchangeFn& ep) -> absl::Status {
         if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
           (void)InjectedFault(step, op_index, op, *fault);  // throws
         }
-        RP_ASSIGN_OR_RETURN(*out, stage->Forward(mb, in->value, tp));
+        RP_ASSIGN_OR_RETURN(*out, stage->Forward(mb, in->value, tp, ep));
         if (k != K - 1) return absl::OkStatus();
         RP_ASSIGN_OR_RETURN(Batch b, ctx_->data->TrainMicroBatch(ctx_->layout, step, coord_.dp, mb));
         Tensor dl(out->rows(), out->cols());
@@ -127,15 +91,16 @@ DeviceRunner::Part DeviceRunner::BackwardPart(int step, int op_index, const Op& 
   return Part{
       .pass = pass, .chunk = chunk,
       .base = plan.ranks[static_cast<size_t>(coord_.pp)].op_cost[static_cast<size_t>(pass)],
-      .kernel = [=, this](const TpAllReduceFn& tp, const LayerGradsDoneFn& done) -> absl::Status {
+      .kernel = [=, this](const TpAllReduceFn& tp, const LayerGradsDoneFn& done,
+                          const EpExchangeFn& ep) -> absl::Status {
         if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
           (void)InjectedFault(step, op_index, op, *fault);  // throws
         }
         if (kind == OpKind::kWeightGrad) return stage->BackwardWeight(mb, done);
         if (kind == OpKind::kBackward) {
-          RP_ASSIGN_OR_RETURN(*dx, stage->Backward(mb, dy->value, tp, done));
+          RP_ASSIGN_OR_RETURN(*dx, stage->Backward(mb, dy->value, tp, done, ep));
         } else {
-          RP_ASSIGN_OR_RETURN(*dx, stage->BackwardInput(mb, dy->value, tp));
+          RP_ASSIGN_OR_RETURN(*dx, stage->BackwardInput(mb, dy->value, tp, ep));
         }
         return absl::OkStatus();
       }};
@@ -208,30 +173,48 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
               .start = segment_start - step_start_, .end = cursor - step_start_,
               .wall_start = segment_wall, .wall_end = wall_end});
     };
-    // Moves the cursor over layer steps up to (excluding) the next TP all-reduce, or through the
-    // step of local layer `through` if >= 0, launching the buckets the layers complete.
+    // Moves the cursor over layer steps up to (excluding) the next exchange, or through the step
+    // of local layer `through` if >= 0, launching the buckets the layers complete (a MoE block's
+    // expert bucket first).
     auto advance = [&](int through) {
       while (si < steps.size() && steps[si].kind == PassStep::Kind::kLayer) {
         const PassStep& s = steps[si];
         cursor += durations[si];
         ++si;
         if (launches && s.grads_final) {
-          const int b = chunk.bucket_of_layer[static_cast<size_t>(s.local_layer)];
-          if (b >= 0 && launch_error.ok()) launch_error = LaunchBucket(step, part.chunk, b, cursor);
+          const size_t l = static_cast<size_t>(s.local_layer);
+          for (const int b : {chunk.expert_bucket_of_layer[l], chunk.bucket_of_layer[l]}) {
+            if (b >= 0 && launch_error.ok()) launch_error = LaunchBucket(step, part.chunk, b, cursor);
+          }
         }
         if (s.local_layer == through) return;
       }
     };
-    tp_calls_ = 0;
-    const TpAllReduceFn tp = [&](std::span<float> buffer) -> absl::Status {
+    // An exchange point of the pass (a TP all-reduce, an EP all-to-all): moves over the layers
+    // before it, checks the plan has it next, waits (real clock) until the cursor and closes the
+    // compute segment; returns the exchange's measured start. leave() moves past it.
+    auto enter = [&](PassStep::Kind kind, const char* what) -> absl::StatusOr<Nanos> {
       advance(-1);
-      if (si >= steps.size() || steps[si].kind != PassStep::Kind::kTpAllReduce) {
-        return absl::InternalError("the pass reached a TP all-reduce its plan does not have");
+      if (si >= steps.size() || steps[si].kind != kind) {
+        return absl::InternalError(absl::StrCat("the pass reached a ", what,
+                                                " its plan does not have"));
       }
       kernel_time += clock_now() - kernel_clock;
-      RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = "TP all-reduce", .step = step}));
+      RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = what, .step = step}));
       const Nanos wall0 = WallNow();
       close_segment(wall0);
+      return wall0;
+    };
+    auto leave = [&](Nanos end, Nanos wall1) {
+      cursor = end;
+      ++si;
+      segment_start = cursor;
+      segment_wall = wall1;
+      kernel_clock = clock_now();
+    };
+    tp_calls_ = 0;
+    const TpAllReduceFn tp = [&](std::span<float> buffer) -> absl::Status {
+      RP_ASSIGN_OR_RETURN(const Nanos wall0, enter(PassStep::Kind::kTpAllReduce, "TP all-reduce"));
       const std::vector<int> group = plan.TpGroup(rank_);
       waiting_ = {group[static_cast<size_t>((coord_.tp + o.grid.tp - 1) % o.grid.tp)]};
       const comm::CollectiveOptions co{
@@ -253,20 +236,24 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
       dev_->Trace({.name = "TpAllReduce", .kind = rp::OpKind::kCollective,
                    .micro_batch = op.micro_batch, .step = step, .bytes = r.modeled_bytes},
                   dev_->WallNow(), dev_->WallNow(), cursor, r.end);
-      cursor = r.end;
-      ++si;
+      leave(r.end, wall1);
       ++tp_calls_;
-      segment_start = cursor;
-      segment_wall = wall1;
-      kernel_clock = clock_now();
+      return absl::OkStatus();
+    };
+    ep_calls_ = 0;
+    const EpExchangeFn ep = !plan.has_ep_exchanges() ? EpExchangeFn() : [&](EpExchange& x)
+        -> absl::Status {
+      RP_ASSIGN_OR_RETURN(const Nanos wall0, enter(PassStep::Kind::kEpAllToAll, "EP all-to-all"));
+      RP_ASSIGN_OR_RETURN(const Nanos end, EpAllToAll(step, op_index, op, x, cursor, wall0));
+      leave(end, WallNow());
       return absl::OkStatus();
     };
     const LayerGradsDoneFn done = [&](int local_layer) { advance(local_layer); };
-    RP_RETURN_IF_ERROR(WithSite(part.kernel(tp, done), coord_, rank_, step, op, -1));
+    RP_RETURN_IF_ERROR(WithSite(part.kernel(tp, done, ep), coord_, rank_, step, op, -1));
     advance(-1);
     RP_RETURN_IF_ERROR(launch_error);
     if (si != steps.size()) {
-      return absl::InternalError("the pass ended before the TP all-reduces of its plan");
+      return absl::InternalError("the pass ended before the exchanges of its plan");
     }
     kernel_time += clock_now() - kernel_clock;
     if (&part == &parts.back()) {
@@ -348,7 +335,8 @@ absl::Status DeviceRunner::LaunchBucket(int step, int chunk, int bucket, Nanos r
   const auto it = std::find(order.begin(), order.end(), std::make_pair(chunk, bucket));
   const int o = static_cast<int>(it - order.begin());
   launched_[static_cast<size_t>(o)] = true;
-  if (ctx_->plan->GradGroup(rank_, chunk, nullptr).size() == 1) {  // nothing to reduce
+  const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
+  if (ctx_->plan->BucketGroup(rank_, chunk, b, nullptr).size() == 1) {  // nothing to reduce
     buckets_[static_cast<size_t>(o)] = BucketRecord{.ready = ready, .start = ready, .end = ready};
     ctx_->fabric->Signal(gates_[static_cast<size_t>(o)], ready);
     return absl::OkStatus();
@@ -426,10 +414,10 @@ void DeviceRunner::EnqueueBucket(int step, int order, int chunk, int bucket, Nan
   const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
   std::span<float> g = stages_[static_cast<size_t>(chunk)]->grads().subspan(b.grad_offset, b.grad_count);
   int index = 0;
-  const std::vector<int> group = ctx_->plan->GradGroup(rank_, chunk, &index);
+  const std::vector<int> group = ctx_->plan->BucketGroup(rank_, chunk, b, &index);
   const int n = static_cast<int>(group.size());
   const int prev = (index + n - 1) % n;
-  comm::Communicator& comm = ctx_->Grad(ctx_->plan->GradGroupId(rank_, chunk));
+  comm::Communicator& comm = ctx_->Grad(ctx_->plan->BucketGroupId(rank_, chunk, b));
   comm::RankComm& rc = comm.rank(index);
   const comm::CollectiveOptions co = BucketOptions(step, order, b);
   const comm::ring::Range own = comm::ring::ChunkRange(g.size(), n, index);
@@ -481,14 +469,14 @@ absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket,
   const Nanos start = std::max(ready, comm_prev_end_);
   std::span<float> g = stages_[static_cast<size_t>(chunk)]->grads().subspan(b.grad_offset, b.grad_count);
   int index = 0;
-  const std::vector<int> group = ctx_->plan->GradGroup(rank_, chunk, &index);
+  const std::vector<int> group = ctx_->plan->BucketGroup(rank_, chunk, b, &index);
   const int n = static_cast<int>(group.size());
   comm_waiting_ = {group[static_cast<size_t>((index + n - 1) % n)]};
   const int64_t w0 = dev_->WallNow();
   const Nanos wall0 = WallNow();
   const comm::CollectiveOptions co = BucketOptions(step, order, b);
   absl::StatusOr<comm::CollectiveResult> r =
-      ctx_->Grad(ctx_->plan->GradGroupId(rank_, chunk)).rank(index).AllReduce(g, g, co, start);
+      ctx_->Grad(ctx_->plan->BucketGroupId(rank_, chunk, b)).rank(index).AllReduce(g, g, co, start);
   if (!r.ok()) {
     return absl::Status(r.status().code(),
                         absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ", order,

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/kernels.h"
+#include "runtime/model/stage_group.h"
 #include "runtime/status_macros.h"
 #include "schedule/executor_impl.h"
 
@@ -58,25 +59,34 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   const double B = static_cast<double>(layout.global_batch());
   rec.loss = loss / B;
   rec.train_accuracy = static_cast<double>(correct) / B;
-  // Divergence: max |w_r − w_0| over replicas, per shard.
+  // Divergence: max |w_r − w_0| over replicas, per shard; a MoE block's experts against the first
+  // replica with the same EP rank (EP ranks hold different experts).
   double div = 0;
+  const int ep = plan->ep();
   for (int dp = 1; dp < s.dp; ++dp) {
     for (int pp = 0; pp < s.pp; ++pp) {
       for (int tp = 0; tp < s.tp; ++tp) {
-        const auto& a = runners[static_cast<size_t>(g.RankOf({0, pp, tp}))]->stages();
         const auto& b = runners[static_cast<size_t>(g.RankOf({dp, pp, tp}))]->stages();
-        for (size_t ch = 0; ch < a.size(); ++ch) {
-          const std::span<const float> wa = std::as_const(*a[ch]).params();
+        for (size_t ch = 0; ch < b.size(); ++ch) {
           const std::span<const float> wb = std::as_const(*b[ch]).params();
-          for (size_t i = 0; i < wa.size(); ++i) {
-            const double diff = std::fabs(static_cast<double>(wa[i]) - static_cast<double>(wb[i]));
-            if (!(diff <= div)) div = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
+          for (const ParamRange& range : b[ch]->param_ranges()) {
+            const int ref = range.group == ReduceGroup::kExpertDataParallel ? dp % ep : 0;
+            if (ref == dp) continue;
+            const std::span<const float> wa =
+                std::as_const(*runners[static_cast<size_t>(g.RankOf({ref, pp, tp}))]->stages()[ch])
+                    .params();
+            for (int64_t i = range.offset; i < range.offset + range.size; ++i) {
+              const size_t u = static_cast<size_t>(i);
+              const double diff = std::fabs(static_cast<double>(wa[u]) - static_cast<double>(wb[u]));
+              if (!(diff <= div)) div = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
+            }
           }
         }
       }
     }
   }
   rec.replica_divergence = div;
+  RecordRouting(rec);
   // Step windows: emulated from the modeled start to the last op end; measured from the step's
   // start mapped to wall time to the last wall stamp (virtual clock: equal).
   Nanos emulated_end{0}, measured{0};
@@ -108,6 +118,42 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   return absl::OkStatus();
 }
 
+// MoE routing of the step: every source replica's kept slots per block and micro-batch (from its
+// TP rank 0: TP ranks route identically), per-expert tokens and drops.
+void Executor::Impl::RecordRouting(StepRecord& rec) {
+  const MoeConfig& moe = o.model.moe;
+  if (!moe.enabled()) return;
+  const ParallelGrid& g = plan->grid;
+  const GridShape s = g.shape();
+  const int blocks = static_cast<int>(moe.layers.size());
+  rec.routing = StepRouting::Zero(blocks, s.dp, layout.microbatches, moe.experts);
+  rec.moe.resize(static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) rec.moe[static_cast<size_t>(b)].layer = moe.layers[static_cast<size_t>(b)];
+  for (int dp = 0; dp < s.dp; ++dp) {
+    for (int pp = 0; pp < s.pp; ++pp) {
+      const auto& stages = runners[static_cast<size_t>(g.RankOf({dp, pp, 0}))]->stages();
+      for (const auto& st : stages) {
+        for (size_t l = 0; l < st->layers().size(); ++l) {
+          const MoeBlock* block = st->moe(static_cast<int>(l));
+          if (block == nullptr) continue;
+          const int b = MoeBlockIndex(o.model, st->layers()[l].layer);
+          rec.moe[static_cast<size_t>(b)].dropped += block->stats().dropped;
+          for (const auto& [mb, kept] : block->stats().kept_by_key) {
+            for (int e = 0; e < moe.experts; ++e) {
+              rec.routing.at(b, dp, mb, e) = kept[static_cast<size_t>(e)];
+            }
+          }
+        }
+      }
+    }
+  }
+  for (int b = 0; b < blocks; ++b) {
+    for (int e = 0; e < moe.experts; ++e) {
+      rec.moe[static_cast<size_t>(b)].expert_tokens.push_back(rec.routing.ExpertTokens(b, e));
+    }
+  }
+}
+
 absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
   const ParallelGrid& g = plan->grid;
   const int64_t total = o.eval_samples > 0 ? std::min(o.eval_samples, data->size(Split::kTest))
@@ -119,16 +165,26 @@ absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
   for (int64_t begin = 0; begin < total; begin += kEvalRows) {
     const int64_t n = std::min(kEvalRows, total - begin);
     RP_ASSIGN_OR_RETURN(Batch b, data->Slice(Split::kTest, begin, n));
-    Tensor x = std::move(b.inputs);
+    // Replica 0's model: its EP group's shards (EP ranks 0..ep-1, each TP rank) in lockstep, the
+    // other sources passing one zero row each (as rp::ReferenceTrainer::Evaluate).
+    const int ep = plan->ep(), tp_size = g.shape().tp;
+    std::vector<Tensor> act(static_cast<size_t>(ep), Tensor(1, b.inputs.cols()));
+    act[0] = std::move(b.inputs);
     for (int k = 0; k < o.program.num_model_stages(); ++k) {
       const int pp = o.program.RankOfModelStage(k), ch = o.program.ChunkOfModelStage(k);
       std::vector<MlpStage*> shards;
-      for (int tp = 0; tp < g.shape().tp; ++tp) {
-        shards.push_back(
-            runners[static_cast<size_t>(g.RankOf({0, pp, tp}))]->stages()[static_cast<size_t>(ch)].get());
+      for (int q = 0; q < ep; ++q) {
+        for (int tp = 0; tp < tp_size; ++tp) {
+          shards.push_back(runners[static_cast<size_t>(g.RankOf({q, pp, tp}))]
+                               ->stages()[static_cast<size_t>(ch)]
+                               .get());
+        }
       }
-      RP_ASSIGN_OR_RETURN(x, RunTpGroupSerial(shards, MlpStage::Pass::kInfer, kEvalMicroBatch, x));
+      const std::vector<ConstMatrixView> in(act.begin(), act.end());
+      RP_ASSIGN_OR_RETURN(act, RunStageGroupSerial(shards, tp_size, MlpStage::Pass::kInfer,
+                                                   kEvalMicroBatch, in));
     }
+    const Tensor& x = act[0];
     RP_ASSIGN_OR_RETURN(LossStats ls, SoftmaxCrossEntropy(x, b.labels, 1.0f, MatrixView{}));
     loss += ls.loss_sum;
     correct += ls.correct;

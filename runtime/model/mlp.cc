@@ -7,126 +7,15 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "runtime/hash.h"
 #include "runtime/status_macros.h"
 
 namespace rp {
 namespace {
 
-// U(-1, 1) as a pure function of (seed, layer, index): 24 random bits, exact in float.
-float InitUniform(uint64_t seed, int layer, int64_t index) {
-  const uint64_t h = SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(layer)) ^
-                                static_cast<uint64_t>(index));
-  return static_cast<float>(static_cast<double>(h >> 40) * (2.0 / 16777216.0) - 1.0);
-}
-
 // Reserved micro-batch key for Infer (public ids are >= 0).
 constexpr int kInferKey = std::numeric_limits<int>::min();
 
 }  // namespace
-
-int64_t MlpConfig::num_params() const {
-  int64_t n = 0;
-  for (int l = 0; l < num_layers(); ++l) {
-    n += static_cast<int64_t>(in_dim(l)) * out_dim(l) + out_dim(l);
-  }
-  return n;
-}
-
-int64_t MlpConfig::ForwardMacsPerSample(int first, int last) const {
-  int64_t n = 0;
-  for (int l = first; l < last; ++l) n += static_cast<int64_t>(in_dim(l)) * out_dim(l);
-  return n;
-}
-
-absl::Status ValidateMlpConfig(const MlpConfig& config) {
-  if (config.input_dim < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("input_dim must be >= 1, got %d", config.input_dim));
-  }
-  if (config.classes < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("classes must be >= 2, got %d", config.classes));
-  }
-  for (size_t i = 0; i < config.hidden.size(); ++i) {
-    if (config.hidden[i] < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("hidden[%d] (width of layer %d) must be >= 1, got %d", i, i,
-                          config.hidden[i]));
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string_view ShardKindName(ShardKind k) {
-  switch (k) {
-    case ShardKind::kReplicated: return "replicated";
-    case ShardKind::kColumnParallel: return "column-parallel";
-    case ShardKind::kRowParallel: return "row-parallel";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<ModelPartition> PartitionMlp(const MlpConfig& config, int num_stages, int tp,
-                                            std::span<const int> layers_per_stage) {
-  RP_RETURN_IF_ERROR(ValidateMlpConfig(config));
-  const int num_layers = config.num_layers();
-  if (num_stages < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("num_stages (pp x virtual stages) must be >= 1, got %d", num_stages));
-  }
-  if (num_stages > num_layers) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "num_stages (pp x virtual stages) = %d is larger than the model's %d layers", num_stages,
-        num_layers));
-  }
-  if (tp < 1) return absl::InvalidArgumentError(absl::StrFormat("tp must be >= 1, got %d", tp));
-
-  ModelPartition part;
-  part.tp = tp;
-  part.stage_begin.assign(1, 0);
-  if (layers_per_stage.empty()) {
-    const int base = num_layers / num_stages, extra = num_layers % num_stages;
-    for (int s = 0; s < num_stages; ++s) {
-      part.stage_begin.push_back(part.stage_begin.back() + base + (s < extra ? 1 : 0));
-    }
-  } else {
-    if (static_cast<int>(layers_per_stage.size()) != num_stages) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "layers_per_stage has %d entries, expected one per stage (%d)", layers_per_stage.size(),
-          num_stages));
-    }
-    for (int s = 0; s < num_stages; ++s) {
-      const int n = layers_per_stage[static_cast<size_t>(s)];
-      if (n < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("layers_per_stage[%d] must be >= 1, got %d", s, n));
-      }
-      part.stage_begin.push_back(part.stage_begin.back() + n);
-    }
-    if (part.stage_begin.back() != num_layers) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("layers_per_stage sums to %d, but the model has %d layers",
-                          part.stage_begin.back(), num_layers));
-    }
-  }
-
-  part.layer_kind.assign(static_cast<size_t>(num_layers), ShardKind::kReplicated);
-  for (int s = 0; s < num_stages; ++s) {
-    const int begin = part.first_layer(s), end = part.end_layer(s);
-    for (int l = begin; l + 1 < end; l += 2) {
-      part.layer_kind[static_cast<size_t>(l)] = ShardKind::kColumnParallel;
-      part.layer_kind[static_cast<size_t>(l) + 1] = ShardKind::kRowParallel;
-      if (config.out_dim(l) % tp != 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "layer %d (output width %d) is not divisible by tp=%d (it is the column-parallel "
-            "half of a tensor-parallel pair in stage %d)",
-            l, config.out_dim(l), tp, s));
-      }
-    }
-  }
-  return part;
-}
 
 // Per-micro-batch state: the pass in progress and what backward needs.
 struct MlpStage::MicroBatch {
@@ -137,6 +26,7 @@ struct MlpStage::MicroBatch {
   bool forward_done = false;
   bool input_grad_done = false;
   int cursor = 0;                // next local layer
+  int moe_phase = 0;             // at a MoE block: its next phase (0 begin, 1 experts, 2 end)
   int64_t rows = 0;
   Tensor cur;                    // the activation (or gradient) flowing through the pass
   std::vector<Tensor> x, pre, dpre;  // per local layer
@@ -145,74 +35,9 @@ struct MlpStage::MicroBatch {
 
 MlpStage::~MlpStage() = default;
 
-absl::StatusOr<std::vector<MlpStage::LayerInfo>> StageLayers(const MlpConfig& config,
-                                                             const ModelPartition& partition,
-                                                             int stage) {
-  const int begin = partition.first_layer(stage), end = partition.end_layer(stage);
-  if (begin >= end) {
-    return absl::InvalidArgumentError(absl::StrFormat("stage %d has no layers", stage));
-  }
-  const int T = partition.tp;
-  std::vector<MlpStage::LayerInfo> layers;
-  int64_t offset = 0;
-  for (int l = begin; l < end; ++l) {
-    MlpStage::LayerInfo info;
-    info.layer = l;
-    info.kind = partition.layer_kind[static_cast<size_t>(l)];
-    const int in = config.in_dim(l), out = config.out_dim(l);
-    info.in = in;
-    info.out = out;
-    if (info.kind == ShardKind::kColumnParallel) {
-      if (out % T != 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "layer %d (output width %d) is not divisible by tp=%d", l, out, T));
-      }
-      info.out = out / T;
-    } else if (info.kind == ShardKind::kRowParallel) {
-      if (in % T != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("layer %d (input width %d) is not divisible by tp=%d", l, in, T));
-      }
-      info.in = in / T;
-    }
-    info.weight_offset = offset;
-    offset += static_cast<int64_t>(info.in) * info.out;
-    info.bias_offset = offset;
-    info.bias_size = info.out;
-    offset += info.bias_size;
-    info.activation = l != config.num_layers() - 1;
-    layers.push_back(info);
-  }
-  return layers;
-}
-
-std::vector<PassStep> PassSteps(std::span<const MlpStage::LayerInfo> layers, int tp, PassKind pass) {
-  std::vector<PassStep> steps;
-  const int n = static_cast<int>(layers.size());
-  using Kind = PassStep::Kind;
-  if (pass == PassKind::kForward) {
-    for (int l = 0; l < n; ++l) {
-      steps.push_back({Kind::kLayer, l, false});
-      if (tp > 1 && layers[static_cast<size_t>(l)].kind == ShardKind::kRowParallel) {
-        steps.push_back({Kind::kTpAllReduce, l, false});
-      }
-    }
-    return steps;
-  }
-  for (int l = n - 1; l >= 0; --l) {
-    const MlpStage::LayerInfo& info = layers[static_cast<size_t>(l)];
-    steps.push_back({Kind::kLayer, l, pass == PassKind::kBackward || pass == PassKind::kWeight});
-    if (pass != PassKind::kWeight && tp > 1 && info.kind == ShardKind::kColumnParallel &&
-        info.layer != 0) {
-      steps.push_back({Kind::kTpAllReduce, l, false});
-    }
-  }
-  return steps;
-}
-
 absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const MlpConfig& config,
                                                            const ModelPartition& partition,
-                                                           int stage, int tp_rank) {
+                                                           int stage, int tp_rank, int ep_rank) {
   RP_RETURN_IF_ERROR(ValidateMlpConfig(config));
   if (partition.num_stages() < 1 ||
       static_cast<int>(partition.layer_kind.size()) != config.num_layers() ||
@@ -227,41 +52,58 @@ absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const MlpConfig& conf
     return absl::InvalidArgumentError(
         absl::StrFormat("tp_rank %d is outside [0, tp=%d)", tp_rank, partition.tp));
   }
-  RP_ASSIGN_OR_RETURN(std::vector<LayerInfo> layers, StageLayers(config, partition, stage));
+  if (ep_rank < 0 || ep_rank >= partition.ep) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ep_rank %d is outside [0, ep=%d)", ep_rank, partition.ep));
+  }
   auto st = std::unique_ptr<MlpStage>(new MlpStage());
   st->stage_ = stage;
   st->tp_rank_ = tp_rank;
   st->tp_ = partition.tp;
+  st->ep_rank_ = ep_rank;
+  st->ep_ = partition.ep;
   st->num_model_layers_ = config.num_layers();
   st->activation_ = config.activation;
-  st->input_dim_ = config.in_dim(layers.front().layer);
-  st->output_dim_ = config.out_dim(layers.back().layer);
-  const int t = tp_rank;
-  st->layers_ = std::move(layers);
-  const int64_t offset = st->layers_.back().bias_offset + st->layers_.back().bias_size;
-  st->params_.assign(static_cast<size_t>(offset), 0.0f);
-  st->grads_.assign(static_cast<size_t>(offset), 0.0f);
-
-  // Weights: each element is a pure function of (seed, layer, global row, global column).
-  for (const LayerInfo& info : st->layers_) {
-    const int full_out = config.out_dim(info.layer);
-    const int row0 = info.kind == ShardKind::kRowParallel ? t * info.in : 0;
-    const int col0 = info.kind == ShardKind::kColumnParallel ? t * info.out : 0;
-    const float limit =
-        static_cast<float>(std::sqrt(6.0 / static_cast<double>(config.in_dim(info.layer))));
-    float* w = st->params_.data() + info.weight_offset;
-    for (int i = 0; i < info.in; ++i) {
-      for (int k = 0; k < info.out; ++k) {
-        const int64_t index = static_cast<int64_t>(row0 + i) * full_out + (col0 + k);
-        w[static_cast<int64_t>(i) * info.out + k] =
-            InitUniform(config.seed, info.layer, index) * limit;
-      }
-    }
+  const int begin = partition.first_layer(stage), end = partition.end_layer(stage);
+  if (begin >= end) {
+    return absl::InvalidArgumentError(absl::StrFormat("stage %d has no layers", stage));
   }
+  st->input_dim_ = config.in_dim(begin);
+  st->output_dim_ = config.out_dim(end - 1);
+  RP_RETURN_IF_ERROR(st->LayOut(config, partition));
   return st;
 }
 
 void MlpStage::ZeroGrads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+int64_t MlpStage::activation_bytes() const {
+  int64_t bytes = activation_bytes_;
+  for (const auto& block : moe_) bytes += block ? block->activation_bytes() : 0;
+  return bytes;
+}
+
+void MlpStage::SetAuxLossWeight(double weight) {
+  for (auto& block : moe_) {
+    if (block) block->set_aux_loss_weight(weight);
+  }
+}
+
+double MlpStage::aux_loss_sum() const {
+  double sum = 0;
+  for (const auto& block : moe_) sum += block ? block->stats().aux_loss_sum : 0.0;
+  return sum;
+}
+
+void MlpStage::ResetMoeStats() {
+  for (auto& block : moe_) {
+    if (block) block->ResetStats();
+  }
+}
+
+int MlpStage::ep_exchanges() const {
+  return 2 * static_cast<int>(std::count_if(moe_.begin(), moe_.end(),
+                                            [](const auto& b) { return b != nullptr; }));
+}
 
 int MlpStage::forward_allreduces() const {
   if (tp_ == 1) return 0;
@@ -349,6 +191,7 @@ absl::Status MlpStage::BeginPass(Pass pass, int micro_batch, ConstMatrixView inp
   mb->active = true;
   mb->finished = false;
   mb->awaiting = false;
+  mb->moe_phase = 0;
   mb->cur = Tensor(input.rows, input.cols,
                    std::vector<float>(input.data, input.data + input.size()));
   return absl::OkStatus();
@@ -362,80 +205,153 @@ absl::Status MlpStage::AccumulateWeightGrads(int local, ConstMatrixView x, Const
       dpre, std::span<float>(grads_.data() + info.bias_offset, static_cast<size_t>(info.bias_size)));
 }
 
-absl::StatusOr<std::span<float>> MlpStage::RunToAllReduce(int micro_batch,
-                                                          const LayerGradsDoneFn& on_layer_grads) {
-  RP_ASSIGN_OR_RETURN(MicroBatch * mb, Find(micro_batch, "RunToAllReduce"));
+// One phase of the MoE block at local layer `local` in the pass of `mb`: true with *out set when
+// the block waits for an exchange, false when the block is done (mb.cur holds its result).
+absl::StatusOr<bool> MlpStage::StepMoe(int local, int micro_batch, MicroBatch& mb,
+                                       StageExchange* out, const LayerGradsDoneFn& on_layer_grads) {
+  MoeBlock& block = *moe_[static_cast<size_t>(local)];
+  const bool forward = mb.pass == Pass::kForward || mb.pass == Pass::kInfer;
+  switch (mb.moe_phase) {
+    case 0:
+      if (forward) {
+        RP_RETURN_IF_ERROR(block.BeginForward(micro_batch, mb.cur, mb.pass == Pass::kForward));
+      } else {
+        RP_RETURN_IF_ERROR(block.BeginBackward(micro_batch, mb.cur, mb.pass == Pass::kBackward));
+      }
+      mb.cur = Tensor();
+      break;
+    case 1:
+      RP_RETURN_IF_ERROR(forward ? block.ForwardExperts(micro_batch)
+                                 : block.BackwardExperts(micro_batch));
+      break;
+    default:
+      if (forward) {
+        RP_ASSIGN_OR_RETURN(mb.cur, block.EndForward(micro_batch));
+      } else {
+        RP_ASSIGN_OR_RETURN(mb.cur, block.EndBackward(micro_batch));
+        if (mb.pass == Pass::kBackward && on_layer_grads) on_layer_grads(local);
+      }
+      mb.moe_phase = 0;
+      return false;
+  }
+  ++mb.moe_phase;
+  *out = StageExchange{.kind = StageExchange::Kind::kEpAllToAll, .tp_buffer = {},
+                       .ep = &block.exchange(micro_batch)};
+  return true;
+}
+
+// Dense layer `l` forward: true with *out set when it waits for the TP all-reduce of its partial
+// sum (call again with the sum in mb.cur), false when the layer is done.
+absl::StatusOr<bool> MlpStage::DenseForward(int l, MicroBatch& mb, StageExchange* out) {
+  const LayerInfo& info = layers_[static_cast<size_t>(l)];
+  const bool store = mb.pass == Pass::kForward;
+  if (!mb.awaiting) {
+    Tensor y(mb.rows, info.out);
+    RP_RETURN_IF_ERROR(
+        MatMul(mb.cur, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), y));
+    if (store) Store(&mb.x[static_cast<size_t>(l)], std::move(mb.cur), mb);
+    mb.cur = std::move(y);
+    if (info.kind == ShardKind::kRowParallel && tp_ > 1) {
+      mb.awaiting = true;  // partial sum: the TP group reduces it, then we add the bias
+      *out = StageExchange{.kind = StageExchange::Kind::kTpAllReduce, .tp_buffer = mb.cur.span()};
+      return true;
+    }
+  }
+  mb.awaiting = false;
+  RP_RETURN_IF_ERROR(AddBias(
+      mb.cur, std::span<const float>(params_.data() + info.bias_offset, info.bias_size)));
+  if (info.activation) {
+    if (store) Store(&mb.pre[static_cast<size_t>(l)], mb.cur, mb);
+    RP_RETURN_IF_ERROR(ActivationForward(activation_, mb.cur, mb.cur));
+  }
+  return false;
+}
+
+// Dense layer `l` backward: true with *out set when it waits for the TP all-reduce of its partial
+// input gradient, false when the layer is done.
+absl::StatusOr<bool> MlpStage::DenseBackward(int l, MicroBatch& mb, StageExchange* out,
+                                             const LayerGradsDoneFn& on_layer_grads) {
+  const LayerInfo& info = layers_[static_cast<size_t>(l)];
+  const bool fused = mb.pass == Pass::kBackward;
+  if (mb.awaiting) {
+    mb.awaiting = false;
+    return false;
+  }
+  Tensor dpre = std::move(mb.cur);
+  Tensor& pre = mb.pre[static_cast<size_t>(l)];
+  if (info.activation) {
+    RP_RETURN_IF_ERROR(ActivationBackward(activation_, pre, dpre, dpre));
+    Free(&pre);
+  }
+  Tensor& x = mb.x[static_cast<size_t>(l)];
+  if (fused) {
+    RP_RETURN_IF_ERROR(AccumulateWeightGrads(l, x, dpre));
+    Free(&x);
+    if (on_layer_grads) on_layer_grads(l);
+  }
+  Tensor dx;
+  if (info.layer != 0) {
+    dx = Tensor(mb.rows, info.in);
+    RP_RETURN_IF_ERROR(MatMulTransposedB(
+        dpre, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), dx,
+        &scratch_));
+  }
+  if (!fused) Store(&mb.dpre[static_cast<size_t>(l)], std::move(dpre), mb);
+  mb.cur = std::move(dx);
+  if (info.layer != 0 && info.kind == ShardKind::kColumnParallel && tp_ > 1) {
+    mb.awaiting = true;  // partial input gradient: the TP group reduces it
+    *out = StageExchange{.kind = StageExchange::Kind::kTpAllReduce, .tp_buffer = mb.cur.span()};
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<StageExchange> MlpStage::RunToExchange(int micro_batch,
+                                                      const LayerGradsDoneFn& on_layer_grads) {
+  RP_ASSIGN_OR_RETURN(MicroBatch * mb, Find(micro_batch, "RunToExchange"));
   if (!mb->active || mb->finished) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "RunToAllReduce: stage %d (tp rank %d) micro-batch %d has no pass in progress", stage_,
+        "RunToExchange: stage %d (tp rank %d) micro-batch %d has no pass in progress", stage_,
         tp_rank_, micro_batch));
   }
+  StageExchange exchange;
   const int n = static_cast<int>(layers_.size());
-  const int64_t rows = mb->rows;
-  if (mb->pass == Pass::kForward || mb->pass == Pass::kInfer) {
-    const bool store = mb->pass == Pass::kForward;
-    while (mb->cursor < n) {
-      const int l = mb->cursor;
-      const LayerInfo& info = layers_[static_cast<size_t>(l)];
-      if (!mb->awaiting) {
-        Tensor out(rows, info.out);
-        RP_RETURN_IF_ERROR(
-            MatMul(mb->cur, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out),
-                   out));
-        if (store) Store(&mb->x[static_cast<size_t>(l)], std::move(mb->cur), *mb);
-        mb->cur = std::move(out);
-        if (info.kind == ShardKind::kRowParallel && tp_ > 1) {
-          mb->awaiting = true;  // partial sum: the TP group reduces it, then we add the bias
-          return mb->cur.span();
-        }
-      }
-      mb->awaiting = false;
-      RP_RETURN_IF_ERROR(AddBias(mb->cur, std::span<const float>(params_.data() + info.bias_offset,
-                                                                  info.bias_size)));
-      if (info.activation) {
-        if (store) Store(&mb->pre[static_cast<size_t>(l)], mb->cur, *mb);
-        RP_RETURN_IF_ERROR(ActivationForward(activation_, mb->cur, mb->cur));
-      }
-      ++mb->cursor;
+  const bool forward = mb->pass == Pass::kForward || mb->pass == Pass::kInfer;
+  while (forward ? mb->cursor < n : mb->cursor >= 0) {
+    const int l = mb->cursor;
+    bool waiting = false;
+    if (layers_[static_cast<size_t>(l)].kind == ShardKind::kMoe) {
+      RP_ASSIGN_OR_RETURN(waiting, StepMoe(l, micro_batch, *mb, &exchange, on_layer_grads));
+    } else if (forward) {
+      RP_ASSIGN_OR_RETURN(waiting, DenseForward(l, *mb, &exchange));
+    } else {
+      RP_ASSIGN_OR_RETURN(waiting, DenseBackward(l, *mb, &exchange, on_layer_grads));
     }
-  } else {
-    const bool fused = mb->pass == Pass::kBackward;
-    while (mb->cursor >= 0) {
-      const int l = mb->cursor;
-      const LayerInfo& info = layers_[static_cast<size_t>(l)];
-      if (!mb->awaiting) {
-        Tensor dpre = std::move(mb->cur);
-        Tensor& pre = mb->pre[static_cast<size_t>(l)];
-        if (info.activation) {
-          RP_RETURN_IF_ERROR(ActivationBackward(activation_, pre, dpre, dpre));
-          Free(&pre);
-        }
-        Tensor& x = mb->x[static_cast<size_t>(l)];
-        if (fused) {
-          RP_RETURN_IF_ERROR(AccumulateWeightGrads(l, x, dpre));
-          Free(&x);
-          if (on_layer_grads) on_layer_grads(l);
-        }
-        Tensor dx;
-        if (info.layer != 0) {
-          dx = Tensor(rows, info.in);
-          RP_RETURN_IF_ERROR(MatMulTransposedB(
-              dpre, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), dx,
-              &scratch_));
-        }
-        if (!fused) Store(&mb->dpre[static_cast<size_t>(l)], std::move(dpre), *mb);
-        mb->cur = std::move(dx);
-        if (info.layer != 0 && info.kind == ShardKind::kColumnParallel && tp_ > 1) {
-          mb->awaiting = true;  // partial input gradient: the TP group reduces it
-          return mb->cur.span();
-        }
-      }
-      mb->awaiting = false;
-      --mb->cursor;
-    }
+    if (waiting) return exchange;
+    mb->cursor += forward ? 1 : -1;
   }
   mb->finished = true;
-  return std::span<float>();
+  return StageExchange{};
+}
+
+absl::StatusOr<std::span<float>> MlpStage::RunToAllReduce(int micro_batch,
+                                                          const LayerGradsDoneFn& on_layer_grads) {
+  while (true) {
+    RP_ASSIGN_OR_RETURN(StageExchange ex, RunToExchange(micro_batch, on_layer_grads));
+    switch (ex.kind) {
+      case StageExchange::Kind::kDone: return std::span<float>();
+      case StageExchange::Kind::kTpAllReduce: return ex.tp_buffer;
+      case StageExchange::Kind::kEpAllToAll:
+        if (ep_ != 1) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "RunToAllReduce: stage %d (ep rank %d) has MoE blocks with ep=%d; drive it with "
+              "RunToExchange",
+              stage_, ep_rank_, ep_));
+        }
+        ExchangeLocally(*ex.ep);
+        break;
+    }
+  }
 }
 
 absl::StatusOr<Tensor> MlpStage::EndPass(int micro_batch) {
@@ -468,42 +384,58 @@ absl::StatusOr<Tensor> MlpStage::EndPass(int micro_batch) {
 
 absl::StatusOr<Tensor> MlpStage::RunPass(Pass pass, int micro_batch, ConstMatrixView input,
                                          const TpAllReduceFn& tp_allreduce,
-                                         const LayerGradsDoneFn& on_layer_grads) {
+                                         const LayerGradsDoneFn& on_layer_grads,
+                                         const EpExchangeFn& ep_exchange) {
   RP_RETURN_IF_ERROR(BeginPass(pass, micro_batch, input));
   while (true) {
-    RP_ASSIGN_OR_RETURN(std::span<float> buffer, RunToAllReduce(micro_batch, on_layer_grads));
-    if (buffer.empty()) break;
-    if (!tp_allreduce) {
+    RP_ASSIGN_OR_RETURN(StageExchange ex, RunToExchange(micro_batch, on_layer_grads));
+    if (ex.kind == StageExchange::Kind::kDone) break;
+    if (ex.kind == StageExchange::Kind::kTpAllReduce) {
+      if (!tp_allreduce) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "stage %d (tp rank %d): tp=%d needs a tp_allreduce function", stage_, tp_rank_, tp_));
+      }
+      RP_RETURN_IF_ERROR(tp_allreduce(ex.tp_buffer));
+    } else if (ep_exchange) {
+      RP_RETURN_IF_ERROR(ep_exchange(*ex.ep));
+    } else if (ep_ == 1) {
+      ExchangeLocally(*ex.ep);
+    } else {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "stage %d (tp rank %d): tp=%d needs a tp_allreduce function", stage_, tp_rank_, tp_));
+          "stage %d (ep rank %d): ep=%d needs an ep_exchange function", stage_, ep_rank_, ep_));
     }
-    RP_RETURN_IF_ERROR(tp_allreduce(buffer));
   }
   return EndPass(micro_batch);
 }
 
 absl::StatusOr<Tensor> MlpStage::Forward(int micro_batch, ConstMatrixView input,
-                                         const TpAllReduceFn& tp_allreduce) {
+                                         const TpAllReduceFn& tp_allreduce,
+                                         const EpExchangeFn& ep_exchange) {
   if (micro_batch < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("micro_batch must be >= 0, got %d", micro_batch));
   }
-  return RunPass(Pass::kForward, micro_batch, input, tp_allreduce, nullptr);
+  return RunPass(Pass::kForward, micro_batch, input, tp_allreduce, nullptr, ep_exchange);
 }
 
-absl::StatusOr<Tensor> MlpStage::Infer(ConstMatrixView input, const TpAllReduceFn& tp_allreduce) {
-  return RunPass(Pass::kInfer, kInferKey, input, tp_allreduce, nullptr);
+absl::StatusOr<Tensor> MlpStage::Infer(ConstMatrixView input, const TpAllReduceFn& tp_allreduce,
+                                       const EpExchangeFn& ep_exchange) {
+  return RunPass(Pass::kInfer, kInferKey, input, tp_allreduce, nullptr, ep_exchange);
 }
 
 absl::StatusOr<Tensor> MlpStage::Backward(int micro_batch, ConstMatrixView output_grad,
                                           const TpAllReduceFn& tp_allreduce,
-                                          const LayerGradsDoneFn& on_layer_grads) {
-  return RunPass(Pass::kBackward, micro_batch, output_grad, tp_allreduce, on_layer_grads);
+                                          const LayerGradsDoneFn& on_layer_grads,
+                                          const EpExchangeFn& ep_exchange) {
+  return RunPass(Pass::kBackward, micro_batch, output_grad, tp_allreduce, on_layer_grads,
+                 ep_exchange);
 }
 
 absl::StatusOr<Tensor> MlpStage::BackwardInput(int micro_batch, ConstMatrixView output_grad,
-                                               const TpAllReduceFn& tp_allreduce) {
-  return RunPass(Pass::kBackwardInput, micro_batch, output_grad, tp_allreduce, nullptr);
+                                               const TpAllReduceFn& tp_allreduce,
+                                               const EpExchangeFn& ep_exchange) {
+  return RunPass(Pass::kBackwardInput, micro_batch, output_grad, tp_allreduce, nullptr,
+                 ep_exchange);
 }
 
 absl::Status MlpStage::BackwardWeight(int micro_batch, const LayerGradsDoneFn& on_layer_grads) {
@@ -514,6 +446,11 @@ absl::Status MlpStage::BackwardWeight(int micro_batch, const LayerGradsDoneFn& o
         stage_, tp_rank_, micro_batch));
   }
   for (int l = static_cast<int>(layers_.size()) - 1; l >= 0; --l) {
+    if (MoeBlock* block = moe_[static_cast<size_t>(l)].get()) {
+      RP_RETURN_IF_ERROR(block->BackwardWeight(micro_batch));
+      if (on_layer_grads) on_layer_grads(l);
+      continue;
+    }
     Tensor& x = mb->x[static_cast<size_t>(l)];
     Tensor& dpre = mb->dpre[static_cast<size_t>(l)];
     RP_RETURN_IF_ERROR(AccumulateWeightGrads(l, x, dpre));

@@ -22,6 +22,32 @@
 // agrees only to float tolerance; the partitioned and single-device curves differ by the row-/column-
 // parallel partial sums (measured in reference_trainer_test: docs/model.md quotes the figures).
 //
+// Mixture of experts (docs/model.md "Mixture of experts"). With MoE layers and ep > 1, the
+// replicas form EP groups of ep consecutive replicas (d = g·ep + q: group g, EP rank q): their
+// tokens meet at the experts. The step then runs each group's replicas in lockstep, micro-batch by
+// micro-batch (RunStageGroupSerial), so that every expert visits its tokens in the canonical order
+// (expert, source replica, token) of the EP run, and keeps each replica's non-expert gradients
+// apart:
+//   for group g: zero grads; for j: forward all q, losses, backward all q
+//     non-expert ranges: total += replica (g, q)'s gradient, in replica order d
+//     expert ranges:     total_q += EP rank q's expert gradient, in group order g
+// Default (shard_experts = false): one device's model per replica, all experts on each; every
+// source sends its tokens to replica 0's experts (the single-device reference of an EP run).
+// shard_experts = true emulates the EP shards themselves (replica q holds experts
+// [q·E/ep, (q+1)·E/ep)); both must give the same bits (moe_test checks it). With ep == 1 the step
+// is the one above. The reported `loss` is the cross-entropy; `aux_loss` is the mean over the
+// step's micro-batches of the MoE auxiliary losses (their gradient weight is 1 / (dp·m)).
+//
+// Ring order. An FP32 sum of more than two replicas depends on its order; a ring all-reduce of a
+// bucket of `count` elements over n members sums chunk c (elements ChunkRange(count, n, c), as
+// comm/ring_steps.h cuts them: the first count % n chunks one element longer) along the ring's
+// reduce-scatter, starting at member c + 1: ((x[c+1] + x[c+2]) + ...) + x[c] (positions mod n).
+// With ring_buckets the step sums every bucket element that way instead of in rank order —
+// members and positions as the executor's groups: non-expert ranges over all dp replicas (position
+// d), expert ranges over the replicas with the same EP rank (position = EP group) — and then
+// reproduces a hybrid run bit for bit for any dp (tested in tests/schedule/executor_ep_test.cc).
+// The per-replica gradients are kept until the step's sums (dp copies of the model's gradients).
+//
 // Thread safety: none (single thread). The Dataset must outlive the trainer.
 //
 // Example:
@@ -53,12 +79,26 @@ struct ReferenceOptions {
   int num_stages = 1;
   int tp = 1;
   std::vector<int> layers_per_stage;  // empty = balanced
+  // EP degree of the run to reproduce (>= 1, divides layout.dp and, with MoE layers, experts).
+  int ep = 1;
+  // Emulate the EP shards (see the file comment) instead of one device's experts per replica.
+  bool shard_experts = false;
+  // Ring order (see "Ring order" in the file comment): per stage, the ranges of grads() that the
+  // run all-reduces one ring at a time (its gradient buckets); empty = rank order. Set, every
+  // element must be in exactly one bucket and (ep > 1) each bucket within one ReduceGroup range; needs
+  // shard_experts when ep > 1 (bucket offsets are the EP shards').
+  struct RingBucket {
+    int64_t offset = 0;
+    int64_t count = 0;
+  };
+  std::vector<std::vector<RingBucket>> ring_buckets;
 };
 
 struct StepResult {
   int64_t step = 0;       // 0-based index of the step just trained
   double loss = 0.0;      // mean cross-entropy over the global batch, before the update
   double accuracy = 0.0;  // fraction of the global batch classified right, before the update
+  double aux_loss = 0.0;  // mean MoE auxiliary loss per micro-batch (0 without MoE/aux_loss)
 };
 
 struct EvalResult {
@@ -82,21 +122,32 @@ class ReferenceTrainer {
 
   int64_t steps_done() const { return step_; }
   const ModelPartition& partition() const { return partition_; }
-  // Shard `tp_rank` of stage `stage` (its params()/grads() after the last Step).
-  const MlpStage& stage(int stage, int tp_rank) const {
-    return *stages_[static_cast<size_t>(stage)][static_cast<size_t>(tp_rank)];
+  // Shard `tp_rank` of stage `stage` (its params()/grads() after the last Step) of replica 0 (with
+  // shard_experts, EP rank `ep_rank`'s shard).
+  const MlpStage& stage(int stage, int tp_rank, int ep_rank = 0) const {
+    return *stages_[static_cast<size_t>(stage)][static_cast<size_t>(ep_rank)]
+                   [static_cast<size_t>(tp_rank)];
   }
 
  private:
   ReferenceTrainer() = default;
-  absl::StatusOr<Tensor> ForwardAll(MlpStage::Pass pass, int micro_batch, ConstMatrixView x);
+  absl::StatusOr<Tensor> InferAll(ConstMatrixView x);
+  absl::Status TrainGroup(int group, std::vector<double>& loss_sums, int64_t& correct);
+  absl::Status AddToTotals(int group);
+  // Ring order: keeps group `group`'s gradients; sums bucket elements of (s, q, t) into its grads.
+  void KeepGroupGrads(int group);
+  absl::Status RingSum(size_t s, size_t q, size_t t);
+  std::vector<MlpStage*> Group(size_t stage) const;
 
   ReferenceOptions options_;
   const Dataset* data_ = nullptr;  // not owned; the caller keeps it alive (see Create)
   ModelPartition partition_;
-  std::vector<std::vector<std::unique_ptr<MlpStage>>> stages_;    // [stage][tp rank]
-  std::vector<std::vector<std::unique_ptr<Optimizer>>> optimizers_;
-  std::vector<std::vector<std::vector<float>>> grad_total_;       // [stage][tp rank]
+  // [stage][EP rank / replica of the group][tp rank]
+  std::vector<std::vector<std::vector<std::unique_ptr<MlpStage>>>> stages_;
+  std::vector<std::vector<std::vector<std::unique_ptr<Optimizer>>>> optimizers_;
+  std::vector<std::vector<std::vector<std::vector<float>>>> grad_total_;
+  // Ring order: [group][stage][EP rank][tp rank] gradients of the step.
+  std::vector<std::vector<std::vector<std::vector<std::vector<float>>>>> group_grads_;
   int64_t step_ = 0;
 };
 

@@ -1,0 +1,119 @@
+#include "runtime/model/stage_group.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "runtime/model/moe_internal.h"
+#include "runtime/status_macros.h"
+
+namespace rp {
+namespace {
+
+absl::Status CheckGroup(std::span<MlpStage* const> shards, int tp, size_t inputs) {
+  if (tp < 1 || shards.empty() || shards.size() % static_cast<size_t>(tp) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RunStageGroupSerial: %d shards do not form groups of tp=%d", shards.size(), tp));
+  }
+  const int sources = static_cast<int>(shards.size()) / tp;
+  if (inputs != static_cast<size_t>(sources)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RunStageGroupSerial: %d inputs for %d sources", inputs, sources));
+  }
+  const MlpStage* first = shards[0];
+  for (int q = 0; q < sources; ++q) {
+    for (int t = 0; t < tp; ++t) {
+      const MlpStage* s = shards[static_cast<size_t>(q * tp + t)];
+      const bool ep_ok = s != nullptr && first != nullptr && s->ep() == first->ep() &&
+                         (s->ep() == 1 || (s->ep() == sources && s->ep_rank() == q));
+      if (!ep_ok || s->tp_rank() != t || s->tp() != tp || s->stage() != first->stage()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "RunStageGroupSerial: shards[%d] is not source %d, tp rank %d of stage %d with tp=%d "
+            "and ep 1 or %d",
+            q * tp + t, q, t, first ? first->stage() : -1, tp, sources));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One all-to-all among the exchanges `ex` (one per source, same TP rank): receiver r takes, from
+// each of `senders` senders in rank order, the block the sender addressed to r (nothing when r is
+// past the sender's destinations, e.g. sources 1..G-1 when the experts all live on source 0).
+absl::Status DeliverSerial(std::span<EpExchange* const> ex, size_t senders) {
+  const int bins = ex[0]->bins;
+  const int64_t width = ex[0]->row_width;
+  std::vector<std::vector<int64_t>> offsets;
+  for (const EpExchange* e : ex) {
+    RP_CHECK(e->bins == bins && e->row_width == width && e->kind == ex[0]->kind)
+        << "the sources reached different EP exchanges";
+    offsets.push_back(moe_internal::BlockOffsets(e->send_counts));
+  }
+  for (size_t r = 0; r < ex.size(); ++r) {
+    EpExchange& to = *ex[r];
+    to.recv.clear();
+    to.recv_counts.clear();
+    for (size_t s = 0; s < senders; ++s) {
+      const EpExchange& from = *ex[s];
+      const size_t first = r * static_cast<size_t>(bins);
+      if (first >= from.send_counts.size()) {
+        to.recv_counts.insert(to.recv_counts.end(), static_cast<size_t>(bins), 0);
+        continue;
+      }
+      to.recv_counts.insert(to.recv_counts.end(), from.send_counts.begin() + first,
+                            from.send_counts.begin() + first + bins);
+      const int64_t begin = offsets[s][first] * width, end = offsets[s][first + bins] * width;
+      to.recv.insert(to.recv.end(), from.send.begin() + begin, from.send.begin() + end);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> RunStageGroupSerial(std::span<MlpStage* const> shards, int tp,
+                                                        MlpStage::Pass pass, int micro_batch,
+                                                        std::span<const ConstMatrixView> inputs) {
+  RP_RETURN_IF_ERROR(CheckGroup(shards, tp, inputs.size()));
+  const size_t n = shards.size(), T = static_cast<size_t>(tp), sources = n / T;
+  const size_t dispatch_senders = sources;
+  const size_t combine_senders = static_cast<size_t>(shards[0]->ep());  // the experts' owners
+  for (size_t i = 0; i < n; ++i) {
+    RP_RETURN_IF_ERROR(shards[i]->BeginPass(pass, micro_batch, inputs[i / T]));
+  }
+  std::vector<StageExchange> ex(n);
+  std::vector<float> sum;
+  while (true) {
+    for (size_t i = 0; i < n; ++i) {
+      RP_ASSIGN_OR_RETURN(ex[i], shards[i]->RunToExchange(micro_batch));
+      RP_CHECK(ex[i].kind == ex[0].kind) << "shard " << i << " reached another exchange kind";
+    }
+    if (ex[0].kind == StageExchange::Kind::kDone) break;
+    if (ex[0].kind == StageExchange::Kind::kTpAllReduce) {
+      for (size_t q = 0; q < sources; ++q) {
+        const std::span<float> b0 = ex[q * T].tp_buffer;
+        sum.assign(b0.begin(), b0.end());
+        for (size_t t = 1; t < T; ++t) {
+          RP_RETURN_IF_ERROR(Accumulate(sum, ex[q * T + t].tp_buffer));
+        }
+        for (size_t t = 0; t < T; ++t)
+          std::copy(sum.begin(), sum.end(), ex[q * T + t].tp_buffer.begin());
+      }
+      continue;
+    }
+    for (size_t t = 0; t < T; ++t) {
+      std::vector<EpExchange*> group;
+      for (size_t q = 0; q < sources; ++q) group.push_back(ex[q * T + t].ep);
+      const bool dispatch = group[0]->kind == EpExchange::Kind::kDispatch;
+      RP_RETURN_IF_ERROR(DeliverSerial(group, dispatch ? dispatch_senders : combine_senders));
+    }
+  }
+  std::vector<Tensor> results(sources);
+  for (size_t i = 0; i < n; ++i) {
+    RP_ASSIGN_OR_RETURN(Tensor r, shards[i]->EndPass(micro_batch));
+    if (i % T == 0) results[i / T] = std::move(r);
+  }
+  return results;
+}
+
+}  // namespace rp
