@@ -39,6 +39,8 @@ absl::StatusOr<TimeScaleTrial> RunTrial(const ExecutorOptions& base, int steps, 
   o.eval_every = 0;
   o.eval_samples = 1;
   o.tracer = nullptr;
+  o.faults.op_faults.clear();  // a trial measures the host, not the run's failure
+  o.faults.stops.clear();
   const auto t0 = std::chrono::steady_clock::now();
   RP_ASSIGN_OR_RETURN(auto exec, Executor::Create(o));
   RP_ASSIGN_OR_RETURN(RunResult r, exec->Run());
