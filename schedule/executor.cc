@@ -123,7 +123,8 @@ absl::Status Executor::Impl::Build() {
   FabricOptions fo{.links = plan->options.links,
                    .num_devices = world,
                    .faults = plan->link_faults,
-                   .tie_rank = plan->tie_rank};
+                   .tie_rank = plan->tie_rank,
+                   .on_commit = {}};
   if (Tracer* tracer = o.tracer; tracer != nullptr) {
     // Port occupancy tracks: each committed message on its egress and ingress ports.
     fo.on_commit = [tracer](const FabricMessage& m, const MessageTiming& t) {
