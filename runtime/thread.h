@@ -23,19 +23,22 @@
 
 namespace rp {
 
-// The stack of an emulated device's threads: 1 MiB, 4 MiB under sanitizers (their frames are
-// larger).
+// Whether this build runs under ASan or TSan (their interceptors may enlarge a thread's stack).
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-inline constexpr size_t kDeviceStackBytes = size_t{4} << 20;
+inline constexpr bool kSanitizerBuild = true;
 #else
-inline constexpr size_t kDeviceStackBytes = size_t{1} << 20;
+inline constexpr bool kSanitizerBuild = false;
 #endif
 #elif defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-inline constexpr size_t kDeviceStackBytes = size_t{4} << 20;
+inline constexpr bool kSanitizerBuild = true;
 #else
-inline constexpr size_t kDeviceStackBytes = size_t{1} << 20;
+inline constexpr bool kSanitizerBuild = false;
 #endif
+
+// The stack of an emulated device's threads: 1 MiB, 4 MiB under sanitizers (their frames are
+// larger).
+inline constexpr size_t kDeviceStackBytes = kSanitizerBuild ? size_t{4} << 20 : size_t{1} << 20;
 
 class Thread {
  public:

@@ -26,7 +26,11 @@ TEST(Thread, RunsOnAStackOfTheRequestedSize) {
     absl::StatusOr<Thread> t = Thread::Start(want, [&] { got = OwnStackSize(); });
     ASSERT_TRUE(t.ok()) << t.status();
     t->Join();
-    EXPECT_EQ(got, want);
+    if (kSanitizerBuild) {
+      EXPECT_GE(got, want);  // TSan's pthread_create interceptor may enlarge small stacks
+    } else {
+      EXPECT_EQ(got, want);
+    }
   }
   // Below the minimum: the minimum.
   size_t got = 0;
