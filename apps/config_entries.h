@@ -173,6 +173,24 @@ ConfigField NumberF(const char* name, M m, const char* help, const char* unset =
           [=](const RunConfig& c) { return json(Member(m)(c)); }};
 }
 
+// A number, or the JSON string / flag text "auto" stored as `auto_value` (outside the number's range).
+template <typename M>
+ConfigField NumberOrAutoF(const char* name, M m, double auto_value, const char* help) {
+  return {name, Grammar::kNumberOrAuto, kEveryRun, 1, 0, help, "auto",
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            if (v.is_string() && v.get_ref<const std::string&>() == "auto") {
+              m(c) = auto_value;
+              return absl::OkStatus();
+            }
+            if (!v.is_number()) return Bad(name, absl::StrCat("expected a number or auto, got ", ShortDump(v)));
+            RP_ASSIGN_OR_RETURN(double d, AsDouble(name, v));
+            if (d == auto_value) return Bad(name, absl::StrCat("out of range, got ", ShortDump(v)));
+            m(c) = d;
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return Member(m)(c) == auto_value ? json("auto") : json(Member(m)(c)); }};
+}
+
 template <typename M>
 ConfigField BoolF(const char* name, M m, const char* help, unsigned scope = kEveryRun) {
   return {name, Grammar::kBool, scope, 1, 0, help, nullptr,

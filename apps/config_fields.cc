@@ -101,6 +101,11 @@ absl::StatusOr<json> FlagTextToJson(const ConfigField& f, absl::string_view text
       RP_ASSIGN_OR_RETURN(double d, ParseNumber(name, text));
       return json(d);
     }
+    case Grammar::kNumberOrAuto: {
+      if (text == "auto") return json("auto");
+      RP_ASSIGN_OR_RETURN(double d, ParseNumber(name, text));
+      return json(d);
+    }
     case Grammar::kBool: {
       RP_ASSIGN_OR_RETURN(bool b, ParseBool(name, text));
       return json(b);

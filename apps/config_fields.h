@@ -88,7 +88,11 @@ struct RunConfig {
   double inter_alpha_us = -1, inter_bandwidth_gbps = -1, inter_overhead_us = -1;
 
   // Emulation.
-  double time_scale = 1.0;    // wall seconds per modeled second
+  // Wall seconds per modeled second on the real clock; kAutoTimeScale (the default, "auto"): the
+  // smallest scale this host keeps, measured by short trial runs before the run (apps/clock_choice.h).
+  static constexpr double kAutoTimeScale = -1;
+  double time_scale = kAutoTimeScale;
+  bool time_scale_auto() const { return time_scale == kAutoTimeScale; }
   bool virtual_time = false;  // true: virtual clock (as fast as the host allows; deterministic)
   double watchdog_timeout = 10;  // seconds without progress before a run is failed as stalled
   int steps = 1;

@@ -441,8 +441,8 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckRanges(cfg));
   RP_RETURN_IF_ERROR(CheckLayout(cfg, for_run));
   RP_RETURN_IF_ERROR(CheckMoe(cfg));
-  if (!(cfg.time_scale > 0) || cfg.time_scale > 1000) {
-    return FieldError("time_scale", absl::StrCat("must be in (0, 1000], got ", cfg.time_scale));
+  if (!cfg.time_scale_auto() && (!(cfg.time_scale > 0) || cfg.time_scale > 1000)) {
+    return FieldError("time_scale", absl::StrCat("must be in (0, 1000] or auto, got ", cfg.time_scale));
   }
   // Exactly the range comm's collectives take (0 here: one message per chunk).
   if (cfg.segment_bytes != 0 &&

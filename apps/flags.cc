@@ -87,6 +87,7 @@ const char* GrammarName(Grammar g) {
     case Grammar::kByteList: return "bytes or a list, e.g. 16K,64K,1M";
     case Grammar::kNumberList: return "number or a list, e.g. 50,60";
     case Grammar::kWidthList: return "widths, e.g. 128,64x3";
+    case Grammar::kNumberOrAuto: return "number or auto";
   }
   return "text";
 }
@@ -184,6 +185,7 @@ absl::Status CheckGrammar(absl::string_view what, Grammar grammar, absl::string_
   switch (grammar) {
     case Grammar::kInt: return ParseInt(what, text).status();
     case Grammar::kNumber: return ParseNumber(what, text).status();
+    case Grammar::kNumberOrAuto: return text == "auto" ? absl::OkStatus() : ParseNumber(what, text).status();
     case Grammar::kBool: return ParseBool(what, text).status();
     case Grammar::kBytes: return ParseBytes(what, text).status();
     case Grammar::kByteList: return ParseByteList(what, text).status();

@@ -44,6 +44,7 @@ enum class Grammar {
   kByteList,    // one or more byte counts, comma separated, e.g. 16K,64K,1M
   kNumberList,  // one or more numbers, comma separated, e.g. 50,60
   kWidthList,   // positive integers, comma separated; WIDTHxCOUNT repeats, e.g. 128,64x3
+  kNumberOrAuto,  // a number as kNumber, or the word auto (the program chooses)
 };
 // "integer", "number", "true|false", "text", "bytes (e.g. 64K)", ... for `--help`.
 const char* GrammarName(Grammar g);

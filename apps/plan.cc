@@ -107,7 +107,7 @@ absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cf
   ex.bucket_bytes = static_cast<uint64_t>(std::llround(cfg.bucket_mb * 1048576.0));
   ex.overlap_grad_allreduce = cfg.overlap;
   ex.virtual_time = cfg.virtual_time;
-  ex.time_scale = cfg.time_scale;
+  ex.time_scale = cfg.time_scale_auto() ? 1.0 : cfg.time_scale;  // auto: apps/clock_choice.h
   ex.watchdog_timeout = WatchdogTimeout(cfg.watchdog_timeout);
   ex.steps = cfg.steps;
   ex.eval_every = cfg.eval_every > 0 ? cfg.eval_every : std::max(1, (cfg.steps + 9) / 10);

@@ -22,7 +22,7 @@ RunConfig Default() {
   c.link = "dgx-a100";
   c.devices_per_node = 4;  // two nodes: the gradient ring crosses InfiniBand
   c.steps = 80;
-  c.time_scale = 1.0;
+  c.time_scale = RunConfig::kAutoTimeScale;
   c.optimizer.lr = 0.05f;
   return c;
 }

@@ -44,6 +44,7 @@ struct HostUsage {
   double peak_rss_bytes = 0;      // VmHWM after the run
   double model_buffer_bytes = 0;  // the run's known buffers: weights, gradients, optimizer state, data set
   int threads = 0;                // peak thread count sampled during the run
+  nlohmann::json time_scale_choice;  // apps/clock_choice.h ClockJson (null: not given)
 };
 
 // `json` as text (nlohmann's dump, indented by `indent`), never throwing: bytes that are not UTF-8
@@ -53,6 +54,11 @@ std::string DumpJson(const nlohmann::json& json, int indent = -1);
 // `run` == nullptr: a predict-only report (`host` is then ignored; it may be null for a run too).
 nlohmann::json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,
                            const schedule::RunResult* run, const HostUsage* host = nullptr);
+
+// The report of a run that failed at run time (mode "run", status "failed"): the predicted sections,
+// the failure (rank, step, op, peers, committed steps) and the records of every committed step.
+nlohmann::json BuildFailedRunReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,
+                                    const schedule::RunFailure& failure, const HostUsage* host = nullptr);
 
 // The text report. At most `max_device_rows` rows of the per-device table (the rest summarised).
 std::string RenderReport(const nlohmann::json& report, size_t max_device_rows = 32);

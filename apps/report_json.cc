@@ -226,6 +226,25 @@ void DescribeSetup(const RunConfig& cfg, const Plan& plan, json& r) {
                 {"modeled_activation_message_bytes", activation}};
 }
 
+json StepsJson(const std::vector<schedule::StepRecord>& records) {
+  json steps = json::array();
+  for (const schedule::StepRecord& s : records) {
+    steps.push_back({{"step", s.step}, {"loss", Num(s.loss)}, {"accuracy", Num(s.train_accuracy)},
+                     {"test_accuracy", Num(s.accuracy)}, {"test_loss", Num(s.test_loss)},
+                     {"measured_ms", s.measured_ms}, {"emulated_ms", s.emulated_ms},
+                     {"predicted_ms", s.predicted_ms}, {"replica_divergence", s.replica_divergence},
+                     {"reference_loss", Num(s.reference_loss)}});
+    if (!s.moe.empty()) {
+      json blocks = json::array();
+      for (const schedule::StepRecord::MoeBlockRecord& b : s.moe) {
+        blocks.push_back({{"layer", b.layer}, {"expert_tokens", b.expert_tokens}, {"dropped", b.dropped}});
+      }
+      steps.back()["moe"] = std::move(blocks);
+    }
+  }
+  return steps;
+}
+
 // A run's step records, training figures and three-timeline summary.
 void DescribeRun(const schedule::RunResult& run, const schedule::Prediction& pred, int world, json& r) {
   r["step_time_ms"] = {{"measured", run.measured_step_ms}, {"emulated", run.emulated_step_ms},
@@ -246,22 +265,7 @@ void DescribeRun(const schedule::RunResult& run, const schedule::Prediction& pre
   r["training"] = {{"final_loss", Num(run.final_loss)}, {"final_test_accuracy", Num(run.final_accuracy)},
                    {"chance_accuracy", run.chance_accuracy},
                    {"max_loss_rel_diff_vs_fp32_reference", Num(run.max_loss_rel_diff)}};
-  json steps = json::array();
-  for (const schedule::StepRecord& s : run.steps) {
-    steps.push_back({{"step", s.step}, {"loss", Num(s.loss)}, {"accuracy", Num(s.train_accuracy)},
-                     {"test_accuracy", Num(s.accuracy)}, {"test_loss", Num(s.test_loss)},
-                     {"measured_ms", s.measured_ms}, {"emulated_ms", s.emulated_ms},
-                     {"predicted_ms", s.predicted_ms}, {"replica_divergence", s.replica_divergence},
-                     {"reference_loss", Num(s.reference_loss)}});
-    if (!s.moe.empty()) {
-      json blocks = json::array();
-      for (const schedule::StepRecord::MoeBlockRecord& b : s.moe) {
-        blocks.push_back({{"layer", b.layer}, {"expert_tokens", b.expert_tokens}, {"dropped", b.dropped}});
-      }
-      steps.back()["moe"] = std::move(blocks);
-    }
-  }
-  r["steps"] = std::move(steps);
+  r["steps"] = StepsJson(run.steps);
 }
 
 // The "host" section: what the run cost this machine (docs/report.md).
@@ -294,6 +298,7 @@ json HostJson(const schedule::RunResult& run, const HostUsage* host) {
     h["rss_before_run_bytes"] = host->rss_before_bytes;
     h["model_buffer_bytes"] = host->model_buffer_bytes;
     h["rss_per_device_bytes"] = per_device;
+    if (!host->time_scale_choice.is_null()) h["time_scale_choice"] = host->time_scale_choice;
   }
   return h;
 }
@@ -359,6 +364,7 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
     r["moe"]["balanced_routing_assumed"] = pred.balanced_routing_assumed;
   }
   if (run != nullptr) {
+    r["status"] = "ok";
     DescribeRun(*run, pred, grid.world_size(), r);
     r["host"] = HostJson(*run, host);
   } else {
@@ -384,6 +390,25 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
   }
   r["devices"] = std::move(devices);
   r["timeline"] = TimelineJson(plan, pred, run);
+  return r;
+}
+
+json BuildFailedRunReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,
+                          const schedule::RunFailure& failure, const HostUsage* host) {
+  json r = BuildReport(cfg, plan, pred, nullptr);
+  r["mode"] = "run";
+  r["status"] = "failed";
+  r["failure"] = {{"message", std::string(failure.status.message())},
+                  {"code", absl::StatusCodeToString(failure.status.code())},
+                  {"rank", failure.rank}, {"step", failure.step}, {"op", failure.op},
+                  {"op_name", failure.op_name}, {"missing_peers", failure.missing_peers},
+                  {"stuck_ranks", failure.stuck_ranks}, {"committed_steps", failure.committed_steps},
+                  {"rolled_back_devices", failure.rolled_back},
+                  {"seconds_after_fault", failure.seconds_after_fault}};
+  r["steps"] = StepsJson(failure.steps);
+  if (host != nullptr && !host->time_scale_choice.is_null()) {
+    r["host"] = {{"time_scale_choice", host->time_scale_choice}};
+  }
   return r;
 }
 

@@ -116,6 +116,13 @@ std::string Setup(const json& r, bool run) {
                     h.value("virtual_time", false) ? std::string("virtual (as fast as the host allows; measured = emulated)")
                                                    : absl::StrCat("real, time scale ", Fmt("%g", D(h, "time_scale"))),
                     "\n");
+    if (const json& c = Get(h, "time_scale_choice"); c.is_object() && c.value("mode", "") != "virtual") {
+      absl::StrAppend(&out, "  time scale ", c.value("mode", ""), ": ", OneLine(c.value("reason", "")), "\n");
+      if (!c.value("host_fidelity_trusted", true)) {
+        absl::StrAppend(&out, "  host       NOT TRUSTED: the host did not keep this scale (|fidelity.host| > 1 %); "
+                              "time scale ", Fmt("%g", D(c, "suggested_scale")), " would likely keep up\n");
+      }
+    }
   }
   return out;
 }

@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "apps/cli.h"
+#include "apps/clock_choice.h"
 #include "apps/config.h"
 #include "apps/files.h"
 #include "apps/host.h"
@@ -130,6 +131,28 @@ int Fail(int code, const absl::Status& st) {
   return code;
 }
 
+// A run that failed at run time still writes its report (marked failed, with the failure and every
+// step committed before it) and its trace, when they were asked for (issue 13 §5).
+void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunFailure* failure,
+                    const HostUsage& host, const Tracer& tracer, OutputFiles& outputs) {
+  if (failure == nullptr || (cfg.report_json.empty() && cfg.trace.empty())) return;
+  if (!cfg.report_json.empty()) {
+    absl::StatusOr<schedule::Prediction> pred = schedule::Predict(plan.execution, plan.predict);
+    if (!pred.ok()) {
+      std::fprintf(stderr, "ringpipe run: no report of the failed run: %s\n",
+                   std::string(pred.status().message()).c_str());
+      return;
+    }
+    outputs.Set("report_json", DumpJson(BuildFailedRunReport(cfg, plan, *pred, *failure, &host), 2) + "\n");
+  }
+  if (!cfg.trace.empty()) outputs.Set("trace", tracer.ToChromeJson());
+  if (absl::Status st = outputs.Commit(); !st.ok()) {
+    std::fprintf(stderr, "ringpipe run: %s\n", std::string(st.message()).c_str());
+  } else {
+    std::fprintf(stderr, "ringpipe run: the failed run's report and trace were written (status \"failed\")\n");
+  }
+}
+
 // The text printed after a run: the report, the measured Gantt (wall stamps) and the predicted one.
 std::string RunText(const RunConfig& cfg, const Plan& plan, const schedule::RunResult& result,
                     const nlohmann::json& report) {
@@ -162,26 +185,39 @@ int Run(const ParsedArgs& args) {
   options.tracer = &tracer;
   if (absl::Status st = ParseFaultFlags(args, options.faults); !st.ok()) return Fail(kExitBadInput, st);
   HostUsage host{.rss_before_bytes = ReadProcStatus().rss_bytes, .model_buffer_bytes = ModelBufferBytes(*cfg)};
-  auto exec = schedule::Executor::Create(options);
-  if (!exec.ok()) {
-    const bool bad_input = exec.status().code() == absl::StatusCode::kInvalidArgument;
-    return Fail(bad_input ? kExitBadInput : kExitFailed, exec.status());
+  const auto create_failed = [](const absl::Status& st) {
+    return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
+  };
+  if (!cfg->virtual_time && cfg->time_scale_auto()) {
+    // Validate before calibrating: a layout the executor refuses is bad input, whatever the clock.
+    if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
+    std::fprintf(stderr, "ringpipe run: time scale auto: measuring what this host keeps (short trial runs)...\n");
   }
+  absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options);
+  if (!clock.ok()) return Fail(kExitFailed, clock.status());
+  if (clock->mode == ClockChoice::Mode::kAuto) std::fprintf(stderr, "ringpipe run: %s\n", clock->reason.c_str());
+  auto exec = schedule::Executor::Create(options);
+  if (!exec.ok()) return create_failed(exec.status());
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",
                plan->grid.ToString().c_str(), schedule::ScheduleName(cfg->schedule), cfg->steps,
                cfg->world_size(),
-               cfg->virtual_time ? "virtual clock" : absl::StrCat("time scale ", cfg->time_scale).c_str());
+               cfg->virtual_time ? "virtual clock" : absl::StrCat("time scale ", clock->scale).c_str());
   ThreadSampler sampler;
   auto result = (*exec)->Run();
   host.threads = sampler.Stop();
   host.peak_rss_bytes = ReadProcStatus().peak_rss_bytes;
   if (!result.ok()) {
     // The message already names the first failure (rank, step, op, missing peers, committed steps).
-    if (const schedule::RunFailure* f = (*exec)->failure(); f != nullptr && f->seconds_after_fault >= 0) {
+    const schedule::RunFailure* f = (*exec)->failure();
+    if (f != nullptr && f->seconds_after_fault >= 0) {
       std::fprintf(stderr, "ringpipe run: injected fault detected %.3f s after it fired\n", f->seconds_after_fault);
     }
+    WriteFailedRun(*cfg, *plan, f, host, tracer, outputs);
     return Fail(kExitFault, result.status());
   }
+  const HostVerdict verdict = JudgeHostFidelity(*clock, result->fidelity_host);
+  if (!verdict.trusted) std::fprintf(stderr, "ringpipe run: warning: %s\n", verdict.warning.c_str());
+  host.time_scale_choice = ClockJson(*clock, verdict);
   for (const schedule::RunResult::SlowLink& l : result->slow_links) {
     std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d took %gx its link class's time from step %d\n",
                  l.src, l.dst, l.factor, l.first_step);

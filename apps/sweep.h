@@ -54,6 +54,7 @@ struct Point {
   // The real MLP's buffers (a run only): max over devices.
   double real_peak_bytes = kNaN, real_wire_bytes = kNaN;
   double t1_ms = kNaN, fidelity_host = kNaN, fidelity_model = kNaN, wall_seconds = kNaN;
+  double time_scale = kNaN;  // the real-clock scale the point ran at (auto: the one it measured)
 };
 
 // Runs one valid point: predict, then (unless predict_only) emulate. Sets status/error on failure.

@@ -55,6 +55,13 @@ json MetricsJson(const Metrics& m) {
           {"modeled_wire_bytes", JNum(m.wire_bytes)}};
 }
 
+// The time scale a point ran at (auto: the one it measured); its config's when it did not run on a
+// real clock ("auto" if that was auto).
+std::string TimeScaleText(const Point& p) {
+  if (std::isfinite(p.time_scale)) return absl::StrFormat("%g", p.time_scale);
+  return p.cfg.time_scale_auto() ? "auto" : absl::StrFormat("%g", p.cfg.time_scale);
+}
+
 // The config columns of a point (from the config if it was built, else empty).
 std::vector<std::string> ConfigColumns(const Point& p) {
   if (p.status == "invalid") return std::vector<std::string>(14, "");
@@ -63,7 +70,7 @@ std::vector<std::string> ConfigColumns(const Point& p) {
           absl::StrCat(c.world_size()),
           absl::StrCat(c.microbatches), schedule::ScheduleName(c.schedule), absl::StrCat(c.virtual_stages),
           comm::CodecName(c.codec), absl::StrCat(c.segment_bytes), absl::StrFormat("%g", c.bucket_mb), c.link,
-          absl::StrFormat("%g", c.time_scale)};
+          TimeScaleText(p)};
 }
 
 }  // namespace

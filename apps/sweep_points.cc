@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "apps/clock_choice.h"
 #include "apps/plan.h"
 #include "apps/sweep.h"
 #include "runtime/status_macros.h"
@@ -170,7 +171,13 @@ void RunPoint(Point& p, bool predict_only) {
   p.predicted = FromPrediction(*plan, *pred);
   p.t1_ms = ToMillis(pred->single_device_time);
   if (!predict_only) {
-    auto exec = schedule::Executor::Create(plan->executor);
+    schedule::ExecutorOptions options = plan->executor;
+    // time_scale auto: each point measures its own (a shorter calibration budget than run's).
+    absl::StatusOr<ClockChoice> clock =
+        ChooseClock(p.cfg, &options, {.target = kHostFidelityTarget, .max_seconds = 20});
+    if (clock.ok() && clock->mode != ClockChoice::Mode::kVirtual) p.time_scale = clock->scale;
+    auto exec = clock.ok() ? schedule::Executor::Create(options)
+                           : absl::StatusOr<std::unique_ptr<schedule::Executor>>(clock.status());
     absl::StatusOr<schedule::RunResult> run =
         exec.ok() ? (*exec)->Run() : absl::StatusOr<schedule::RunResult>(exec.status());
     if (!run.ok()) {

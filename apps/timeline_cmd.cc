@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "apps/clock_choice.h"
 #include "apps/cli.h"
 #include "apps/config.h"
 #include "apps/files.h"
@@ -80,11 +81,18 @@ int Run(const ParsedArgs& args) {
       if (!pred.ok()) return fail(kExitBadInput, std::string(pred.status().message()));
       report = BuildReport(*cfg, *plan, *pred, nullptr);
     } else {
-      auto exec = schedule::Executor::Create(plan->executor);
-      if (!exec.ok()) {
-        const bool bad = exec.status().code() == absl::StatusCode::kInvalidArgument;
-        return fail(bad ? kExitBadInput : kExitFailed, std::string(exec.status().message()));
+      schedule::ExecutorOptions options = plan->executor;
+      const auto create_failed = [&](const absl::Status& st) {
+        return fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
+                    std::string(st.message()));
+      };
+      if (!cfg->virtual_time && cfg->time_scale_auto()) {
+        if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
       }
+      absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options);
+      if (!clock.ok()) return fail(kExitFailed, std::string(clock.status().message()));
+      auto exec = schedule::Executor::Create(options);
+      if (!exec.ok()) return create_failed(exec.status());
       std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan->grid.ToString().c_str(),
                    schedule::ScheduleName(cfg->schedule), cfg->steps);
       auto run = (*exec)->Run();

@@ -65,6 +65,55 @@ PredictOptions PredictOptionsFor(const ExecutorOptions& o) {
   return p;
 }
 
+// The fault plan against the grid and the program (ranks, steps, op indices).
+absl::Status Executor::Impl::CheckFaults(int world) {
+  if (absl::StatusOr<FaultInjector> f = FaultInjector::Create(o.faults, world); !f.ok()) {
+    return Invalid("faults", std::string(f.status().message()));
+  } else {
+    injector = *std::move(f);
+  }
+  for (const OpFault& f : o.faults.op_faults) {
+    if (f.step >= o.steps) {
+      return Invalid("faults", absl::StrCat("op fault ", OpFaultKindName(f.kind), " rank ", f.rank,
+                                            ": step ", f.step, " >= steps ", o.steps));
+    }
+    const size_t n = o.program.ranks[static_cast<size_t>(plan->grid.CoordOf(f.rank).pp)].size();
+    if (f.kind != OpFaultKind::kSlowLink && static_cast<size_t>(f.op) >= n) {
+      return Invalid("faults", absl::StrCat("op fault ", OpFaultKindName(f.kind), " rank ", f.rank,
+                                            ": op ", f.op, " out of range (its op list has ", n,
+                                            " ops)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The fabric of the plan's links and faults; with a tracer, a track per port.
+absl::Status Executor::Impl::MakeFabric(int world) {
+  FabricOptions fo{.links = plan->options.links,
+                   .num_devices = world,
+                   .faults = plan->link_faults,
+                   .tie_rank = plan->tie_rank,
+                   .on_commit = {}};
+  if (Tracer* tracer = o.tracer; tracer != nullptr) {
+    // Port occupancy tracks: each committed message on its egress and ingress ports.
+    fo.on_commit = [tracer](const FabricMessage& m, const MessageTiming& t) {
+      for (int port : {t.egress_port, t.ingress_port}) {
+        if (port < 0) continue;
+        tracer->RecordPort({.port = port, .src = m.src, .dst = m.dst, .bytes = m.bytes,
+                            .ready_ns = t.ready.count(), .start_ns = t.start.count(),
+                            .end_ns = t.last_byte.count()});
+      }
+    };
+  }
+  RP_ASSIGN_OR_RETURN(fabric, Fabric::Create(fo));
+  if (o.tracer != nullptr) {
+    std::vector<std::string> ports;
+    for (int p = 0; p < fabric->model().num_ports(); ++p) ports.push_back(fabric->model().PortName(p));
+    o.tracer->SetPorts(std::move(ports));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Executor::Impl::Build() {
   if (o.microbatch_size < 1) return Invalid("microbatch_size", "must be >= 1");
   if (o.steps < 1) return Invalid("steps", "must be >= 1");
@@ -98,49 +147,13 @@ absl::Status Executor::Impl::Build() {
                                            o.dataset.classes, ") differ from the model's (",
                                            o.model.input_dim, "/", o.model.classes, ")"));
   }
-  if (absl::StatusOr<FaultInjector> f = FaultInjector::Create(o.faults, world); !f.ok()) {
-    return Invalid("faults", std::string(f.status().message()));
-  } else {
-    injector = *std::move(f);
-  }
-  for (const OpFault& f : o.faults.op_faults) {
-    if (f.step >= o.steps) {
-      return Invalid("faults", absl::StrCat("op fault ", OpFaultKindName(f.kind), " rank ", f.rank,
-                                            ": step ", f.step, " >= steps ", o.steps));
-    }
-    const size_t n = o.program.ranks[static_cast<size_t>(plan->grid.CoordOf(f.rank).pp)].size();
-    if (f.kind != OpFaultKind::kSlowLink && static_cast<size_t>(f.op) >= n) {
-      return Invalid("faults", absl::StrCat("op fault ", OpFaultKindName(f.kind), " rank ", f.rank,
-                                            ": op ", f.op, " out of range (its op list has ", n,
-                                            " ops)"));
-    }
-  }
+  RP_RETURN_IF_ERROR(CheckFaults(world));
   {
     absl::StatusOr<Dataset> ds = Dataset::Create(o.dataset);
     if (!ds.ok()) return Invalid("dataset", std::string(ds.status().message()));
     data.emplace(std::move(*ds));
   }
-  FabricOptions fo{.links = plan->options.links,
-                   .num_devices = world,
-                   .faults = plan->link_faults,
-                   .tie_rank = plan->tie_rank};
-  if (Tracer* tracer = o.tracer; tracer != nullptr) {
-    // Port occupancy tracks: each committed message on its egress and ingress ports.
-    fo.on_commit = [tracer](const FabricMessage& m, const MessageTiming& t) {
-      for (int port : {t.egress_port, t.ingress_port}) {
-        if (port < 0) continue;
-        tracer->RecordPort({.port = port, .src = m.src, .dst = m.dst, .bytes = m.bytes,
-                            .ready_ns = t.ready.count(), .start_ns = t.start.count(),
-                            .end_ns = t.last_byte.count()});
-      }
-    };
-  }
-  RP_ASSIGN_OR_RETURN(fabric, Fabric::Create(fo));
-  if (o.tracer != nullptr) {
-    std::vector<std::string> ports;
-    for (int p = 0; p < fabric->model().num_ports(); ++p) ports.push_back(fabric->model().PortName(p));
-    o.tracer->SetPorts(std::move(ports));
-  }
+  RP_RETURN_IF_ERROR(MakeFabric(world));
   ctx.options = &o;
   ctx.plan = &*plan;
   ctx.data = &*data;
@@ -228,6 +241,33 @@ absl::Status Executor::Impl::MakeCommunicators() {
   return absl::OkStatus();
 }
 
+// The stall monitor's loop (its own thread, until `done`): a failure anywhere aborts every
+// communicator and the fabric, so no device stays blocked; no progress for the watchdog timeout
+// (while nobody sleeps on a real clock) is a stall, reported with who waits for whom.
+void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
+  uint64_t last = ~uint64_t{0};
+  auto last_change = std::chrono::steady_clock::now();
+  while (!done.load(std::memory_order_acquire)) {
+    if (cluster.watchdog().WaitForFailure(kMonitorPeriod)) {
+      const absl::Status s = cluster.watchdog().status();
+      for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads, &ctx.eps}) {
+        for (auto& c : *v) c->Abort(s);
+      }
+      fabric->Abort(s);
+      return;
+    }
+    const uint64_t progress =
+        fabric->progress() + static_cast<uint64_t>(ctx.ops_done.load(std::memory_order_relaxed));
+    const auto now = std::chrono::steady_clock::now();
+    if (progress != last || ctx.clock_sleepers.load(std::memory_order_relaxed) > 0) {
+      last = progress;
+      last_change = now;
+    } else if (now - last_change >= o.watchdog_timeout) {
+      cluster.watchdog().Fail(StallStatus(now - last_change));
+    }
+  }
+}
+
 absl::StatusOr<RunResult> Executor::Impl::Run() {
   if (ran) return absl::FailedPreconditionError("executor: Run() may be called once");
   ran = true;
@@ -255,33 +295,8 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
                                        .comm_streams = !o.virtual_time &&
                                                        (o.grid.dp > 1 ||
                                                         o.program.num_directions() > 1)}));
-  // The stall monitor: a failure anywhere aborts every communicator and the fabric, so no device
-  // stays blocked; no progress for the watchdog timeout (while nobody sleeps on a real clock) is
-  // a stall, reported with who waits for whom.
   std::atomic<bool> done{false};
-  std::thread monitor([&] {
-    uint64_t last = ~uint64_t{0};
-    auto last_change = std::chrono::steady_clock::now();
-    while (!done.load(std::memory_order_acquire)) {
-      if (cluster->watchdog().WaitForFailure(kMonitorPeriod)) {
-        const absl::Status s = cluster->watchdog().status();
-        for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads, &ctx.eps}) {
-          for (auto& c : *v) c->Abort(s);
-        }
-        fabric->Abort(s);
-        return;
-      }
-      const uint64_t progress =
-          fabric->progress() + static_cast<uint64_t>(ctx.ops_done.load(std::memory_order_relaxed));
-      const auto now = std::chrono::steady_clock::now();
-      if (progress != last || ctx.clock_sleepers.load(std::memory_order_relaxed) > 0) {
-        last = progress;
-        last_change = now;
-      } else if (now - last_change >= o.watchdog_timeout) {
-        cluster->watchdog().Fail(StallStatus(now - last_change));
-      }
-    }
-  });
+  std::thread monitor([&] { Monitor(*cluster, done); });
   if (real_clock_) real_clock_->ResetEpoch();
   const auto w0 = std::chrono::steady_clock::now();
   absl::Status run = cluster->Run([&](Device& dev) -> absl::Status {

@@ -6,6 +6,7 @@
 //   run_failure.cc  RunFailure: the first failure, wait chains, rollback of uncommitted updates
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -53,6 +54,8 @@ class Executor::Impl {
   Nanos step_start{0};
 
   absl::Status Build();
+  absl::Status CheckFaults(int world);  // part of Build
+  absl::Status MakeFabric(int world);   // part of Build
   absl::StatusOr<RunResult> Run();
   // Per-step predictions after the run (empty when one prediction fits every step).
   absl::StatusOr<std::vector<Prediction>> PredictEachStep(const PredictOptions& popts);
@@ -69,6 +72,7 @@ class Executor::Impl {
 
   // run_failure.cc
   absl::Status Fail(const absl::Status& run);
+  void Monitor(Cluster& cluster, const std::atomic<bool>& done);  // the stall monitor thread
   // The stall the monitor found: a DeadlineExceeded naming who waits for whom.
   absl::Status StallStatus(std::chrono::nanoseconds quiet);
   void NoteStallRecords(const absl::Status& stall, int first, const std::vector<LpWait>& waits,

@@ -320,12 +320,10 @@ std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duratio
   return out;
 }
 
-absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
-  if (o.grid.dp < 1 || o.grid.pp < 1 || o.grid.tp < 1) {
-    return Invalid("grid", "dp, pp and tp must be >= 1");
-  }
-  absl::StatusOr<ParallelGrid> grid = ParallelGrid::Create(o.grid, o.placement);
-  if (!grid.ok()) return Invalid("grid", std::string(grid.status().message()));
+namespace {
+
+// The options' own checks (grid, program, costs, reduce_gbps, EP), before anything is built.
+absl::Status CheckPlanOptions(const PlanOptions& o) {
   if (o.program.num_ranks != o.grid.pp) {
     return Invalid("program", absl::StrCat("has ", o.program.num_ranks,
                                            " pipeline ranks but grid.pp = ", o.grid.pp));
@@ -333,8 +331,7 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
   if (absl::StatusOr<ValidationReport> r = Validate(o.program); !r.ok()) {
     return Invalid("program", std::string(r.status().message()));
   }
-  const int P = o.grid.pp, V = o.program.num_chunks;
-  const int per_direction = o.program.chunks_per_direction();
+  const int P = o.grid.pp;
   if (o.cost.stages.size() != 1 && static_cast<int>(o.cost.stages.size()) != P) {
     return Invalid("cost", absl::StrCat("has ", o.cost.stages.size(),
                                         " stage entries, expected 1 or pp = ", P));
@@ -350,65 +347,69 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
   if (!(o.reduce_gbps >= 0) || !std::isfinite(o.reduce_gbps)) {
     return Invalid("reduce_gbps", "must be finite and >= 0");
   }
-  RP_RETURN_IF_ERROR(CheckEp(o));
-  ExecutionPlan plan{.options = o, .grid = *grid};
-  plan.v = V;
-  {
-    absl::StatusOr<ModelPartition> part = PartitionMlp(o.model, o.program.num_model_stages(),
-                                                       o.grid.tp, o.layers_per_stage, o.ep);
-    if (!part.ok()) return Invalid("model", std::string(part.status().message()));
-    plan.partition = *part;
+  return CheckEp(o);
+}
+
+// Each chunk's last gradient-final op (its last B, W, or F&B whose backward part is that chunk),
+// and the rank's bucket launch order: by that op, or (two directions: mirror groups, every bucket
+// at the optimizer) by model stage.
+void OrderBuckets(const PlanOptions& o, int pp, RankPlan& r) {
+  const int V = o.program.num_chunks;
+  const std::vector<Op>& ops = o.program.ranks[static_cast<size_t>(pp)];
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    int chunk = -1;
+    if (op.kind == OpKind::kBackward || op.kind == OpKind::kWeightGrad) chunk = op.chunk;
+    if (op.kind == OpKind::kForwardBackward) chunk = op.backward_chunk;
+    if (chunk >= 0) r.chunks[static_cast<size_t>(chunk)].last_grad_op = static_cast<int>(i);
   }
-  plan.ranks.resize(static_cast<size_t>(P));
-  for (int pp = 0; pp < P; ++pp) {
-    RankPlan& r = plan.ranks[static_cast<size_t>(pp)];
-    const StageCost& c = o.cost.Of(pp);
-    // A chunk op costs 1 / (chunks per direction) of the rank's stage cost (a DualPipe chunk is a
-    // whole stage of its direction).
-    r.op_cost = {c.forward / per_direction, c.backward / per_direction,
-                 (c.backward - c.weight_grad) / per_direction, c.weight_grad / per_direction};
-    r.optimizer_cost = c.optimizer;
-    const std::vector<ModeledSizes> sizes = SizesOf(o.program, pp);
-    for (int ch = 0; ch < V; ++ch) {
-      absl::StatusOr<ChunkPlan> chunk =
-          BuildChunk(o, plan.partition, pp, ch, sizes[static_cast<size_t>(ch)]);
-      if (!chunk.ok()) return Invalid("model", std::string(chunk.status().message()));
-      r.chunks.push_back(*std::move(chunk));
-    }
-    // The op after which each chunk's gradients are final (its last B, W, or F&B whose backward
-    // part is that chunk), and the buckets' launch order.
-    const std::vector<Op>& ops = o.program.ranks[static_cast<size_t>(pp)];
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const Op& op = ops[i];
-      int chunk = -1;
-      if (op.kind == OpKind::kBackward || op.kind == OpKind::kWeightGrad) chunk = op.chunk;
-      if (op.kind == OpKind::kForwardBackward) chunk = op.backward_chunk;
-      if (chunk >= 0) r.chunks[static_cast<size_t>(chunk)].last_grad_op = static_cast<int>(i);
-    }
-    std::vector<int> chunks(static_cast<size_t>(V));
-    for (int ch = 0; ch < V; ++ch) chunks[static_cast<size_t>(ch)] = ch;
+  std::vector<int> chunks(static_cast<size_t>(V));
+  for (int ch = 0; ch < V; ++ch) chunks[static_cast<size_t>(ch)] = ch;
+  std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
+    return r.chunks[static_cast<size_t>(a)].last_grad_op < r.chunks[static_cast<size_t>(b)].last_grad_op;
+  });
+  if (o.program.num_directions() > 1) {
+    // Mirror groups: every bucket at the optimizer, in model-stage order (see plan.h).
     std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
-      return r.chunks[static_cast<size_t>(a)].last_grad_op < r.chunks[static_cast<size_t>(b)].last_grad_op;
+      return r.chunks[static_cast<size_t>(a)].model_stage < r.chunks[static_cast<size_t>(b)].model_stage;
     });
-    if (o.program.num_directions() > 1) {
-      // Mirror groups: every bucket at the optimizer, in model-stage order (see plan.h).
-      std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
-        return r.chunks[static_cast<size_t>(a)].model_stage < r.chunks[static_cast<size_t>(b)].model_stage;
-      });
-      for (int ch : chunks) r.chunks[static_cast<size_t>(ch)].last_grad_op = -1;
-    }
-    for (int ch : chunks) {
-      for (size_t b = 0; b < r.chunks[static_cast<size_t>(ch)].buckets.size(); ++b) {
-        r.bucket_order.emplace_back(ch, static_cast<int>(b));
-      }
+    for (int ch : chunks) r.chunks[static_cast<size_t>(ch)].last_grad_op = -1;
+  }
+  for (int ch : chunks) {
+    for (size_t b = 0; b < r.chunks[static_cast<size_t>(ch)].buckets.size(); ++b) {
+      r.bucket_order.emplace_back(ch, static_cast<int>(b));
     }
   }
-  // Fabric LPs and faults.
-  const int world = grid->world_size();
+}
+
+// Pipeline rank pp's plan: op costs, chunks (layers, sizes, buckets), bucket order.
+absl::Status BuildRankPlan(const PlanOptions& o, const ModelPartition& partition, int pp,
+                           RankPlan& r) {
+  const StageCost& c = o.cost.Of(pp);
+  const int per_direction = o.program.chunks_per_direction();
+  // A chunk op costs 1 / (chunks per direction) of the rank's stage cost (a DualPipe chunk is a
+  // whole stage of its direction).
+  r.op_cost = {c.forward / per_direction, c.backward / per_direction,
+               (c.backward - c.weight_grad) / per_direction, c.weight_grad / per_direction};
+  r.optimizer_cost = c.optimizer;
+  const std::vector<ModeledSizes> sizes = SizesOf(o.program, pp);
+  for (int ch = 0; ch < o.program.num_chunks; ++ch) {
+    absl::StatusOr<ChunkPlan> chunk = BuildChunk(o, partition, pp, ch, sizes[static_cast<size_t>(ch)]);
+    if (!chunk.ok()) return Invalid("model", std::string(chunk.status().message()));
+    r.chunks.push_back(*std::move(chunk));
+  }
+  OrderBuckets(o, pp, r);
+  return absl::OkStatus();
+}
+
+// The fabric's side of the plan: LP tie ranks (replica-invariant first), link faults by device,
+// the ring segment size, and the links checked by building the FabricModel once.
+absl::Status PlanFabric(const PlanOptions& o, const ParallelGrid& grid, ExecutionPlan& plan) {
+  const int world = grid.world_size();
   plan.num_lps = 2 * world;
   plan.tie_rank.resize(static_cast<size_t>(plan.num_lps));
   for (int rank = 0; rank < world; ++rank) {
-    const Coord c = grid->CoordOf(rank);
+    const Coord c = grid.CoordOf(rank);
     for (int stream = 0; stream < 2; ++stream) {
       const uint64_t local = static_cast<uint64_t>((c.pp * o.grid.tp + c.tp) * 2 + stream);
       plan.tie_rank[static_cast<size_t>(2 * rank + stream)] =
@@ -416,20 +417,20 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
     }
   }
   for (const DegradedLink& d : o.faults.degraded_links) {
-    if (!grid->IsValidRank(d.src) || !grid->IsValidRank(d.dst)) {
+    if (!grid.IsValidRank(d.src) || !grid.IsValidRank(d.dst)) {
       return Invalid("faults", absl::StrCat("degraded link ", d.src, " -> ", d.dst,
                                             ": ranks out of range"));
     }
     plan.link_faults.push_back(
-        {.src = grid->DeviceOf(d.src), .dst = grid->DeviceOf(d.dst), .factor = d.factor});
+        {.src = grid.DeviceOf(d.src), .dst = grid.DeviceOf(d.dst), .factor = d.factor});
   }
   for (const OpFault& f : o.faults.op_faults) {
     if (f.kind != OpFaultKind::kSlowLink) continue;
-    if (!grid->IsValidRank(f.rank) || !grid->IsValidRank(f.dst)) {
+    if (!grid.IsValidRank(f.rank) || !grid.IsValidRank(f.dst)) {
       return Invalid("faults", absl::StrCat("slow link ", f.rank, " -> ", f.dst,
                                             ": ranks out of range"));
     }
-    plan.link_faults.push_back({.src = grid->DeviceOf(f.rank), .dst = grid->DeviceOf(f.dst),
+    plan.link_faults.push_back({.src = grid.DeviceOf(f.rank), .dst = grid.DeviceOf(f.dst),
                                 .factor = f.factor, .from_step = f.step});
   }
   plan.ring_segment_bytes =
@@ -443,6 +444,29 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
     return Invalid("links", std::string(m.status().message()));
   }
   plan.options.links = spec;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
+  if (o.grid.dp < 1 || o.grid.pp < 1 || o.grid.tp < 1) {
+    return Invalid("grid", "dp, pp and tp must be >= 1");
+  }
+  absl::StatusOr<ParallelGrid> grid = ParallelGrid::Create(o.grid, o.placement);
+  if (!grid.ok()) return Invalid("grid", std::string(grid.status().message()));
+  RP_RETURN_IF_ERROR(CheckPlanOptions(o));
+  ExecutionPlan plan{.options = o, .grid = *grid};
+  plan.v = o.program.num_chunks;
+  absl::StatusOr<ModelPartition> part = PartitionMlp(o.model, o.program.num_model_stages(),
+                                                     o.grid.tp, o.layers_per_stage, o.ep);
+  if (!part.ok()) return Invalid("model", std::string(part.status().message()));
+  plan.partition = *std::move(part);
+  plan.ranks.resize(static_cast<size_t>(o.grid.pp));
+  for (int pp = 0; pp < o.grid.pp; ++pp) {
+    RP_RETURN_IF_ERROR(BuildRankPlan(o, plan.partition, pp, plan.ranks[static_cast<size_t>(pp)]));
+  }
+  RP_RETURN_IF_ERROR(PlanFabric(o, *grid, plan));
   return plan;
 }
 

@@ -111,6 +111,59 @@ void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
   }
 }
 
+namespace {
+
+// The record that carries the run's first failure: same code and its message contains the
+// watchdog's (followers wrap it too, in longer messages: take the first, then the shortest); else
+// the first that is not a consequence (cancelled, aborted); else the first.
+const ErrorRecord* RootError(const std::vector<ErrorRecord>& errs, const absl::Status& run) {
+  const ErrorRecord* root = nullptr;
+  for (const ErrorRecord& e : errs) {
+    if (e.status.code() == run.code() && absl::StrContains(e.status.message(), run.message()) &&
+        (root == nullptr || e.status.message().size() < root->status.message().size())) {
+      root = &e;
+    }
+  }
+  if (root != nullptr) return root;
+  for (const ErrorRecord& e : errs) {
+    if (!absl::IsCancelled(e.status) && !absl::IsAborted(e.status)) return &e;
+  }
+  return errs.empty() ? nullptr : &errs.front();
+}
+
+// Follows each missing peer's own failed wait (its error record) to the end of the chain: the
+// ranks that waited for nobody (distinct, in the peers' order).
+std::vector<int> WaitChainEnds(const std::vector<ErrorRecord>& errs, const std::vector<int>& missing,
+                               int world) {
+  std::map<int, std::vector<int>> waits;  // rank → whom its failed wait waited for
+  for (const ErrorRecord& e : errs) {
+    if (!waits.contains(e.rank) || waits[e.rank].empty()) waits[e.rank] = e.waiting;
+  }
+  std::vector<int> ends;
+  for (int r : missing) {
+    std::vector<bool> seen(static_cast<size_t>(world), false);
+    int at = r;
+    while (!seen[static_cast<size_t>(at)]) {
+      seen[static_cast<size_t>(at)] = true;
+      auto it = waits.find(at);
+      if (it == waits.end()) break;
+      int next = -1;
+      for (int x : it->second) {
+        if (x != at) {
+          next = x;
+          break;
+        }
+      }
+      if (next < 0) break;
+      at = next;
+    }
+    if (std::find(ends.begin(), ends.end(), at) == ends.end()) ends.push_back(at);
+  }
+  return ends;
+}
+
+}  // namespace
+
 absl::Status Executor::Impl::Fail(const absl::Status& run) {
   // Every thread has joined: the devices' state is ours.
   RunFailure f;
@@ -130,24 +183,7 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
     MutexLock lock(&ctx.errors_mu);
     errs = ctx.errors;
   }
-  // The record that carries the run's first failure: same code and its message contains the
-  // watchdog's (followers wrap it too, in longer messages: take the first, then the shortest).
-  const ErrorRecord* root = nullptr;
-  for (const ErrorRecord& e : errs) {
-    if (e.status.code() == run.code() && absl::StrContains(e.status.message(), run.message()) &&
-        (root == nullptr || e.status.message().size() < root->status.message().size())) {
-      root = &e;
-    }
-  }
-  if (root == nullptr) {
-    for (const ErrorRecord& e : errs) {
-      if (!absl::IsCancelled(e.status) && !absl::IsAborted(e.status)) {
-        root = &e;
-        break;
-      }
-    }
-  }
-  if (root == nullptr && !errs.empty()) root = &errs.front();
+  const ErrorRecord* root = RootError(errs, run);
   std::string where = "first failure: unknown rank";
   const ParallelGrid& g = plan->grid;
   if (root != nullptr) {
@@ -167,32 +203,7 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
     for (int r : root->waiting) {
       if (r != root->rank) f.missing_peers.push_back(r);
     }
-    // Follow each missing peer's own wait (its error record) to the end of the chain.
-    std::map<int, std::vector<int>> waits;  // rank → whom its failed wait waited for
-    for (const ErrorRecord& e : errs) {
-      if (!waits.contains(e.rank) || waits[e.rank].empty()) waits[e.rank] = e.waiting;
-    }
-    for (int r : f.missing_peers) {
-      std::vector<bool> seen(static_cast<size_t>(g.world_size()), false);
-      int at = r;
-      while (!seen[static_cast<size_t>(at)]) {
-        seen[static_cast<size_t>(at)] = true;
-        auto it = waits.find(at);
-        if (it == waits.end()) break;
-        int next = -1;
-        for (int x : it->second) {
-          if (x != at) {
-            next = x;
-            break;
-          }
-        }
-        if (next < 0) break;
-        at = next;
-      }
-      if (std::find(f.stuck_ranks.begin(), f.stuck_ranks.end(), at) == f.stuck_ranks.end()) {
-        f.stuck_ranks.push_back(at);
-      }
-    }
+    f.stuck_ranks = WaitChainEnds(errs, f.missing_peers, g.world_size());
     where = absl::StrCat("first failure: ", RankName(g, f.rank), " step ", f.step, " op ",
                          f.op >= 0 ? absl::StrCat(f.op, " ") : "", "'", f.op_name,
                          "'; missing peers: ",

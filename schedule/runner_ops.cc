@@ -1,5 +1,5 @@
 // DeviceRunner's op functions: compute passes (layer by layer, TP all-reduces, bucket launches),
-// p2p sends and receives, the comm stream's buckets and the optimizer step. See runner.h.
+// p2p sends and receives and the optimizer step (buckets: runner_buckets.cc). See runner.h.
 #include <algorithm>
 #include <exception>
 
@@ -330,173 +330,6 @@ absl::Status DeviceRunner::Recv(int step, int op_index, const Op& op) {
   return absl::OkStatus();
 }
 
-absl::Status DeviceRunner::LaunchBucket(int step, int chunk, int bucket, Nanos ready) {
-  const auto& order = ctx_->plan->ranks[static_cast<size_t>(coord_.pp)].bucket_order;
-  const auto it = std::find(order.begin(), order.end(), std::make_pair(chunk, bucket));
-  const int o = static_cast<int>(it - order.begin());
-  launched_[static_cast<size_t>(o)] = true;
-  const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
-  if (ctx_->plan->BucketGroup(rank_, chunk, b, nullptr).size() == 1) {  // nothing to reduce
-    buckets_[static_cast<size_t>(o)] = BucketRecord{.ready = ready, .start = ready, .end = ready};
-    ctx_->fabric->Signal(gates_[static_cast<size_t>(o)], ready);
-    return absl::OkStatus();
-  }
-  if (!ctx_->comm_streams.empty()) {
-    EnqueueBucket(step, o, chunk, bucket, ready);
-    return absl::OkStatus();
-  }
-  ctx_->fabric->AddWork(ExecutionPlan::CommLp(rank_), ready);
-  dev_->PostComm([this, step, o, chunk, bucket, ready]() -> absl::Status {
-    absl::Status s;
-    try {
-      s = RunBucket(step, o, chunk, bucket, ready);
-    } catch (const std::exception& e) {
-      s = absl::InternalError(absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ", o,
-                                           ": exception on the comm stream: ", e.what()));
-    }
-    if (!s.ok()) {
-      ctx_->NoteError({.rank = rank_, .step = step, .op = -1,
-                       .op_name = absl::StrCat("gradient bucket ", o, " (DP all-reduce)"),
-                       .waiting = comm_waiting_, .status = s});
-    }
-    return s;
-  });
-  return absl::OkStatus();
-}
-
-absl::StatusOr<comm::CollectiveResult> DeviceRunner::TpAllReduce(
-    int step, std::span<float> buffer, const comm::CollectiveOptions& co, Nanos start) {
-  comm::Communicator& tp = ctx_->Tp(coord_);
-  if (ctx_->tp_streams.empty() || tp.size() == 1) {
-    return tp.rank(coord_.tp).AllReduce(buffer, buffer, co, start);
-  }
-  const int n = tp.size(), index = coord_.tp, prev = (index + n - 1) % n;
-  const comm::ring::Range own = comm::ring::ChunkRange(buffer.size(), n, index);
-  const WaitSite site{.rank = rank_, .op = "TP all-reduce", .peer = tp.device(prev), .step = step};
-  comm::EventCommStream::Collective c{
-      .spec = {.kind = comm::ring::TimedKind::kAllReduce, .n = n, .rank = index,
-               .device = tp.device(index), .next_device = tp.device((index + 1) % n),
-               .count = buffer.size(), .codec = co.codec,
-               .segment_elems = co.segment_bytes / sizeof(float), .model = co.model,
-               .op_id = tp.rank(index).TakeOpId()},
-      .buffers = {.in = buffer.data(), .out = buffer.data(), .work = buffer.data(),
-                  .own_out = buffer.data() + own.begin},
-      .ready = start,
-      .send_channel = tp.RingChannel(index),
-      .recv_channel = tp.RingChannel(prev),
-      .site = site,
-      .done = [this, &tp, index, codec = co.codec](
-                  Fabric::Scope& scope, const absl::StatusOr<comm::CollectiveResult>& r) {
-        if (r.ok()) tp.rank(index).Account(*r, codec);
-        tp_result_ = r;
-        scope.Signal(tp_gate_, r.ok() ? r->end : Nanos(0));
-        if (!r.ok()) scope.Abort(r.status());
-      }};
-  ctx_->tp_streams[static_cast<size_t>(rank_)]->Enqueue(std::move(c));
-  absl::StatusOr<Nanos> end = ctx_->fabric->AwaitGate(ExecutionPlan::ComputeLp(rank_), tp_gate_, site);
-  ctx_->fabric->ResetGate(tp_gate_);
-  if (!end.ok()) return end.status();
-  return std::move(tp_result_);
-}
-
-comm::CollectiveOptions DeviceRunner::BucketOptions(int step, int order,
-                                                    const BucketPlan& b) const {
-  const ExecutorOptions& o = *ctx_->options;
-  return {.codec = o.codec,
-          .segment_bytes = ctx_->plan->ring_segment_bytes,
-          .timeout = CommTimeout(o),
-          .error_feedback = o.error_feedback,
-          .feedback_slot = order,
-          .model = {.elements = b.modeled_elements, .step = step, .reduce_gbps = o.reduce_gbps}};
-}
-
-void DeviceRunner::EnqueueBucket(int step, int order, int chunk, int bucket, Nanos ready) {
-  const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
-  std::span<float> g = stages_[static_cast<size_t>(chunk)]->grads().subspan(b.grad_offset, b.grad_count);
-  int index = 0;
-  const std::vector<int> group = ctx_->plan->BucketGroup(rank_, chunk, b, &index);
-  const int n = static_cast<int>(group.size());
-  const int prev = (index + n - 1) % n;
-  comm::Communicator& comm = ctx_->Grad(ctx_->plan->BucketGroupId(rank_, chunk, b));
-  comm::RankComm& rc = comm.rank(index);
-  const comm::CollectiveOptions co = BucketOptions(step, order, b);
-  const comm::ring::Range own = comm::ring::ChunkRange(g.size(), n, index);
-  float* residual = nullptr;
-  if (co.error_feedback && co.codec != comm::Codec::kFp32) {
-    residual = rc.Residual(co.feedback_slot, g.size()).data();
-  }
-  const Nanos step_start = step_start_;
-  const int64_t wall_handed = dev_->WallNow();
-  comm::EventCommStream::Collective c{
-      .spec = {.kind = comm::ring::TimedKind::kAllReduce, .n = n, .rank = index,
-               .device = comm.device(index), .next_device = comm.device((index + 1) % n),
-               .count = g.size(), .codec = co.codec, .segment_elems = co.segment_bytes / sizeof(float),
-               .model = co.model, .error_feedback = co.error_feedback, .op_id = rc.TakeOpId()},
-      .buffers = {.in = g.data(), .out = g.data(), .work = g.data(),
-                  .own_out = g.data() + own.begin, .residual = residual},
-      .ready = ready,
-      .send_channel = comm.RingChannel(index),
-      .recv_channel = comm.RingChannel(prev),
-      .site = {.rank = rank_, .op = "gradient bucket", .peer = group[static_cast<size_t>(prev)],
-               .step = step},
-      .done = [this, step, order, ready, step_start, wall_handed, &rc, codec = co.codec,
-               waiting = group[static_cast<size_t>(prev)]](
-                  Fabric::Scope& scope, const absl::StatusOr<comm::CollectiveResult>& r) {
-        if (!r.ok()) {
-          const absl::Status s(r.status().code(),
-                               absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ",
-                                            order, " (DP all-reduce): ", r.status().message()));
-          ctx_->NoteError({.rank = rank_, .step = step, .op = -1,
-                           .op_name = absl::StrCat("gradient bucket ", order, " (DP all-reduce)"),
-                           .waiting = {waiting}, .status = s});
-          scope.Abort(s);
-          return;
-        }
-        rc.Account(*r, codec);
-        buckets_[static_cast<size_t>(order)] =
-            BucketRecord{.ready = ready, .start = r->start, .end = r->end,
-                         .transfer = r->transfer, .reduce = r->reduce, .spans = Spans(r->spans),
-                         .wall_start_m = r->start - step_start, .wall_end_m = r->end - step_start,
-                         .modeled_bytes = r->modeled_bytes,
-                         .trace_wall_start = wall_handed, .trace_wall_end = dev_->WallNow()};
-        scope.Signal(gates_[static_cast<size_t>(order)], r->end);
-      }};
-  ctx_->comm_streams[static_cast<size_t>(rank_)]->Enqueue(std::move(c));
-}
-
-absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket, Nanos ready) {
-  const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
-  const Nanos start = std::max(ready, comm_prev_end_);
-  std::span<float> g = stages_[static_cast<size_t>(chunk)]->grads().subspan(b.grad_offset, b.grad_count);
-  int index = 0;
-  const std::vector<int> group = ctx_->plan->BucketGroup(rank_, chunk, b, &index);
-  const int n = static_cast<int>(group.size());
-  comm_waiting_ = {group[static_cast<size_t>((index + n - 1) % n)]};
-  const int64_t w0 = dev_->WallNow();
-  const Nanos wall0 = WallNow();
-  const comm::CollectiveOptions co = BucketOptions(step, order, b);
-  absl::StatusOr<comm::CollectiveResult> r =
-      ctx_->Grad(ctx_->plan->BucketGroupId(rank_, chunk, b)).rank(index).AllReduce(g, g, co, start);
-  if (!r.ok()) {
-    return absl::Status(r.status().code(),
-                        absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ", order,
-                                     " (DP all-reduce): ", r.status().message()));
-  }
-  comm_waiting_.clear();
-  comm_prev_end_ = r->end;
-  buckets_[static_cast<size_t>(order)] =
-      BucketRecord{.ready = ready, .start = start, .end = r->end, .transfer = r->transfer,
-                   .reduce = r->reduce, .spans = Spans(r->spans), .wall_start_m = wall0,
-                   .wall_end_m = WallNow()};
-  dev_->Trace({.name = "AllReduce", .kind = rp::OpKind::kCollective, .step = step,
-               .bytes = r->modeled_bytes},
-              w0, dev_->WallNow(), start, r->end);
-  // Publishes the record (the fabric's lock orders it before the waiter's read).
-  ctx_->fabric->Signal(gates_[static_cast<size_t>(order)], r->end);
-  ctx_->fabric->FinishWork(ExecutionPlan::CommLp(rank_));
-  return absl::OkStatus();
-}
-
 absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
   const ExecutionPlan& plan = *ctx_->plan;
   const RankPlan& rp = plan.ranks[static_cast<size_t>(coord_.pp)];
@@ -549,8 +382,8 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
     backup_params_.resize(stages_.size());
     backup_opt_.resize(stages_.size());
     for (size_t ch = 0; ch < stages_.size(); ++ch) {
-      const std::span<const float> w = std::as_const(*stages_[ch]).params();
-      backup_params_[ch].assign(w.begin(), w.end());
+      const std::span<const float> params = std::as_const(*stages_[ch]).params();
+      backup_params_[ch].assign(params.begin(), params.end());
       if (backup_opt_[ch]) {
         *backup_opt_[ch] = *optimizers_[ch];
       } else {

@@ -39,6 +39,8 @@ absl::StatusOr<TimeScaleTrial> RunTrial(const ExecutorOptions& base, int steps, 
   o.eval_every = 0;
   o.eval_samples = 1;
   o.tracer = nullptr;
+  o.faults.op_faults.clear();  // a trial measures the host, not the run's failure
+  o.faults.stops.clear();
   const auto t0 = std::chrono::steady_clock::now();
   RP_ASSIGN_OR_RETURN(auto exec, Executor::Create(o));
   RP_ASSIGN_OR_RETURN(RunResult r, exec->Run());
@@ -46,7 +48,8 @@ absl::StatusOr<TimeScaleTrial> RunTrial(const ExecutorOptions& base, int steps, 
   return TimeScaleTrial{
       .scale = scale,
       .fidelity_host = last.emulated_ms > 0 ? last.measured_ms / last.emulated_ms - 1 : 0,
-      .wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+      .wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      .emulated_step_ms = last.emulated_ms};
 }
 
 }  // namespace
@@ -80,8 +83,9 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
       return out;
     }
     const double next = std::min(SuggestTimeScale(scale, t.fidelity_host, c.target), c.max_scale);
-    // The next trial takes about next / scale times this one's wall time.
-    const double next_cost = t.wall_seconds * next / scale;
+    // The next trial: at most this one's wall time (setup, host-limited steps) plus its steps at
+    // the next scale (the modeled part grows with the scale).
+    const double next_cost = t.wall_seconds + c.trial_steps * next * t.emulated_step_ms * 1e-3;
     if (next <= scale || spent + next_cost > c.max_seconds) break;
     scale = next;
   }

@@ -9,8 +9,10 @@
 // trainer, no tracer) at growing scales, until the last trial step's |fidelity.host| is within
 // `target`. The next scale after a trial that missed is estimated from it — host overhead is
 // roughly a fixed wall time, so fidelity shrinks as 1 / scale: next = scale × |fidelity| / target
-// × 1.25, at least ×2 and at most ×64 — and the search stops at max_scale or when the trials have
-// used max_seconds of wall time (then the best scale tried is returned, marked not sustained).
+// × 1.25, at least ×2 and at most ×64 — and the search stops at max_scale or when the next trial
+// would overrun max_seconds of wall time in all (its cost estimated as this trial's wall time, which
+// bounds setup and host work, plus trial_steps × next × the emulated step: the modeled part); then
+// the best scale tried is returned, marked not sustained.
 //
 // SuggestTimeScale is the same estimate for a run whose scale was forced: the scale at which its
 // measured host fidelity would have been within target.
@@ -33,6 +35,7 @@ struct TimeScaleTrial {
   double scale = 1;
   double fidelity_host = 0;  // the last trial step's measured / emulated − 1
   double wall_seconds = 0;
+  double emulated_step_ms = 0;  // the last trial step's modeled time (0: unknown)
 };
 
 struct TimeScaleChoice {

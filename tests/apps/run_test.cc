@@ -194,7 +194,8 @@ TEST(RunCommand, RealClockMeasuresFromTheWallClock) {
   EXPECT_GT(wall_end, 0);
   EXPECT_NE(wall_end, modeled_end);
   const double host = j["fidelity"]["host"].get<double>();
-  EXPECT_NEAR(host, j["step_time_ms"]["measured"].get<double>() / j["step_time_ms"]["emulated"].get<double>() - 1, 1e-12);
+  // To the nanosecond the steps are rounded to (measured ms ÷ a time scale other than 1 has fractions).
+  EXPECT_NEAR(host, j["step_time_ms"]["measured"].get<double>() / j["step_time_ms"]["emulated"].get<double>() - 1, 1e-6);
   fs::remove_all(dir);
 }
 

@@ -366,7 +366,7 @@ TEST(ExecutorFaults, WaitsLongerThanTheTimeoutAreNotAStallOnRealClock) {
   absl::StatusOr<RunResult> r = (*ex)->Run();
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->timelines.size(), 3u);
-  double longest_wait_ms = 0;  // measured
+  double longest_wait_ms = 0;  // measured (wall stamps); the modeled one is a few ms longer
   for (const auto& timeline : r->timelines) {
     for (const OpInterval& iv : timeline) {
       if (iv.kind == IntervalKind::kRecv) {
@@ -374,7 +374,9 @@ TEST(ExecutorFaults, WaitsLongerThanTheTimeoutAreNotAStallOnRealClock) {
       }
     }
   }
-  EXPECT_GT(longest_wait_ms, 2 * 45.0);
+  // Some device waited longer than the watchdog's timeout (modeled: 90 ms, two timeouts; the wall
+  // wait is what the watchdog sees and varies by the host's wake-up latency).
+  EXPECT_GT(longest_wait_ms, 1.5 * 45.0);
 }
 
 // A link that drops to a tenth of its speed from step 1: the report lists it with its factor, the

@@ -12,13 +12,15 @@
 namespace rp::schedule {
 namespace {
 
-// A host that adds `overhead` ms of wall time to a step of `step` modeled ms at any scale.
+// A host that adds `overhead` ms of wall time to a step of `step` modeled ms at any scale (a
+// trial: two such steps).
 TrialFn FakeHost(double overhead_ms, double step_ms, std::vector<double>* tried) {
   return [=](double scale) -> absl::StatusOr<TimeScaleTrial> {
     tried->push_back(scale);
     return TimeScaleTrial{.scale = scale,
                           .fidelity_host = overhead_ms / (scale * step_ms),
-                          .wall_seconds = 2 * scale * step_ms / 1000};
+                          .wall_seconds = 2 * (overhead_ms + scale * step_ms) / 1000,
+                          .emulated_step_ms = step_ms};
   };
 }
 
@@ -53,6 +55,18 @@ TEST(TimeScale, TheBudgetStopsTheSearchAndSaysTheHostFiguresAreNotTrustworthy) {
   EXPECT_FALSE(c->sustained);
   EXPECT_EQ(c->scale, tried.back());  // the best (largest) tried
   EXPECT_NE(c->reason.find("not trustworthy"), std::string::npos) << c->reason;
+}
+
+// A host-limited first trial (400 ms of host work per 67 ms modeled step, as 256 devices on two
+// cores): the next trial's cost is its modeled steps at the next scale (2 × 64 × 67 ms) plus at most
+// this trial's wall time, not 64 times a wall time the host work dominated — so the search goes on
+// within a 60 s budget.
+TEST(TimeScale, AHostLimitedTrialDoesNotEndTheSearch) {
+  std::vector<double> tried;
+  auto c = ChooseTimeScale(FakeHost(400, 67, &tried), {.max_seconds = 60});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_GE(tried.size(), 2u) << c->reason;
+  EXPECT_EQ(tried[1], 80);  // 1 × 64 (the most one step may grow), rounded up to a readable value
 }
 
 TEST(TimeScale, SuggestionForAForcedScale) {

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -139,24 +140,41 @@ TracedRun RunTraced(ExecutorOptions o) {
 // run with a generous watchdog measures the longest wall time a device spends in one receive
 // (on this host, under this load); the same run again with a watchdog of half that completes —
 // a wall-time watchdog of that timeout would have failed it — with the same timeline and bits.
+// RINGPIPE_WATCHDOG_DP=128 runs the 2048 devices (about a minute: not in CI).
+int HealthyRunDp() {
+  const char* env = std::getenv("RINGPIPE_WATCHDOG_DP");
+  const int dp = env != nullptr ? std::atoi(env) : 0;
+  return dp > 0 ? dp : 32;
+}
+
 TEST(WatchdogUnderLoad, HealthyVirtualRunCompletesWhileTheHostIsBusy) {
   BusyChild busy(2);
   ASSERT_TRUE(busy.ok());
-  ExecutorOptions o = Layout(/*dp=*/32, /*steps=*/2);
+  ExecutorOptions o = Layout(HealthyRunDp(), /*steps=*/2);
   o.virtual_time = true;
   o.watchdog_timeout = std::chrono::seconds(60);
   const TracedRun calibration = RunTraced(o);
   ASSERT_TRUE(calibration.result.ok()) << calibration.result.status();
   // Not below a few monitor periods (20 ms): the rule, not its sampling, is under test.
   constexpr double kMinTimeoutS = 0.2;
-  const double timeout_s = std::max(kMinTimeoutS, calibration.longest_receive_s / 2);
-  o.watchdog_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(timeout_s));
-  const TracedRun run = RunTraced(o);
-  std::printf("[figures] 512 devices, virtual clock, host busy (external load %.2f of all CPUs): "
+  // The longest wall wait varies run to run on a loaded host: each attempt halves the shortest
+  // longest-wait seen so far, until a run had a wait longer than its watchdog (at most 4 runs).
+  double shortest_longest_s = calibration.longest_receive_s;
+  double timeout_s = 0;
+  TracedRun run;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    timeout_s = std::max(kMinTimeoutS, shortest_longest_s / 2);
+    o.watchdog_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(timeout_s));
+    run = RunTraced(o);
+    ASSERT_TRUE(run.result.ok()) << run.result.status();
+    if (run.longest_receive_s > timeout_s) break;
+    shortest_longest_s = std::min(shortest_longest_s, run.longest_receive_s);
+  }
+  std::printf("[figures] %d devices, virtual clock, host busy (external load %.2f of all CPUs): "
               "wall %.2f s, longest single receive %.2f s of wall time (calibration run %.2f s), "
               "watchdog %.2f s\n",
-              run.load.external, run.result.ok() ? run.result->wall_seconds : 0.0,
+              o.grid.dp * o.grid.pp * o.grid.tp, run.load.external, run.result.ok() ? run.result->wall_seconds : 0.0,
               run.longest_receive_s, calibration.longest_receive_s, timeout_s);
   ASSERT_TRUE(run.result.ok()) << run.result.status();
   EXPECT_GT(run.load.external, 0.3) << "the busy child did not load the host";

@@ -1,0 +1,62 @@
+// Which clock a run uses and whether its host figures can be trusted (issue 13 §4; DESIGN.md "The
+// time engine": "the time scale defaults to one the host can sustain — measured, not guessed").
+//
+// A run on the virtual clock needs no scale. On the real clock every modeled nanosecond takes
+// time_scale wall nanoseconds; `time_scale = auto` (the default) measures the smallest scale this
+// host keeps within kHostFidelityTarget before the run, with short trial runs of the same layout
+// (schedule::ChooseTimeScale: a fresh executor per trial, no faults, no tracer). A forced scale is
+// used as given; after the run, JudgeHostFidelity says whether the host kept it and, if not, which
+// scale would have (schedule::SuggestTimeScale), so `run` can warn and the report can mark its
+// measured figures as not trustworthy.
+//
+// Thread safety: ChooseClock runs executors (threads of its own) and returns when they are done.
+//
+// Example:
+//   RP_ASSIGN_OR_RETURN(ClockChoice clock, ChooseClock(cfg, options));   // sets options.time_scale
+//   ... run ...
+//   const HostVerdict v = JudgeHostFidelity(clock, result.fidelity_host);
+//   if (!v.trusted) warn(v.warning);
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "apps/config.h"
+#include "nlohmann/json.hpp"
+#include "schedule/executor.h"
+#include "schedule/time_scale.h"
+
+namespace rp::apps {
+
+// |fidelity.host| a real-clock run must stay within for its measured figures to stand for the
+// emulated ones (1 %).
+inline constexpr double kHostFidelityTarget = 0.01;
+
+struct ClockChoice {
+  enum class Mode { kVirtual, kAuto, kForced };
+  Mode mode = Mode::kVirtual;
+  double scale = 1;        // the scale the run uses (1 on the virtual clock: unused)
+  bool sustained = true;   // auto: a trial kept |fidelity.host| within the target
+  std::string reason;      // one line: why this scale
+  std::vector<schedule::TimeScaleTrial> trials;  // auto: the calibration's trials
+};
+const char* ClockModeName(ClockChoice::Mode mode);  // "virtual", "auto", "forced"
+
+// Resolves cfg.time_scale for a run of `options` (built from cfg) and sets options->time_scale.
+// `calibration` bounds auto's trials. Errors: the first trial's (a layout the executor refuses).
+absl::StatusOr<ClockChoice> ChooseClock(const RunConfig& cfg, schedule::ExecutorOptions* options,
+                                        const schedule::CalibrationOptions& calibration = {
+                                            .target = kHostFidelityTarget});
+
+struct HostVerdict {
+  bool trusted = true;         // |fidelity.host| within the target (always on the virtual clock)
+  double suggested_scale = 0;  // a scale that would have been kept (the run's when trusted)
+  std::string warning;         // empty when trusted: one line naming a sustainable scale
+};
+HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host);
+
+// The report's host.time_scale_choice object (docs/report.md).
+nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict);
+
+}  // namespace rp::apps

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The time engine's scaling benchmark (issue 13 §3): virtual-clock runs of growing layouts, the
+# current ringpipe against a baseline binary built from git in the same run, medians of repeated
+# runs, timings as ratios against the baseline.
+#
+#   bash bench/scaling.sh                  # baseline = BASE_REF (default: 0b37b01, main before the
+#                                          # time engine), devices 256 512 1024 (+ 2048 4096 new only)
+#   REPS=5 STEPS=10 bash bench/scaling.sh
+#   BASE_REF=none bash bench/scaling.sh    # current binary only
+#
+# Layout as the issue: pp 8 × tp 2 × dp, --hidden=64x16 --microbatches=4, default costs, 10 steps.
+# Each run prints wall seconds, peak RSS (KB, /usr/bin/time) and device-ops per second (compute ops
+# of all devices ÷ wall seconds: devices × steps × ops per device per step, as the report counts
+# them). The baseline is skipped above BASE_MAX_DEVICES (it takes minutes there or fails).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REPS=${REPS:-3}
+STEPS=${STEPS:-10}
+BASE_REF=${BASE_REF:-0b37b01}
+BASE_MAX_DEVICES=${BASE_MAX_DEVICES:-1024}
+DEVICES=${DEVICES:-"256 512 1024 2048 4096"}
+NEW=${NEW:-build/release/apps/ringpipe}
+BASE_DIR=${BASE_DIR:-/tmp/ringpipe-baseline}
+
+[ -x "$NEW" ] || { echo "scaling: build the release preset first ($NEW missing)" >&2; exit 2; }
+if [ "$BASE_REF" != none ]; then
+  if [ ! -x "$BASE_DIR/build/release/apps/ringpipe" ] ||
+     [ "$(git -C "$BASE_DIR" rev-parse HEAD 2>/dev/null)" != "$(git rev-parse "$BASE_REF")" ]; then
+    rm -rf "$BASE_DIR"
+    git worktree prune
+    git worktree add --detach "$BASE_DIR" "$BASE_REF" >/dev/null
+    (cd "$BASE_DIR" && cmake --preset release >/dev/null &&
+       cmake --build --preset release -j "$(nproc)" --target ringpipe >/dev/null)
+  fi
+  BASE="$BASE_DIR/build/release/apps/ringpipe"
+fi
+
+REPORT=$(mktemp -d)/report.json
+trap 'rm -rf "$(dirname "$REPORT")"' EXIT
+
+# run BINARY DP [report] → "wall_s rss_kb"; with "report", the current binary's report is kept in
+# $REPORT (device-ops/s and RSS per device beyond the model's buffers come from its host section).
+run() {
+  local bin=$1 dp=$2 extra=() out
+  [ "${3:-}" = report ] && extra=(--report_json="$REPORT")
+  out=$( { /usr/bin/time -f "TIME %e %M" "$bin" run --dp="$dp" --pp=8 --tp=2 --hidden=64x16 \
+             --microbatches=4 --virtual_time --steps="$STEPS" "${extra[@]}" >/dev/null; } 2>&1 | grep '^TIME' )
+  echo "${out#TIME }"
+}
+
+# host figures of the last report: "device_ops_per_second rss_per_device_kb emulated==predicted"
+host_figures() {
+  python3 - "$REPORT" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+h = r["host"]
+st = r["step_time_ms"]
+print("%.0f %.0f %s" % (h["device_ops_per_second"], h["rss_per_device_bytes"] / 1024,
+                        "yes" if abs(st["emulated"] - st["predicted"]) < 1e-6 else "NO"))
+PY
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+printf '| devices | ringpipe wall s (median of %s) | device-ops/s | µs per device-op | RSS/device KB (beyond model) | emulated == predicted | baseline wall s | speed-up |\n' "$REPS"
+printf '|---|---|---|---|---|---|---|---|\n'
+for n in $DEVICES; do
+  dp=$((n / 16))
+  new_walls=() base_walls=() ops=() rss=0 same=yes
+  for _ in $(seq "$REPS"); do
+    read -r w _ < <(run "$NEW" "$dp" report)
+    new_walls+=("$w")
+    read -r o k e < <(host_figures)
+    ops+=("$o"); rss=$k; [ "$e" = yes ] || same=NO
+    if [ "${BASE:-}" != "" ] && [ "$n" -le "$BASE_MAX_DEVICES" ]; then
+      read -r w _ < <(run "$BASE" "$dp")
+      base_walls+=("$w")
+    fi
+  done
+  nw=$(printf '%s\n' "${new_walls[@]}" | median)
+  no=$(printf '%s\n' "${ops[@]}" | median)
+  us=$(awk -v o="$no" 'BEGIN {printf "%.1f", 1e6 / o}')
+  if [ ${#base_walls[@]} -gt 0 ]; then
+    bw=$(printf '%s\n' "${base_walls[@]}" | median)
+    ratio=$(awk -v b="$bw" -v x="$nw" 'BEGIN {printf "%.1f×", b / x}')
+  else
+    bw="—"; ratio="—"
+  fi
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$nw" "$no" "$us" "$rss" "$same" "$bw" "$ratio"
+done

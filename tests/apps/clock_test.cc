@@ -1,0 +1,146 @@
+// The clock of `ringpipe run` as a user sees it (issue 13 §4, §5): time_scale auto is the default and
+// the report says which scale it chose and why; a forced scale the host cannot keep warns, names a
+// sustainable scale and marks the host figures as not trusted; a run that fails at run time still
+// writes its report (marked failed, with the failure and the committed steps) and its trace.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/apps/binary_runner.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using rp::apps::testing::BinaryResult;
+using rp::apps::testing::RunBinary;
+
+fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_clock_test", name); }
+
+json ReadJson(const fs::path& p) {
+  std::ifstream f(p);
+  return json::parse(f);
+}
+
+// A small real-clock layout: 4 devices, 0.5 / 1 ms ops (trials take milliseconds).
+constexpr const char* kSmall =
+    "run --dp=2 --pp=2 --tp=1 --hidden=32x4 --microbatches=2 --forward_ms=0.5 --backward_ms=1 --steps=2 "
+    "--reference=false";
+
+TEST(Clock, AutoIsTheDefaultAndTheReportSaysWhichScaleAndWhy) {
+  const fs::path dir = TempDir("auto");
+  const fs::path report = dir / "r.json";
+  const BinaryResult r = RunBinary(std::string(kSmall) + " --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("time scale auto: measuring"), std::string::npos) << r.err;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["config"]["time_scale"], "auto");
+  const json& c = j["host"]["time_scale_choice"];
+  EXPECT_EQ(c["mode"], "auto");
+  ASSERT_FALSE(c["calibration_trials"].empty());
+  EXPECT_GT(c["scale"].get<double>(), 0);
+  EXPECT_EQ(c["scale"], j["host"]["time_scale"]) << "the run used the scale it chose";
+  EXPECT_FALSE(c["reason"].get<std::string>().empty());
+  // The chosen scale is the last trial's when the calibration reached the target.
+  if (c["sustained_in_calibration"].get<bool>()) {
+    EXPECT_EQ(c["calibration_trials"].back()["scale"], c["scale"]);
+    EXPECT_LE(std::abs(c["calibration_trials"].back()["fidelity_host"].get<double>()), 0.01);
+  }
+  // The verdict follows the run's own fidelity.
+  EXPECT_EQ(c["host_fidelity_trusted"].get<bool>(), std::abs(j["fidelity"]["host"].get<double>()) <= 0.01);
+  EXPECT_NE(r.out.find("time scale auto: "), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
+// 0.0001 wall s per modeled s leaves 50 ns of wall time for a 0.5 ms op: no host keeps that.
+TEST(Clock, ForcedScaleTheHostCannotKeepWarnsAndNamesASustainableScale) {
+  const fs::path dir = TempDir("forced");
+  const fs::path report = dir / "r.json";
+  const BinaryResult r =
+      RunBinary(std::string(kSmall) + " --time_scale=0.0001 --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: the host did not keep time scale 0.0001"), std::string::npos) << r.err;
+  const json j = ReadJson(report);
+  const json& c = j["host"]["time_scale_choice"];
+  EXPECT_EQ(c["mode"], "forced");
+  EXPECT_TRUE(c["calibration_trials"].empty());
+  EXPECT_EQ(c["scale"].get<double>(), 0.0001);
+  EXPECT_FALSE(c["host_fidelity_trusted"].get<bool>());
+  EXPECT_GT(j["fidelity"]["host"].get<double>(), 0.01);
+  EXPECT_GT(c["suggested_scale"].get<double>(), 0.0001);
+  EXPECT_NE(r.err.find("time scale " + [&] {
+              std::ostringstream s;
+              s << c["suggested_scale"].get<double>();
+              return s.str();
+            }() + " would likely keep up"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("NOT TRUSTED"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Clock, VirtualClockNeedsNoScale) {
+  const fs::path dir = TempDir("virtual");
+  const fs::path report = dir / "r.json";
+  const BinaryResult r = RunBinary(std::string(kSmall) + " --virtual_time --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["host"]["time_scale_choice"]["mode"], "virtual");
+  EXPECT_TRUE(j["host"]["time_scale_choice"]["host_fidelity_trusted"].get<bool>());
+  EXPECT_EQ(r.err.find("measuring"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Clock, TimeScaleTakesANumberInRangeOrAuto) {
+  const fs::path dir = TempDir("values");
+  std::ofstream(dir / "auto.json") << R"({"time_scale": "auto"})";
+  std::ofstream(dir / "word.json") << R"({"time_scale": "fast"})";
+  const BinaryResult ok = RunBinary("predict --config=" + (dir / "auto.json").string() + " --time_scale=auto", dir);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  for (const std::string& args : {std::string("predict --time_scale=fast"), std::string("predict --time_scale=0"),
+                                  std::string("predict --time_scale=-1"), std::string("predict --time_scale=2000"),
+                                  "predict --config=" + (dir / "word.json").string()}) {
+    const BinaryResult r = RunBinary(args, dir);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("time_scale"), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+  fs::remove_all(dir);
+}
+
+// Rank 0 throws in its first op of step 1: steps 0 is committed, the run exits 3, and the report and
+// trace asked for are still written, the report marked failed with the failure and step 0's record.
+TEST(Clock, RunThatFailsAtRunTimeStillWritesItsReportAndTrace) {
+  const fs::path dir = TempDir("failed");
+  const fs::path report = dir / "r.json", trace = dir / "t.json";
+  const BinaryResult r = RunBinary(std::string(kSmall) + " --virtual_time --steps=3 --fault=throw:rank=0,step=1,op=0" +
+                                       " --report_json=" + report.string() + " --trace=" + trace.string(),
+                                   dir);
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  ASSERT_TRUE(fs::exists(report)) << r.err;
+  ASSERT_TRUE(fs::exists(trace)) << r.err;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["schema"], "ringpipe-report/2");
+  EXPECT_EQ(j["mode"], "run");
+  EXPECT_EQ(j["status"], "failed");
+  EXPECT_EQ(j["failure"]["rank"], 0);
+  EXPECT_EQ(j["failure"]["step"], 1);
+  EXPECT_EQ(j["failure"]["committed_steps"], 1);
+  EXPECT_NE(j["failure"]["message"].get<std::string>().find("rank 0"), std::string::npos);
+  ASSERT_EQ(j["steps"].size(), 1u);
+  EXPECT_EQ(j["steps"][0]["step"], 0);
+  EXPECT_GT(j["steps"][0]["emulated_ms"].get<double>(), 0);
+  EXPECT_EQ(j["steps"][0]["emulated_ms"], j["steps"][0]["predicted_ms"]);
+  const json t = ReadJson(trace);
+  EXPECT_TRUE(t.contains("traceEvents") || t.is_array());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rp::apps
