@@ -120,6 +120,25 @@ inline absl::StatusOr<uint64_t> AsBytes(absl::string_view f, const json& v) {
   return static_cast<uint64_t>(x);
 }
 
+// moe_layers (apps/moe_config.h): its text, a list of layer indices (joined with commas) or one index.
+inline absl::StatusOr<std::string> AsMoeLayers(absl::string_view f, const json& v) {
+  if (v.is_string()) return AsString(f, v);
+  if (v.is_number()) {
+    RP_ASSIGN_OR_RETURN(int layer, AsInt<int>(f, v));
+    return absl::StrCat(layer);
+  }
+  if (!v.is_array() || v.size() > kMaxListItems) {
+    return Bad(f, absl::StrCat("expected none, all, every:N or a list of at most ", kMaxListItems,
+                               " layer indices, got ", ShortDump(v)));
+  }
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    RP_ASSIGN_OR_RETURN(int layer, AsInt<int>(absl::StrCat(f, "[", i, "]"), v[i]));
+    absl::StrAppend(&out, i == 0 ? "" : ",", layer);
+  }
+  return out;
+}
+
 // --- Entry builders. `M` returns the member of a config: [](RunConfig& c) -> auto& { return c.x; } ---
 
 template <typename M>

@@ -1,6 +1,7 @@
 #include "apps/config_fields.h"
 
 #include "apps/config_entries.h"
+#include "apps/moe_config.h"
 #include "apps/shared_flags.h"
 
 #include <cmath>
@@ -56,6 +57,15 @@ MlpConfig RunConfig::Mlp() const {
   m.classes = classes;
   m.activation = activation;
   m.seed = seed;
+  if (auto layers = ResolveMoeLayers(*this); layers.ok() && !layers->empty()) {
+    m.moe = {.layers = *std::move(layers),
+             .experts = experts,
+             .top_k = top_k,
+             .expert_hidden = expert_hidden,
+             .capacity_factor = capacity_factor,
+             .aux_loss = aux_loss,
+             .router_skew = router_skew};
+  }
   return m;
 }
 

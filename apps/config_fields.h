@@ -112,6 +112,18 @@ struct RunConfig {
   int64_t test_size = 4096;
   OptimizerConfig optimizer;
 
+  // Mixture of experts and expert parallelism (runtime/model/moe.h; apps/moe_config.h resolves and
+  // checks them). moe_layers: "" (none), "all", "every:N" or a comma list of layer indices.
+  std::string moe_layers;
+  int experts = 4;
+  int top_k = 1;
+  int expert_hidden = 64;
+  double capacity_factor = 0;  // 0: dropless
+  double aux_loss = 0;
+  double router_skew = 0;
+  int ep = 1;
+  uint64_t ep_row_bytes = 0;  // modeled bytes of one real token row in the EP all-to-all; 0: derived
+
   // Outputs ("" = none).
   std::string report_json;
   std::string trace;
@@ -122,6 +134,8 @@ struct RunConfig {
   // Model stages the real model is cut into: pp × chunks, except DualPipe (two directions over the
   // same pp stages: each stage's weights live on two ranks).
   int num_model_stages() const;
+  // The real model, with the MoE blocks moe_layers names (none if it does not resolve:
+  // ValidateConfig reports that).
   MlpConfig Mlp() const;
 };
 

@@ -58,7 +58,7 @@ std::vector<ConfigField>* BuildFieldTable() {
   constexpr int64_t kMaxDevices = kMaxPredictDevices;
   auto* f = new std::vector<ConfigField>;
   f->push_back(StringF("preset", RP_MEMBER(preset),
-                       "Named starting configuration: default, s1, s2, s3-0d, s3-1d, s3-2d, s3-3d (docs/config.md). "
+                       "Named starting configuration: default, s1, s2, s3-0d, s3-1d, s3-2d, s3-3d, s3-4d (docs/config.md). "
                        "Unset: the config file's \"preset\", else default."));
   f->push_back(StringF("config", RP_MEMBER(config_file),
                        "JSON config file: an object whose keys are these flag names (// comments allowed). "
@@ -200,6 +200,41 @@ std::vector<ConfigField>* BuildFieldTable() {
   f->push_back(NumberF("lr", RP_MEMBER(optimizer.lr), "Learning rate, > 0."));
   f->push_back(NumberF("momentum", RP_MEMBER(optimizer.momentum), "SGD momentum, [0, 1)."));
   f->push_back(NumberF("weight_decay", RP_MEMBER(optimizer.weight_decay), "Weight decay, >= 0."));
+  f->push_back({"moe_layers", Grammar::kString, kEveryRun, 1, 0,
+                "Mixture of experts: which layers' blocks become MoE blocks (d -> d; a hidden layer between two "
+                "equal widths): none, all, every:N (those with an index multiple of N) or a comma list of layer "
+                "indices, e.g. 2,4 (docs/config.md).",
+                "none",
+                [](RunConfig& c, const json& v) -> absl::Status {
+                  RP_ASSIGN_OR_RETURN(c.moe_layers, AsMoeLayers("moe_layers", v));
+                  return absl::OkStatus();
+                },
+                [](const RunConfig& c) { return json(c.moe_layers); }});
+  f->push_back(IntF("experts", RP_MEMBER(experts), 1, 1 << 16, "MoE: experts per MoE block (E)."));
+  f->push_back(IntF("top_k", RP_MEMBER(top_k), 1, 2, "MoE: experts each token is routed to, 1 or 2 (<= experts)."));
+  f->push_back(IntF("expert_hidden", RP_MEMBER(expert_hidden), 1, 1 << 20,
+                    "MoE: hidden width h of each expert MLP (d -> h -> d)."));
+  f->push_back(NumberF("capacity_factor", RP_MEMBER(capacity_factor),
+                       "MoE: capacity factor C >= 0: each expert keeps at most ceil(C x top_k x tokens / experts) "
+                       "token slots per source, dropping the rest by token order; 0: dropless."));
+  f->push_back(NumberF("aux_loss", RP_MEMBER(aux_loss),
+                       "MoE: coefficient of the load-balancing auxiliary loss (Switch style), >= 0; 0: none."));
+  f->push_back(NumberF("router_skew", RP_MEMBER(router_skew),
+                       "MoE: a fixed router preference for low expert indices, >= 0 (0: none): a reproducible load "
+                       "imbalance whose busiest expert owner becomes the EP straggler."));
+  f->push_back(IntF("ep", RP_MEMBER(ep), 1, kMaxDevices,
+                    "Expert parallelism: EP degree, carved out of DP (dp a multiple of ep), dividing experts; > 1 "
+                    "needs moe_layers (not with dualpipe)."));
+  f->push_back({"ep_row_bytes", Grammar::kBytes, kEveryRun, 1, 0,
+                "Modeled bytes one real token row stands for in the EP all-to-all (a multiple of 4; suffixes K, M, "
+                "G). 0: derived (fixed cost model: the real row; flops: the described model's tokens per real row, "
+                "bf16).",
+                "0 (derived)",
+                [](RunConfig& c, const json& v) -> absl::Status {
+                  RP_ASSIGN_OR_RETURN(c.ep_row_bytes, AsBytes("ep_row_bytes", v));
+                  return absl::OkStatus();
+                },
+                [](const RunConfig& c) { return json(c.ep_row_bytes); }});
   f->push_back(StringF("report_json", RP_MEMBER(report_json),
                        "Write the report as JSON to this path (schema: docs/report.md).", kOutputFile, "none"));
   f->push_back(StringF("trace", RP_MEMBER(trace),

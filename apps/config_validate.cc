@@ -8,6 +8,7 @@
 #include "apps/config.h"
 #include "apps/host.h"
 #include "apps/memory_estimate.h"
+#include "apps/moe_config.h"
 #include "comm/collectives.h"
 #include "runtime/link_models.h"
 #include "runtime/status_macros.h"
@@ -439,6 +440,7 @@ absl::StatusOr<LinkSpec> ResolveLinks(const RunConfig& cfg) {
 absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckRanges(cfg));
   RP_RETURN_IF_ERROR(CheckLayout(cfg, for_run));
+  RP_RETURN_IF_ERROR(CheckMoe(cfg));
   if (!cfg.time_scale_auto() && (!(cfg.time_scale > 0) || cfg.time_scale > 1000)) {
     return FieldError("time_scale", absl::StrCat("must be in (0, 1000] or auto, got ", cfg.time_scale));
   }

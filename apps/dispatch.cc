@@ -49,6 +49,7 @@ int FinishStdout(const std::string& subcommand, int code) {
 
 std::vector<Subcommand> AllSubcommands() {
   return {RunSubcommand(), PredictSubcommand(), SweepSubcommand(), TimelineSubcommand(), AllReduceSubcommand(),
+          AllToAllSubcommand(),
           StressSubcommand()};
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "apps/config.h"
+#include "apps/moe_config.h"
 #include "runtime/status_macros.h"
 #include "schedule/generators.h"
 #include "schedule/workload_cost.h"
@@ -97,6 +98,8 @@ absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cf
   ex.dataset.test_size = cfg.test_size;
   ex.dataset.seed = cfg.seed + 6;  // DatasetConfig's default seed (7) at the default --seed=1
   ex.microbatch_size = cfg.microbatch_size;
+  ex.ep = cfg.ep;
+  ex.ep_row_bytes = EpRowBytes(cfg);
   ex.links = links;
   ex.codec = cfg.codec;
   ex.segment_bytes = cfg.segment_bytes;

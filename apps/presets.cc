@@ -85,22 +85,34 @@ RunConfig S3(int rung) {
   // Same global batch at every rung: 8 micro-batches of 32 samples.
   c.dp = rung >= 1 ? 2 : 1;
   c.pp = rung >= 2 ? 2 : 1;
-  c.tp = rung >= 3 ? 2 : 1;
+  c.tp = rung >= 3 ? 2 : 1;  // s3-4d keeps DP x PP x TP = 2 x 2 x 2 and adds EP = 2
   c.microbatches = 8 / c.dp;
+  if (rung >= 4) {
+    // The fourth dimension (EXPERT_PARALLEL.md): the MLP blocks of layers 2 and 4 (one per pipeline
+    // stage) become MoE blocks of 4 experts, top-2, capacity 1.25, spread over EP = 2 carved out of
+    // DP = 2; a token row stands for the described model's 32 tokens (64 KiB, EpRowBytes).
+    c.moe_layers = "every:2";
+    c.experts = 4;
+    c.top_k = 2;
+    c.expert_hidden = 64;
+    c.capacity_factor = 1.25;
+    c.aux_loss = 0.01;
+    c.ep = 2;
+  }
   return c;
 }
 
 }  // namespace
 
 std::vector<std::string> PresetNames() {
-  return {"default", "s1", "s2", "s3-0d", "s3-1d", "s3-2d", "s3-3d"};
+  return {"default", "s1", "s2", "s3-0d", "s3-1d", "s3-2d", "s3-3d", "s3-4d"};
 }
 
 absl::StatusOr<RunConfig> PresetByName(const std::string& name) {
   if (name == "default") return Default();
   if (name == "s1") return S1();
   if (name == "s2") return S2();
-  for (int rung = 0; rung <= 3; ++rung) {
+  for (int rung = 0; rung <= 4; ++rung) {
     if (name == absl::StrCat("s3-", rung, "d")) return S3(rung);
   }
   return absl::NotFoundError(

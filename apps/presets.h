@@ -6,9 +6,10 @@
 //            transfer between replicas (each ring step) takes 20 ms, a replica's two stages share a node
 //            and talk for free: step 1170 + 40 = 1210 ms, T1 4160 ms, speedup 3.44.
 //   s2       docs/scenarios.md S2: K=3 stages, D=4 replicas, M=6, INT8 ring all-reduce, lr 0.01.
-//   s3-0d .. s3-3d  the N-D ladder of S3: one workload (8 micro-batches of 32 per step, a described
+//   s3-0d .. s3-4d  the N-D ladder of S3: one workload (8 micro-batches of 32 per step, a described
 //            16-layer transformer on A100s via the FLOPs cost model) on 1 device, DP=2, DP=2 x PP=2,
-//            DP=2 x PP=2 x TP=2.
+//            DP=2 x PP=2 x TP=2; s3-4d the same with MoE blocks (layers 2 and 4: 4 experts, top-2,
+//            capacity 1.25) and EP=2 carved out of DP=2 (DP x PP x TP x EP).
 //
 // Thread safety: pure functions.
 #pragma once

@@ -67,7 +67,8 @@ std::string RenderReport(const nlohmann::json& report, size_t max_device_rows = 
 // `span`: one row per device, a comm row under it when its gradient buckets ran. `timeline_of(rank)`
 // gives a rank's intervals (nullptr: none); `wall` draws their measured wall stamps (wall_start,
 // wall_end), else their emulated (or predicted) times. Cells: F forward, B backward, b input-gradient
-// backward, W weight gradient, O optimizer, T TP all-reduce, - exposed communication (the transfer
+// backward, W weight gradient, O optimizer, T TP all-reduce, A an EP all-to-all's transfer (its peer
+// wait is idle), - exposed communication (the transfer
 // part of a wait; peer wait is idle), = gradient all-reduce (comm row), '.' idle; the micro-batch
 // follows the letter where it fits.
 std::string RenderGantt(const schedule::Program& program, const schedule::ParallelGrid& grid,
@@ -81,6 +82,7 @@ std::string RenderPredictedGantt(const Plan& plan, const schedule::Prediction& p
 
 // The key legend printed under the Gantt charts.
 inline constexpr const char* kGanttLegend =
-    "F/B/b/W compute, O optimizer, T TP all-reduce, - exposed communication, = gradient all-reduce, . idle";
+    "F/B/b/W compute, O optimizer, T TP all-reduce, A EP all-to-all, - exposed communication, = gradient all-reduce, "
+    ". idle";
 
 }  // namespace rp::apps

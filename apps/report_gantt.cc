@@ -91,6 +91,10 @@ std::string RenderGantt(const schedule::Program& program, const schedule::Parall
         }
         case schedule::IntervalKind::kOptimizer: compute.push_back({start, end, 'O', -1}); break;
         case schedule::IntervalKind::kTpAllReduce: compute.push_back({start, end, 'T', -1}); break;
+        case schedule::IntervalKind::kEpAllToAll:
+          // Its transfer; its peer wait (the EP straggler) stays idle.
+          if (transfer > 0) compute.push_back({std::max(start, end - transfer), end, 'A', -1});
+          break;
         case schedule::IntervalKind::kRecv:
         case schedule::IntervalKind::kGradWait:
           // Only the transfer part is exposed communication; peer wait stays idle.

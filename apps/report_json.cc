@@ -42,12 +42,32 @@ json Figures(const schedule::TimelineFigures& f) {
 }
 
 // Modeled bytes per step and modeled peak activations, added to a timeline's figures.
-void AddModeledBytes(json& j, uint64_t wire, uint64_t p2p, uint64_t tp, uint64_t dp, uint64_t peak_act) {
-  j["modeled_wire_bytes"] = wire;
-  j["modeled_p2p_bytes"] = p2p;
-  j["modeled_tp_bytes"] = tp;
-  j["modeled_dp_bytes"] = dp;
+struct ModeledBytes {
+  uint64_t wire = 0, p2p = 0, tp = 0, dp = 0, ep = 0;
+};
+void AddModeledBytes(json& j, const ModeledBytes& b, uint64_t peak_act) {
+  j["modeled_wire_bytes"] = b.wire;
+  j["modeled_p2p_bytes"] = b.p2p;
+  j["modeled_tp_bytes"] = b.tp;
+  j["modeled_dp_bytes"] = b.dp;
+  j["modeled_ep_bytes"] = b.ep;
   j["modeled_peak_activation_bytes"] = peak_act;
+}
+
+// The EP all-to-alls of one device's step (kEpAllToAll intervals): their peer wait (a busier EP
+// rank gating the group: the straggler) and their transfer (exposed communication), on the wall
+// stamps or the modeled times.
+void AddEpWaits(json& j, const std::vector<schedule::OpInterval>* ivs, bool wall) {
+  Nanos peer{0}, transfer{0};
+  if (ivs != nullptr) {
+    for (const schedule::OpInterval& iv : *ivs) {
+      if (iv.kind != schedule::IntervalKind::kEpAllToAll) continue;
+      peer += wall ? iv.wall_peer : iv.peer;
+      transfer += wall ? iv.wall_transfer : iv.transfer;
+    }
+  }
+  j["ep_peer_wait_ms"] = Ms(peer);
+  j["ep_exposed_comm_ms"] = Ms(transfer);
 }
 
 json PipelineJson(const schedule::PipelineFigures& p) {
@@ -98,6 +118,10 @@ json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const 
       kind = "wait";
       break;
     case schedule::IntervalKind::kTpAllReduce: kind = "tp_allreduce"; break;
+    case schedule::IntervalKind::kEpAllToAll:
+      start = std::max(start, end - transfer);  // its peer wait (the EP straggler) is bubble
+      kind = "ep_alltoall";
+      break;
     case schedule::IntervalKind::kGradAllReduce: kind = "grad_allreduce"; break;
   }
   if (end <= start) return nullptr;
@@ -158,7 +182,7 @@ json TimelineJson(const Plan& plan, const schedule::Prediction& pred, const sche
 void DescribeSetup(const RunConfig& cfg, const Plan& plan, json& r) {
   const schedule::ParallelGrid& grid = plan.grid;
   const schedule::ExecutorOptions& ex = plan.executor;
-  r["layout"] = {{"dp", cfg.dp}, {"pp", cfg.pp}, {"tp", cfg.tp}, {"world", grid.world_size()},
+  r["layout"] = {{"dp", cfg.dp}, {"pp", cfg.pp}, {"tp", cfg.tp}, {"ep", cfg.ep}, {"world", grid.world_size()},
                  {"devices_per_node", grid.placement().devices_per_node}, {"nodes", grid.num_nodes()},
                  {"placement", PlacementOrder(grid.placement())}, {"description", grid.ToString()}};
   r["schedule"] = {{"name", schedule::ScheduleName(cfg.schedule)}, {"microbatches", cfg.microbatches},
@@ -189,6 +213,14 @@ void DescribeSetup(const RunConfig& cfg, const Plan& plan, json& r) {
       if (op.kind == schedule::OpKind::kSendAct) activation = std::max(activation, op.bytes);
     }
   }
+  if (ex.model.moe.enabled()) {
+    const MoeConfig& moe = ex.model.moe;
+    r["moe"] = {{"layers", moe.layers}, {"experts", moe.experts}, {"top_k", moe.top_k},
+                {"expert_hidden", moe.expert_hidden}, {"capacity_factor", moe.capacity_factor},
+                {"aux_loss", moe.aux_loss}, {"router_skew", moe.router_skew}, {"ep", ex.ep},
+                {"ep_groups", plan.execution.has_ep_exchanges() ? plan.execution.num_ep_groups() : 0},
+                {"modeled_ep_row_bytes", plan.execution.EpRowElements(ex.model.in_dim(moe.layers.front())) * 4}};
+  }
   r["bytes"] = {{"modeled", absl::StrCat("sizes of ", plan.modeled_sizes, ": what the fabric times")},
                 {"real", "the real MLP's buffers in this process"},
                 {"modeled_activation_message_bytes", activation}};
@@ -202,6 +234,13 @@ json StepsJson(const std::vector<schedule::StepRecord>& records) {
                      {"measured_ms", s.measured_ms}, {"emulated_ms", s.emulated_ms},
                      {"predicted_ms", s.predicted_ms}, {"replica_divergence", s.replica_divergence},
                      {"reference_loss", Num(s.reference_loss)}});
+    if (!s.moe.empty()) {
+      json blocks = json::array();
+      for (const schedule::StepRecord::MoeBlockRecord& b : s.moe) {
+        blocks.push_back({{"layer", b.layer}, {"expert_tokens", b.expert_tokens}, {"dropped", b.dropped}});
+      }
+      steps.back()["moe"] = std::move(blocks);
+    }
   }
   return steps;
 }
@@ -269,25 +308,37 @@ json PredictedDevice(const Plan& plan, const schedule::Prediction& pred,
   const size_t r = static_cast<size_t>(rank);
   const schedule::PredictedWire& w = wire[static_cast<size_t>(plan.grid.CoordOf(rank).pp)];
   json p = Figures(schedule::FiguresOf(pred.devices[r]));
-  AddModeledBytes(p, w.total(), w.p2p, w.tp, w.dp, r < pred.peak_activation_bytes.size() ? pred.peak_activation_bytes[r] : 0);
+  ModeledBytes b{.wire = w.total(), .p2p = w.p2p, .tp = w.tp, .dp = w.dp};
+  // EP all-to-alls: what the predictor's fabric timed beyond the closed-form p2p, TP and DP bytes.
+  if (plan.execution.has_ep_exchanges() && r < pred.modeled_wire_bytes.size()) {
+    b.wire = std::max(b.wire, pred.modeled_wire_bytes[r]);
+    b.ep = b.wire - w.total();
+  }
+  AddModeledBytes(p, b, r < pred.peak_activation_bytes.size() ? pred.peak_activation_bytes[r] : 0);
+  if (!pred.timelines.empty()) AddEpWaits(p, &pred.Timeline(plan.grid, rank), /*wall=*/false);
   if (r < pred.peak_in_flight.size()) p["peak_in_flight"] = pred.peak_in_flight[r];
   return p;
 }
 
 // A run's device: the measured figures, its emulated object, and its real buffers and host figures.
-void AddRunDevice(const schedule::DeviceReport& m, uint64_t steps, json& d) {
+// `timeline`: the device's intervals of the kept step (RunResult::timelines), or null.
+void AddRunDevice(const schedule::DeviceReport& m, uint64_t steps, const std::vector<schedule::OpInterval>* timeline,
+                  json& d) {
   const json measured = Figures(m.measured);
   for (auto it = measured.begin(); it != measured.end(); ++it) d[it.key()] = it.value();
-  const uint64_t mw = m.modeled_wire_bytes / steps, mp = m.modeled_p2p_bytes / steps;
-  const uint64_t mt = m.modeled_tp_bytes / steps, md = m.modeled_dp_bytes / steps;
+  const ModeledBytes b{.wire = m.modeled_wire_bytes / steps, .p2p = m.modeled_p2p_bytes / steps,
+                       .tp = m.modeled_tp_bytes / steps, .dp = m.modeled_dp_bytes / steps,
+                       .ep = m.modeled_ep_bytes / steps};
   // Bytes and memory do not depend on the clock: the measured figures are the run's fabric counts.
-  AddModeledBytes(d, mw, mp, mt, md, m.modeled_peak_activation_bytes);
+  AddModeledBytes(d, b, m.modeled_peak_activation_bytes);
+  AddEpWaits(d, timeline, /*wall=*/true);
   json emulated = Figures(m.emulated);
-  AddModeledBytes(emulated, mw, mp, mt, md, m.modeled_peak_activation_bytes);
+  AddModeledBytes(emulated, b, m.modeled_peak_activation_bytes);
+  AddEpWaits(emulated, timeline, /*wall=*/false);
   d["emulated"] = std::move(emulated);
   d["real"] = {{"wire_bytes", m.wire_bytes / steps}, {"p2p_bytes", m.p2p_bytes / steps},
                {"tp_bytes", m.tp_bytes / steps},     {"dp_bytes", m.dp_bytes / steps},
-               {"peak_activation_bytes", m.peak_activation_bytes}};
+               {"ep_bytes", m.ep_bytes / steps},     {"peak_activation_bytes", m.peak_activation_bytes}};
   d["host"] = {{"compute_ops", m.compute_ops}, {"overruns", m.overruns}, {"overrun_ms", m.overrun_ms},
                {"lateness_p50_ms", m.lateness_p50_ms}, {"lateness_p99_ms", m.lateness_p99_ms},
                {"lateness_max_ms", m.lateness_max_ms}};
@@ -308,6 +359,10 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
   r["config"] = ConfigToJson(cfg);
   DescribeSetup(cfg, plan, r);
   r["t1_ms"] = Ms(pred.single_device_time);
+  if (r.contains("moe")) {
+    // A prediction without a run's routing sizes the EP all-to-alls by balanced routing: say so.
+    r["moe"]["balanced_routing_assumed"] = pred.balanced_routing_assumed;
+  }
   if (run != nullptr) {
     r["status"] = "ok";
     DescribeRun(*run, pred, grid.world_size(), r);
@@ -327,7 +382,8 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
     json d = {{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}, {"device", grid.DeviceOf(rank)},
               {"node", grid.NodeOf(rank)}};
     if (run != nullptr && static_cast<size_t>(rank) < run->devices.size()) {
-      AddRunDevice(run->devices[static_cast<size_t>(rank)], steps, d);
+      const size_t r = static_cast<size_t>(rank);
+      AddRunDevice(run->devices[r], steps, r < run->timelines.size() ? &run->timelines[r] : nullptr, d);
     }
     d["predicted"] = PredictedDevice(plan, pred, wire, rank);
     devices.push_back(std::move(d));

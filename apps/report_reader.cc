@@ -74,7 +74,7 @@ std::string Str(const json& j, const char* key) {
 }
 
 svg::BarClass ClassOf(const std::string& kind, const std::string& op) {
-  if (kind == "tp_allreduce") return svg::BarClass::kTpComm;
+  if (kind == "tp_allreduce" || kind == "ep_alltoall") return svg::BarClass::kTpComm;
   if (kind == "grad_allreduce") return svg::BarClass::kDpComm;
   if (kind == "wait") return svg::BarClass::kWait;
   if (op == "B") return svg::BarClass::kBackward;

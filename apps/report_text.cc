@@ -49,6 +49,38 @@ std::string LinkText(const json& l) {
                       bw > 0 ? absl::StrCat(Fmt("%.6g", bw), " GB/s") : std::string("free bandwidth"));
 }
 
+std::string Join(const json& list) {
+  std::string out;
+  if (!list.is_array()) return out;
+  for (const json& x : list) absl::StrAppend(&out, out.empty() ? "" : ", ", x.is_number() ? x.dump() : "?");
+  return out;
+}
+
+// The "moe" section (absent without MoE blocks): the blocks, EP, and whether routing was assumed.
+std::string MoeSetup(const json& r) {
+  const json& m = Get(r, "moe");
+  if (!m.is_object()) return "";
+  const double cap = D(m, "capacity_factor"), aux = D(m, "aux_loss"), skew = D(m, "router_skew");
+  std::string out = absl::StrCat(
+      "  experts    MoE blocks at layers ", Join(Get(m, "layers")), ": ", m.value("experts", 0), " experts, top-",
+      m.value("top_k", 1), ", expert hidden ", m.value("expert_hidden", 0), ", capacity ",
+      cap > 0 ? Fmt("%g", cap) : std::string("none (dropless)"),
+      aux > 0 ? absl::StrCat(", aux loss ", Fmt("%g", aux)) : std::string(),
+      skew > 0 ? absl::StrCat(", router skew ", Fmt("%g", skew)) : std::string(), "\n");
+  const int ep = m.value("ep", 1);
+  absl::StrAppend(&out, "  EP         ", ep, ep > 1 ? absl::StrCat(" (", m.value("ep_groups", 0),
+                                                              " EP groups carved out of DP; all-to-all of token rows, "
+                                                              "a row = ", Bytes(D(m, "modeled_ep_row_bytes")),
+                                                              " modeled)")
+                                               : std::string(" (every device holds every expert)"),
+                  "\n");
+  if (m.value("balanced_routing_assumed", false)) {
+    absl::StrAppend(&out, "  routing    balanced routing ASSUMED: the EP all-to-alls are sized as if every "
+                          "source spread its tokens evenly over the experts (no run's routing)\n");
+  }
+  return out;
+}
+
 std::string Setup(const json& r, bool run) {
   std::string out;
   const json& cfg = Get(r, "config");
@@ -75,6 +107,7 @@ std::string Setup(const json& r, bool run) {
                   ", buckets of ", Fmt("%g", D(co, "bucket_mb")), " MiB (", co.value("buckets_per_device", 0),
                   " per device), overlap ", co.value("overlap", true) ? "on" : "off", ", reduction ",
                   D(co, "reduce_gbps") > 0 ? absl::StrCat(Fmt("%g", D(co, "reduce_gbps")), " GB/s") : "free", "\n");
+  absl::StrAppend(&out, MoeSetup(r));
   absl::StrAppend(&out, "  bytes      modeled = ", Get(r, "bytes").value("modeled", ""), "; real = ",
                   Get(r, "bytes").value("real", ""), "\n");
   if (run) {
@@ -104,6 +137,14 @@ std::string Steps(const json& r) {
     const json& s = steps[i];
     absl::StrAppend(&out, absl::StrFormat("  %5d  %8.4f  %9.3f  %12s  %10.2f\n", s.value("step", 0), D(s, "loss"),
                                           D(s, "accuracy"), Fmt("%.3f", D(s, "test_accuracy")), D(s, "measured_ms")));
+  }
+  // Per-expert load of the last step (every step's is in the JSON report).
+  if (n > 0 && Get(steps[n - 1], "moe").is_array()) {
+    for (const json& b : Get(steps[n - 1], "moe")) {
+      absl::StrAppend(&out, "  experts of layer ", b.value("layer", 0), ", step ", steps[n - 1].value("step", 0),
+                      ": token slots [", Join(Get(b, "expert_tokens")), "], dropped ", Fmt("%.0f", D(b, "dropped")),
+                      "\n");
+    }
   }
   const json& t = Get(r, "training");
   absl::StrAppend(&out, "  held-out accuracy ", Fmt("%.3f", D(t, "final_test_accuracy")), " (chance ",
@@ -164,6 +205,24 @@ std::string DeviceRow(const json& d, bool run) {
                          Bytes(D(m, "modeled_peak_activation_bytes")), Bytes(D(m, "modeled_wire_bytes")));
 }
 
+// The EP all-to-alls over every device: the largest peer wait (the straggler gating its group),
+// exposed communication and modeled bytes.
+std::string EpLine(const json& devs, bool run) {
+  double peer = 0, peer_pred = 0, exposed = 0, bytes = 0;
+  for (const json& d : devs) {
+    const json& p = Get(d, "predicted");
+    const json& m = run ? d : p;
+    peer = std::max(peer, D(m, "ep_peer_wait_ms"));
+    peer_pred = std::max(peer_pred, D(p, "ep_peer_wait_ms"));
+    exposed = std::max(exposed, D(m, "ep_exposed_comm_ms"));
+    bytes = std::max(bytes, D(m, "modeled_ep_bytes"));
+  }
+  return absl::StrCat("  EP all-to-all: peer wait (the busiest EP rank gates its group) up to ", Fmt("%.3f", peer),
+                      run ? absl::StrCat(" [", Fmt("%.3f", peer_pred), "]") : std::string(),
+                      " ms, exposed transfer up to ", Fmt("%.3f", exposed), " ms, modeled EP bytes up to ",
+                      Bytes(bytes), " per step per device (part of the wire column)\n");
+}
+
 std::string Devices(const json& r, bool run, size_t max_rows) {
   const json& devs = Get(r, "devices");
   if (!devs.is_array()) return "";
@@ -184,6 +243,7 @@ std::string Devices(const json& r, bool run, size_t max_rows) {
     real_act = std::max(real_act, D(Get(d, "real"), "peak_activation_bytes"));
     real_wire = std::max(real_wire, D(Get(d, "real"), "wire_bytes"));
   }
+  if (Get(r, "moe").is_object() && Get(r, "moe").value("ep", 1) > 1) absl::StrAppend(&out, EpLine(devs, run));
   if (devs.size() > rows) {
     absl::StrAppend(&out, "  ... ", devs.size() - rows, " more devices (all in --report_json); over all ",
                     devs.size(), ": max bubble ", Fmt("%.3f", max_bubble), ", max exposed comm ",

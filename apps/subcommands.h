@@ -19,6 +19,8 @@ struct Subcommand {
 
 // `ringpipe allreduce`: nccl-tests-style all-reduce driver (apps/allreduce_cmd.cc).
 Subcommand AllReduceSubcommand();
+// `ringpipe alltoall`: nccl-tests-style all-to-all driver (apps/alltoall_cmd.cc).
+Subcommand AllToAllSubcommand();
 // `ringpipe run`: hybrid DP x PP x TP training on emulated devices (apps/run_cmd.cc).
 Subcommand RunSubcommand();
 // `ringpipe predict`: run's report from the predictor alone (apps/predict_cmd.cc).

@@ -16,7 +16,7 @@ using json = nlohmann::json;
 
 const std::vector<std::string>& CsvColumns() {
   static const std::vector<std::string>* cols = new std::vector<std::string>{
-      "point", "label", "status", "error", "preset", "dp", "pp", "tp", "world", "microbatches", "schedule",
+      "point", "label", "status", "error", "preset", "dp", "pp", "tp", "ep", "world", "microbatches", "schedule",
       "virtual_stages", "codec", "segment_bytes", "bucket_mb", "link", "time_scale",
       "step_ms_measured", "step_ms_emulated", "step_ms_predicted", "fidelity_host", "fidelity_model", "t1_ms",
       "speedup_measured", "speedup_predicted", "efficiency_measured", "efficiency_predicted",
@@ -64,9 +64,10 @@ std::string TimeScaleText(const Point& p) {
 
 // The config columns of a point (from the config if it was built, else empty).
 std::vector<std::string> ConfigColumns(const Point& p) {
-  if (p.status == "invalid") return std::vector<std::string>(13, "");
+  if (p.status == "invalid") return std::vector<std::string>(14, "");
   const RunConfig& c = p.cfg;
-  return {c.preset, absl::StrCat(c.dp), absl::StrCat(c.pp), absl::StrCat(c.tp), absl::StrCat(c.world_size()),
+  return {c.preset, absl::StrCat(c.dp), absl::StrCat(c.pp), absl::StrCat(c.tp), absl::StrCat(c.ep),
+          absl::StrCat(c.world_size()),
           absl::StrCat(c.microbatches), schedule::ScheduleName(c.schedule), absl::StrCat(c.virtual_stages),
           comm::CodecName(c.codec), absl::StrCat(c.segment_bytes), absl::StrFormat("%g", c.bucket_mb), c.link,
           TimeScaleText(p)};

@@ -117,6 +117,10 @@ Metrics FromPrediction(const Plan& plan, const schedule::Prediction& pred) {
   m.peak_bytes = peak;
   double wire = 0;
   for (const schedule::PredictedWire& w : PredictWireBytes(plan)) wire = std::max(wire, static_cast<double>(w.total()));
+  // EP all-to-alls: what the predictor's fabric timed (the closed form above has no EP share).
+  if (plan.execution.has_ep_exchanges()) {
+    for (uint64_t b : pred.modeled_wire_bytes) wire = std::max(wire, static_cast<double>(b));
+  }
   m.wire_bytes = wire;
   return m;
 }
@@ -181,6 +185,9 @@ void RunPoint(Point& p, bool predict_only) {
       p.error = absl::StrCat("run: ", run.status().message());
     } else {
       p.measured = FromRun(*run, p.cfg.steps, p.real_peak_bytes, p.real_wire_bytes);
+      // The run's own prediction, as `run` reports it: with EP, its median step's routing instead
+      // of the balanced routing a prediction alone assumes.
+      p.predicted = FromPrediction(*plan, run->prediction);
       p.emulated_step_ms = run->emulated_step_ms;
       p.fidelity_host = run->fidelity_host;
       p.fidelity_model = run->fidelity_model;

@@ -159,8 +159,9 @@ std::vector<PredictedWire> PredictWireBytes(const ExecutionPlan& plan) {
     }
     const int rank = plan.grid.RankOf({0, s, 0});
     for (int c = 0; c < plan.v; ++c) {
-      const int n = static_cast<int>(plan.GradGroup(rank, c, nullptr).size());
       for (const BucketPlan& b : plan.Chunk(s, c).buckets) {
+        // An expert bucket (EP) is reduced over the expert-data-parallel group, not DP.
+        const int n = static_cast<int>(plan.BucketGroup(rank, c, b, nullptr).size());
         w.dp += RingAllReduceWireBytes(n, b.modeled_elements, seg, plan.options.codec);
       }
     }

@@ -73,7 +73,8 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& model, int pp, i
                                                const std::vector<int>& layers_per_stage, int microbatch_size);
 
 // Modeled bytes one device puts on the fabric in one step: p2p messages, its TP ring all-reduces
-// and its DP (gradient-group) ring all-reduces of every bucket, in the modeled segments of
+// and its DP ring all-reduces of every bucket (over its gradient group, or for an expert bucket the
+// expert-data-parallel group), in the modeled segments of
 // comm/ring_timing.h (codec metadata included) — what the predictor's and the emulator's fabric
 // time.
 struct PredictedWire {

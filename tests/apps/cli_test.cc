@@ -128,6 +128,12 @@ TEST(RingpipeBinary, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) 
       {"allreduce --link=nowhere", "--link"},
       {"allreduce --bogus=1", "--bogus"},
       {"allreduce --iters=x", "--iters"},
+      {"alltoall --ranks=0", "--ranks"},
+      {"alltoall --segment_bytes=6", "--segment_bytes"},
+      {"alltoall --codec=fp8", "--codec"},
+      {"alltoall --link=nowhere", "--link"},
+      {"alltoall --min_bytes=1024 --max_bytes=512", "--max_bytes"},
+      {"alltoall --in_place", "--in_place"},
       {"no_such_subcommand", "no_such_subcommand"},
   };
   for (const Case& c : cases) {

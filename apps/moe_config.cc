@@ -1,0 +1,184 @@
+#include "apps/moe_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "apps/config.h"
+#include "runtime/model/mlp.h"
+#include "runtime/status_macros.h"
+
+namespace rp::apps {
+namespace {
+
+// Bounds shared with config_validate.cc's budgets: model weights (1 GiB of fp32) and modeled
+// messages per device per step.
+constexpr double kMaxModelFloats = double{1 << 28};
+constexpr double kMaxMessagesPerDeviceStep = double{1 << 22};
+constexpr uint64_t kMaxRowBytes = uint64_t{1} << 30;
+
+int NumLayers(const RunConfig& cfg) { return static_cast<int>(cfg.hidden.size()) + 1; }
+
+// A hidden layer between two equal widths: what a MoE block (d -> d) can replace.
+bool Eligible(const RunConfig& cfg, int layer) {
+  if (layer < 1 || layer > NumLayers(cfg) - 2) return false;
+  return cfg.hidden[static_cast<size_t>(layer - 1)] == cfg.hidden[static_cast<size_t>(layer)];
+}
+
+absl::Status Bad(const std::string& why) { return absl::InvalidArgumentError(absl::StrCat("moe_layers: ", why)); }
+
+absl::StatusOr<std::vector<int>> EligibleEvery(const RunConfig& cfg, int every, const std::string& text) {
+  std::vector<int> layers;
+  for (int l = 1; l <= NumLayers(cfg) - 2; ++l) {
+    if (l % every == 0 && Eligible(cfg, l)) layers.push_back(l);
+  }
+  if (layers.empty()) {
+    return Bad(absl::StrCat("'", OneLine(text), "' selects no layer: none of the hidden layers 1..",
+                            NumLayers(cfg) - 2, every > 1 ? absl::StrCat(" with an index multiple of ", every) : "",
+                            " maps between two equal widths (hidden)"));
+  }
+  return layers;
+}
+
+// The field that names the library's ValidateMlpConfig message ("top_k must be ...", "moe_layers:
+// ..."), or "" if it is not a MoE field's.
+std::string MoeFieldOf(const std::string& msg) {
+  for (const char* f : {"moe_layers", "experts", "top_k", "expert_hidden", "capacity_factor", "aux_loss",
+                        "router_skew"}) {
+    const std::string name(f);
+    if (msg.rfind(name + " ", 0) == 0 || msg.rfind(name + ":", 0) == 0) return name;
+  }
+  return "";
+}
+
+// Modeled messages one device puts on the fabric per step for the EP all-to-alls (an upper bound):
+// per MoE block, micro-batch and pass (F, B, and a split backward's Bi), a dispatch and a combine,
+// each two rounds (counts, rows) of ep - 1 peers, a block of at most top_k x microbatch_size rows.
+double EpMessages(const RunConfig& cfg, int blocks) {
+  const double widest = *std::max_element(cfg.hidden.begin(), cfg.hidden.end());
+  const double row_bytes = EpRowBytes(cfg) > 0 ? static_cast<double>(EpRowBytes(cfg)) : 4.0 * widest;
+  const double block_bytes = row_bytes * cfg.top_k * cfg.microbatch_size;
+  const double per_block =
+      cfg.segment_bytes > 0 ? 1 + std::ceil(block_bytes / static_cast<double>(cfg.segment_bytes)) : 2;
+  return blocks * static_cast<double>(cfg.microbatches) * 3 * 2 * (cfg.ep - 1) * per_block;
+}
+
+absl::Status CheckValues(const RunConfig& cfg) {
+  if (cfg.top_k > cfg.experts) {
+    return FieldError("top_k", absl::StrCat(cfg.top_k, " is more than experts=", cfg.experts,
+                                            " (each token picks top_k distinct experts)"));
+  }
+  for (const auto& [name, v] : {std::pair{"capacity_factor", cfg.capacity_factor}, {"aux_loss", cfg.aux_loss},
+                                {"router_skew", cfg.router_skew}}) {
+    if (!(std::isfinite(v) && v >= 0)) {
+      return FieldError(name, absl::StrCat("must be finite and >= 0", std::string(name) == "capacity_factor"
+                                                                          ? " (0 = dropless)"
+                                                                          : "",
+                                           ", got ", v));
+    }
+  }
+  if (cfg.ep_row_bytes % 4 != 0 || cfg.ep_row_bytes > kMaxRowBytes) {
+    return FieldError("ep_row_bytes", absl::StrCat("must be 0 (derived) or a multiple of 4 up to 1G, got ",
+                                                   cfg.ep_row_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckEp(const RunConfig& cfg, int blocks) {
+  if (cfg.ep == 1) return absl::OkStatus();
+  if (blocks == 0) {
+    return FieldError("ep", absl::StrCat(cfg.ep, " > 1 needs MoE layers (moe_layers is empty): EP spreads the experts "
+                                         "of MoE blocks"));
+  }
+  if (cfg.experts % cfg.ep != 0) {
+    return FieldError("ep", absl::StrCat(cfg.ep, " does not divide experts=", cfg.experts,
+                                         " (EP rank q owns experts [q*experts/ep, (q+1)*experts/ep))"));
+  }
+  if (cfg.dp % cfg.ep != 0) {
+    return FieldError("ep", absl::StrCat("dp=", cfg.dp, " is not a multiple of ep=", cfg.ep,
+                                         " (the EP group is carved out of the data-parallel replicas)"));
+  }
+  if (cfg.schedule == schedule::ScheduleKind::kDualPipe) {
+    return FieldError("ep", absl::StrCat(cfg.ep, " > 1 with schedule dualpipe: expert parallelism with two-direction "
+                                         "schedules is not supported (use dualpipev or a one-direction schedule)"));
+  }
+  if (const double m = EpMessages(cfg, blocks); m > kMaxMessagesPerDeviceStep) {
+    return FieldError(cfg.segment_bytes > 0 ? "segment_bytes" : "ep",
+                      absl::StrFormat("about %.3g modeled EP all-to-all messages per device per step; at most %.3g", m,
+                                      kMaxMessagesPerDeviceStep));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> ResolveMoeLayers(const RunConfig& cfg) {
+  const std::string text(absl::StripAsciiWhitespace(cfg.moe_layers));
+  if (text.empty() || text == "none") return std::vector<int>{};
+  if (text == "all") return EligibleEvery(cfg, 1, text);
+  if (absl::string_view rest = text; absl::ConsumePrefix(&rest, "every:")) {
+    int every = 0;
+    if (!absl::SimpleAtoi(rest, &every) || every < 1) {
+      return Bad(absl::StrCat("'", OneLine(text), "': every:N needs an integer N >= 1"));
+    }
+    return EligibleEvery(cfg, every, text);
+  }
+  std::vector<int> layers;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int layer = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &layer)) {
+      return Bad(absl::StrCat("'", OneLine(text), "' is not none, all, every:N or a comma list of layer indices"));
+    }
+    if (!layers.empty() && layer <= layers.back()) {
+      return Bad(absl::StrCat("entries must be strictly increasing, got ", layer, " after ", layers.back()));
+    }
+    if (layers.size() >= kMaxListItems) return Bad(absl::StrCat("at most ", kMaxListItems, " layers"));
+    layers.push_back(layer);
+  }
+  return layers;
+}
+
+absl::Status CheckMoe(const RunConfig& cfg) {
+  auto layers = ResolveMoeLayers(cfg);
+  if (!layers.ok()) {
+    const std::string msg(layers.status().message());
+    return FieldError("moe_layers", msg.substr(msg.find(": ") + 2));
+  }
+  RP_RETURN_IF_ERROR(CheckValues(cfg));
+  const int blocks = static_cast<int>(layers->size());
+  if (blocks > 0) {
+    // The model's own checks (eligible layers, expert shape), each naming its field.
+    if (absl::Status st = ValidateMlpConfig(cfg.Mlp()); !st.ok()) {
+      const std::string msg(st.message());
+      const std::string field = MoeFieldOf(msg);
+      if (!field.empty()) {
+        const size_t cut = msg.find_first_not_of(": ", field.size());
+        return FieldError(field, cut == std::string::npos ? msg : msg.substr(cut));
+      }
+    }
+    double expert_weights = 0;
+    for (const int layer : *layers) {
+      const double width = cfg.hidden[static_cast<size_t>(layer - 1)];
+      expert_weights += static_cast<double>(cfg.experts) * (2 * width * cfg.expert_hidden + cfg.expert_hidden + width + width);
+    }
+    if (expert_weights > kMaxModelFloats) {
+      return FieldError("experts", absl::StrFormat("the MoE blocks hold %.0f weights; at most %.0f (1 GiB of fp32)",
+                                                   expert_weights, kMaxModelFloats));
+    }
+  }
+  return CheckEp(cfg, blocks);
+}
+
+uint64_t EpRowBytes(const RunConfig& cfg) {
+  if (cfg.ep_row_bytes != 0 || cfg.cost_model == CostModelKind::kFixed) return cfg.ep_row_bytes;
+  const double tokens = static_cast<double>(cfg.flops.microbatch_size) * cfg.flops.seq_len / std::max(1, cfg.microbatch_size);
+  const double bytes = std::ceil(tokens * cfg.flops.hidden * 2 / 4) * 4;
+  return static_cast<uint64_t>(std::min(bytes, static_cast<double>(kMaxRowBytes)));
+}
+
+}  // namespace rp::apps

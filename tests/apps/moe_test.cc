@@ -1,0 +1,280 @@
+// Issue 15 on the apps side: the MoE / EP config fields (moe_layers grammar, validation naming the
+// field), `ringpipe alltoall` against its closed form and a serial reference, the s3-4d preset run on
+// the virtual clock (emulated == predicted, per-expert tokens in the report), the EP figures of
+// `predict` (balanced routing stated), and `ep` as a sweep axis.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "apps/cli.h"
+#include "apps/config.h"
+#include "apps/moe_config.h"
+#include "apps/presets.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/apps/binary_runner.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Result = rp::apps::testing::BinaryResult;
+
+fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_moe", name); }
+Result RunBinary(const std::string& args, const fs::path& dir) { return rp::apps::testing::RunBinary(args, dir); }
+
+json ReadJson(const fs::path& p) {
+  std::ifstream f(p);
+  return json::parse(f);
+}
+
+RunConfig Hidden(std::vector<int> hidden, const std::string& moe_layers) {
+  RunConfig c;
+  c.hidden = std::move(hidden);
+  c.moe_layers = moe_layers;
+  return c;
+}
+
+TEST(MoeLayers, NamesLayersByListAllOrEveryN) {
+  const std::vector<int> h = {64, 64, 64, 64, 64};  // layers 0..5; 1..4 map 64 -> 64
+  EXPECT_EQ(*ResolveMoeLayers(Hidden(h, "")), std::vector<int>{});
+  EXPECT_EQ(*ResolveMoeLayers(Hidden(h, "none")), std::vector<int>{});
+  EXPECT_EQ(*ResolveMoeLayers(Hidden(h, "all")), (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(*ResolveMoeLayers(Hidden(h, "every:2")), (std::vector<int>{2, 4}));
+  EXPECT_EQ(*ResolveMoeLayers(Hidden(h, "every:3")), (std::vector<int>{3}));
+  EXPECT_EQ(*ResolveMoeLayers(Hidden(h, " 1, 3 ")), (std::vector<int>{1, 3}));
+  // "all" skips the layers that change width: 64,32,32 -> only layer 2 maps 32 -> 32.
+  EXPECT_EQ(*ResolveMoeLayers(Hidden({64, 32, 32}, "all")), (std::vector<int>{2}));
+  for (const char* bad : {"every:0", "every:x", "some", "2,x", "3,2", "2,2"}) {
+    auto r = ResolveMoeLayers(Hidden(h, bad));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(std::string(r.status().message()).rfind("moe_layers: ", 0), 0u) << r.status();
+  }
+  EXPECT_FALSE(ResolveMoeLayers(Hidden({64, 32}, "all")).ok());  // no eligible layer
+  // A config file may give a list or one index.
+  RunConfig c;
+  ASSERT_TRUE(SetField(c, "moe_layers", json::array({2, 4})).ok());
+  EXPECT_EQ(c.moe_layers, "2,4");
+  ASSERT_TRUE(SetField(c, "moe_layers", json(3)).ok());
+  EXPECT_EQ(c.moe_layers, "3");
+  EXPECT_FALSE(SetField(c, "moe_layers", json::array({"a"})).ok());
+  EXPECT_EQ(c.Mlp().moe.layers, std::vector<int>{3});
+}
+
+TEST(MoeConfig, TheS34dPresetIsTheS33dLadderRungWithMoeAndEp) {
+  auto c4 = PresetByName("s3-4d");
+  auto c3 = PresetByName("s3-3d");
+  ASSERT_TRUE(c4.ok() && c3.ok());
+  EXPECT_EQ(c4->dp * c4->microbatches, c3->dp * c3->microbatches);  // the same global batch
+  EXPECT_EQ(c4->world_size(), c3->world_size());
+  EXPECT_EQ(c4->ep, 2);
+  EXPECT_EQ(c4->Mlp().moe.layers, (std::vector<int>{2, 4}));
+  EXPECT_TRUE(ValidateConfig(*c4, /*for_run=*/true).ok());
+  // A real token row stands for the described model's 1024 x 1 / 32 tokens of 1024 bf16 values.
+  EXPECT_EQ(EpRowBytes(*c4), 32u * 1024 * 2);
+  c4->ep_row_bytes = 4096;
+  EXPECT_EQ(EpRowBytes(*c4), 4096u);
+}
+
+// Every bad MoE / EP input: exit 2, one line naming the field, no file written (run and predict).
+TEST(MoeBinary, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) {
+  const fs::path dir = TempDir("bad");
+  const fs::path report = dir / "r.json";
+  struct Case {
+    std::string args;
+    std::string field;
+    std::string says;
+  } cases[] = {
+      {"--preset=s3-4d --experts=6 --ep=4 --dp=4 --microbatches=2", "ep", "does not divide experts=6"},
+      {"--preset=s3-4d --dp=3", "ep", "dp=3 is not a multiple of ep=2"},
+      {"--preset=s3-4d --experts=1 --ep=1", "top_k", "more than experts=1"},
+      {"--preset=s3-4d --top_k=3", "top_k", "1..2"},
+      {"--preset=s3-4d --capacity_factor=-0.5", "capacity_factor", ">= 0"},
+      {"--preset=s3-4d --aux_loss=-1", "aux_loss", ">= 0"},
+      {"--preset=s3-4d --router_skew=-1", "router_skew", ">= 0"},
+      {"--preset=s3-3d --ep=2", "ep", "needs MoE layers"},
+      {"--preset=s3-4d --moe_layers=none", "ep", "needs MoE layers"},
+      {"--preset=s3-4d --schedule=dualpipe", "ep", "dualpipe"},
+      {"--preset=s3-4d --moe_layers=2,9", "moe_layers", "layer 9"},
+      {"--preset=s3-4d --moe_layers=every:x", "moe_layers", "every:N"},
+      {"--preset=s3-4d --hidden=64,32 --pp=1", "moe_layers", "selects no layer"},
+      {"--preset=s3-4d --ep_row_bytes=6", "ep_row_bytes", "multiple of 4"},
+      {"--preset=s3-4d --experts=0", "experts", "1..65536"},
+  };
+  for (const char* sub : {"predict", "run --virtual_time"}) {
+    for (const Case& c : cases) {
+      const std::string args = std::string(sub) + " " + c.args + " --report_json=" + report.string();
+      const Result r = RunBinary(args, dir);
+      EXPECT_EQ(r.exit_code, kExitBadInput) << args << "\n" << r.err;
+      const std::vector<std::string> lines = absl::StrSplit(r.err, '\n', absl::SkipEmpty());
+      ASSERT_EQ(lines.size(), 1u) << args << "\n" << r.err;
+      EXPECT_NE(lines[0].find(c.field + ": "), std::string::npos) << args << "\n" << r.err;
+      EXPECT_NE(lines[0].find(c.says), std::string::npos) << args << "\n" << r.err;
+      EXPECT_TRUE(r.out.empty()) << args;
+      EXPECT_FALSE(fs::exists(report)) << args;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// On one node of a link preset every pair is one link class: the emulated time equals the closed
+// form of docs/collectives.md "All-to-all" to the nanosecond, for several n, and nothing is wrong.
+TEST(MoeBinary, AllToAllOnALinkPresetEqualsTheClosedFormWithNoWrongElement) {
+  const fs::path dir = TempDir("alltoall");
+  const fs::path rows_json = dir / "rows.json";
+  for (const int n : {2, 3, 5, 8}) {
+    const std::string cmd = "alltoall --link=dgx-a100 --ranks=" + std::to_string(n) +
+                            " --min_bytes=64K --max_bytes=1M --segment_bytes=16K,1M --iters=2 --warmup=1 --json=" +
+                            rows_json.string();
+    const Result r = RunBinary(cmd, dir);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("# #wrong total: 0"), std::string::npos) << r.out;
+    const json rows = ReadJson(rows_json);
+    ASSERT_EQ(rows.size(), 6u) << rows.dump();  // 64K, 256K, 1M x two segment sizes
+    for (const json& row : rows) {
+      EXPECT_EQ(row["wrong"], 0) << row.dump();
+      EXPECT_EQ(row["time"], "emulated");
+      EXPECT_EQ(row["count"].get<uint64_t>() % static_cast<uint64_t>(n), 0u);
+      ASSERT_TRUE(row["formula_us"].is_number()) << row.dump();
+      EXPECT_DOUBLE_EQ(row["time_us"].get<double>(), row["formula_us"].get<double>()) << n << " " << row.dump();
+      EXPECT_DOUBLE_EQ(row["busbw_gbps"].get<double>(), row["algbw_gbps"].get<double>() * (n - 1) / n);
+    }
+    if (n == 8) {
+      // 1 MiB, one message per block of 128 KiB: 7 steps of α 3 us + o 0.4 us + 131072 B / 300 GB/s.
+      const json& last = rows[5];
+      ASSERT_EQ(last["bytes"], 1048576);
+      ASSERT_EQ(last["segment_bytes"], 1048576);
+      EXPECT_NEAR(last["time_us"].get<double>(), 7 * (3 + 0.4 + 131072 / 300e3), 0.01);
+      // FP32 on the wire: each rank sends its 7 other blocks.
+      EXPECT_EQ(last["wire_bytes_per_rank"], 7 * 131072);
+    }
+  }
+  // Across nodes the pairs mix link classes: no closed form, still exact results.
+  const Result cross = RunBinary("alltoall --link=dgx-h100 --ranks=12 --min_bytes=48K --max_bytes=48K --iters=1 "
+                                 "--warmup=0 --json=" + rows_json.string(), dir);
+  ASSERT_EQ(cross.exit_code, 0) << cross.out << cross.err;
+  EXPECT_TRUE(ReadJson(rows_json)[0]["formula_us"].is_null());
+  // The host path with every codec: received blocks equal the serial reference.
+  for (const char* codec : {"fp32", "fp16", "bf16", "int8"}) {
+    const Result r = RunBinary(std::string("alltoall --ranks=3 --min_bytes=4 --max_bytes=64K --iters=2 --warmup=1 "
+                                           "--segment_bytes=4K --codec=") + codec + " --json=" + rows_json.string(),
+                               dir);
+    ASSERT_EQ(r.exit_code, 0) << codec << "\n" << r.out << r.err;
+    const json rows = ReadJson(rows_json);
+    EXPECT_EQ(rows.size(), 8u);
+    for (const json& row : rows) EXPECT_EQ(row["wrong"], 0) << codec << " " << row.dump();
+    EXPECT_EQ(rows[0]["count"], 3);  // 4 bytes: at least one element per block
+  }
+  fs::remove_all(dir);
+}
+
+TEST(MoeBinary, S34dRunOnTheVirtualClockEmulatesThePredictionAndReportsEveryExpert) {
+  const fs::path dir = TempDir("s34d");
+  const fs::path report = dir / "r.json";
+  const Result r = RunBinary("run --preset=s3-4d --virtual_time --steps=2 --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("experts of layer 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("EP all-to-all: peer wait"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("ASSUMED"), std::string::npos) << r.out;  // a run predicts its own routing
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["layout"]["ep"], 2);
+  EXPECT_EQ(j["moe"]["balanced_routing_assumed"], false);
+  EXPECT_EQ(j["moe"]["layers"], json::array({2, 4}));
+  EXPECT_EQ(j["step_time_ms"]["emulated"].get<double>(), j["step_time_ms"]["predicted"].get<double>());
+  const int64_t global_batch = j["schedule"]["global_batch"];
+  ASSERT_EQ(j["steps"].size(), 2u);
+  for (const json& s : j["steps"]) {
+    EXPECT_EQ(s["emulated_ms"].get<double>(), s["predicted_ms"].get<double>()) << s.dump();
+    ASSERT_EQ(s["moe"].size(), 2u) << s.dump();
+    for (const json& b : s["moe"]) {
+      const std::vector<int64_t> tokens = b["expert_tokens"];
+      ASSERT_EQ(tokens.size(), 4u);
+      // Every token's top-2 slots are kept by an expert or dropped by the capacity.
+      EXPECT_EQ(std::accumulate(tokens.begin(), tokens.end(), int64_t{0}) + b["dropped"].get<int64_t>(),
+                2 * global_batch)
+          << b.dump();
+    }
+  }
+  for (const json& d : j["devices"]) {
+    EXPECT_GT(d["modeled_ep_bytes"].get<uint64_t>(), 0u) << d.dump();
+    EXPECT_GT(d["real"]["ep_bytes"].get<uint64_t>(), 0u);
+    EXPECT_GE(d["ep_peer_wait_ms"].get<double>(), 0);
+    EXPECT_EQ(d["emulated"]["ep_peer_wait_ms"], d["predicted"]["ep_peer_wait_ms"]) << d.dump();
+    EXPECT_EQ(d["emulated"]["peer_wait_ms"], d["predicted"]["peer_wait_ms"]) << d.dump();
+  }
+  // The timeline shows the all-to-alls' transfers; the reader still draws the report.
+  const std::string text = j["timeline"]["emulated"].dump();
+  EXPECT_NE(text.find("ep_alltoall"), std::string::npos);
+  const Result tl = RunBinary("timeline --from_report=" + report.string() + " --out=" + (dir / "t.svg").string(), dir);
+  EXPECT_EQ(tl.exit_code, 0) << tl.err;
+  fs::remove_all(dir);
+}
+
+// One step: the modeled EP bytes the predictor's fabric timed are the run's, device by device.
+TEST(MoeBinary, OneStepRunAndItsPredictionPutTheSameEpBytesOnTheWire) {
+  const fs::path dir = TempDir("s34d_bytes");
+  const fs::path report = dir / "r.json";
+  const Result r = RunBinary("run --preset=s3-4d --virtual_time --steps=1 --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const json& d : ReadJson(report)["devices"]) {
+    EXPECT_EQ(d["modeled_ep_bytes"], d["predicted"]["modeled_ep_bytes"]) << d.dump();
+    EXPECT_EQ(d["modeled_wire_bytes"], d["predicted"]["modeled_wire_bytes"]) << d.dump();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(MoeBinary, PredictSaysItAssumedBalancedRouting) {
+  const fs::path dir = TempDir("predict");
+  const fs::path report = dir / "r.json";
+  const Result r = RunBinary("predict --preset=s3-4d --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("balanced routing ASSUMED"), std::string::npos) << r.out;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["moe"]["balanced_routing_assumed"], true);
+  for (const json& d : j["devices"]) EXPECT_GT(d["predicted"]["modeled_ep_bytes"].get<uint64_t>(), 0u);
+  // Without EP there is no all-to-all: no MoE section, no EP bytes.
+  ASSERT_EQ(RunBinary("predict --preset=s3-3d --report_json=" + report.string(), dir).exit_code, 0);
+  const json k = ReadJson(report);
+  EXPECT_FALSE(k.contains("moe"));
+  EXPECT_EQ(k["devices"][0]["predicted"]["modeled_ep_bytes"], 0);
+  fs::remove_all(dir);
+}
+
+TEST(MoeBinary, EpIsASweepAxis) {
+  const fs::path dir = TempDir("sweep");
+  for (const char* mode : {"--predict_only", "--virtual_time --steps=1"}) {
+    const Result r = RunBinary(std::string("sweep --preset=s3-4d ") + mode + " --axis=ep=1,2 --out_dir=" +
+                                   (dir / "out").string(),
+                               dir);
+    ASSERT_EQ(r.exit_code, 0) << mode << "\n" << r.err << r.out;
+    std::ifstream f(dir / "out" / "sweep.csv");
+    std::vector<std::vector<std::string>> csv;
+    for (std::string line; std::getline(f, line);) csv.push_back(absl::StrSplit(line, ','));
+    ASSERT_EQ(csv.size(), 3u);
+    const auto col = std::find(csv[0].begin(), csv[0].end(), "ep") - csv[0].begin();
+    const auto status = std::find(csv[0].begin(), csv[0].end(), "status") - csv[0].begin();
+    ASSERT_LT(static_cast<size_t>(col), csv[0].size());
+    EXPECT_EQ(csv[1][static_cast<size_t>(col)], "1");
+    EXPECT_EQ(csv[2][static_cast<size_t>(col)], "2");
+    EXPECT_EQ(csv[1][static_cast<size_t>(status)], "ok");
+    EXPECT_EQ(csv[2][static_cast<size_t>(status)], "ok");
+    if (std::string(mode).find("virtual_time") != std::string::npos) {
+      // A point that ran is predicted with its own routing, as `run` reports it: emulated == predicted.
+      const auto emulated = std::find(csv[0].begin(), csv[0].end(), "step_ms_emulated") - csv[0].begin();
+      const auto predicted = std::find(csv[0].begin(), csv[0].end(), "step_ms_predicted") - csv[0].begin();
+      for (size_t row : {1u, 2u}) {
+        EXPECT_EQ(csv[row][static_cast<size_t>(emulated)], csv[row][static_cast<size_t>(predicted)]) << row;
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rp::apps
