@@ -14,7 +14,8 @@ RingTimer::RingTimer(TimedKind kind, const TimedShape& shape, int n, int rank, i
       start_(start),
       progress_(start),
       reduce_end_(start),
-      last_consumed_(start) {
+      last_consumed_(start),
+      last_post_ready_(start) {
   const int K = shape_.segments();
   if (n_ <= 1) return;
   switch (kind_) {
@@ -30,7 +31,9 @@ RingTimer::RingTimer(TimedKind kind, const TimedShape& shape, int n, int rank, i
 }
 
 RingTimer::Post RingTimer::MakePost(int step, int k, Nanos ready) {
-  Post p{.step = step, .segment = k, .bytes = shape_.segment_bytes(k), .ready = ready};
+  // The send queue is FIFO: a message is not ready before the one posted ahead of it.
+  last_post_ready_ = std::max(last_post_ready_, ready);
+  Post p{.step = step, .segment = k, .bytes = shape_.segment_bytes(k), .ready = last_post_ready_};
   posted_bytes_ += p.bytes;
   return p;
 }

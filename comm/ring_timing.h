@@ -17,7 +17,8 @@
 //   segment k of step s + 1 is ready when segment k of step s has been received and consumed:
 //   consumed = arrival for a copy (all-gather, broadcast), and for a reduction the rank's reduce
 //   engine takes segments in arrival order: reduce_end = max(reduce_end, arrival) + 4·e / reduce_gbps
-//   (e modeled elements; free when reduce_gbps is 0).
+//   (e modeled elements; free when reduce_gbps is 0);
+//   and a rank's posts leave in posting order: each is ready no earlier than the one before it.
 //
 // Example:
 //   TimedShape s = TimedShape::Ring(/*n=*/4, /*elements=*/1 << 20, /*segment_elems=*/65536,
@@ -101,7 +102,9 @@ enum class TimedKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadc
 // rank's first chunk, ready at the start; a broadcast's root: its whole chain). Then the rank's
 // receives come in step-major order (segment k of step s is receive s·K + k); OnReceive(arrival,
 // ready at sender) returns the post that receive enables, if any (segment k of step s + 1, ready
-// when segment k of step s was consumed). done() once every receive happened.
+// when segment k of step s was consumed, and no earlier than the rank's previous post: its sends
+// leave in posting order, so with a reduce engine (reduce_gbps) the all-gather's first forward
+// waits for the rank's own reduced chunk posted before it). done() once every receive happened.
 // Accounting (DESIGN.md "Communication vs waiting"): the rank waits from its progress time (the
 // start, then each arrival) to each later arrival; the part after the message was ready at its
 // sender is transfer, the part before is peer wait; the tail of the last reduction after the last
@@ -154,6 +157,7 @@ class RingTimer {
   Nanos progress_;
   Nanos reduce_end_;
   Nanos last_consumed_;
+  Nanos last_post_ready_;  // posts leave in order: each is ready no earlier than the previous
   Nanos transfer_{0}, peer_wait_{0};
   uint64_t posted_bytes_ = 0;
   std::vector<Span> spans_;
