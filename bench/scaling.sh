@@ -49,30 +49,30 @@ run() {
   echo "${out#TIME }"
 }
 
-# host figures of the last report: "device_ops_per_second rss_per_device_kb emulated==predicted"
+# host figures of the last report: "device_ops/s messages/s rss_per_device_kb emulated==predicted"
 host_figures() {
   python3 - "$REPORT" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 h = r["host"]
 st = r["step_time_ms"]
-print("%.0f %.0f %s" % (h["device_ops_per_second"], h["rss_per_device_bytes"] / 1024,
+print("%.0f %.0f %.0f %s" % (h["device_ops_per_second"], h["fabric_messages_per_second"], h["rss_per_device_bytes"] / 1024,
                         "yes" if abs(st["emulated"] - st["predicted"]) < 1e-6 else "NO"))
 PY
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
-printf '| devices | ringpipe wall s (median of %s) | device-ops/s | µs per device-op | RSS/device KB (beyond model) | emulated == predicted | baseline wall s | speed-up |\n' "$REPS"
-printf '|---|---|---|---|---|---|---|---|\n'
+printf '| devices | ringpipe wall s (median of %s) | device-ops/s | µs per device-op | messages/s | µs per message | RSS/device KB (beyond model) | emulated == predicted | baseline wall s | speed-up |\n' "$REPS"
+printf '|---|---|---|---|---|---|---|---|---|---|\n'
 for n in $DEVICES; do
   dp=$((n / 16))
-  new_walls=() base_walls=() ops=() rss=0 same=yes
+  new_walls=() base_walls=() ops=() msgs=() rss=0 same=yes
   for _ in $(seq "$REPS"); do
     read -r w _ < <(run "$NEW" "$dp" report)
     new_walls+=("$w")
-    read -r o k e < <(host_figures)
-    ops+=("$o"); rss=$k; [ "$e" = yes ] || same=NO
+    read -r o g k e < <(host_figures)
+    ops+=("$o"); msgs+=("$g"); rss=$k; [ "$e" = yes ] || same=NO
     if [ "${BASE:-}" != "" ] && [ "$n" -le "$BASE_MAX_DEVICES" ]; then
       read -r w _ < <(run "$BASE" "$dp")
       base_walls+=("$w")
@@ -81,11 +81,13 @@ for n in $DEVICES; do
   nw=$(printf '%s\n' "${new_walls[@]}" | median)
   no=$(printf '%s\n' "${ops[@]}" | median)
   us=$(awk -v o="$no" 'BEGIN {printf "%.1f", 1e6 / o}')
+  nm=$(printf '%s\n' "${msgs[@]}" | median)
+  usm=$(awk -v o="$nm" 'BEGIN {printf "%.2f", 1e6 / o}')
   if [ ${#base_walls[@]} -gt 0 ]; then
     bw=$(printf '%s\n' "${base_walls[@]}" | median)
     ratio=$(awk -v b="$bw" -v x="$nw" 'BEGIN {printf "%.1f×", b / x}')
   else
     bw="—"; ratio="—"
   fi
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$nw" "$no" "$us" "$rss" "$same" "$bw" "$ratio"
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$nw" "$no" "$us" "$nm" "$usm" "$rss" "$same" "$bw" "$ratio"
 done

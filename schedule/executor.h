@@ -252,6 +252,9 @@ struct RunResult {
   uint64_t clock_waits = 0;
   uint64_t clock_crowded_waits = 0;
   double wall_seconds = 0;  // Cluster::Run wall time
+  // Messages the fabric timed (every p2p, TP, DP and EP message of the run): with device ops, what
+  // the host emulated per wall second.
+  uint64_t fabric_messages = 0;
   bool virtual_time = false;
   double time_scale = 1.0;
   std::vector<std::string> faults;  // FaultInjector::Describe()

@@ -147,13 +147,15 @@ TEST(RunCommand, DefaultRunTrainsFarAboveChanceAndWritesEveryDocumentedKey) {
   const json& h = j["host"];
   for (const char* key : {"clock", "overruns", "wait_lateness_ms", "wall_seconds", "clock_waits", "device_ops",
                           "device_ops_per_second", "threads", "threads_per_device", "thread_limit", "peak_rss_bytes",
-                          "rss_per_device_bytes", "model_buffer_bytes", "max_run_devices"}) {
+                          "rss_per_device_bytes", "model_buffer_bytes", "max_run_devices", "fabric_messages",
+                          "fabric_messages_per_second"}) {
     EXPECT_TRUE(h.contains(key)) << key;
   }
   EXPECT_EQ(h["clock"], "virtual");
   EXPECT_EQ(h["threads_per_device"], 1);
   EXPECT_GE(h["threads"].get<int>(), 8);  // one per device at least
   EXPECT_GT(h["device_ops_per_second"].get<double>(), 0);
+  EXPECT_GT(h["fabric_messages"].get<double>(), 0);
   EXPECT_GT(h["peak_rss_bytes"].get<double>(), 0);
   ASSERT_EQ(j["steps"].size(), static_cast<size_t>(j["config"]["steps"].get<int>()));
   for (const json& s : j["steps"]) {
