@@ -44,9 +44,12 @@ trap 'rm -rf "$(dirname "$REPORT")"' EXIT
 run() {
   local bin=$1 dp=$2 extra=() out
   [ "${3:-}" = report ] && extra=(--report_json="$REPORT")
-  out=$( { /usr/bin/time -f "TIME %e %M" "$bin" run --dp="$dp" --pp=8 --tp=2 --hidden=64x16 \
-             --microbatches=4 --virtual_time --steps="$STEPS" "${extra[@]}" >/dev/null; } 2>&1 | grep '^TIME' )
-  echo "${out#TIME }"
+  # A run that fails (the baseline's wall-time watchdog on a busy host) prints "fail <wall>".
+  out=$( { /usr/bin/time -f "TIME %x %e %M" "$bin" run --dp="$dp" --pp=8 --tp=2 --hidden=64x16 \
+             --microbatches=4 --virtual_time --steps="$STEPS" "${extra[@]}" >/dev/null; } 2>&1 |
+         grep '^TIME' || true )
+  read -r _ code wall rss <<<"$out"
+  if [ "${code:-1}" = 0 ]; then echo "$wall $rss"; else echo "fail ${wall:-0}"; fi
 }
 
 # host figures of the last report: "device_ops/s messages/s rss_per_device_kb emulated==predicted"
@@ -67,15 +70,16 @@ printf '| devices | ringpipe wall s (median of %s) | device-ops/s | µs per devi
 printf '|---|---|---|---|---|---|---|---|---|---|\n'
 for n in $DEVICES; do
   dp=$((n / 16))
-  new_walls=() base_walls=() ops=() msgs=() rss=0 same=yes
+  new_walls=() base_walls=() ops=() msgs=() rss=0 same=yes base_failed=0
   for _ in $(seq "$REPS"); do
     read -r w _ < <(run "$NEW" "$dp" report)
+    [ "$w" = fail ] && { echo "scaling: ringpipe failed at $n devices" >&2; exit 1; }
     new_walls+=("$w")
     read -r o g k e < <(host_figures)
     ops+=("$o"); msgs+=("$g"); rss=$k; [ "$e" = yes ] || same=NO
     if [ "${BASE:-}" != "" ] && [ "$n" -le "$BASE_MAX_DEVICES" ]; then
       read -r w _ < <(run "$BASE" "$dp")
-      base_walls+=("$w")
+      if [ "$w" = fail ]; then base_failed=$((base_failed + 1)); else base_walls+=("$w"); fi
     fi
   done
   nw=$(printf '%s\n' "${new_walls[@]}" | median)
@@ -89,5 +93,6 @@ for n in $DEVICES; do
   else
     bw="—"; ratio="—"
   fi
+  [ "$base_failed" -gt 0 ] && bw="$bw ($base_failed of $REPS failed)"
   printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$nw" "$no" "$us" "$nm" "$usm" "$rss" "$same" "$bw" "$ratio"
 done
