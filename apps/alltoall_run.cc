@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "apps/alltoall.h"
+#include "apps/rank_threads.h"
 #include "comm/alltoall.h"
 #include "comm/alltoall_timing.h"
 #include "comm/communicator.h"
@@ -82,19 +83,6 @@ absl::StatusOr<Row> Finish(const Settings& s, const Shared& sh) {
   for (uint64_t w : sh.wrong) row.wrong += w;
   row.wire_bytes_per_rank = *std::max_element(sh.wire.begin(), sh.wire.end());
   return row;
-}
-
-std::vector<int> Iota(int n) {
-  std::vector<int> v(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) v[static_cast<size_t>(r)] = r;
-  return v;
-}
-
-void RunThreads(int n, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
-  for (auto& th : threads) th.join();
 }
 
 }  // namespace
