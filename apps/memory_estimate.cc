@@ -63,12 +63,13 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
                              std::max(1, cfg.tp);
   est.parts.push_back({"activations", "microbatch_size", activations});
 
-  // Events the run records: a few per op, bounded by the tracer's cap.
-  const double ops = static_cast<double>(cfg.world_size()) * cfg.microbatches * cfg.chunks() * 12.0 * cfg.steps;
-  const double events = std::min(ops, static_cast<double>(kMaxTraceEvents));
-  double trace = events * sizeof(TraceEvent) * 2;  // the buffers, and Events()' sorted copy
-  if (!cfg.trace.empty()) trace += events * kChromeBytesPerEvent;
-  est.parts.push_back({"trace", "steps", trace});
+  // Events a traced run records: a few per op, bounded by the tracer's cap (no --trace: none).
+  if (!cfg.trace.empty()) {
+    const double ops = static_cast<double>(cfg.world_size()) * cfg.microbatches * cfg.chunks() * 12.0 * cfg.steps;
+    const double events = std::min(ops, static_cast<double>(kMaxTraceEvents));
+    // The buffers, Events()' sorted copy and the Chrome JSON text.
+    est.parts.push_back({"trace", "steps", events * (sizeof(TraceEvent) * 2 + kChromeBytesPerEvent)});
+  }
 
   est.parts.push_back({"devices", "dp", cfg.world_size() * (kPerDeviceBytes + kReportBytesPerDevice)});
   return est;

@@ -8,6 +8,11 @@
 #include <cstddef>
 #include <string>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define RP_KERNELS_AVX2 1
+#endif
+
 #include "absl/strings/str_format.h"
 
 namespace rp {
@@ -23,6 +28,109 @@ inline void Axpy(float a, const float* __restrict x, float* __restrict y, int64_
 constexpr int64_t kRowBlock = 4;    // rows that share one pass over a weight row (stays in L1)
 constexpr int64_t kColTile = 128;   // output columns per tile (MatMul)
 
+#if RP_KERNELS_AVX2
+// AVX2 register-blocked versions of MatMul's and MatMulTransposedAAccumulate's loops, chosen at
+// run time on CPUs that have AVX2. A block of R output rows × 8·V columns stays in registers
+// while the reduction index walks in increasing order, each product added with one separate
+// multiply and add (no FMA: the target is "avx2" alone, so nothing can be contracted): every
+// element receives exactly the scalar loop's operations in the scalar loop's order — the same
+// bits (kernels_test compares them with a plain serial loop).
+bool HaveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2");
+  return have;
+}
+
+// y[R rows][8V cols] = Σ_i x[r][i] · w[i][cols], i = 0, 1, ... (starting from 0 + the first product).
+template <int R, int V>
+__attribute__((target("avx2"))) inline void MatMulBlockAvx2(const float* x, int64_t ldx,
+                                                            const float* w, int64_t ldw, float* y,
+                                                            int64_t ldy, int64_t k) {
+  __m256 acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < k; ++i) {
+    __m256 wv[V];
+    for (int v = 0; v < V; ++v) wv[v] = _mm256_loadu_ps(w + i * ldw + 8 * v);
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_set1_ps(x[r * ldx + i]);
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(a, wv[v]));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
+  }
+}
+
+template <int R>
+__attribute__((target("avx2"))) void MatMulRowsAvx2(const float* x, int64_t k, const float* w,
+                                                    int64_t m, float* y) {
+  int64_t c = 0;
+  for (; c + 16 <= m; c += 16) MatMulBlockAvx2<R, 2>(x, k, w + c, m, y + c, m, k);
+  for (; c + 8 <= m; c += 8) MatMulBlockAvx2<R, 1>(x, k, w + c, m, y + c, m, k);
+  for (; c < m; ++c) {
+    for (int r = 0; r < R; ++r) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < k; ++i) acc += x[r * k + i] * w[i * m + c];
+      y[r * m + c] = acc;
+    }
+  }
+}
+
+__attribute__((target("avx2"))) void MatMulAvx2(ConstMatrixView x, ConstMatrixView w, MatrixView y) {
+  const int64_t n = x.rows, k = x.cols, m = w.cols;
+  int64_t r = 0;
+  for (; r + 4 <= n; r += 4) MatMulRowsAvx2<4>(x.data + r * k, k, w.data, m, y.data + r * m);
+  for (; r < n; ++r) MatMulRowsAvx2<1>(x.data + r * k, k, w.data, m, y.data + r * m);
+}
+
+// g[R rows i0..][8V cols] += x[r][i] · dy[r][cols] for r = 0, 1, ..., n - 1.
+template <int R, int V>
+__attribute__((target("avx2"))) inline void GradBlockAvx2(const float* x, int64_t ldx,
+                                                          const float* dy, int64_t lddy, float* g,
+                                                          int64_t ldg, int64_t n) {
+  __m256 acc[R][V];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm256_loadu_ps(g + i * ldg + 8 * v);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    __m256 dv[V];
+    for (int v = 0; v < V; ++v) dv[v] = _mm256_loadu_ps(dy + r * lddy + 8 * v);
+    for (int i = 0; i < R; ++i) {
+      const __m256 a = _mm256_set1_ps(x[r * ldx + i]);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm256_add_ps(acc[i][v], _mm256_mul_ps(a, dv[v]));
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(g + i * ldg + 8 * v, acc[i][v]);
+  }
+}
+
+template <int R>
+__attribute__((target("avx2"))) void GradRowsAvx2(const float* x, int64_t k, const float* dy,
+                                                  int64_t m, float* g, int64_t n) {
+  int64_t c = 0;
+  for (; c + 16 <= m; c += 16) GradBlockAvx2<R, 2>(x, k, dy + c, m, g + c, m, n);
+  for (; c + 8 <= m; c += 8) GradBlockAvx2<R, 1>(x, k, dy + c, m, g + c, m, n);
+  for (; c < m; ++c) {
+    for (int i = 0; i < R; ++i) {
+      float acc = g[i * m + c];
+      for (int64_t r = 0; r < n; ++r) acc += x[r * k + i] * dy[r * m + c];
+      g[i * m + c] = acc;
+    }
+  }
+}
+
+__attribute__((target("avx2"))) void MatMulTransposedAAccumulateAvx2(ConstMatrixView x,
+                                                                     ConstMatrixView dy,
+                                                                     MatrixView g) {
+  const int64_t n = x.rows, k = x.cols, m = dy.cols;
+  int64_t i = 0;
+  for (; i + 4 <= k; i += 4) GradRowsAvx2<4>(x.data + i, k, dy.data, m, g.data + i * m, n);
+  for (; i < k; ++i) GradRowsAvx2<1>(x.data + i, k, dy.data, m, g.data + i * m, n);
+}
+#endif
+
 }  // namespace
 
 absl::Status MatMul(ConstMatrixView x, ConstMatrixView w, MatrixView y) {
@@ -31,6 +139,12 @@ absl::Status MatMul(ConstMatrixView x, ConstMatrixView w, MatrixView y) {
         "MatMul: x %s · w %s does not give y %s", Shape(x.rows, x.cols), Shape(w.rows, w.cols),
         Shape(y.rows, y.cols)));
   }
+#if RP_KERNELS_AVX2
+  if (HaveAvx2()) {
+    MatMulAvx2(x, w, y);
+    return absl::OkStatus();
+  }
+#endif
   const int64_t n = x.rows, k = x.cols, m = w.cols;
   // Tiles: kColTile columns of w (k x kColTile floats, reused from L2 by every row block) times
   // kRowBlock rows of y (kept in L1 across the whole i loop). Neither tiling changes the order in
@@ -78,6 +192,12 @@ absl::Status MatMulTransposedAAccumulate(ConstMatrixView x, ConstMatrixView dy, 
         "MatMulTransposedAAccumulate: (x %s)ᵀ · dy %s does not fit g %s", Shape(x.rows, x.cols),
         Shape(dy.rows, dy.cols), Shape(g.rows, g.cols)));
   }
+#if RP_KERNELS_AVX2
+  if (HaveAvx2()) {
+    MatMulTransposedAAccumulateAvx2(x, dy, g);
+    return absl::OkStatus();
+  }
+#endif
   const int64_t n = x.rows, k = x.cols, m = dy.cols;
   // For a block of g's rows, walk the batch rows in increasing order: each g element receives its
   // products in row order (the contract), and the block of g rows stays in L1.

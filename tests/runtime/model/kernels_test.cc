@@ -126,6 +126,50 @@ TEST(MatMulTransposedAAccumulate, MicroBatchAccumulationEqualsOneBigBatchBitwise
   EXPECT_TRUE(SameBits(db_whole.span(), db_pieces.span()));
 }
 
+// The reduction-order contract, bit for bit: each output element is exactly the plain serial float
+// loop (whichever code path the CPU takes: the AVX2 register blocks or the portable tiles), for
+// shapes that exercise every block size and remainder (rows % 4, columns % 16 and % 8).
+TEST(Kernels, MatMulsEqualThePlainSerialLoopBitwise) {
+  uint32_t seed = 100;
+  for (int64_t n : {1, 3, 4, 5, 9, 32}) {
+    for (int64_t k : {1, 7, 33, 64}) {
+      for (int64_t m : {1, 7, 8, 9, 16, 17, 40, 64}) {
+        SCOPED_TRACE(absl::StrCat("n ", n, " k ", k, " m ", m));
+        // Mixed magnitudes, so a different summation order would change the low bits.
+        Tensor x = Random(n, k, ++seed, 100.0f), w = Random(k, m, ++seed, 0.01f);
+        Tensor y(n, m), want(n, m);
+        ASSERT_TRUE(MatMul(x, w, y).ok());
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t c = 0; c < m; ++c) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < k; ++i) {
+              const volatile float p = x.at(r, i) * w.at(i, c);  // no contraction into an FMA
+              acc += p;
+            }
+            want.at(r, c) = acc;
+          }
+        }
+        EXPECT_TRUE(SameBits(y.span(), want.span()));
+        // g += xᵀ · dy over the rows of x in increasing order, onto a non-zero g.
+        Tensor dy = Random(n, m, ++seed, 0.01f);
+        Tensor g = Random(k, m, ++seed, 1.0f), gwant = g;
+        ASSERT_TRUE(MatMulTransposedAAccumulate(x, dy, g).ok());
+        for (int64_t i = 0; i < k; ++i) {
+          for (int64_t c = 0; c < m; ++c) {
+            float acc = gwant.at(i, c);
+            for (int64_t r = 0; r < n; ++r) {
+              const volatile float p = x.at(r, i) * dy.at(r, c);
+              acc += p;
+            }
+            gwant.at(i, c) = acc;
+          }
+        }
+        EXPECT_TRUE(SameBits(g.span(), gwant.span()));
+      }
+    }
+  }
+}
+
 TEST(Kernels, ShapeMismatchesAreInvalidArgument) {
   Tensor a(3, 4), b(5, 6), c(3, 6), scratch;
   EXPECT_EQ(MatMul(a, b, c).code(), absl::StatusCode::kInvalidArgument);
