@@ -1,6 +1,7 @@
 // Kernels: see kernels.h for the reduction-order contract. Compiled with -O3 (ringpipe_hot_sources):
 // the inner loops are axpys over contiguous rows (y[0..m) += a * w[0..m)), which GCC vectorises
-// without changing any element's summation order.
+// without changing any element's summation order; on AVX2 CPUs the two matmuls use register blocks
+// instead (below), with the same order.
 #include "runtime/model/kernels.h"
 
 #include <algorithm>

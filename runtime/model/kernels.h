@@ -16,7 +16,9 @@
 //   * Elementwise kernels (bias, activations, Accumulate) are independent per element.
 //   * SoftmaxCrossEntropy works per row in double and rounds the gradient to float once; the loss
 //     sum is accumulated in double in row order.
-// No kernel uses FMA contraction or reassociation (the build uses neither -ffast-math nor -march).
+// No kernel uses FMA contraction or reassociation (the build uses neither -ffast-math nor -march;
+// the AVX2 paths of the matmuls, chosen at run time, are compiled for "avx2" without "fma" and keep
+// each element's order: the same bits as the portable loops).
 //
 // Errors: shape mismatches return InvalidArgument naming the kernel, the operand and both shapes;
 // the output is then unspecified. Views must not alias unless a kernel says so.

@@ -1,0 +1,47 @@
+// What `ringpipe allreduce` and `ringpipe alltoall` share: their nccl-tests-style flags, the loop
+// over sizes (--min_bytes to --max_bytes, × --step_factor) and --segment_bytes, the table with its
+// header, the fastest segment per size, the #wrong total and the --json rows. Each command brings
+// its engine (apps/allreduce.h, apps/alltoall.h), its header notes and its extra flags.
+//
+// Exit codes: 2 for a bad flag or output path (one line naming it), 3 if an engine fails or any
+// element is wrong, else 0.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "apps/allreduce.h"
+#include "apps/cli.h"
+#include "apps/flags.h"
+#include "nlohmann/json.hpp"
+#include "runtime/link.h"
+
+namespace rp::apps::collective_bench {
+
+using Settings = allreduce::Settings;
+using Row = allreduce::Row;
+
+struct Command {
+  const char* name = "";        // "allreduce": the header's and error lines' prefix
+  const char* busbw_rule = "";  // busbw = algbw × this, e.g. "2(n-1)/n"
+  const char* formula = "";     // what the timed header says of the formula column
+  std::vector<std::string> notes;  // header lines after the first (without the "# ")
+  nlohmann::json row_extra;        // fields added to every JSON row
+  // One row; spec is null for --link=ideal (the untimed path).
+  std::function<absl::StatusOr<Row>(uint64_t bytes, uint64_t segment, const LinkSpec* spec)> run;
+};
+
+// The shared flags: ranks, sizes, segments, codec, iterations, link, json.
+std::vector<FlagSpec> Flags(const std::string& min_bytes_help, const std::string& max_bytes_help,
+                            const std::string& segment_help);
+// Reads them into `s` (InvalidArgument naming the flag).
+absl::Status ReadFlags(const ParsedArgs& args, Settings& s);
+// Prints the error line of `c` and returns `code`.
+int Fail(const Command& c, int code, const std::string& message);
+// The whole command once its settings are read; returns the exit code.
+int Run(const Settings& s, const Command& c);
+
+}  // namespace rp::apps::collective_bench
