@@ -323,6 +323,9 @@ absl::Status Cluster::Run(absl::FunctionRef<absl::Status(Device&)> body) {
         absl::StrCat("Cluster::Run after a failed run: ", watchdog_->status().message()));
   }
   const size_t n = devices_.size();
+  // Thousands of threads sleeping on futexes of their own: a private futex hash of their size
+  // (a performance setting only; a kernel without one keeps the global table).
+  (void)ReserveFutexHash(static_cast<int>(n * (options_.comm_streams ? 2 : 1)));
   // A thread that cannot start fails the run; those started see the failure and end.
   auto failed_to_start = [this](const absl::Status& s, size_t rank, const char* stream) {
     watchdog_->Fail(absl::Status(s.code(), absl::StrCat("device ", rank, " ", stream,

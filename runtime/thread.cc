@@ -1,5 +1,9 @@
 #include "runtime/thread.h"
 
+#include <sys/prctl.h>
+
+#include <cerrno>
+
 #include <limits.h>
 #include <unistd.h>
 
@@ -61,6 +65,20 @@ void Thread::Join() {
   if (!started_) return;
   pthread_join(handle_, nullptr);
   started_ = false;
+}
+
+absl::StatusOr<int> ReserveFutexHash(int threads) {
+  // <linux/prctl.h> of Debian 12 predates these (Linux 6.16 uapi values).
+  constexpr int kPrFutexHash = 78, kSetSlots = 1, kGetSlots = 2;
+  const long current = prctl(kPrFutexHash, kGetSlots, 0, 0, 0);
+  if (current < 0) return absl::UnimplementedError("this kernel has no private futex hash (PR_FUTEX_HASH)");
+  long want = 16;
+  while (want < 4L * threads && want < (long{1} << 20)) want *= 2;
+  if (current >= want) return static_cast<int>(current);
+  if (prctl(kPrFutexHash, kSetSlots, want, 0, 0) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("PR_FUTEX_HASH_SET_SLOTS ", want, ": errno ", errno));
+  }
+  return static_cast<int>(prctl(kPrFutexHash, kGetSlots, 0, 0, 0));
 }
 
 }  // namespace rp

@@ -40,6 +40,19 @@ TEST(Thread, RunsOnAStackOfTheRequestedSize) {
   EXPECT_GE(got, static_cast<size_t>(PTHREAD_STACK_MIN));
 }
 
+// The private futex hash grows to 4 slots per thread (a power of two) and never shrinks; on a
+// kernel without PR_FUTEX_HASH the call says so and changes nothing.
+TEST(Thread, ReserveFutexHashSizesThePrivateHash) {
+  absl::StatusOr<int> slots = ReserveFutexHash(1000);
+  if (absl::IsUnimplemented(slots.status())) GTEST_SKIP() << slots.status();
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  EXPECT_GE(*slots, 4000);
+  EXPECT_EQ(*slots & (*slots - 1), 0) << *slots << " is not a power of two";
+  absl::StatusOr<int> again = ReserveFutexHash(10);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *slots);
+}
+
 TEST(Thread, JoinsOnceAndMovesOwnership) {
   std::atomic<int> runs{0};
   {
