@@ -41,94 +41,60 @@ bool HaveAvx2() {
   return have;
 }
 
-// y[R rows][8V cols] = Σ_i x[r][i] · w[i][cols], i = 0, 1, ... (starting from 0 + the first product).
-template <int R, int V>
-__attribute__((target("avx2"))) inline void MatMulBlockAvx2(const float* x, int64_t ldx,
-                                                            const float* w, int64_t ldw, float* y,
-                                                            int64_t ldy, int64_t k) {
+// The one register block both matmuls use: out[R rows][8V cols] (+)= Σ_t a(j, t) · b[t][cols] for
+// t = 0, 1, ..., T − 1, where a(j, t) = a[j·a_row + t·a_col]. Accumulate: onto out (the gradient);
+// else from 0 + the first product (MatMul).
+template <int R, int V, bool kAccumulate>
+__attribute__((target("avx2"))) inline void BlockAvx2(const float* a, int64_t a_row, int64_t a_col,
+                                                      const float* b, int64_t ldb, float* out,
+                                                      int64_t ldo, int64_t T) {
   __m256 acc[R][V];
-  for (int r = 0; r < R; ++r) {
-    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
-  }
-  for (int64_t i = 0; i < k; ++i) {
-    __m256 wv[V];
-    for (int v = 0; v < V; ++v) wv[v] = _mm256_loadu_ps(w + i * ldw + 8 * v);
-    for (int r = 0; r < R; ++r) {
-      const __m256 a = _mm256_set1_ps(x[r * ldx + i]);
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(a, wv[v]));
+  for (int j = 0; j < R; ++j) {
+    for (int v = 0; v < V; ++v) {
+      acc[j][v] = kAccumulate ? _mm256_loadu_ps(out + j * ldo + 8 * v) : _mm256_setzero_ps();
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int v = 0; v < V; ++v) _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
+  for (int64_t t = 0; t < T; ++t) {
+    __m256 bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = _mm256_loadu_ps(b + t * ldb + 8 * v);
+    for (int j = 0; j < R; ++j) {
+      const __m256 s = _mm256_set1_ps(a[j * a_row + t * a_col]);
+      for (int v = 0; v < V; ++v) acc[j][v] = _mm256_add_ps(acc[j][v], _mm256_mul_ps(s, bv[v]));
+    }
+  }
+  for (int j = 0; j < R; ++j) {
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + j * ldo + 8 * v, acc[j][v]);
   }
 }
 
-template <int R>
-__attribute__((target("avx2"))) void MatMulRowsAvx2(const float* x, int64_t k, const float* w,
-                                                    int64_t m, float* y) {
+// R output rows over all m columns: blocks of 16 and 8 columns, then the scalar remainder (the
+// same operations in the same order).
+template <int R, bool kAccumulate>
+__attribute__((target("avx2"))) void RowsAvx2(const float* a, int64_t a_row, int64_t a_col,
+                                              const float* b, int64_t m, float* out, int64_t T) {
   int64_t c = 0;
-  for (; c + 16 <= m; c += 16) MatMulBlockAvx2<R, 2>(x, k, w + c, m, y + c, m, k);
-  for (; c + 8 <= m; c += 8) MatMulBlockAvx2<R, 1>(x, k, w + c, m, y + c, m, k);
+  for (; c + 16 <= m; c += 16) BlockAvx2<R, 2, kAccumulate>(a, a_row, a_col, b + c, m, out + c, m, T);
+  for (; c + 8 <= m; c += 8) BlockAvx2<R, 1, kAccumulate>(a, a_row, a_col, b + c, m, out + c, m, T);
   for (; c < m; ++c) {
-    for (int r = 0; r < R; ++r) {
-      float acc = 0.0f;
-      for (int64_t i = 0; i < k; ++i) acc += x[r * k + i] * w[i * m + c];
-      y[r * m + c] = acc;
+    for (int j = 0; j < R; ++j) {
+      float acc = kAccumulate ? out[j * m + c] : 0.0f;
+      for (int64_t t = 0; t < T; ++t) acc += a[j * a_row + t * a_col] * b[t * m + c];
+      out[j * m + c] = acc;
     }
   }
 }
 
-__attribute__((target("avx2"))) void MatMulAvx2(ConstMatrixView x, ConstMatrixView w, MatrixView y) {
-  const int64_t n = x.rows, k = x.cols, m = w.cols;
-  int64_t r = 0;
-  for (; r + 4 <= n; r += 4) MatMulRowsAvx2<4>(x.data + r * k, k, w.data, m, y.data + r * m);
-  for (; r < n; ++r) MatMulRowsAvx2<1>(x.data + r * k, k, w.data, m, y.data + r * m);
-}
-
-// g[R rows i0..][8V cols] += x[r][i] · dy[r][cols] for r = 0, 1, ..., n - 1.
-template <int R, int V>
-__attribute__((target("avx2"))) inline void GradBlockAvx2(const float* x, int64_t ldx,
-                                                          const float* dy, int64_t lddy, float* g,
-                                                          int64_t ldg, int64_t n) {
-  __m256 acc[R][V];
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < V; ++v) acc[i][v] = _mm256_loadu_ps(g + i * ldg + 8 * v);
+// out (rows × m) (+)= Σ_t a(j, t) · b[t]: blocks of 4 rows, then single rows. Row j of `a` starts at
+// a + j·a_row.
+template <bool kAccumulate>
+__attribute__((target("avx2"))) void MatMulsAvx2(const float* a, int64_t rows, int64_t a_row,
+                                                 int64_t a_col, const float* b, int64_t m, float* out,
+                                                 int64_t T) {
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) {
+    RowsAvx2<4, kAccumulate>(a + j * a_row, a_row, a_col, b, m, out + j * m, T);
   }
-  for (int64_t r = 0; r < n; ++r) {
-    __m256 dv[V];
-    for (int v = 0; v < V; ++v) dv[v] = _mm256_loadu_ps(dy + r * lddy + 8 * v);
-    for (int i = 0; i < R; ++i) {
-      const __m256 a = _mm256_set1_ps(x[r * ldx + i]);
-      for (int v = 0; v < V; ++v) acc[i][v] = _mm256_add_ps(acc[i][v], _mm256_mul_ps(a, dv[v]));
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < V; ++v) _mm256_storeu_ps(g + i * ldg + 8 * v, acc[i][v]);
-  }
-}
-
-template <int R>
-__attribute__((target("avx2"))) void GradRowsAvx2(const float* x, int64_t k, const float* dy,
-                                                  int64_t m, float* g, int64_t n) {
-  int64_t c = 0;
-  for (; c + 16 <= m; c += 16) GradBlockAvx2<R, 2>(x, k, dy + c, m, g + c, m, n);
-  for (; c + 8 <= m; c += 8) GradBlockAvx2<R, 1>(x, k, dy + c, m, g + c, m, n);
-  for (; c < m; ++c) {
-    for (int i = 0; i < R; ++i) {
-      float acc = g[i * m + c];
-      for (int64_t r = 0; r < n; ++r) acc += x[r * k + i] * dy[r * m + c];
-      g[i * m + c] = acc;
-    }
-  }
-}
-
-__attribute__((target("avx2"))) void MatMulTransposedAAccumulateAvx2(ConstMatrixView x,
-                                                                     ConstMatrixView dy,
-                                                                     MatrixView g) {
-  const int64_t n = x.rows, k = x.cols, m = dy.cols;
-  int64_t i = 0;
-  for (; i + 4 <= k; i += 4) GradRowsAvx2<4>(x.data + i, k, dy.data, m, g.data + i * m, n);
-  for (; i < k; ++i) GradRowsAvx2<1>(x.data + i, k, dy.data, m, g.data + i * m, n);
+  for (; j < rows; ++j) RowsAvx2<1, kAccumulate>(a + j * a_row, a_row, a_col, b, m, out + j * m, T);
 }
 #endif
 
@@ -142,7 +108,8 @@ absl::Status MatMul(ConstMatrixView x, ConstMatrixView w, MatrixView y) {
   }
 #if RP_KERNELS_AVX2
   if (HaveAvx2()) {
-    MatMulAvx2(x, w, y);
+    // y[r] = Σ_i x[r][i] · w[i]: a(r, i) = x[r·k + i].
+    MatMulsAvx2<false>(x.data, x.rows, x.cols, 1, w.data, w.cols, y.data, x.cols);
     return absl::OkStatus();
   }
 #endif
@@ -195,7 +162,8 @@ absl::Status MatMulTransposedAAccumulate(ConstMatrixView x, ConstMatrixView dy, 
   }
 #if RP_KERNELS_AVX2
   if (HaveAvx2()) {
-    MatMulTransposedAAccumulateAvx2(x, dy, g);
+    // g[i] += Σ_r x[r][i] · dy[r]: a(i, r) = x[r·k + i].
+    MatMulsAvx2<true>(x.data, x.cols, 1, x.cols, dy.data, dy.cols, g.data, x.rows);
     return absl::OkStatus();
   }
 #endif
