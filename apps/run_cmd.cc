@@ -183,7 +183,8 @@ int Run(const ParsedArgs& args) {
   Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents);
   schedule::ExecutorOptions options = plan->executor;
   // Only a requested trace is recorded: recording every op and port message costs the device
-  // threads a lock, an allocation and a copy each (a quarter of a large virtual run's time).
+  // threads a lock, an allocation and a copy each (a 512-device virtual run: 325 MB peak RSS
+  // with the tracer attached, 192 MB without).
   options.tracer = cfg->trace.empty() ? nullptr : &tracer;
   if (absl::Status st = ParseFaultFlags(args, options.faults); !st.ok()) return Fail(kExitBadInput, st);
   HostUsage host{.rss_before_bytes = ReadProcStatus().rss_bytes, .model_buffer_bytes = ModelBufferBytes(*cfg)};
