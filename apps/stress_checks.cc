@@ -2,10 +2,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
 #include <tuple>
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "apps/allreduce.h"
@@ -29,6 +33,36 @@ int ThreadCount() {
     if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
   }
   return -1;
+}
+
+// pthread_join returns once the kernel clears the thread's tid, a moment before the kernel reaps the
+// thread and lowers the process's count, so a count read right after a join may still include it.
+// These wait (bounded) for the kernel's reaping; they order nothing between the program's threads.
+constexpr auto kReapLimit = std::chrono::seconds(5);
+
+// The thread count with no thread still being reaped: a helper thread (which also starts a
+// sanitizer's lazily created background thread) is joined, and its /proc entry must be gone.
+int BaselineThreadCount() {
+  pid_t tid = 0;
+  std::thread([&tid] { tid = static_cast<pid_t>(::syscall(SYS_gettid)); }).join();
+  const std::string task = absl::StrCat("/proc/self/task/", tid);
+  const auto deadline = std::chrono::steady_clock::now() + kReapLimit;
+  while (std::filesystem::exists(task) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return ThreadCount();
+}
+
+// The thread count once joined threads are reaped: waits until it is at most `baseline` or the
+// limit passes, so a leaked thread still shows as a higher count.
+int ThreadCountAfterJoins(int baseline) {
+  const auto deadline = std::chrono::steady_clock::now() + kReapLimit;
+  int n = ThreadCount();
+  while (n > baseline && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    n = ThreadCount();
+  }
+  return n;
 }
 
 // The untimed all-reduce of one codec over the drawn ranks: same bits everywhere, the exact sum of
@@ -238,8 +272,7 @@ void CheckFault(const Drawn& c, Checker& ck, FaultTally& tally) {
   const OpFault f = *c.fault;
   ++tally.injected;
   ++tally.by_kind[OpFaultKindName(f.kind)];
-  std::thread([] {}).join();  // a sanitizer's lazily started background thread joins the baseline
-  const int baseline = ThreadCount();
+  const int baseline = BaselineThreadCount();
   absl::StatusOr<std::unique_ptr<schedule::Executor>> ex = schedule::Executor::Create(c.options);
   if (!ex.ok()) return ck.Fail("Executor::Create: %s", ex.status().ToString());
   absl::StatusOr<schedule::RunResult> r = (*ex)->Run();
@@ -270,7 +303,7 @@ void CheckFault(const Drawn& c, Checker& ck, FaultTally& tally) {
   if (fl->committed_steps != f.step) {
     ck.Fail("%s fault at step %d: %d steps committed", OpFaultKindName(f.kind), f.step, fl->committed_steps);
   }
-  if (const int after = ThreadCount(); after != baseline) {
+  if (const int after = ThreadCountAfterJoins(baseline); after != baseline) {
     ck.Fail("%s fault: %d threads after the run, %d before", OpFaultKindName(f.kind), after, baseline);
   }
   // No partial step: parameters equal those of a healthy run of f.step steps (or the initial ones).
