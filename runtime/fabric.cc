@@ -95,9 +95,13 @@ void Fabric::Resume(LpId lp, Nanos at_least) {
   wake_.push_back(&l);  // signalled once the lock is released (Unlocker)
 }
 
-void Fabric::WakePending() {
-  for (Lp* l : wake_) l->cv.Signal();
-  wake_.clear();
+void Fabric::UnlockAndWake() {
+  // Each thread keeps its own buffer: swapped in under the lock, drained after it.
+  thread_local std::vector<Lp*> wake;
+  wake.clear();
+  wake.swap(wake_);
+  mu_.Unlock();
+  for (Lp* l : wake) l->parker.Unpark();
 }
 
 
@@ -251,10 +255,12 @@ absl::Status Fabric::WaitWhile(LpId lp, const std::function<bool()>& blocked,
                                 : std::chrono::steady_clock::time_point::max();
   while (blocked()) {
     if (aborted_.load(std::memory_order_acquire)) return abort_status_;
-    WakePending();  // before sleeping: whom this thread resumed must not wait for its unlock
-    if (!bounded) {
-      l.cv.Wait(&mu_);
-    } else if (l.cv.WaitUntilSteady(&mu_, deadline) && blocked()) {
+    // Whoever changes what `blocked` reads does so under the lock and Unparks after it (or Abort
+    // does), so a wake-up between the check and the Park leaves a token and is not lost.
+    UnlockAndWake();
+    const bool woken = l.parker.Park(deadline);
+    mu_.Lock();
+    if (!woken && blocked()) {
       return absl::DeadlineExceededError(absl::StrCat(
           DescribeSite(l.site), ": no message for ",
           std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(), " ms"));

@@ -263,7 +263,9 @@ class Fabric {
 
   class Unlocker;
   explicit Fabric(const FabricOptions& options, FabricModel model);
-  void WakePending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unlocks, then wakes the LPs resumed meanwhile (wake_): a woken thread does not find the lock
+  // still held by its waker.
+  void UnlockAndWake() ABSL_UNLOCK_FUNCTION(mu_);
   void SetState(LpId lp, LpWait::State s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Resume(LpId lp, Nanos at_least) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RaiseBound(LpId lp, Nanos t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/fabric.h"
+#include "runtime/thread.h"
 
 namespace rp {
 
@@ -18,7 +19,7 @@ struct Fabric::Lp {
   ChannelId awaited_channel = -1;
   int work = 0;
   WaitSite site;
-  CondVar cv;
+  Parker parker;  // its thread sleeps here while it waits (WaitWhile)
 };
 
 // Unlocks the fabric, then wakes the LPs resumed meanwhile: a woken thread does not find the lock
@@ -28,15 +29,7 @@ class ABSL_SCOPED_LOCKABLE Fabric::Unlocker {
   explicit Unlocker(Fabric* f) ABSL_EXCLUSIVE_LOCK_FUNCTION(f->mu_) : f_(f) {
     f_->mu_.Lock();
   }
-  ~Unlocker() ABSL_UNLOCK_FUNCTION() {
-    f_->mu_.AssertHeld();
-    // Each thread keeps its own buffer: swapped in under the lock, drained after it.
-    thread_local std::vector<Lp*> wake;
-    wake.clear();
-    wake.swap(f_->wake_);
-    f_->mu_.Unlock();
-    for (Lp* l : wake) l->cv.Signal();
-  }
+  ~Unlocker() ABSL_UNLOCK_FUNCTION() { f_->UnlockAndWake(); }
   Unlocker(const Unlocker&) = delete;
   Unlocker& operator=(const Unlocker&) = delete;
 

@@ -84,8 +84,7 @@ absl::StatusOr<Nanos> Fabric::Arrive(LpId lp, RendezvousId rv, Nanos t, const Wa
   l.site = site;
   if (aborted_.load(std::memory_order_acquire)) {
     const absl::Status s = abort_status_;
-    WakePending();
-    mu_.Unlock();
+    UnlockAndWake();
     return s;
   }
   Rendezvous& r = rendezvous_[static_cast<size_t>(rv)];
@@ -103,22 +102,19 @@ absl::StatusOr<Nanos> Fabric::Arrive(LpId lp, RendezvousId rv, Nanos t, const Wa
     });
     if (!s.ok()) {
       if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
-      WakePending();
-      mu_.Unlock();
+      UnlockAndWake();
       return s;
     }
     const Rendezvous& done = rendezvous_[static_cast<size_t>(rv)];
     absl::StatusOr<Nanos> out =
         done.status.ok() ? absl::StatusOr<Nanos>(done.release) : absl::StatusOr<Nanos>(done.status);
-    WakePending();
-    mu_.Unlock();
+    UnlockAndWake();
     return out;
   }
   // The last arriver: everyone else waits (excluded), so what on_last reads is quiescent.
   const Nanos max = r.max;
   CommitReady();
-  WakePending();
-  mu_.Unlock();
+  UnlockAndWake();
   absl::StatusOr<Nanos> release = on_last(max);
   mu_.Lock();
   Rendezvous& rr = rendezvous_[static_cast<size_t>(rv)];
@@ -129,8 +125,7 @@ absl::StatusOr<Nanos> Fabric::Arrive(LpId lp, RendezvousId rv, Nanos t, const Wa
   for (LpId w : rr.waiting) Resume(w, rr.release);
   rr.waiting.clear();
   Resume(lp, rr.release);
-  WakePending();
-  mu_.Unlock();
+  UnlockAndWake();
   return release;
 }
 
@@ -143,7 +138,7 @@ void Fabric::AbortLocked(const absl::Status& status) {
   if (aborted_.load(std::memory_order_acquire)) return;
   abort_status_ = status.ok() ? absl::CancelledError("fabric aborted") : status;
   aborted_.store(true, std::memory_order_release);
-  for (auto& l : lps_) l->cv.SignalAll();
+  for (auto& l : lps_) l->parker.Unpark();
 }
 
 std::vector<LpWait> Fabric::Waits() const {

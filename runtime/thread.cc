@@ -1,6 +1,8 @@
 #include "runtime/thread.h"
 
+#include <linux/futex.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 
 #include <cerrno>
 
@@ -79,6 +81,33 @@ absl::StatusOr<int> ReserveFutexHash(int threads) {
     return absl::ResourceExhaustedError(absl::StrCat("PR_FUTEX_HASH_SET_SLOTS ", want, ": errno ", errno));
   }
   return static_cast<int>(prctl(kPrFutexHash, kGetSlots, 0, 0, 0));
+}
+
+bool Parker::Park(std::chrono::steady_clock::time_point deadline) {
+  if (state_.fetch_sub(1, std::memory_order_acquire) == kNotified) return true;  // the token
+  const bool bounded = deadline != std::chrono::steady_clock::time_point::max();
+  timespec at{};
+  if (bounded) {  // steady_clock is CLOCK_MONOTONIC, FUTEX_WAIT_BITSET's default clock
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+    at.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    at.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  }
+  for (;;) {
+    // Sleeps while the word is kParked (EAGAIN at once if an Unpark already changed it).
+    ::syscall(SYS_futex, &state_, FUTEX_WAIT_BITSET_PRIVATE, kParked, bounded ? &at : nullptr, nullptr,
+              FUTEX_BITSET_MATCH_ANY);
+    int32_t notified = kNotified;
+    if (state_.compare_exchange_strong(notified, kEmpty, std::memory_order_acquire)) return true;
+    if (bounded && std::chrono::steady_clock::now() >= deadline) {
+      return state_.exchange(kEmpty, std::memory_order_acquire) == kNotified;
+    }
+  }
+}
+
+void Parker::Unpark() {
+  if (state_.exchange(kNotified, std::memory_order_release) == kParked) {
+    ::syscall(SYS_futex, &state_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  }
 }
 
 }  // namespace rp

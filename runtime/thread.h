@@ -15,7 +15,10 @@
 
 #include <pthread.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -49,6 +52,26 @@ inline constexpr size_t kDeviceStackBytes = kSanitizerBuild ? size_t{4} << 20 : 
 // 0 if the process uses the global table, or Unimplemented where the kernel has no such call
 // (then nothing changed; callers go on).
 absl::StatusOr<int> ReserveFutexHash(int threads);
+
+// A one-thread parking spot (a futex word, Linux): its owner Parks, anyone Unparks. An Unpark
+// before the Park leaves a token that makes the next Park return at once, so a waker need not hold
+// the waiter's lock: the waiter checks its condition under its lock, unlocks, then Parks; a waker
+// that changed the condition under that lock Unparks after unlocking (the woken thread does not
+// find the lock still held by its waker, as it would with a condition variable signalled inside).
+// A Park may also return for a token of an earlier Unpark: callers re-check their condition.
+// Unpark costs a system call only when the owner is asleep.
+class Parker {
+ public:
+  // Blocks until an Unpark (or its token) or `deadline` (steady_clock); false if the deadline
+  // passed with no token. Only the owner thread calls it.
+  bool Park(std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+  // Wakes the owner, or leaves a token for its next Park. Any thread.
+  void Unpark();
+
+ private:
+  static constexpr int32_t kEmpty = 0, kNotified = 1, kParked = -1;
+  std::atomic<int32_t> state_{kEmpty};
+};
 
 class Thread {
  public:

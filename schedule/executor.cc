@@ -297,6 +297,21 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
                                                         o.program.num_directions() > 1)}));
   std::atomic<bool> done{false};
   std::thread monitor([&] { Monitor(*cluster, done); });
+  // The single-device reference needs nothing from the run: on the virtual clock it trains on a
+  // thread of its own meanwhile (the device threads leave a core partly idle while they wait on
+  // each other); on a real clock it would steal the host time the run's deadlines need, so it
+  // trains after the run.
+  absl::StatusOr<std::vector<double>> reference = std::vector<double>{};
+  std::atomic<bool> cancel_reference{false};
+  std::thread reference_thread;
+  if (o.run_reference && o.virtual_time) {
+    reference_thread = std::thread([&] { reference = ReferenceLosses(cancel_reference); });
+  }
+  const auto join_reference = [&](bool cancel) {
+    if (!reference_thread.joinable()) return;
+    cancel_reference.store(cancel, std::memory_order_relaxed);
+    reference_thread.join();
+  };
   if (real_clock_) real_clock_->ResetEpoch();
   const auto w0 = std::chrono::steady_clock::now();
   absl::Status run = cluster->Run([&](Device& dev) -> absl::Status {
@@ -326,6 +341,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   done.store(true, std::memory_order_release);
   monitor.join();
   if (!run.ok()) {
+    join_reference(/*cancel=*/true);
     const absl::Status failed = Fail(run);
     // Each failed step's prediction: per step where the step's inputs are known without the run
     // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
@@ -340,8 +356,11 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     }
     return failed;
   }
-  RP_ASSIGN_OR_RETURN(std::vector<Prediction> step_pred, PredictEachStep(popts));
-  return Assemble(*cluster, pred, std::move(step_pred), wall_seconds);
+  absl::StatusOr<std::vector<Prediction>> step_pred = PredictEachStep(popts);
+  join_reference(/*cancel=*/!step_pred.ok());
+  if (!step_pred.ok()) return step_pred.status();
+  if (o.run_reference && !o.virtual_time) reference = ReferenceLosses(cancel_reference);
+  return Assemble(*cluster, pred, *std::move(step_pred), wall_seconds, reference);
 }
 
 absl::StatusOr<std::vector<Prediction>> Executor::Impl::PredictEachStep(

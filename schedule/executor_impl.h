@@ -67,8 +67,13 @@ class Executor::Impl {
   absl::Status Evaluate(StepRecord& rec);
 
   // run_result.cc
+  // The single-device FP32 reference's loss per step (with EP: each EP group's replicas in
+  // lockstep; reference_trainer.h), o.steps of them; stops early (Cancelled) once *cancel is set.
+  absl::StatusOr<std::vector<double>> ReferenceLosses(const std::atomic<bool>& cancel) const;
+  // `reference`: ReferenceLosses' result when o.run_reference (else ignored).
   absl::StatusOr<RunResult> Assemble(const Cluster& cluster, const Prediction& pred,
-                                     std::vector<Prediction> step_pred, double wall_seconds);
+                                     std::vector<Prediction> step_pred, double wall_seconds,
+                                     const absl::StatusOr<std::vector<double>>& reference);
 
   // run_failure.cc
   absl::Status Fail(const absl::Status& run);

@@ -22,9 +22,24 @@ uint64_t Total(const comm::WireStats& s) { return s.total_bytes(); }
 
 }  // namespace
 
+absl::StatusOr<std::vector<double>> Executor::Impl::ReferenceLosses(
+    const std::atomic<bool>& cancel) const {
+  ReferenceOptions ro{.model = o.model, .layout = layout, .optimizer = o.optimizer,
+                      .num_stages = 1, .tp = 1, .layers_per_stage = {}, .ep = o.ep};
+  RP_ASSIGN_OR_RETURN(auto ref, ReferenceTrainer::Create(ro, &*data));
+  std::vector<double> losses;
+  for (int step = 0; step < o.steps; ++step) {
+    if (cancel.load(std::memory_order_relaxed)) return absl::CancelledError("reference: run failed");
+    RP_ASSIGN_OR_RETURN(StepResult sr, ref->Step());
+    losses.push_back(sr.loss);
+  }
+  return losses;
+}
+
 absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const Prediction& pred,
                                                    std::vector<Prediction> step_pred,
-                                                   double wall_seconds) {
+                                                   double wall_seconds,
+                                                   const absl::StatusOr<std::vector<double>>& reference) {
   const ParallelGrid& g = plan->grid;
   const int world = g.world_size();
   RunResult res;
@@ -140,16 +155,16 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
     res.clock_crowded_waits = ctx.real_clock->crowded_waits();
   }
   if (o.run_reference) {
-    // The single-device model (with EP: each EP group's replicas in lockstep, experts visiting
-    // tokens in the canonical order; reference_trainer.h).
-    ReferenceOptions ro{.model = o.model, .layout = layout, .optimizer = o.optimizer,
-                        .num_stages = 1, .tp = 1, .layers_per_stage = {}, .ep = o.ep};
-    RP_ASSIGN_OR_RETURN(auto ref, ReferenceTrainer::Create(ro, &*data));
+    if (!reference.ok()) return reference.status();
+    if (reference->size() != res.steps.size()) {
+      return absl::InternalError(absl::StrCat("reference: ", reference->size(), " losses for ",
+                                              res.steps.size(), " steps"));
+    }
     res.max_loss_rel_diff = 0;
-    for (StepRecord& r : res.steps) {
-      RP_ASSIGN_OR_RETURN(StepResult sr, ref->Step());
-      r.reference_loss = sr.loss;
-      r.loss_rel_diff = std::fabs(r.loss - sr.loss) / std::max(std::fabs(sr.loss), 1e-30);
+    for (size_t k = 0; k < res.steps.size(); ++k) {
+      StepRecord& r = res.steps[k];
+      r.reference_loss = (*reference)[k];
+      r.loss_rel_diff = std::fabs(r.loss - r.reference_loss) / std::max(std::fabs(r.reference_loss), 1e-30);
       res.max_loss_rel_diff = std::max(res.max_loss_rel_diff, r.loss_rel_diff);
     }
   }

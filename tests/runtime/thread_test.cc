@@ -1,10 +1,15 @@
 // rp::Thread: the stack is the size asked for (rounded to pages), the function runs exactly once,
-// Join and the destructor join, moves transfer ownership.
+// Join and the destructor join, moves transfer ownership. rp::Parker: a token left before the Park
+// is kept, a deadline with no token returns false, and no wake-up is lost between threads.
 #include "runtime/thread.h"
 
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "runtime/mutex.h"
 
 #include "gtest/gtest.h"
 
@@ -66,6 +71,49 @@ TEST(Thread, JoinsOnceAndMovesOwnership) {
     EXPECT_TRUE(other.joinable());
   }  // the destructor joined
   EXPECT_EQ(runs.load(), 1);
+}
+
+
+TEST(Parker, AnUnparkBeforeTheParkLeavesOneToken) {
+  Parker p;
+  p.Unpark();
+  p.Unpark();  // tokens do not add up
+  EXPECT_TRUE(p.Park(std::chrono::steady_clock::now() + std::chrono::hours(1)));
+  EXPECT_FALSE(p.Park(std::chrono::steady_clock::now() + std::chrono::milliseconds(5)));
+}
+
+TEST(Parker, ADeadlineWithNoTokenReturnsFalse) {
+  Parker p;
+  EXPECT_FALSE(p.Park(std::chrono::steady_clock::now() - std::chrono::seconds(1)));
+  EXPECT_FALSE(p.Park(std::chrono::steady_clock::now() + std::chrono::milliseconds(2)));
+}
+
+// Two threads hand a counter back and forth 20000 times, each waiting the way the fabric does
+// (check under the lock, unlock, Park; the other changes it under the lock and Unparks after): a
+// lost wake-up would hang the test (ctest's timeout), a wrong order would break the count.
+TEST(Parker, PingPongLosesNoWakeUp) {
+  constexpr int kRounds = 20000;
+  Mutex mu;
+  int turn = 0;  // guarded by mu: even = thread A's turn, odd = B's
+  Parker parkers[2];
+  auto player = [&](int me) {
+    for (int i = 0; i < kRounds; ++i) {
+      mu.Lock();
+      while (turn % 2 != me) {
+        mu.Unlock();
+        parkers[me].Park();
+        mu.Lock();
+      }
+      ++turn;
+      mu.Unlock();
+      parkers[1 - me].Unpark();
+    }
+  };
+  std::thread b(player, 1);
+  player(0);
+  b.join();
+  MutexLock lock(&mu);
+  EXPECT_EQ(turn, 2 * kRounds);
 }
 
 }  // namespace
