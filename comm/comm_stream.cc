@@ -47,13 +47,14 @@ void EventCommStream::OnMessage(Fabric::Scope& scope, ChannelId channel, Deliver
   Pump(scope);
 }
 
-bool EventCommStream::Feed(Fabric::Scope& scope, const Delivery& d) {
+bool EventCommStream::Feed(Fabric::Scope& scope, Delivery& d) {
   const SegmentPayload* payload = AsSegment(d.payload.get());
   if (payload == nullptr) {
     Fail(scope, absl::InternalError("a ring message without its data"), "receiving from");
     return false;
   }
   absl::Status s = running_->machine.OnReceive(d.timing, *payload, &sends_);
+  pool_.Give(std::move(d.payload));
   if (!s.ok()) {
     Fail(scope, s,
          s.code() == absl::StatusCode::kFailedPrecondition ? "receiving from" : "reducing data of");
@@ -105,7 +106,7 @@ void EventCommStream::Pump(Fabric::Scope& scope) {
       Collective c = std::move(queue_.front());
       queue_.pop_front();
       const Nanos start = std::max(c.ready, prev_end_);
-      RingMachine machine(c.spec, c.buffers, start);
+      RingMachine machine(c.spec, c.buffers, start, &pool_);
       running_.emplace(Running{std::move(c), std::move(machine)});
       absl::Status s = running_->machine.Begin(&sends_);
       if (s.ok()) s = Post(scope, sends_);
@@ -127,7 +128,7 @@ void EventCommStream::Pump(Fabric::Scope& scope) {
       if (event_lp_) scope.Awaiting(lp_, c.recv_channel, c.site);
       return;
     }
-    const Delivery d = std::move(box.front());
+    Delivery d = std::move(box.front());
     box.pop_front();
     if (!Feed(scope, d)) return;
   }

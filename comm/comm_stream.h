@@ -82,7 +82,7 @@ class EventCommStream {
   void Fail(Fabric::Scope& scope, const absl::Status& status, const char* what);
   std::deque<Delivery>& Inbox(ChannelId channel);
   // Feeds one message to the running collective; false once the stream failed.
-  bool Feed(Fabric::Scope& scope, const Delivery& d);
+  bool Feed(Fabric::Scope& scope, Delivery& d);
 
   Fabric* const fabric_;
   const LpId lp_;
@@ -95,6 +95,7 @@ class EventCommStream {
   Nanos prev_end_{0};
   bool failed_ = false;
   std::vector<RingMachine::Send> sends_;  // scratch
+  SegmentPool pool_;                      // received segments, reused for sends
 };
 
 }  // namespace rp::comm

@@ -28,10 +28,11 @@ ring::TimedShape ShapeOf(const RingMachine::Spec& s) {
 
 }  // namespace
 
-RingMachine::RingMachine(const Spec& spec, const Buffers& buffers, Nanos start)
+RingMachine::RingMachine(const Spec& spec, const Buffers& buffers, Nanos start, SegmentPool* pool)
     : spec_(spec),
       buffers_(buffers),
       start_(start),
+      pool_(pool),
       shape_(ShapeOf(spec)),
       timer_(spec.kind, shape_, spec.n, spec.rank, spec.root, start),
       phase_steps_(spec.n - 1),
@@ -115,7 +116,8 @@ absl::Status RingMachine::MakeSend(const StepPlan& p, int k, const ring::RingTim
                                    std::vector<Send>* sends) {
   const ring::Range g = ring::SplitSegment(p.send, shape_.segments(), k);
   const uint64_t bytes = SegmentWireBytes(spec_.codec, g.size);
-  auto payload = std::make_unique_for_overwrite<SegmentPayload>();
+  std::unique_ptr<SegmentPayload> payload =
+      pool_ != nullptr ? pool_->Take() : std::make_unique_for_overwrite<SegmentPayload>();
   payload->op_id = spec_.op_id;
   payload->count = spec_.count;
   payload->elems = static_cast<uint32_t>(g.size);

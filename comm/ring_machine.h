@@ -71,9 +71,13 @@ struct SegmentPayload final : FabricPayload {
 
   // Room for `n` wire bytes: inline up to kInlineBytes (no second allocation for the small
   // segments of large rings), else on the heap.
+  // A recycled payload keeps its heap room for the next segment that fits.
   std::byte* Reserve(size_t n) {
     if (n <= kInlineBytes) return data_ = inline_.data();
-    heap_ = std::make_unique_for_overwrite<std::byte[]>(n);
+    if (n > heap_bytes_) {
+      heap_ = std::make_unique_for_overwrite<std::byte[]>(n);
+      heap_bytes_ = n;
+    }
     return data_ = heap_.get();
   }
   const std::byte* data() const { return data_; }  // SegmentWireBytes(codec, elems) bytes
@@ -82,7 +86,31 @@ struct SegmentPayload final : FabricPayload {
   static constexpr size_t kInlineBytes = 256;
   alignas(16) std::array<std::byte, kInlineBytes> inline_;
   std::unique_ptr<std::byte[]> heap_;
+  size_t heap_bytes_ = 0;
   std::byte* data_ = nullptr;
+};
+
+// Segment payloads to reuse: a rank's received segment, once reduced, carries its next send, so a
+// ring in its steady state allocates nothing per message. Owned by one driver (a comm stream),
+// used by one thread at a time; RingMachine takes from it and the driver gives back what it
+// received.
+class SegmentPool {
+ public:
+  // A payload to overwrite: a recycled one, else a new one.
+  std::unique_ptr<SegmentPayload> Take() {
+    if (free_.empty()) return std::make_unique_for_overwrite<SegmentPayload>();
+    std::unique_ptr<SegmentPayload> p = std::move(free_.back());
+    free_.pop_back();
+    return p;
+  }
+  // Keeps `p` for a later Take (at most kKeep are kept); `p` must be a SegmentPayload (AsSegment).
+  void Give(std::unique_ptr<FabricPayload> p) {
+    if (free_.size() < kKeep) free_.emplace_back(static_cast<SegmentPayload*>(p.release()));
+  }
+
+ private:
+  static constexpr size_t kKeep = 8;
+  std::vector<std::unique_ptr<SegmentPayload>> free_;
 };
 
 // `p` as a ring segment, or nullptr if it is something else (a cheap exact-type check).
@@ -129,7 +157,8 @@ class RingMachine {
     std::unique_ptr<SegmentPayload> payload;
   };
 
-  RingMachine(const Spec& spec, const Buffers& buffers, Nanos start);
+  // `pool` (optional, outliving the machine): where sends take their payloads from.
+  RingMachine(const Spec& spec, const Buffers& buffers, Nanos start, SegmentPool* pool = nullptr);
 
   // The sends available at the start (step 0; a broadcast root's whole chain). Appends to *sends.
   [[nodiscard]] absl::Status Begin(std::vector<Send>* sends);
@@ -173,6 +202,7 @@ class RingMachine {
   const Spec spec_;
   const Buffers buffers_;
   const Nanos start_;
+  SegmentPool* const pool_;
   const ring::TimedShape shape_;
   ring::RingTimer timer_;
   const int phase_steps_;  // reduce-scatter steps of an all-reduce (n - 1)

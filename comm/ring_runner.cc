@@ -143,11 +143,12 @@ absl::Status RingRunner::Finish() {
 absl::Status RingRunner::RunTimed(RingMachine::Buffers buffers) {
   const CommunicatorOptions& go = group_.options();
   if (feedback_) buffers.residual = residual_;
+  SegmentPool pool;  // this call's received segments carry its next sends
   RingMachine machine({.kind = TimedKindOf(kind_), .n = n_, .rank = r_, .root = broadcast_root_,
                        .device = rc_.device(), .next_device = group_.device(next_),
                        .count = count_, .codec = codec_, .segment_elems = seg_, .model = model_,
                        .error_feedback = feedback_, .op_id = op_id_},
-                      buffers, start_);
+                      buffers, start_, &pool);
   std::vector<RingMachine::Send> sends;
   absl::Status s = machine.Begin(&sends);
   if (!s.ok()) return FailLocal(s, "encoding", 0);
@@ -173,6 +174,7 @@ absl::Status RingRunner::RunTimed(RingMachine::Buffers buffers) {
                   prev_, step);
     }
     s = machine.OnReceive(d->timing, *payload, &sends);
+    pool.Give(std::move(d->payload));
     if (!s.ok()) {
       return s.code() == absl::StatusCode::kFailedPrecondition
                  ? Fail(s, "receiving from", prev_, step)

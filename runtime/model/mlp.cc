@@ -128,6 +128,7 @@ void MlpStage::Store(Tensor* slot, Tensor value, MicroBatch& mb) {
 
 void MlpStage::Free(Tensor* slot) {
   activation_bytes_ -= slot->bytes();
+  pool_.Recycle(std::move(*slot));
   *slot = Tensor();
 }
 
@@ -192,8 +193,7 @@ absl::Status MlpStage::BeginPass(Pass pass, int micro_batch, ConstMatrixView inp
   mb->finished = false;
   mb->awaiting = false;
   mb->moe_phase = 0;
-  mb->cur = Tensor(input.rows, input.cols,
-                   std::vector<float>(input.data, input.data + input.size()));
+  mb->cur = pool_.Copy(input);
   return absl::OkStatus();
 }
 
@@ -246,10 +246,14 @@ absl::StatusOr<bool> MlpStage::DenseForward(int l, MicroBatch& mb, StageExchange
   const LayerInfo& info = layers_[static_cast<size_t>(l)];
   const bool store = mb.pass == Pass::kForward;
   if (!mb.awaiting) {
-    Tensor y(mb.rows, info.out);
+    Tensor y = pool_.Zeros(mb.rows, info.out);
     RP_RETURN_IF_ERROR(
         MatMul(mb.cur, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), y));
-    if (store) Store(&mb.x[static_cast<size_t>(l)], std::move(mb.cur), mb);
+    if (store) {
+      Store(&mb.x[static_cast<size_t>(l)], std::move(mb.cur), mb);
+    } else {
+      pool_.Recycle(std::move(mb.cur));
+    }
     mb.cur = std::move(y);
     if (info.kind == ShardKind::kRowParallel && tp_ > 1) {
       mb.awaiting = true;  // partial sum: the TP group reduces it, then we add the bias
@@ -261,7 +265,7 @@ absl::StatusOr<bool> MlpStage::DenseForward(int l, MicroBatch& mb, StageExchange
   RP_RETURN_IF_ERROR(AddBias(
       mb.cur, std::span<const float>(params_.data() + info.bias_offset, info.bias_size)));
   if (info.activation) {
-    if (store) Store(&mb.pre[static_cast<size_t>(l)], mb.cur, mb);
+    if (store) Store(&mb.pre[static_cast<size_t>(l)], pool_.Copy(mb.cur), mb);
     RP_RETURN_IF_ERROR(ActivationForward(activation_, mb.cur, mb.cur));
   }
   return false;
@@ -291,12 +295,16 @@ absl::StatusOr<bool> MlpStage::DenseBackward(int l, MicroBatch& mb, StageExchang
   }
   Tensor dx;
   if (info.layer != 0) {
-    dx = Tensor(mb.rows, info.in);
+    dx = pool_.Zeros(mb.rows, info.in);
     RP_RETURN_IF_ERROR(MatMulTransposedB(
         dpre, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), dx,
         &scratch_));
   }
-  if (!fused) Store(&mb.dpre[static_cast<size_t>(l)], std::move(dpre), mb);
+  if (fused) {
+    pool_.Recycle(std::move(dpre));
+  } else {
+    Store(&mb.dpre[static_cast<size_t>(l)], std::move(dpre), mb);
+  }
   mb.cur = std::move(dx);
   if (info.layer != 0 && info.kind == ShardKind::kColumnParallel && tp_ > 1) {
     mb.awaiting = true;  // partial input gradient: the TP group reduces it

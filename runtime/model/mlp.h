@@ -310,6 +310,7 @@ class MlpStage {
   std::unordered_map<int, std::unique_ptr<MicroBatch>> states_;
   int64_t activation_bytes_ = 0;
   Tensor scratch_;  // wᵀ for MatMulTransposedB
+  TensorPool pool_;  // storage of freed activations, for the next ones
 };
 
 // The layers of one TP shard of `stage` (every TP shard has the same layout; EP shards differ only

@@ -123,4 +123,40 @@ class Tensor {
   std::vector<float> data_;
 };
 
+// Storage of freed tensors, for new ones of the same sizes: a pipeline stage's activations come
+// and go every pass with the same few shapes, so in the steady state a new tensor costs neither an
+// allocation nor a fresh page. Keeps at most kKeep buffers. One owner, one thread at a time.
+class TensorPool {
+ public:
+  // rows × cols zeros (as Tensor(rows, cols)), on recycled storage when some is large enough.
+  Tensor Zeros(int64_t rows, int64_t cols) {
+    const size_t n = static_cast<size_t>(rows * cols);
+    for (size_t i = spare_.size(); i-- > 0;) {
+      if (spare_[i].capacity() < n) continue;
+      std::vector<float> v = std::move(spare_[i]);
+      spare_[i] = std::move(spare_.back());
+      spare_.pop_back();
+      v.assign(n, 0.0f);
+      return Tensor(rows, cols, std::move(v));
+    }
+    return Tensor(rows, cols);
+  }
+  // A copy of `src`.
+  Tensor Copy(ConstMatrixView src) {
+    Tensor t = Zeros(src.rows, src.cols);
+    std::copy(src.data, src.data + src.size(), t.data());
+    return t;
+  }
+  // Keeps t's storage for a later Zeros or Copy.
+  void Recycle(Tensor t) {
+    if (t.empty() || spare_.size() >= kKeep) return;
+    spare_.push_back(std::move(t).Release());
+  }
+  size_t spare() const { return spare_.size(); }
+
+ private:
+  static constexpr size_t kKeep = 8;
+  std::vector<std::vector<float>> spare_;
+};
+
 }  // namespace rp

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "comm/ring_machine.h"
 #include "gtest/gtest.h"
 #include "runtime/fabric.h"
 
@@ -250,6 +251,21 @@ TEST(EventCommStream, MissingPeerIsAWaitNamingItThenAbortReleasesEveryone) {
   fabric->Abort(absl::DeadlineExceededError("rank 2 never came"));
   waiter.join();
   EXPECT_TRUE(failure.ok());  // nothing failed inside: the run was aborted from outside
+}
+
+// SegmentPool: a payload given back is the next one taken (a ring's received segment carries
+// its next send), and a recycled payload keeps its heap room for a segment that fits.
+TEST(SegmentPool, ReusesPayloadsAndTheirHeapRoom) {
+  SegmentPool pool;
+  std::unique_ptr<SegmentPayload> a = pool.Take();
+  std::byte* room = a->Reserve(4096);  // beyond the inline bytes: on the heap
+  SegmentPayload* raw = a.get();
+  pool.Give(std::move(a));
+  std::unique_ptr<SegmentPayload> b = pool.Take();
+  EXPECT_EQ(b.get(), raw);
+  EXPECT_EQ(b->Reserve(1000), room);  // fits the kept room
+  EXPECT_NE(b->Reserve(64), room);    // small: inline
+  EXPECT_NE(pool.Take().get(), raw);  // the pool was empty again: a new one
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "runtime/model/kernels.h"
+#include "runtime/model/tensor.h"
 
 #include <cmath>
 #include <cstring>
@@ -349,6 +350,39 @@ TEST(LinearLayer, GradientsMatchFiniteDifferences) {
     xm.span()[i] -= h;
     EXPECT_NEAR(dx.span()[i], (loss(xp, w, b) - loss(xm, w, b)) / (2 * h), 2e-3) << "x " << i;
   }
+}
+
+
+// TensorPool: a recycled buffer backs the next tensor that fits (same storage, no allocation), it
+// comes back zeroed whatever it held, a larger request does not take a smaller buffer, and the
+// pool keeps a bounded number of buffers.
+TEST(TensorPool, ReusesStorageZeroedAndBounded) {
+  TensorPool pool;
+  Tensor a = pool.Zeros(4, 8);
+  for (float& v : a.span()) v = 7.0f;
+  const float* storage = a.data();
+  pool.Recycle(std::move(a));
+  EXPECT_EQ(pool.spare(), 1u);
+
+  Tensor big = pool.Zeros(8, 8);  // 64 > 32 elements: not the recycled buffer
+  EXPECT_NE(big.data(), storage);
+  EXPECT_EQ(pool.spare(), 1u);
+
+  Tensor b = pool.Zeros(2, 16);  // 32 elements: fits
+  EXPECT_EQ(b.data(), storage);
+  EXPECT_EQ(b.rows(), 2);
+  EXPECT_EQ(b.cols(), 16);
+  for (float v : b.span()) EXPECT_EQ(v, 0.0f);
+  EXPECT_EQ(pool.spare(), 0u);
+
+  const std::vector<float> src = {1, 2, 3, 4, 5, 6};
+  Tensor c = pool.Copy(ConstMatrixView(src.data(), 2, 3));
+  EXPECT_EQ(std::vector<float>(c.span().begin(), c.span().end()), src);
+
+  pool.Recycle(Tensor());  // nothing to keep
+  EXPECT_EQ(pool.spare(), 0u);
+  for (int i = 0; i < 20; ++i) pool.Recycle(Tensor(1, 1));
+  EXPECT_EQ(pool.spare(), 8u);
 }
 
 }  // namespace
