@@ -78,6 +78,7 @@ DeviceRunner::Part DeviceRunner::ForwardPart(int step, int op_index, const Op& o
         loss_sum_[static_cast<size_t>(mb)] += ls.loss_sum;
         correct_[static_cast<size_t>(mb)] += ls.correct;
         dlogits_[mb] = std::move(dl);
+        stage->Donate(std::move(*out));  // the logits go no further
         return absl::OkStatus();
       }};
 }
@@ -135,6 +136,9 @@ absl::Status DeviceRunner::Compute(int step, int op_index, const Op& op) {
     if (op.kind == OpKind::kForwardBackward) parts.back().detail = 1;
   }
   RP_RETURN_IF_ERROR(RunParts(step, op_index, op, ready, std::move(parts)));
+  // The inputs were copied into the stages' passes: their storage backs the next activations.
+  if (has_f) stages_[static_cast<size_t>(f_chunk)]->Donate(std::move(in.value));
+  if (has_b) stages_[static_cast<size_t>(b_chunk)]->Donate(std::move(dy.value));
   if (has_f && kf < K - 1) acts_[{f_mb, kf + 1}] = Pending{std::move(out), dev_->cursor()};
   if (has_b && b_kind != OpKind::kWeightGrad && kb > 0) {
     grads_[{b_mb, kb - 1}] = Pending{std::move(dx), dev_->cursor()};

@@ -246,7 +246,7 @@ absl::StatusOr<bool> MlpStage::DenseForward(int l, MicroBatch& mb, StageExchange
   const LayerInfo& info = layers_[static_cast<size_t>(l)];
   const bool store = mb.pass == Pass::kForward;
   if (!mb.awaiting) {
-    Tensor y = pool_.Zeros(mb.rows, info.out);
+    Tensor y = pool_.ForOverwrite(mb.rows, info.out);  // MatMul writes it whole
     RP_RETURN_IF_ERROR(
         MatMul(mb.cur, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), y));
     if (store) {
@@ -295,7 +295,7 @@ absl::StatusOr<bool> MlpStage::DenseBackward(int l, MicroBatch& mb, StageExchang
   }
   Tensor dx;
   if (info.layer != 0) {
-    dx = pool_.Zeros(mb.rows, info.in);
+    dx = pool_.ForOverwrite(mb.rows, info.in);  // MatMulTransposedB writes it whole
     RP_RETURN_IF_ERROR(MatMulTransposedB(
         dpre, ConstMatrixView(params_.data() + info.weight_offset, info.in, info.out), dx,
         &scratch_));

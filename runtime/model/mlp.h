@@ -223,6 +223,10 @@ class MlpStage {
   // BackwardInput; nothing after Backward/BackwardWeight).
   int64_t activation_bytes() const;
   int micro_batches_in_flight() const { return static_cast<int>(states_.size()); }
+  // Hands the storage of a tensor the caller is done with (e.g. a received input, already copied
+  // by BeginPass) to this stage, to back its next activations: a stage receives one buffer per
+  // pass and sends one on, so in the steady state its passes allocate nothing.
+  void Donate(Tensor t) { pool_.Recycle(std::move(t)); }
 
   // --- The ops the executor calls ---
 

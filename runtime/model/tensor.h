@@ -125,37 +125,46 @@ class Tensor {
 
 // Storage of freed tensors, for new ones of the same sizes: a pipeline stage's activations come
 // and go every pass with the same few shapes, so in the steady state a new tensor costs neither an
-// allocation nor a fresh page. Keeps at most kKeep buffers. One owner, one thread at a time.
+// allocation nor a fresh page. It keeps what was freed, up to kKeep buffers: since it only creates
+// a buffer when it has none that fits, the buffers alive and kept together stay about the peak of
+// those alive at once. One owner, one thread at a time.
 class TensorPool {
  public:
   // rows × cols zeros (as Tensor(rows, cols)), on recycled storage when some is large enough.
   Tensor Zeros(int64_t rows, int64_t cols) {
+    Tensor t = ForOverwrite(rows, cols);
+    t.SetZero();
+    return t;
+  }
+  // rows × cols of unspecified values (recycled data or zeros), for an output that is written
+  // whole (e.g. MatMul's y).
+  Tensor ForOverwrite(int64_t rows, int64_t cols) {
     const size_t n = static_cast<size_t>(rows * cols);
     for (size_t i = spare_.size(); i-- > 0;) {
       if (spare_[i].capacity() < n) continue;
       std::vector<float> v = std::move(spare_[i]);
       spare_[i] = std::move(spare_.back());
       spare_.pop_back();
-      v.assign(n, 0.0f);
+      v.resize(n);  // writes only elements beyond the old size
       return Tensor(rows, cols, std::move(v));
     }
     return Tensor(rows, cols);
   }
   // A copy of `src`.
   Tensor Copy(ConstMatrixView src) {
-    Tensor t = Zeros(src.rows, src.cols);
+    Tensor t = ForOverwrite(src.rows, src.cols);
     std::copy(src.data, src.data + src.size(), t.data());
     return t;
   }
-  // Keeps t's storage for a later Zeros or Copy.
+  // Keeps t's storage for a later Zeros, ForOverwrite or Copy.
   void Recycle(Tensor t) {
     if (t.empty() || spare_.size() >= kKeep) return;
     spare_.push_back(std::move(t).Release());
   }
   size_t spare() const { return spare_.size(); }
+  static constexpr size_t kKeep = 64;
 
  private:
-  static constexpr size_t kKeep = 8;
   std::vector<std::vector<float>> spare_;
 };
 

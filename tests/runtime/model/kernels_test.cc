@@ -353,8 +353,8 @@ TEST(LinearLayer, GradientsMatchFiniteDifferences) {
 }
 
 
-// TensorPool: a recycled buffer backs the next tensor that fits (same storage, no allocation), it
-// comes back zeroed whatever it held, a larger request does not take a smaller buffer, and the
+// TensorPool: a recycled buffer backs the next tensor that fits (same storage, no allocation), Zeros
+// come back zeroed whatever the buffer held, a larger request does not take a smaller buffer, and the
 // pool keeps a bounded number of buffers.
 TEST(TensorPool, ReusesStorageZeroedAndBounded) {
   TensorPool pool;
@@ -381,8 +381,14 @@ TEST(TensorPool, ReusesStorageZeroedAndBounded) {
 
   pool.Recycle(Tensor());  // nothing to keep
   EXPECT_EQ(pool.spare(), 0u);
-  for (int i = 0; i < 20; ++i) pool.Recycle(Tensor(1, 1));
-  EXPECT_EQ(pool.spare(), 8u);
+  const float* big_storage = big.data();
+  pool.Recycle(std::move(big));
+  Tensor d = pool.ForOverwrite(3, 5);  // 15 elements: the big buffer (64) backs it
+  EXPECT_EQ(d.data(), big_storage);
+  EXPECT_EQ(d.size(), 15);
+  pool.Recycle(std::move(d));
+  for (size_t i = 0; i < TensorPool::kKeep + 5; ++i) pool.Recycle(Tensor(1, 1));
+  EXPECT_EQ(pool.spare(), TensorPool::kKeep);
 }
 
 }  // namespace
