@@ -48,6 +48,14 @@ std::vector<RingTimer::Post> RingTimer::Begin() {
   return out;
 }
 
+void RingTimer::AddSpan(Nanos start, Nanos end, bool peer) {
+  if (!spans_.empty() && spans_.back().end == start && spans_.back().peer == peer) {
+    spans_.back().end = end;  // continues the last span: one span, not one per segment
+    return;
+  }
+  spans_.push_back({start, end, peer});
+}
+
 bool RingTimer::OnReceive(Nanos arrival, Nanos ready, Post* post) {
   const int K = shape_.segments();
   const int step = received_ / K, k = received_ % K;
@@ -56,11 +64,11 @@ bool RingTimer::OnReceive(Nanos arrival, Nanos ready, Post* post) {
     const Nanos split = std::clamp(ready, progress_, arrival);
     if (split > progress_) {
       peer_wait_ += split - progress_;
-      spans_.push_back({progress_, split, true});
+      AddSpan(progress_, split, true);
     }
     if (arrival > split) {
       transfer_ += arrival - split;
-      spans_.push_back({split, arrival, false});
+      AddSpan(split, arrival, false);
     }
     progress_ = arrival;
   }

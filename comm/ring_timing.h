@@ -140,6 +140,7 @@ class RingTimer {
   Nanos transfer() const { return transfer_; }
   Nanos peer_wait() const { return peer_wait_; }
   Nanos reduce() const { return end() - progress_; }
+  // Busy intervals in time order, adjacent ones of the same kind merged (transfer, peer wait).
   const std::vector<Span>& spans() const { return spans_; }
   uint64_t posted_bytes() const { return posted_bytes_; }
 
@@ -160,6 +161,7 @@ class RingTimer {
   Nanos last_post_ready_;  // posts leave in order: each is ready no earlier than the previous
   Nanos transfer_{0}, peer_wait_{0};
   uint64_t posted_bytes_ = 0;
+  void AddSpan(Nanos start, Nanos end, bool peer);
   std::vector<Span> spans_;
 };
 

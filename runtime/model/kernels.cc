@@ -139,7 +139,13 @@ absl::Status MatMulTransposedB(ConstMatrixView dy, ConstMatrixView w, MatrixView
         Shape(w.rows, w.cols), Shape(dx.rows, dx.cols)));
   }
   if (scratch == nullptr) return absl::InvalidArgumentError("MatMulTransposedB: scratch is null");
-  if (scratch->rows() != w.cols || scratch->cols() != w.rows) *scratch = Tensor(w.cols, w.rows);
+  if (scratch->rows() != w.cols || scratch->cols() != w.rows) {
+    // Reshaped in place: TP's column- and row-parallel layers alternate two shapes, and the
+    // storage keeps the larger one's capacity (every element is written below).
+    std::vector<float> storage = std::move(*scratch).Release();
+    storage.resize(static_cast<size_t>(w.cols * w.rows));
+    *scratch = Tensor(w.cols, w.rows, std::move(storage));
+  }
   // wᵀ, blocked so both sides stay in cache.
   constexpr int64_t kTile = 32;
   float* t = scratch->data();
