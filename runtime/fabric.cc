@@ -225,6 +225,7 @@ absl::StatusOr<uint64_t> Fabric::PostLocked(LpId lp, ChannelId channel, const Fa
   Channel& c = channels_[static_cast<size_t>(channel)];
   const uint64_t seq = l.next_seq++;
   const uint64_t index = c.consumed + c.queue.size();
+  if (c.queue.full()) c.queue.set_capacity(std::max<size_t>(8, 2 * c.queue.capacity()));
   c.queue.push_back(Ticket{.message = m, .timing = {}, .seq = seq, .committed = false,
                            .payload = std::move(payload)});
   pending_.push(Pending{.key = key, .channel = channel, .index = index});

@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "boost/circular_buffer.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/fabric_model.h"
@@ -236,7 +237,9 @@ class Fabric {
   };
   struct Channel {
     LpId src = 0, dst = 0;
-    std::deque<Ticket> queue;  // posted, not yet consumed; front = next
+    // Posted, not yet consumed; front = next. A ring that keeps its room (a std::deque would
+    // allocate and free a block every few messages of a busy channel); grown by PostLocked.
+    boost::circular_buffer<Ticket> queue;
     uint64_t consumed = 0;     // tickets popped so far (index of queue.front())
     Handler handler;           // SetChannelHandler (else the receiver LP's, if any)
   };

@@ -121,6 +121,8 @@ absl::Status DeviceRunner::Body(Device& dev,
     }
     RP_RETURN_IF_ERROR(Sleep(t0, {.rank = rank_, .op = "step start", .step = step}));
     steps_.emplace_back();
+    // Steps record alike: room for as many intervals as the last one had (no regrowth per step).
+    if (steps_.size() > 1) steps_.back().intervals.reserve(steps_[steps_.size() - 2].intervals.size());
     RP_RETURN_IF_ERROR(RunStep(step));
     steps_.back().emulated_end = dev.cursor();
     steps_.back().measured_end = WallNow();
