@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstddef>
 #include <string>
 
@@ -284,7 +285,15 @@ absl::Status ActivationBackward(Activation act, ConstMatrixView pre, ConstMatrix
       if (d != g) std::copy_n(g, n, d);
       break;
     case Activation::kRelu:
-      for (int64_t i = 0; i < n; ++i) d[i] = p[i] > 0.0f ? g[i] : 0.0f;
+      // g[i] where pre > 0, else +0.0f — as a bit mask, not a branch: the sign of pre is a coin
+      // toss, and a branch per element mispredicted about half the time (ActivationBackward was
+      // 5-9 % of a virtual run's samples).
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, g + i, sizeof bits);
+        bits &= p[i] > 0.0f ? ~uint32_t{0} : uint32_t{0};
+        std::memcpy(d + i, &bits, sizeof bits);
+      }
       break;
     case Activation::kGelu:
       for (int64_t i = 0; i < n; ++i) {
