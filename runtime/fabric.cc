@@ -145,7 +145,9 @@ void Fabric::CommitReady() {
 
 ChannelId Fabric::AddChannel(LpId src, LpId dst) {
   Unlocker lock(this);
-  channels_.push_back(Channel{.src = src, .dst = dst, .queue = {}, .consumed = 0});
+  Channel& c = channels_.emplace_back();
+  c.src = src;
+  c.dst = dst;
   return static_cast<ChannelId>(channels_.size() - 1);
 }
 

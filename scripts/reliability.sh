@@ -11,7 +11,8 @@
 #   scripts/reliability.sh --no-comm-empty # comm checks draw 1 element instead of 0
 #
 # Environment: RELIABILITY_TSAN_DIR / RELIABILITY_ASAN_DIR (build directories; default build/tsan and
-# build/asan, the presets' directories, so a CI that already built the tsan preset reuses it),
+# build/asan, the presets' directories, so a CI that already built the tsan preset reuses it; CI
+# passes RELIABILITY_ASAN_DIR=build/fuzz, the clang ASan + UBSan build it makes for the fuzzers),
 # RELIABILITY_JOBS (default 2). Logs: <build dir>/reliability-stress.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,18 +51,31 @@ summary=()
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", b - a }'; }
 
+# has_sanitizers CONFIGURED WANTED: every comma-separated sanitizer of WANTED is in CONFIGURED.
+has_sanitizers() {
+  local s
+  [[ -n "$1" ]] || return 1
+  for s in ${2//,/ }; do [[ ",$1," == *",$s,"* ]] || return 1; done
+}
+
 # run_one NAME DIR SANITIZE BASE_SEED ENV_PREFIX...
 run_one() {
   local name=$1 dir=$2 sanitize=$3 base=$4
   shift 4
   local t0 t1 t2
   t0=$(now)
-  # The same cache variables as the CMakePresets.json preset of that name.
-  # (The compiler only on a fresh directory: changing it on an existing cache forces a rebuild.)
-  local compiler=()
-  [[ -f "$dir/CMakeCache.txt" ]] || compiler=(-DCMAKE_CXX_COMPILER=g++)
-  cmake -S "$root" -B "$dir" -G Ninja "${compiler[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DRINGPIPE_SANITIZE="$sanitize" -DRINGPIPE_BUILD_BENCH=OFF >/dev/null
+  # A directory already configured with these sanitizers (e.g. build/fuzz, whose clang build adds
+  # libFuzzer's coverage instrumentation to ASan + UBSan) is built as it is; otherwise configure it
+  # with the same cache variables as the CMakePresets.json preset of that name. (The compiler only on
+  # a fresh directory: changing it on an existing cache forces a rebuild.)
+  local configured
+  configured=$(sed -n 's/^RINGPIPE_SANITIZE:STRING=//p' "$dir/CMakeCache.txt" 2>/dev/null || true)
+  if ! has_sanitizers "$configured" "$sanitize"; then
+    local compiler=()
+    [[ -f "$dir/CMakeCache.txt" ]] || compiler=(-DCMAKE_CXX_COMPILER=g++)
+    cmake -S "$root" -B "$dir" -G Ninja "${compiler[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DRINGPIPE_SANITIZE="$sanitize" -DRINGPIPE_BUILD_BENCH=OFF -DRINGPIPE_BUILD_TESTS=ON >/dev/null
+  fi
   cmake --build "$dir" --target "${targets[@]}" -j "$jobs" >/dev/null
   t1=$(now)
   local log="$dir/reliability-stress.log"
