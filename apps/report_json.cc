@@ -385,8 +385,8 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
     json d = {{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}, {"device", grid.DeviceOf(rank)},
               {"node", grid.NodeOf(rank)}};
     if (run != nullptr && static_cast<size_t>(rank) < run->devices.size()) {
-      const size_t r = static_cast<size_t>(rank);
-      AddRunDevice(run->devices[r], steps, r < run->timelines.size() ? &run->timelines[r] : nullptr, d);
+      const size_t i = static_cast<size_t>(rank);
+      AddRunDevice(run->devices[i], steps, i < run->timelines.size() ? &run->timelines[i] : nullptr, d);
     }
     d["predicted"] = PredictedDevice(plan, pred, wire, rank);
     devices.push_back(std::move(d));

@@ -456,7 +456,8 @@ absl::StatusOr<ExecutionPlan> BuildPlan(const PlanOptions& o) {
   absl::StatusOr<ParallelGrid> grid = ParallelGrid::Create(o.grid, o.placement);
   if (!grid.ok()) return Invalid("grid", std::string(grid.status().message()));
   RP_RETURN_IF_ERROR(CheckPlanOptions(o));
-  ExecutionPlan plan{.options = o, .grid = *grid};
+  ExecutionPlan plan{.options = o, .grid = *grid, .partition = {}, .ranks = {}, .tie_rank = {},
+                     .link_faults = {}};
   plan.v = o.program.num_chunks;
   absl::StatusOr<ModelPartition> part = PartitionMlp(o.model, o.program.num_model_stages(),
                                                      o.grid.tp, o.layers_per_stage, o.ep);

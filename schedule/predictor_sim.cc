@@ -230,7 +230,7 @@ void Simulation::BeginPass(Device& d, const Op& op) {
         d.act_ready.erase(it);
       }
     }
-    d.parts.push_back({.pass = 0, .chunk = op.chunk, .micro_batch = op.micro_batch});
+    d.parts.push_back({.pass = 0, .chunk = op.chunk, .durations = {}, .micro_batch = op.micro_batch});
     bases.push_back(rp.op_cost[0]);
   }
   if (has_b) {
@@ -245,7 +245,7 @@ void Simulation::BeginPass(Device& d, const Op& op) {
     const int pass = PassIndex(b_kind);
     d.parts.push_back({.pass = pass, .chunk = b_chunk,
                        .detail = op.kind == OpKind::kForwardBackward ? 1 : -1,
-                       .micro_batch = b_mb});
+                       .durations = {}, .micro_batch = b_mb});
     bases.push_back(rp.op_cost[static_cast<size_t>(pass)]);
   }
   // One fault draw for the whole op; the parts cut its duration by their costs (as RunParts).
@@ -362,7 +362,7 @@ void Simulation::LaunchBucket(int dev, int chunk, int bucket, Nanos ready) {
   d.launched[static_cast<size_t>(o)] = true;
   const BucketPlan& b = plan_.Chunk(d.coord.pp, chunk).buckets[static_cast<size_t>(bucket)];
   if (plan_.BucketGroup(d.rank, chunk, b, nullptr).size() == 1) {  // nothing to reduce
-    d.buckets[static_cast<size_t>(o)] = BucketDone{.start = ready, .end = ready, .done = true};
+    d.buckets[static_cast<size_t>(o)] = BucketDone{.start = ready, .end = ready, .spans = {}, .done = true};
     return;
   }
   d.queue.push_back(Bucket{.order = o, .chunk = chunk, .index = bucket, .ready = ready});
@@ -408,7 +408,7 @@ absl::Status Simulation::AdvanceComm(int dev) {
     const RingTimer& t = d.dp_ring->timer;
     BucketDone& done = d.buckets[static_cast<size_t>(d.current.order)];
     done = BucketDone{.start = d.dp_ring->start, .end = t.end(), .transfer = t.transfer(),
-                      .reduce = t.reduce(), .done = true};
+                      .reduce = t.reduce(), .spans = {}, .done = true};
     for (const RingTimer::Span& sp : t.spans()) done.spans.push_back({sp.start, sp.end, sp.peer});
     d.comm_prev_end = t.end();
     d.dp_ring.reset();

@@ -7,7 +7,8 @@
 namespace rp::schedule {
 
 StepRouting StepRouting::Zero(int blocks, int dp, int microbatches, int experts) {
-  StepRouting r{.blocks = blocks, .dp = dp, .microbatches = microbatches, .experts = experts};
+  StepRouting r{.blocks = blocks, .dp = dp, .microbatches = microbatches, .experts = experts,
+                .kept = {}};
   r.kept.assign(static_cast<size_t>(blocks) * static_cast<size_t>(dp) *
                     static_cast<size_t>(microbatches) * static_cast<size_t>(experts),
                 0);

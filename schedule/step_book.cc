@@ -138,9 +138,9 @@ void Executor::Impl::RecordRouting(StepRecord& rec) {
           if (block == nullptr) continue;
           const int b = MoeBlockIndex(o.model, st->layers()[l].layer);
           rec.moe[static_cast<size_t>(b)].dropped += block->stats().dropped;
-          for (const auto& [mb, kept] : block->stats().kept_by_key) {
+          for (const auto& [mb, by_expert] : block->stats().kept_by_key) {
             for (int e = 0; e < moe.experts; ++e) {
-              rec.routing.at(b, dp, mb, e) = kept[static_cast<size_t>(e)];
+              rec.routing.at(b, dp, mb, e) = by_expert[static_cast<size_t>(e)];
             }
           }
         }
