@@ -263,7 +263,9 @@ std::string Host(const json& r) {
       "\nhost  wall ", Fmt("%.2f", D(h, "wall_seconds")), " s on the ", h.value("clock", ""), " clock; ",
       Fmt("%.0f", D(h, "device_ops_per_second")), " device-ops/s, ", Fmt("%.0f", D(h, "fabric_messages_per_second")),
       " messages/s; ", Fmt("%.0f", D(h, "threads")), " threads (",
-      h.value("threads_per_device", 1), " per device); peak RSS ", Bytes(D(h, "peak_rss_bytes")), ", ",
+      h.value("threads_per_device", 1), " per device",
+      h.value("thread_policy", std::string()).empty() ? "" : ", ", h.value("thread_policy", std::string()),
+      "); peak RSS ", Bytes(D(h, "peak_rss_bytes")), ", ",
       Bytes(D(h, "rss_per_device_bytes")), " per device beyond the model buffers\n");
   absl::StrAppend(&out, "      overruns ", h.value("overruns", uint64_t{0}), " compute ops (",
                   Fmt("%.3f", D(h, "overrun_ms")), " ms of real work beyond modeled time); wait lateness p50 ",

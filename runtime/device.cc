@@ -214,14 +214,14 @@ absl::StatusOr<Nanos> Device::Compute(const OpInfo& op, Nanos duration, Nanos re
   return end;
 }
 
-absl::Status Device::StartCommStream() {
+absl::Status Device::StartCommStream(SchedPolicy policy) {
   io_ = std::make_unique<boost::asio::io_context>(1);
   absl::StatusOr<Thread> t = Thread::Start(kDeviceStackBytes, [this] {
     ScopedStream scope(this, Stream::kComm);
     auto guard = boost::asio::make_work_guard(*io_);
     // The guard keeps run() alive until StopCommStream() calls stop() after the last task.
     io_->run();
-  });
+  }, policy);
   if (!t.ok()) return t.status();
   comm_thread_ = *std::move(t);
   return absl::OkStatus();
@@ -333,7 +333,7 @@ absl::Status Cluster::Run(absl::FunctionRef<absl::Status(Device&)> body) {
   };
   if (options_.comm_streams) {
     for (size_t r = 0; r < n; ++r) {
-      absl::Status s = devices_[r]->StartCommStream();
+      absl::Status s = devices_[r]->StartCommStream(options_.thread_policy);
       if (!s.ok()) {
         failed_to_start(s, r, "comm");
         break;
@@ -346,10 +346,11 @@ absl::Status Cluster::Run(absl::FunctionRef<absl::Status(Device&)> body) {
     Device* dev = devices_[r].get();
     absl::StatusOr<Thread> t = Thread::Start(kDeviceStackBytes, [this, dev, &body] {
       ScopedStream scope(dev, Stream::kCompute);
+      if (dev->rank() == 0) thread_policy_name_ = CurrentSchedPolicyName();
       dev->RecordFaultsAtStart();
       absl::Status s = CatchAll(dev->rank(), "compute", [&] { return body(*dev); });
       if (!s.ok()) watchdog_->Fail(s);
-    });
+    }, options_.thread_policy);
     if (!t.ok()) {
       failed_to_start(t.status(), r, "compute");
       break;

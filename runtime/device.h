@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -187,7 +188,7 @@ class Device {
   friend class Cluster;
   Device(int rank, int node, Clock* clock, Tracer* tracer, Watchdog* watchdog,
          const FaultInjector* faults);
-  [[nodiscard]] absl::Status StartCommStream();
+  [[nodiscard]] absl::Status StartCommStream(SchedPolicy policy = SchedPolicy::kInherit);
   void StopCommStream();
   void RecordFaultsAtStart();
 
@@ -217,6 +218,9 @@ struct ClusterOptions {
   std::chrono::nanoseconds watchdog_timeout = std::chrono::seconds(30);
   // Start a comm-stream thread per device (PostComm needs it).
   bool comm_streams = true;
+  // The device threads' scheduling policy (rp::SchedPolicy): kBatch for virtual-clock runs, where
+  // a thread that wakes another should run on until it blocks (see runtime/thread.h).
+  SchedPolicy thread_policy = SchedPolicy::kInherit;
 };
 
 class Cluster {
@@ -239,6 +243,9 @@ class Cluster {
   const FaultInjector& faults() const { return faults_; }
   // Lateness merged over devices (both streams).
   LatenessStats MergedLateness() const;
+  // The scheduling policy the device threads of the last Run had (CurrentSchedPolicyName();
+  // empty before a Run). Only after Run returned.
+  const std::string& thread_policy_name() const { return thread_policy_name_; }
 
  private:
   Cluster(const ClusterOptions& options, FaultInjector faults);
@@ -246,6 +253,7 @@ class Cluster {
   FaultInjector faults_;
   std::unique_ptr<Watchdog> watchdog_;
   std::vector<std::unique_ptr<Device>> devices_;
+  std::string thread_policy_name_;  // written by rank 0's compute thread, read after the joins
 };
 
 }  // namespace rp

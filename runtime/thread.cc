@@ -1,6 +1,7 @@
 #include "runtime/thread.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
@@ -17,15 +18,38 @@
 namespace rp {
 namespace {
 
+struct StartArgs {
+  std::function<void()> fn;
+  SchedPolicy policy;
+};
+
 void* Trampoline(void* arg) {
-  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(arg));
-  (*fn)();
+  std::unique_ptr<StartArgs> start(static_cast<StartArgs*>(arg));
+  if (start->policy == SchedPolicy::kBatch) {
+    // On Linux this sets the calling thread's policy (pthread attributes accept only OTHER, FIFO
+    // and RR). A refusal (e.g. a seccomp filter) leaves the inherited policy.
+    const sched_param param{};  // priority 0, the only one SCHED_BATCH has
+    (void)sched_setscheduler(0, SCHED_BATCH, &param);
+  }
+  start->fn();
   return nullptr;
 }
 
 }  // namespace
 
-absl::StatusOr<Thread> Thread::Start(size_t stack_bytes, std::function<void()> fn) {
+const char* CurrentSchedPolicyName() {
+  switch (sched_getscheduler(0)) {
+    case SCHED_OTHER: return "SCHED_OTHER";
+    case SCHED_BATCH: return "SCHED_BATCH";
+    case SCHED_IDLE: return "SCHED_IDLE";
+    case SCHED_FIFO: return "SCHED_FIFO";
+    case SCHED_RR: return "SCHED_RR";
+    default: return "unknown";
+  }
+}
+
+absl::StatusOr<Thread> Thread::Start(size_t stack_bytes, std::function<void()> fn,
+                                     SchedPolicy policy) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t min_stack = static_cast<size_t>(PTHREAD_STACK_MIN);
   size_t stack = stack_bytes < min_stack ? min_stack : stack_bytes;
@@ -35,7 +59,7 @@ absl::StatusOr<Thread> Thread::Start(size_t stack_bytes, std::function<void()> f
     return absl::ResourceExhaustedError(absl::StrCat("thread attributes: ", std::strerror(e)));
   }
   int e = pthread_attr_setstacksize(&attr, stack);
-  auto arg = std::make_unique<std::function<void()>>(std::move(fn));
+  auto arg = std::make_unique<StartArgs>(StartArgs{.fn = std::move(fn), .policy = policy});
   Thread t;
   if (e == 0) e = pthread_create(&t.handle_, &attr, &Trampoline, arg.get());
   pthread_attr_destroy(&attr);

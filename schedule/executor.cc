@@ -294,7 +294,9 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
                                        .watchdog_timeout = o.watchdog_timeout,
                                        .comm_streams = !o.virtual_time &&
                                                        (o.grid.dp > 1 ||
-                                                        o.program.num_directions() > 1)}));
+                                                        o.program.num_directions() > 1),
+                                       .thread_policy = o.virtual_time ? SchedPolicy::kBatch
+                                                                       : SchedPolicy::kInherit}));
   std::atomic<bool> done{false};
   std::thread monitor([&] { Monitor(*cluster, done); });
   // The single-device reference needs nothing from the run: on the virtual clock it trains on a

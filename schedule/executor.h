@@ -257,6 +257,9 @@ struct RunResult {
   uint64_t fabric_messages = 0;
   bool virtual_time = false;
   double time_scale = 1.0;
+  // The device threads' scheduling policy ("SCHED_BATCH" on the virtual clock where the host
+  // allows it, else the process's, e.g. "SCHED_OTHER"; see rp::SchedPolicy).
+  std::string thread_policy;
   std::vector<std::string> faults;  // FaultInjector::Describe()
   // Directed links (global ranks) whose p2p transfers took longer than their link class's time
   // (degraded links, kSlowLink faults): the first step it was seen and the factor observed then.

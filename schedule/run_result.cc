@@ -48,6 +48,7 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   res.time_scale = o.time_scale;
   res.wall_seconds = wall_seconds;
   res.fabric_messages = fabric->committed();
+  res.thread_policy = cluster.thread_policy_name();
   res.faults = cluster.faults().Describe();
   for (const LinkFault& f : plan->link_faults) {
     res.slow_links.push_back({.src = g.RankAtDevice(f.src), .dst = g.RankAtDevice(f.dst),

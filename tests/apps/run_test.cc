@@ -153,6 +153,7 @@ TEST(RunCommand, DefaultRunTrainsFarAboveChanceAndWritesEveryDocumentedKey) {
   }
   EXPECT_EQ(h["clock"], "virtual");
   EXPECT_EQ(h["threads_per_device"], 1);
+  EXPECT_EQ(h["thread_policy"], "SCHED_BATCH");  // virtual clock: a woken thread does not preempt
   EXPECT_GE(h["threads"].get<int>(), 8);  // one per device at least
   EXPECT_GT(h["device_ops_per_second"].get<double>(), 0);
   EXPECT_GT(h["fabric_messages"].get<double>(), 0);
@@ -187,6 +188,7 @@ TEST(RunCommand, RealClockMeasuresFromTheWallClock) {
   const json j = ReadJson(report);
   EXPECT_EQ(j["host"]["clock"], "real");
   EXPECT_EQ(j["host"]["threads_per_device"], 2);
+  EXPECT_EQ(j["host"]["thread_policy"], "SCHED_OTHER");  // real clock: threads wake at deadlines
   int differ = 0;
   for (const json& d : j["devices"]) differ += d["busy_ms"] != d["emulated"]["busy_ms"];
   EXPECT_GT(differ, 0);

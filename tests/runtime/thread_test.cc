@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "runtime/mutex.h"
@@ -73,6 +74,26 @@ TEST(Thread, JoinsOnceAndMovesOwnership) {
   EXPECT_EQ(runs.load(), 1);
 }
 
+// kBatch starts the thread under SCHED_BATCH (no privilege needed on Linux); kInherit keeps the
+// creator's policy, and a batch thread's own children inherit batch.
+TEST(Thread, StartsUnderTheRequestedSchedulingPolicy) {
+  const std::string parent = CurrentSchedPolicyName();
+  std::string batch, inherited, grandchild;
+  absl::StatusOr<Thread> b = Thread::Start(kDeviceStackBytes, [&] {
+    batch = CurrentSchedPolicyName();
+    absl::StatusOr<Thread> c = Thread::Start(kDeviceStackBytes, [&] { grandchild = CurrentSchedPolicyName(); });
+    ASSERT_TRUE(c.ok()) << c.status();
+  }, SchedPolicy::kBatch);
+  ASSERT_TRUE(b.ok()) << b.status();
+  b->Join();
+  absl::StatusOr<Thread> i = Thread::Start(kDeviceStackBytes, [&] { inherited = CurrentSchedPolicyName(); });
+  ASSERT_TRUE(i.ok()) << i.status();
+  i->Join();
+  EXPECT_EQ(batch, "SCHED_BATCH");
+  EXPECT_EQ(grandchild, "SCHED_BATCH");
+  EXPECT_EQ(inherited, parent);
+  EXPECT_NE(parent, "SCHED_BATCH");
+}
 
 TEST(Parker, AnUnparkBeforeTheParkLeavesOneToken) {
   Parker p;
