@@ -187,7 +187,9 @@ int Run(const ParsedArgs& args) {
   // with the tracer attached, 192 MB without).
   options.tracer = cfg->trace.empty() ? nullptr : &tracer;
   if (absl::Status st = ParseFaultFlags(args, options.faults); !st.ok()) return Fail(kExitBadInput, st);
-  HostUsage host{.rss_before_bytes = ReadProcStatus().rss_bytes, .model_buffer_bytes = ModelBufferBytes(*cfg)};
+  HostUsage host;
+  host.rss_before_bytes = ReadProcStatus().rss_bytes;
+  host.model_buffer_bytes = ModelBufferBytes(*cfg);
   const auto create_failed = [](const absl::Status& st) {
     return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
   };

@@ -24,8 +24,11 @@ uint64_t Total(const comm::WireStats& s) { return s.total_bytes(); }
 
 absl::StatusOr<std::vector<double>> Executor::Impl::ReferenceLosses(
     const std::atomic<bool>& cancel) const {
-  ReferenceOptions ro{.model = o.model, .layout = layout, .optimizer = o.optimizer,
-                      .num_stages = 1, .tp = 1, .layers_per_stage = {}, .ep = o.ep};
+  ReferenceOptions ro;  // one device, balanced, rank-order rings
+  ro.model = o.model;
+  ro.layout = layout;
+  ro.optimizer = o.optimizer;
+  ro.ep = o.ep;
   RP_ASSIGN_OR_RETURN(auto ref, ReferenceTrainer::Create(ro, &*data));
   std::vector<double> losses;
   for (int step = 0; step < o.steps; ++step) {

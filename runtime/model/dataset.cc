@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 
@@ -29,13 +32,33 @@ double Normal(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
 // Streams of the hash (the first key component).
 constexpr uint64_t kTrainStream = 1, kTestStream = 2, kTeacherV = 3, kTeacherC = 4, kTeacherU = 5;
 
-void FillInputs(const DatasetConfig& c, uint64_t stream, Tensor* x) {
-  for (int64_t i = 0; i < x->rows(); ++i) {
-    for (int f = 0; f < c.input_dim; ++f) {
-      x->at(i, f) = static_cast<float>(
-          Normal(c.seed, stream, static_cast<uint64_t>(i), static_cast<uint64_t>(f)));
-    }
+// Runs fn(begin, end) over [0, rows) in contiguous slices on up to c.generation_threads threads
+// (the caller's one of them). Every row is a pure function of its index, so the result does not
+// depend on the split.
+void ForRowSlices(const DatasetConfig& c, int64_t rows,
+                  const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr int64_t kMinRowsPerSlice = 2048;
+  const int64_t threads = c.generation_threads > 0
+                              ? c.generation_threads
+                              : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 4);
+  const int64_t slices = std::clamp<int64_t>(rows / kMinRowsPerSlice, 1, threads);
+  std::vector<std::thread> helpers;
+  for (int64_t s = 1; s < slices; ++s) {
+    helpers.emplace_back(fn, rows * s / slices, rows * (s + 1) / slices);
   }
+  fn(0, rows / slices);
+  for (std::thread& t : helpers) t.join();
+}
+
+void FillInputs(const DatasetConfig& c, uint64_t stream, Tensor* x) {
+  ForRowSlices(c, x->rows(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      for (int f = 0; f < c.input_dim; ++f) {
+        x->at(i, f) = static_cast<float>(
+            Normal(c.seed, stream, static_cast<uint64_t>(i), static_cast<uint64_t>(f)));
+      }
+    }
+  });
 }
 
 // Teacher logits (double), one row per sample.
@@ -58,19 +81,21 @@ std::vector<double> TeacherLogits(const DatasetConfig& c, const Tensor& x) {
     }
   }
   std::vector<double> logits(static_cast<size_t>(x.rows()) * k, 0.0);
-  std::vector<double> hid(static_cast<size_t>(h));
-  for (int64_t r = 0; r < x.rows(); ++r) {
-    for (int j = 0; j < h; ++j) {
-      double s = cb[static_cast<size_t>(j)];
-      for (int i = 0; i < in; ++i) s += x.at(r, i) * v[static_cast<size_t>(i) * h + j];
-      hid[static_cast<size_t>(j)] = std::tanh(s);
+  ForRowSlices(c, x.rows(), [&](int64_t begin, int64_t end) {
+    std::vector<double> hid(static_cast<size_t>(h));
+    for (int64_t r = begin; r < end; ++r) {
+      for (int j = 0; j < h; ++j) {
+        double s = cb[static_cast<size_t>(j)];
+        for (int i = 0; i < in; ++i) s += x.at(r, i) * v[static_cast<size_t>(i) * h + j];
+        hid[static_cast<size_t>(j)] = std::tanh(s);
+      }
+      for (int q = 0; q < k; ++q) {
+        double s = 0.0;
+        for (int j = 0; j < h; ++j) s += hid[static_cast<size_t>(j)] * u[static_cast<size_t>(j) * k + q];
+        logits[static_cast<size_t>(r) * k + q] = s;
+      }
     }
-    for (int q = 0; q < k; ++q) {
-      double s = 0.0;
-      for (int j = 0; j < h; ++j) s += hid[static_cast<size_t>(j)] * u[static_cast<size_t>(j) * k + q];
-      logits[static_cast<size_t>(r) * k + q] = s;
-    }
-  }
+  });
   return logits;
 }
 

@@ -43,6 +43,10 @@ struct DatasetConfig {
   int64_t test_size = 4096;
   int teacher_hidden = 64;
   uint64_t seed = 7;
+  // Threads that generate the samples (row slices of at least 2048 rows; every sample is a pure
+  // function of its index, so the data set is the same for any value). 0: up to 4, as the host has
+  // cores.
+  int generation_threads = 0;
 };
 
 enum class Split { kTrain, kTest };

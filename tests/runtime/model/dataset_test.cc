@@ -46,6 +46,28 @@ TEST(Dataset, IsDeterministicAndSeedDependent) {
                        ConstMatrixView(d->inputs(Split::kTrain).data, 1000, 8)));
 }
 
+// Large splits are generated in row slices on several threads: the data set is bit for bit the one
+// a single thread generates (inputs and labels of both splits).
+TEST(Dataset, SlicedGenerationEqualsTheSerialOne) {
+  DatasetConfig serial = Small();
+  serial.train_size = 9000;
+  serial.test_size = 5000;
+  serial.generation_threads = 1;
+  auto a = Dataset::Create(serial);
+  ASSERT_TRUE(a.ok());
+  for (int threads : {2, 3, 4}) {
+    DatasetConfig sliced = serial;
+    sliced.generation_threads = threads;
+    auto b = Dataset::Create(sliced);
+    ASSERT_TRUE(b.ok());
+    for (Split split : {Split::kTrain, Split::kTest}) {
+      EXPECT_TRUE(SameBits(a->inputs(split), b->inputs(split))) << threads << " threads";
+      EXPECT_TRUE(std::equal(a->labels(split).begin(), a->labels(split).end(), b->labels(split).begin()))
+          << threads << " threads";
+    }
+  }
+}
+
 TEST(Dataset, InputsAreStandardNormalAndClassesRoughlyBalanced) {
   auto d = *Dataset::Create(DatasetConfig{});  // the default: 32768 x 16 train samples
   const ConstMatrixView x = d.inputs(Split::kTrain);
