@@ -7,7 +7,8 @@ namespace rp {
 
 void LatenessStats::Merge(const LatenessStats& other) {
   if (other.count_ == 0) return;
-  for (int b = 0; b < kBuckets; ++b) buckets_[b] += other.buckets_[b];
+  if (buckets_.empty()) buckets_.assign(kBuckets, 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) buckets_[b] += other.buckets_[b];
   min_ = count_ ? std::min(min_, other.min_) : other.min_;
   max_ = std::max(max_, other.max_);
   count_ += other.count_;
@@ -32,7 +33,7 @@ Nanos LatenessStats::Quantile(double q) const {
   const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * count_)));
   uint64_t seen = 0;
   for (int b = 0; b < kBuckets; ++b) {
-    seen += buckets_[b];
+    seen += buckets_[static_cast<size_t>(b)];
     if (seen >= rank) {
       uint64_t width = 0;
       const uint64_t low = BucketLow(b, &width);

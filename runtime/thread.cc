@@ -10,8 +10,12 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <system_error>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -132,6 +136,26 @@ void Parker::Unpark() {
   if (state_.exchange(kNotified, std::memory_order_release) == kParked) {
     ::syscall(SYS_futex, &state_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
   }
+}
+
+void ForSlices(int64_t n, int threads, int64_t min_per_slice,
+               const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  const int64_t want = threads > 0 ? threads
+                                   : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 4);
+  const int64_t slices = std::clamp<int64_t>(n / std::max<int64_t>(min_per_slice, 1), 1, want);
+  std::vector<std::thread> helpers;
+  helpers.reserve(static_cast<size_t>(slices - 1));
+  for (int64_t s = 1; s < slices; ++s) {
+    const int64_t begin = n * s / slices, end = n * (s + 1) / slices;
+    try {
+      helpers.emplace_back(fn, begin, end);
+    } catch (const std::system_error&) {
+      fn(begin, end);
+    }
+  }
+  fn(0, n / slices);
+  for (std::thread& t : helpers) t.join();
 }
 
 }  // namespace rp

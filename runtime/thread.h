@@ -106,4 +106,12 @@ class Thread {
   bool started_ = false;
 };
 
+// Runs fn(begin, end) over [0, n) in contiguous slices of at least `min_per_slice` items, on up to
+// `threads` threads (the caller runs the first slice; 0 = the host's cores, at most 4), and returns
+// once every slice is done. For setup work whose items are independent (a data set's rows, the
+// devices' model shards): fn must be safe to run concurrently on disjoint ranges. A helper thread
+// the system refuses is not an error: its slice runs on the caller.
+void ForSlices(int64_t n, int threads, int64_t min_per_slice,
+               const std::function<void(int64_t, int64_t)>& fn);
+
 }  // namespace rp

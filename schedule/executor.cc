@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
+#include "runtime/thread.h"
 #include "schedule/executor_impl.h"
 
 namespace rp::schedule {
@@ -161,9 +162,22 @@ absl::Status Executor::Impl::Build() {
   ctx.fabric = fabric.get();
   ctx.injector = &injector;
   ctx.barrier = fabric->AddRendezvous(world);
+  // The model shards and optimizers of the devices are independent: built on up to 4 threads
+  // (thousands of devices spend most of their setup here, first-touching their buffers). Gates
+  // are then registered in rank order, so their ids do not depend on the split.
+  std::vector<absl::StatusOr<std::unique_ptr<DeviceRunner>>> built(static_cast<size_t>(world));
+  constexpr int64_t kMinRanksPerSlice = 64;
+  ForSlices(world, /*threads=*/0, kMinRanksPerSlice, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      built[static_cast<size_t>(r)] = DeviceRunner::Create(&ctx, static_cast<int>(r));
+    }
+  });
+  runners.reserve(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
-    RP_ASSIGN_OR_RETURN(auto runner, DeviceRunner::Create(&ctx, r));
-    runners.push_back(std::move(runner));
+    absl::StatusOr<std::unique_ptr<DeviceRunner>>& runner = built[static_cast<size_t>(r)];
+    if (!runner.ok()) return runner.status();  // the lowest failing rank's, whatever the split
+    runners.push_back(*std::move(runner));
+    runners.back()->AddGates();
     // A comm stream has no work yet. On a virtual clock it is event-driven (MakeCommunicators).
     if (!o.virtual_time) fabric->StartParked(ExecutionPlan::CommLp(r));
   }

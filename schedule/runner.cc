@@ -48,11 +48,14 @@ absl::StatusOr<std::unique_ptr<DeviceRunner>> DeviceRunner::Create(RunContext* c
     r->optimizers_.push_back(std::move(opt));
   }
   const size_t buckets = plan.ranks[static_cast<size_t>(r->coord_.pp)].bucket_order.size();
-  for (size_t b = 0; b < buckets; ++b) r->gates_.push_back(ctx->fabric->AddGate());
-  r->tp_gate_ = ctx->fabric->AddGate();
   r->buckets_.resize(buckets);
   r->launched_.assign(buckets, false);
   return r;
+}
+
+void DeviceRunner::AddGates() {
+  for (size_t b = 0; b < buckets_.size(); ++b) gates_.push_back(ctx_->fabric->AddGate());
+  tp_gate_ = ctx_->fabric->AddGate();
 }
 
 Nanos DeviceRunner::WallNow() const {

@@ -113,9 +113,13 @@ struct RunContext {
 
 class DeviceRunner {
  public:
-  // Builds the device's model shards (one per chunk) and optimizers.
+  // Builds the device's model shards (one per chunk) and optimizers. Reads `ctx` only, so runners
+  // of different ranks may be created concurrently; then AddGates, one runner at a time.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<DeviceRunner>> Create(RunContext* ctx,
                                                                              int rank);
+  // Registers the device's gates (a DP bucket's, the TP all-reduce's) with the fabric. Gate ids
+  // follow the order of the calls: call it for ranks in order, from one thread.
+  void AddGates();
   ~DeviceRunner();
 
   // The device thread's whole run: every step, each preceded by the step rendezvous

@@ -4,12 +4,12 @@
 #include <cmath>
 #include <functional>
 #include <numbers>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 
 #include "runtime/hash.h"
+#include "runtime/thread.h"
 
 namespace rp {
 namespace {
@@ -38,16 +38,7 @@ constexpr uint64_t kTrainStream = 1, kTestStream = 2, kTeacherV = 3, kTeacherC =
 void ForRowSlices(const DatasetConfig& c, int64_t rows,
                   const std::function<void(int64_t, int64_t)>& fn) {
   constexpr int64_t kMinRowsPerSlice = 2048;
-  const int64_t threads = c.generation_threads > 0
-                              ? c.generation_threads
-                              : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 4);
-  const int64_t slices = std::clamp<int64_t>(rows / kMinRowsPerSlice, 1, threads);
-  std::vector<std::thread> helpers;
-  for (int64_t s = 1; s < slices; ++s) {
-    helpers.emplace_back(fn, rows * s / slices, rows * (s + 1) / slices);
-  }
-  fn(0, rows / slices);
-  for (std::thread& t : helpers) t.join();
+  ForSlices(rows, c.generation_threads, kMinRowsPerSlice, fn);
 }
 
 void FillInputs(const DatasetConfig& c, uint64_t stream, Tensor* x) {

@@ -39,6 +39,31 @@ TEST(LatenessStats, SmallValuesAreExact) {
   EXPECT_EQ(LatenessStats().Quantile(0.5), Nanos(0));
 }
 
+// The histogram is allocated at the first value: merging into an empty one (the way a report
+// merges devices) and merging empty ones must give the same figures as recording directly.
+TEST(LatenessStats, MergeIntoEmptyEqualsRecording) {
+  LatenessStats direct, part;
+  for (int v : {5, 40, 900, 70000, 70001}) {
+    direct.Record(Nanos(v));
+    part.Record(Nanos(v));
+  }
+  LatenessStats merged;
+  merged.Merge(LatenessStats());  // empty into empty: still empty
+  EXPECT_EQ(merged.count(), 0u);
+  EXPECT_EQ(merged.Quantile(0.9), Nanos(0));
+  merged.Merge(part);
+  merged.Merge(LatenessStats());
+  EXPECT_EQ(merged.count(), direct.count());
+  EXPECT_EQ(merged.sum(), direct.sum());
+  EXPECT_EQ(merged.min(), direct.min());
+  EXPECT_EQ(merged.max(), direct.max());
+  for (double q : {0.0, 0.2, 0.5, 0.8, 1.0}) EXPECT_EQ(merged.Quantile(q), direct.Quantile(q)) << q;
+  LatenessStats copy = merged;  // a copy owns its histogram
+  copy.Record(Nanos(3));
+  EXPECT_EQ(merged.count(), 5u);
+  EXPECT_EQ(copy.Quantile(0.0), Nanos(3));
+}
+
 TEST(RealClock, RejectsBadOptions) {
   EXPECT_EQ(RealClock::Create({.time_scale = 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
