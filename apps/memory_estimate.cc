@@ -53,6 +53,8 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   // Weights + gradients + optimizer state + 3 × gradients of all-reduce buffers, per replica.
   double model = cfg.dp * weights * 4 * (2 + states + 3);
   if (cfg.reference) model += weights * 4 * (2 + states);
+  // Virtual clock: the held-out evaluation's copy of replica 0 (weights + gradients).
+  if (cfg.virtual_time) model += weights * 4 * 2;
   est.parts.push_back({"model", cfg.dp > 64 ? "dp" : "hidden", model});
 
   const bool gpipe = cfg.schedule == schedule::ScheduleKind::kGPipe;

@@ -5,7 +5,8 @@
 // The estimate adds, in bytes (in double: the products of huge fields must not overflow):
 //   data set      DatasetPeakBytes (both splits, labels, the teacher's logits while labelling);
 //   model         dp replicas of the model's fp32 weights, gradients and optimizer state (SGD 1, Adam 2
-//                 copies), the reference trainer's copy, and the all-reduce buffers (3 × gradients);
+//                 copies), the reference trainer's copy, the held-out evaluation's copy of replica 0
+//                 (virtual clock: weights and gradients), and the all-reduce buffers (3 × gradients);
 //   activations   per device, the activations of the micro-batches in flight (GPipe: all of them;
 //                 other schedules: at most pp × virtual_stages), 3 tensors of microbatch_size rows
 //                 per layer and width;

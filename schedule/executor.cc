@@ -356,6 +356,10 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   done.store(true, std::memory_order_release);
   monitor.join();
+  // A held-out evaluation still running: the run failed before the boundary that would join it
+  // (the last step's evaluation is at its boundary). Its error does not replace the run's.
+  const absl::Status evaluation = JoinEvaluation();
+  if (run.ok() && !evaluation.ok()) run = evaluation;
   if (!run.ok()) {
     join_reference(/*cancel=*/true);
     const absl::Status failed = Fail(run);

@@ -12,12 +12,14 @@
 #include <optional>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/device.h"
 #include "runtime/fabric.h"
 #include "runtime/model/dataset.h"
 #include "runtime/real_clock.h"
+#include "runtime/thread.h"
 #include "runtime/virtual_clock.h"
 #include "schedule/executor.h"
 #include "schedule/plan.h"
@@ -64,7 +66,28 @@ class Executor::Impl {
   absl::StatusOr<Nanos> OnStepBoundary(Nanos max_end);
   absl::Status Bookkeep(int step);
   void RecordRouting(StepRecord& rec);
+  // Held-out evaluation of replica 0's model, at the boundary (the last step's; every step's on
+  // a real clock, where a thread of its own would steal the deadlines' host time).
   absl::Status Evaluate(StepRecord& rec);
+  // The same over the shards shard(model stage, EP rank, TP rank). Reads only the shards, the
+  // data set and the plan.
+  absl::Status EvaluateModel(absl::FunctionRef<MlpStage*(int, int, int)> shard, double* accuracy,
+                             double* test_loss) const;
+  // Replica 0's shard as its device holds it.
+  MlpStage* RunnerShard(int k, int q, int t) const;
+  // Virtual clock: copies replica 0's weights into eval_shards and evaluates them on eval_thread
+  // while the next step trains, for records[record].
+  absl::Status StartEvaluation(size_t record);
+  // Waits for that evaluation (if one runs) and fills its record; its error, naming the step.
+  // A step whose evaluation fails stays committed (its weights are fine): the run fails at the
+  // boundary that joins it, the record's accuracy left NaN.
+  absl::Status JoinEvaluation();
+  std::vector<std::vector<std::unique_ptr<MlpStage>>> eval_shards;  // [model stage][q · tp + t]
+  size_t eval_record = 0;
+  absl::Status eval_status;  // eval_thread's result; read after the join
+  double eval_accuracy = 0, eval_loss = 0;
+  // Declared after what it writes: destroyed (joined) first.
+  Thread eval_thread;  // rp::Thread: explicit stack size, as the device threads
 
   // run_result.cc
   // The single-device FP32 reference's loss per step (with EP: each EP group's replicas in

@@ -169,8 +169,9 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
   RunFailure f;
   f.status = run;
   f.committed_steps = committed;
-  // Bookkeep records step k at the boundary that commits it (a record whose evaluation failed
-  // is not committed).
+  // Bookkeep records step k at the boundary that commits it. A held-out evaluation that failed
+  // at that boundary leaves it uncommitted; one that ran while the next step trained (virtual
+  // clock) fails the run at the next boundary, its step committed with a NaN accuracy.
   f.steps.assign(records.begin(),
                  records.begin() + std::min<ptrdiff_t>(std::ssize(records), committed));
   for (auto& r : runners) {

@@ -1,14 +1,22 @@
 // The step boundary (executor_impl.h): the last device to finish a step records it — loss,
 // accuracy, replica divergence, each device's metrics on the measured and emulated timelines —
 // while every other device waits at the rendezvous, then picks the next step's modeled start.
+// Everyone waits meanwhile, so the boundary's serial work is wall time on both cores: the
+// divergence and the metrics are computed on up to 4 threads (rp::ForSlices; the results do not
+// depend on the split), and on the virtual clock a step's held-out evaluation — all but the
+// last step's — runs on a thread of its own over a copy of replica 0's weights while the next
+// step trains (StartEvaluation; joined at the next boundary).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/kernels.h"
 #include "runtime/model/stage_group.h"
 #include "runtime/status_macros.h"
+#include "runtime/thread.h"
 #include "schedule/executor_impl.h"
 
 namespace rp::schedule {
@@ -39,6 +47,9 @@ absl::StatusOr<Nanos> Executor::Impl::OnStepBoundary(Nanos max_end) {
 }
 
 absl::Status Executor::Impl::Bookkeep(int step) {
+  // The previous step's evaluation, if one runs: its record is final before this one is pushed,
+  // and its copy of the weights is free for this step's.
+  RP_RETURN_IF_ERROR(JoinEvaluation());
   const ParallelGrid& g = plan->grid;
   const GridShape s = g.shape();
   StepRecord rec;
@@ -61,30 +72,40 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   rec.train_accuracy = static_cast<double>(correct) / B;
   // Divergence: max |w_r − w_0| over replicas, per shard; a MoE block's experts against the first
   // replica with the same EP rank (EP ranks hold different experts).
-  double div = 0;
+  // A maximum (NaN counts as +inf), so the replicas may be compared on several threads.
+  const auto raise = [](double& div, double diff) {
+    if (!(diff <= div)) div = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
+  };
   const int ep = plan->ep();
-  for (int dp = 1; dp < s.dp; ++dp) {
-    for (int pp = 0; pp < s.pp; ++pp) {
-      for (int tp = 0; tp < s.tp; ++tp) {
-        const auto& b = runners[static_cast<size_t>(g.RankOf({dp, pp, tp}))]->stages();
-        for (size_t ch = 0; ch < b.size(); ++ch) {
-          const std::span<const float> wb = std::as_const(*b[ch]).params();
-          for (const ParamRange& range : b[ch]->param_ranges()) {
-            const int ref = range.group == ReduceGroup::kExpertDataParallel ? dp % ep : 0;
-            if (ref == dp) continue;
-            const std::span<const float> wa =
-                std::as_const(*runners[static_cast<size_t>(g.RankOf({ref, pp, tp}))]->stages()[ch])
-                    .params();
-            for (int64_t i = range.offset; i < range.offset + range.size; ++i) {
-              const size_t u = static_cast<size_t>(i);
-              const double diff = std::fabs(static_cast<double>(wa[u]) - static_cast<double>(wb[u]));
-              if (!(diff <= div)) div = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
+  std::vector<double> replica_div(static_cast<size_t>(s.dp), 0.0);
+  constexpr int64_t kMinReplicasPerSlice = 4;
+  ForSlices(s.dp - 1, /*threads=*/0, kMinReplicasPerSlice, [&](int64_t begin, int64_t end) {
+    for (int dp = static_cast<int>(begin) + 1; dp <= static_cast<int>(end); ++dp) {
+      double div = 0;
+      for (int pp = 0; pp < s.pp; ++pp) {
+        for (int tp = 0; tp < s.tp; ++tp) {
+          const auto& b = runners[static_cast<size_t>(g.RankOf({dp, pp, tp}))]->stages();
+          for (size_t ch = 0; ch < b.size(); ++ch) {
+            const std::span<const float> wb = std::as_const(*b[ch]).params();
+            for (const ParamRange& range : b[ch]->param_ranges()) {
+              const int ref = range.group == ReduceGroup::kExpertDataParallel ? dp % ep : 0;
+              if (ref == dp) continue;
+              const std::span<const float> wa =
+                  std::as_const(*runners[static_cast<size_t>(g.RankOf({ref, pp, tp}))]->stages()[ch])
+                      .params();
+              for (int64_t i = range.offset; i < range.offset + range.size; ++i) {
+                const size_t u = static_cast<size_t>(i);
+                raise(div, std::fabs(static_cast<double>(wa[u]) - static_cast<double>(wb[u])));
+              }
             }
           }
         }
       }
+      replica_div[static_cast<size_t>(dp)] = div;
     }
-  }
+  });
+  double div = 0;
+  for (double d : replica_div) raise(div, d);
   rec.replica_divergence = div;
   RecordRouting(rec);
   // Step windows: emulated from the modeled start to the last op end; measured from the step's
@@ -100,19 +121,27 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   rec.emulated_ms = ToMillis(emulated);
   rec.measured_ms = ToMillis(measured);
   std::vector<StepMetrics> m(runners.size());
+  constexpr int64_t kMinDevicesPerSlice = 256;
+  ForSlices(std::ssize(runners), /*threads=*/0, kMinDevicesPerSlice, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const std::vector<OpInterval>& iv = runners[static_cast<size_t>(r)]->steps().back().intervals;
+      m[static_cast<size_t>(r)].emulated = ComputeDeviceMetrics(iv, emulated, Timeline::kEmulated);
+      m[static_cast<size_t>(r)].measured = ComputeDeviceMetrics(iv, measured, Timeline::kMeasured);
+    }
+  });
   const bool keep = int64_t{g.world_size()} * o.steps <= kKeepAllIntervals || step == o.steps - 1;
   std::vector<std::vector<OpInterval>> intervals;
-  for (size_t r = 0; r < runners.size(); ++r) {
-    const std::vector<OpInterval>& iv = runners[r]->steps().back().intervals;
-    m[r].emulated = ComputeDeviceMetrics(iv, emulated, Timeline::kEmulated);
-    m[r].measured = ComputeDeviceMetrics(iv, measured, Timeline::kMeasured);
-    if (keep) intervals.push_back(iv);
+  if (keep) {
+    intervals.reserve(runners.size());
+    for (const auto& r : runners) intervals.push_back(r->steps().back().intervals);
   }
   metrics.push_back(std::move(m));
   kept.push_back(std::move(intervals));
   records.push_back(rec);
   const bool last = step == o.steps - 1;
   if (last || (o.eval_every > 0 && (step + 1) % o.eval_every == 0)) {
+    // The last step's evaluation is the run's final figure: nothing left to overlap it with.
+    if (o.virtual_time && !last) return StartEvaluation(records.size() - 1);
     RP_RETURN_IF_ERROR(Evaluate(records.back()));
   }
   return absl::OkStatus();
@@ -154,8 +183,20 @@ void Executor::Impl::RecordRouting(StepRecord& rec) {
   }
 }
 
+MlpStage* Executor::Impl::RunnerShard(int k, int q, int t) const {
+  const int pp = o.program.RankOfModelStage(k), ch = o.program.ChunkOfModelStage(k);
+  return runners[static_cast<size_t>(plan->grid.RankOf({q, pp, t}))]
+      ->stages()[static_cast<size_t>(ch)]
+      .get();
+}
+
 absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
-  const ParallelGrid& g = plan->grid;
+  return EvaluateModel([this](int k, int q, int t) { return RunnerShard(k, q, t); },
+                       &rec.accuracy, &rec.test_loss);
+}
+
+absl::Status Executor::Impl::EvaluateModel(absl::FunctionRef<MlpStage*(int, int, int)> shard,
+                                           double* accuracy, double* test_loss) const {
   const int64_t total = o.eval_samples > 0 ? std::min(o.eval_samples, data->size(Split::kTest))
                                            : data->size(Split::kTest);
   constexpr int64_t kEvalRows = 512;          // rows per evaluation batch
@@ -167,18 +208,13 @@ absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
     RP_ASSIGN_OR_RETURN(Batch b, data->Slice(Split::kTest, begin, n));
     // Replica 0's model: its EP group's shards (EP ranks 0..ep-1, each TP rank) in lockstep, the
     // other sources passing one zero row each (as rp::ReferenceTrainer::Evaluate).
-    const int ep = plan->ep(), tp_size = g.shape().tp;
+    const int ep = plan->ep(), tp_size = plan->grid.shape().tp;
     std::vector<Tensor> act(static_cast<size_t>(ep), Tensor(1, b.inputs.cols()));
     act[0] = std::move(b.inputs);
     for (int k = 0; k < o.program.num_model_stages(); ++k) {
-      const int pp = o.program.RankOfModelStage(k), ch = o.program.ChunkOfModelStage(k);
       std::vector<MlpStage*> shards;
       for (int q = 0; q < ep; ++q) {
-        for (int tp = 0; tp < tp_size; ++tp) {
-          shards.push_back(runners[static_cast<size_t>(g.RankOf({q, pp, tp}))]
-                               ->stages()[static_cast<size_t>(ch)]
-                               .get());
-        }
+        for (int tp = 0; tp < tp_size; ++tp) shards.push_back(shard(k, q, tp));
       }
       const std::vector<ConstMatrixView> in(act.begin(), act.end());
       RP_ASSIGN_OR_RETURN(act, RunStageGroupSerial(shards, tp_size, MlpStage::Pass::kInfer,
@@ -189,8 +225,62 @@ absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
     loss += ls.loss_sum;
     correct += ls.correct;
   }
-  rec.accuracy = total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
-  rec.test_loss = total > 0 ? loss / static_cast<double>(total) : 0.0;
+  *accuracy = total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+  *test_loss = total > 0 ? loss / static_cast<double>(total) : 0.0;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::StartEvaluation(size_t record) {
+  const int K = o.program.num_model_stages(), ep = plan->ep(), tp = plan->grid.shape().tp;
+  const auto copy_of = [this, tp](int k, int q, int t) {
+    return eval_shards[static_cast<size_t>(k)][static_cast<size_t>(q * tp + t)].get();
+  };
+  if (eval_shards.empty()) {  // built once, as the runners build replica 0's shards
+    eval_shards.resize(static_cast<size_t>(K));
+    for (int k = 0; k < K; ++k) {
+      const int pp = o.program.RankOfModelStage(k), ch = o.program.ChunkOfModelStage(k);
+      for (int q = 0; q < ep; ++q) {
+        for (int t = 0; t < tp; ++t) {
+          RP_ASSIGN_OR_RETURN(auto st, MlpStage::Create(o.model, plan->partition,
+                                                        plan->Chunk(pp, ch).model_stage, t, q));
+          eval_shards[static_cast<size_t>(k)].push_back(std::move(st));
+        }
+      }
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    for (int q = 0; q < ep; ++q) {
+      for (int t = 0; t < tp; ++t) {
+        const std::span<const float> from = std::as_const(*RunnerShard(k, q, t)).params();
+        const std::span<float> to = copy_of(k, q, t)->params();
+        if (from.size() != to.size()) {
+          return absl::InternalError(absl::StrCat("evaluation copy of model stage ", k,
+                                                  " has ", to.size(), " weights, the device ",
+                                                  from.size()));
+        }
+        std::copy(from.begin(), from.end(), to.begin());
+      }
+    }
+  }
+  eval_record = record;
+  absl::StatusOr<Thread> t = Thread::Start(kDeviceStackBytes, [this, copy_of] {
+    eval_status = EvaluateModel(copy_of, &eval_accuracy, &eval_loss);
+  });
+  if (!t.ok()) return Evaluate(records[record]);  // no thread to spare: evaluate here
+  eval_thread = std::move(*t);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::JoinEvaluation() {
+  if (!eval_thread.joinable()) return absl::OkStatus();
+  eval_thread.Join();
+  if (!eval_status.ok()) {
+    return absl::Status(eval_status.code(),
+                        absl::StrCat("held-out evaluation after step ",
+                                     records[eval_record].step, ": ", eval_status.message()));
+  }
+  records[eval_record].accuracy = eval_accuracy;
+  records[eval_record].test_loss = eval_loss;
   return absl::OkStatus();
 }
 
