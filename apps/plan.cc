@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "apps/config.h"
 #include "apps/moe_config.h"
+#include "runtime/heap.h"
 #include "runtime/status_macros.h"
 #include "schedule/generators.h"
 #include "schedule/workload_cost.h"
@@ -113,6 +114,7 @@ absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cf
   ex.eval_every = cfg.eval_every > 0 ? cfg.eval_every : std::max(1, (cfg.steps + 9) / 10);
   ex.eval_samples = cfg.eval_samples;
   ex.run_reference = cfg.reference;
+  ex.warm_first_step = HeapKeepsFreedMemory();  // apps/main.cc keeps freed heap memory
 
   schedule::PipelineOptions po;
   po.num_ranks = cfg.pp;

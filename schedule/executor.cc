@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
@@ -299,6 +300,21 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     ctx.real_clock = real_clock_.get();
   }
   RP_RETURN_IF_ERROR(MakeCommunicators());
+  if (o.warm_first_step) {
+    // What a device touches first in step 0: its activations (the predictor's peak), the
+    // optimizer's commit backup of weights and state (at most 3 × the weights: Adam), and
+    // message payloads, pipeline buffers and records (the 4th weights' worth, with 16 KiB).
+    ctx.warm_heap_bytes.resize(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      size_t weights = 0;
+      for (const auto& st : runners[static_cast<size_t>(r)]->stages()) {
+        weights += std::as_const(*st).params().size_bytes();
+      }
+      ctx.warm_heap_bytes[static_cast<size_t>(r)] =
+          static_cast<size_t>(pred.peak_activation_bytes[static_cast<size_t>(r)]) + 4 * weights +
+          (size_t{16} << 10);
+    }
+  }
   RP_ASSIGN_OR_RETURN(auto cluster,
                       Cluster::Create({.num_devices = world,
                                        .devices_per_node = o.placement.devices_per_node,

@@ -140,6 +140,11 @@ struct ExecutorOptions {
   FaultPlan faults;  // optional (stragglers, jitter, degraded links, device stops)
   // Optional; not owned, must outlive Run(); num_devices() >= world size.
   Tracer* tracer = nullptr;
+  // Each device thread makes about its first step's fresh memory resident in one system call
+  // before that step and frees it (runtime/heap.h: where a page fault is expensive, that step
+  // then reuses resident pages). Pays only if the process keeps freed heap memory
+  // (rp::KeepFreedHeapMemory; `ringpipe run` does both); changes no result.
+  bool warm_first_step = false;
 
   // --- Run ---
   int steps = 1;  // >= 1

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/heap.h"
 #include "runtime/model/kernels.h"
 #include "runtime/status_macros.h"
 #include "runtime/timing.h"
@@ -112,8 +113,15 @@ absl::Status DeviceRunner::Body(Device& dev,
     cur_op_ = -1;
     waiting_.clear();
     const WaitSite site{.rank = rank_, .op = "step barrier", .step = step};
+    // Before the first step (every device at once): resident heap for that step's first touches,
+    // populated in bulk and freed once everyone has populated theirs.
+    PopulatedBlock warm;
+    if (step == 0 && !ctx_->warm_heap_bytes.empty()) {
+      warm = PopulatedBlock::Allocate(ctx_->warm_heap_bytes[static_cast<size_t>(rank_)]);
+    }
     RP_ASSIGN_OR_RETURN(const Nanos t0,
                         ctx_->fabric->Arrive(lp, ctx_->barrier, dev.cursor(), site, on_step_boundary));
+    warm = PopulatedBlock();
     if (step == o.steps) break;
     dev.AdvanceCursor(t0);
     step_start_ = t0;

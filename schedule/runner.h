@@ -97,6 +97,9 @@ struct RunContext {
   // EP groups (ExecutionPlan::EpGroupId; ep > 1 with MoE layers): compute streams.
   std::vector<std::unique_ptr<comm::Communicator>> eps;
   RendezvousId barrier = -1;
+  // Per device: bytes of heap its thread makes resident in bulk before the first step and frees
+  // at once, for that step's first touches to reuse (runtime/heap.h). Empty: none.
+  std::vector<size_t> warm_heap_bytes;
   std::atomic<int64_t> ops_done{0};  // progress for the stall monitor
   std::atomic<int> clock_sleepers{0};  // device threads waiting on a real clock right now
   std::atomic<int64_t> fault_fired_ns{-1};  // steady_clock ns of the first injected OpFault

@@ -234,6 +234,28 @@ TEST(Executor, HeldOutEvaluationOffTheBoundaryEqualsTheBoundarys) {
   EXPECT_NE(all->steps[0].test_loss, all->steps[kSteps - 1].test_loss);
 }
 
+// Warming the first step's memory (each device thread populates a block before step 0 and frees
+// it at the rendezvous) touches memory only: the same losses, weights and timeline.
+TEST(Executor, WarmFirstStepChangesNoResult) {
+  const RunSetup setup{.kind = ScheduleKind::kInterleaved, .dp = 2, .pp = 2, .tp = 2, .m = 4,
+                       .v = 2};
+  ExecutorOptions o = MakeOptions(setup, 2);
+  o.run_reference = false;
+  absl::StatusOr<RunResult> cold = CreateAndRun(o);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  o.warm_first_step = true;
+  absl::StatusOr<RunResult> warm = CreateAndRun(o);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  ASSERT_EQ(warm->steps.size(), cold->steps.size());
+  for (size_t k = 0; k < cold->steps.size(); ++k) {
+    EXPECT_EQ(warm->steps[k].loss, cold->steps[k].loss);
+    EXPECT_EQ(warm->steps[k].replica_divergence, cold->steps[k].replica_divergence);
+    EXPECT_EQ(warm->steps[k].emulated_ms, cold->steps[k].emulated_ms);
+  }
+  EXPECT_FALSE(std::isnan(cold->steps.back().test_loss));  // the last step is evaluated
+  EXPECT_EQ(warm->steps.back().test_loss, cold->steps.back().test_loss);
+}
+
 TEST(Executor, RunTwiceIsFailedPrecondition) {
   ExecutorOptions o = MakeOptions({.dp = 1, .pp = 2, .tp = 1, .m = 2}, 1);
   o.run_reference = false;
