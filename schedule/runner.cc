@@ -87,7 +87,7 @@ void DeviceRunner::Record(OpInterval iv) {
     iv.wall_transfer = iv.transfer;
     iv.wall_peer = iv.peer;
   }
-  steps_.back().intervals.push_back(iv);
+  step_.intervals.push_back(iv);
 }
 
 void DeviceRunner::AccountActivations() {
@@ -131,12 +131,11 @@ absl::Status DeviceRunner::Body(Device& dev,
                                  .count();
     }
     RP_RETURN_IF_ERROR(Sleep(t0, {.rank = rank_, .op = "step start", .step = step}));
-    steps_.emplace_back();
-    // Steps record alike: room for as many intervals as the last one had (no regrowth per step).
-    if (steps_.size() > 1) steps_.back().intervals.reserve(steps_[steps_.size() - 2].intervals.size());
+    step_.intervals.clear();  // keeps its capacity: steps record alike
+    step_.emulated_end = step_.measured_end = Nanos{0};
     RP_RETURN_IF_ERROR(RunStep(step));
-    steps_.back().emulated_end = dev.cursor();
-    steps_.back().measured_end = WallNow();
+    step_.emulated_end = dev.cursor();
+    step_.measured_end = WallNow();
   }
   cur_step_ = o.steps;
   ctx_->fabric->Finish(lp);

@@ -132,8 +132,9 @@ class DeviceRunner {
 
   int rank() const { return rank_; }
   const Coord& coord() const { return coord_; }
-  // Read after the compute thread stopped (or at the step boundary, by its last arriver).
-  const std::vector<DeviceStep>& steps() const { return steps_; }
+  // The step the device ran last. Read after the compute thread stopped or at the step boundary
+  // (by its last arriver): the next step reuses its storage (no fresh memory per step).
+  const DeviceStep& last_step() const { return step_; }
   std::vector<std::unique_ptr<MlpStage>>& stages() { return stages_; }
   const std::vector<std::unique_ptr<MlpStage>>& stages() const { return stages_; }
   std::vector<std::unique_ptr<Optimizer>>& optimizers() { return optimizers_; }
@@ -227,7 +228,7 @@ class DeviceRunner {
   // The current step.
   Nanos step_start_{0};
   int64_t step_wall_origin_ns_ = 0;  // steady_clock ns of the step's modeled start
-  std::vector<DeviceStep> steps_;
+  DeviceStep step_;
   int tp_calls_ = 0;  // TP all-reduces so far in the current op
   // Event-driven TP all-reduces: the gate the compute thread awaits, the result handed over.
   GateId tp_gate_ = -1;

@@ -112,7 +112,7 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   // start mapped to wall time to the last wall stamp (virtual clock: equal).
   Nanos emulated_end{0}, measured{0};
   for (const auto& r : runners) {
-    const DeviceStep& ds = r->steps().back();
+    const DeviceStep& ds = r->last_step();
     emulated_end = std::max(emulated_end, ds.emulated_end);
     measured = std::max(measured, ds.measured_end);
   }
@@ -124,7 +124,7 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   constexpr int64_t kMinDevicesPerSlice = 256;
   ForSlices(std::ssize(runners), /*threads=*/0, kMinDevicesPerSlice, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const std::vector<OpInterval>& iv = runners[static_cast<size_t>(r)]->steps().back().intervals;
+      const std::vector<OpInterval>& iv = runners[static_cast<size_t>(r)]->last_step().intervals;
       m[static_cast<size_t>(r)].emulated = ComputeDeviceMetrics(iv, emulated, Timeline::kEmulated);
       m[static_cast<size_t>(r)].measured = ComputeDeviceMetrics(iv, measured, Timeline::kMeasured);
     }
@@ -133,7 +133,7 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   std::vector<std::vector<OpInterval>> intervals;
   if (keep) {
     intervals.reserve(runners.size());
-    for (const auto& r : runners) intervals.push_back(r->steps().back().intervals);
+    for (const auto& r : runners) intervals.push_back(r->last_step().intervals);
   }
   metrics.push_back(std::move(m));
   kept.push_back(std::move(intervals));
