@@ -141,9 +141,10 @@ struct ExecutorOptions {
   // Optional; not owned, must outlive Run(); num_devices() >= world size.
   Tracer* tracer = nullptr;
   // Each device thread makes about its first step's fresh memory resident in one system call
-  // before that step and frees it (runtime/heap.h: where a page fault is expensive, that step
-  // then reuses resident pages). Pays only if the process keeps freed heap memory
-  // (rp::KeepFreedHeapMemory; `ringpipe run` does both); changes no result.
+  // before that step and frees it once every device has (runtime/heap.h: where a page fault is
+  // expensive, as in the PVM guests benchmarked here, that step then reuses resident pages).
+  // Pays only if the process keeps freed heap memory (rp::KeepFreedHeapMemory; `ringpipe` does
+  // both); changes no result.
   bool warm_first_step = false;
 
   // --- Run ---
