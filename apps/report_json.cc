@@ -286,6 +286,7 @@ json HostJson(const schedule::RunResult& run, const HostUsage* host) {
              run.wall_seconds > 0 ? static_cast<double>(run.fabric_messages) / run.wall_seconds : 0.0},
             {"threads_per_device", ThreadsPerDevice(run.virtual_time)},
             {"thread_policy", run.thread_policy},
+            {"first_step_populated_bytes", run.first_step_populated_bytes},
             {"thread_limit", {{"threads", limit.threads}, {"source", limit.source}}},
             {"max_run_devices", MaxRunDevices(run.virtual_time)},
             {"overruns", run.overruns}, {"overrun_ms", overrun_ms},

@@ -266,7 +266,12 @@ std::string Host(const json& r) {
       h.value("threads_per_device", 1), " per device",
       h.value("thread_policy", std::string()).empty() ? "" : ", ", h.value("thread_policy", std::string()),
       "); peak RSS ", Bytes(D(h, "peak_rss_bytes")), ", ",
-      Bytes(D(h, "rss_per_device_bytes")), " per device beyond the model buffers\n");
+      Bytes(D(h, "rss_per_device_bytes")), " per device beyond the model buffers",
+      D(h, "first_step_populated_bytes") > 0
+          ? absl::StrCat("; ", Bytes(D(h, "first_step_populated_bytes")),
+                         " made resident in bulk before the first step")
+          : std::string(),
+      "\n");
   absl::StrAppend(&out, "      overruns ", h.value("overruns", uint64_t{0}), " compute ops (",
                   Fmt("%.3f", D(h, "overrun_ms")), " ms of real work beyond modeled time); wait lateness p50 ",
                   Fmt("%.3f", D(l, "p50")), " p99 ", Fmt("%.3f", D(l, "p99")), " max ", Fmt("%.3f", D(l, "max")),

@@ -266,6 +266,9 @@ struct RunResult {
   // The device threads' scheduling policy ("SCHED_BATCH" on the virtual clock where the host
   // allows it, else the process's, e.g. "SCHED_OTHER"; see rp::SchedPolicy).
   std::string thread_policy;
+  // ExecutorOptions::warm_first_step: bytes the kernel made resident in bulk before the first step
+  // (all devices; 0 if off or the kernel has no MADV_POPULATE_WRITE).
+  uint64_t first_step_populated_bytes = 0;
   std::vector<std::string> faults;  // FaultInjector::Describe()
   // Directed links (global ranks) whose p2p transfers took longer than their link class's time
   // (degraded links, kSlowLink faults): the first step it was seen and the factor observed then.

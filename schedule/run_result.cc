@@ -52,6 +52,7 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   res.wall_seconds = wall_seconds;
   res.fabric_messages = fabric->committed();
   res.thread_policy = cluster.thread_policy_name();
+  for (const auto& r : runners) res.first_step_populated_bytes += r->populated_bytes();
   res.faults = cluster.faults().Describe();
   for (const LinkFault& f : plan->link_faults) {
     res.slow_links.push_back({.src = g.RankAtDevice(f.src), .dst = g.RankAtDevice(f.dst),

@@ -118,6 +118,7 @@ absl::Status DeviceRunner::Body(Device& dev,
     PopulatedBlock warm;
     if (step == 0 && !ctx_->warm_heap_bytes.empty()) {
       warm = PopulatedBlock::Allocate(ctx_->warm_heap_bytes[static_cast<size_t>(rank_)]);
+      if (warm.populated()) populated_bytes_ = warm.size();
     }
     RP_ASSIGN_OR_RETURN(const Nanos t0,
                         ctx_->fabric->Arrive(lp, ctx_->barrier, dev.cursor(), site, on_step_boundary));

@@ -147,6 +147,8 @@ class DeviceRunner {
   const std::vector<int>& waiting() const { return waiting_; }
   // Commit protocol: the state before this device's last optimizer update and its step.
   int backup_step() const { return backup_step_; }
+  // Bytes of its first-step block the kernel made resident (RunContext::warm_heap_bytes).
+  uint64_t populated_bytes() const { return populated_bytes_; }
   void Rollback();
 
  private:
@@ -229,6 +231,7 @@ class DeviceRunner {
   Nanos step_start_{0};
   int64_t step_wall_origin_ns_ = 0;  // steady_clock ns of the step's modeled start
   DeviceStep step_;
+  uint64_t populated_bytes_ = 0;
   int tp_calls_ = 0;  // TP all-reduces so far in the current op
   // Event-driven TP all-reduces: the gate the compute thread awaits, the result handed over.
   GateId tp_gate_ = -1;

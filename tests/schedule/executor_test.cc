@@ -13,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/heap.h"
 #include "runtime/model/reference_trainer.h"
 #include "schedule/generators.h"
 #include "schedule/metrics.h"
@@ -254,6 +255,11 @@ TEST(Executor, WarmFirstStepChangesNoResult) {
   }
   EXPECT_FALSE(std::isnan(cold->steps.back().test_loss));  // the last step is evaluated
   EXPECT_EQ(warm->steps.back().test_loss, cold->steps.back().test_loss);
+  EXPECT_EQ(cold->first_step_populated_bytes, 0u);
+  // Each of the 8 devices populated at least its 16 KiB of slack (where the kernel can).
+  if (PopulatedBlock::Allocate(1 << 16).populated()) {
+    EXPECT_GE(warm->first_step_populated_bytes, 8u * (16u << 10));
+  }
 }
 
 TEST(Executor, RunTwiceIsFailedPrecondition) {
