@@ -12,6 +12,11 @@
 # Each run prints wall seconds, peak RSS (KB, /usr/bin/time) and device-ops per second (compute ops
 # of all devices ÷ wall seconds: devices × steps × ops per device per step, as the report counts
 # them). The baseline is skipped above BASE_MAX_DEVICES (it takes minutes there or fails).
+#
+# Then issue 13's linear-scaling figure: wall time per device-op of the largest layout over that of
+# the smallest (target <= 1.5), from REPS interleaved pairs (small, large, small, large, ...) so both
+# sides of each ratio see the same phase of the host — whose speed drifts by ±20 % over minutes,
+# more than the sizes' own difference — and the median of the pairs' ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -96,3 +101,21 @@ for n in $DEVICES; do
   [ "$base_failed" -gt 0 ] && bw="$bw ($base_failed of $REPS failed)"
   printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$nw" "$no" "$us" "$nm" "$usm" "$rss" "$same" "$bw" "$ratio"
 done
+
+# Linear scaling: µs per device-op, largest ÷ smallest layout, interleaved pairs.
+sizes=($DEVICES)
+small=${sizes[0]} large=${sizes[${#sizes[@]}-1]}
+if [ "$small" != "$large" ]; then
+  ratios=()
+  for _ in $(seq "$REPS"); do
+    read -r w _ < <(run "$NEW" $((small / 16)) report)
+    [ "$w" = fail ] && { echo "scaling: ringpipe failed at $small devices" >&2; exit 1; }
+    read -r os _ < <(host_figures)
+    read -r w _ < <(run "$NEW" $((large / 16)) report)
+    [ "$w" = fail ] && { echo "scaling: ringpipe failed at $large devices" >&2; exit 1; }
+    read -r ol _ < <(host_figures)
+    ratios+=("$(awk -v s="$os" -v l="$ol" 'BEGIN {printf "%.3f", s / l}')")
+  done
+  printf '\nµs per device-op, %s ÷ %s devices, %s interleaved pairs: %s; median %s (issue 13 target: <= 1.5)\n' \
+    "$large" "$small" "$REPS" "${ratios[*]}" "$(printf '%s\n' "${ratios[@]}" | median)"
+fi
