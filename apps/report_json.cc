@@ -96,7 +96,7 @@ json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const 
   const Nanos end = wall ? iv.wall_end : iv.end;
   const Nanos transfer = wall ? iv.wall_transfer : iv.transfer;
   const char* kind = "compute";
-  std::string name = op != nullptr ? schedule::OpKindName(op->kind) : "";
+  const char* name = op != nullptr ? schedule::OpKindName(op->kind) : "";
   int mb = op != nullptr ? op->micro_batch : -1;
   int chunk = op != nullptr ? op->chunk : -1;
   switch (iv.kind) {

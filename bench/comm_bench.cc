@@ -126,7 +126,7 @@ void RunRingAllReduce(benchmark::State& state, rp::comm::CommunicatorOptions co)
   state.SetLabel(rp::comm::CodecName(codec));
 }
 
-void BM_RingAllReduce(benchmark::State& state) { RunRingAllReduce(state, {.devices = {}}); }
+void BM_RingAllReduce(benchmark::State& state) { RunRingAllReduce(state, {}); }
 
 // Without the small-message path and the yield phase, for same-run comparisons: every message
 // lent and acknowledged, blocked ranks spin then sleep on the futex (the first protocol's waits).

@@ -392,7 +392,9 @@ TEST(RingForwarding, HoldLimitFallsBackToForwardingOwnCopies) {
     for (int r = 0; r < n; ++r) {
       EXPECT_EQ(std::memcmp(ref.data(), out[static_cast<size_t>(r)].data(), count * 4), 0)
           << "limit " << limit << " rank " << r;
-      if (limit == 0) EXPECT_EQ(forwarded[static_cast<size_t>(r)], 0u);
+      if (limit == 0) {
+        EXPECT_EQ(forwarded[static_cast<size_t>(r)], 0u);
+      }
       EXPECT_LE(forwarded[static_cast<size_t>(r)], ExpectedForwards(count, n, r, seg_elems));
     }
   }

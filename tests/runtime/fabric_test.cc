@@ -261,7 +261,9 @@ Timings Mixed(const Workload& w, uint64_t seed, const std::vector<bool>& event) 
   }
   for (auto& t : threads) t.join();
   for (size_t l = 0; l < w.scripts.size(); ++l) {
-    if (event[l]) EXPECT_EQ(machines[l].pc, w.scripts[l].size()) << "event LP " << l << " stalled";
+    if (event[l]) {
+      EXPECT_EQ(machines[l].pc, w.scripts[l].size()) << "event LP " << l << " stalled";
+    }
   }
   EXPECT_EQ(f.pending(), 0u);
   return out;

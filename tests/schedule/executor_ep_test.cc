@@ -152,7 +152,9 @@ TEST(ExecutorEp, SkewedRouterMakesAStragglerSeenAsPeerWait) {
     EXPECT_EQ(st.emulated_ms, st.predicted_ms);
     const std::vector<int64_t>& tokens = st.moe[0].expert_tokens;
     const int64_t all = tokens[0] + tokens[1] + tokens[2] + tokens[3];
-    if (skew > 0) EXPECT_GT(tokens[0], all / 2) << "expert 0 takes most tokens";
+    if (skew > 0) {
+      EXPECT_GT(tokens[0], all / 2) << "expert 0 takes most tokens";
+    }
     // The predictor's intervals for the same step are the emulated ones.
     const EpWaits emulated = SumEpWaits(r->timelines);
     std::vector<std::vector<OpInterval>> predicted;
@@ -250,7 +252,9 @@ TEST_P(ExecutorEpExact, TrainsBitIdenticallyToTheReference) {
   for (const StepRecord& st : r->steps) {
     for (const auto& b : st.moe) dropped += b.dropped;
   }
-  if (s.capacity > 0) EXPECT_GT(dropped, 0) << "the capacity drops tokens";
+  if (s.capacity > 0) {
+    EXPECT_GT(dropped, 0) << "the capacity drops tokens";
+  }
   const ParallelGrid& grid = (*ex)->grid();
   size_t compared = 0;
   for (int rank = 0; rank < grid.world_size(); ++rank) {
