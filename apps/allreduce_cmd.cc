@@ -40,9 +40,10 @@ absl::StatusOr<Settings> ReadFlags(const ParsedArgs& args) {
 }
 
 int Run(const ParsedArgs& args) {
-  collective_bench::Command c{.name = "allreduce",
-                              .busbw_rule = "2(n-1)/n",
-                              .formula = "the closed form of docs/collectives.md (n/a when the ring crosses nodes)"};
+  collective_bench::Command c;
+  c.name = "allreduce";
+  c.busbw_rule = "2(n-1)/n";
+  c.formula = "the closed form of docs/collectives.md (n/a when the ring crosses nodes)";
   auto settings = ReadFlags(args);
   if (!settings.ok()) return collective_bench::Fail(c, kExitBadInput, std::string(settings.status().message()));
   const Settings& s = *settings;

@@ -20,12 +20,12 @@ namespace rp::apps {
 namespace {
 
 int Run(const ParsedArgs& args) {
-  collective_bench::Command c{
-      .name = "alltoall",
-      .busbw_rule = "(n-1)/n",
-      .formula = "the closed form of docs/collectives.md \"All-to-all\" (n/a when the pairs span both link classes)",
-      .notes = {"pairwise exchange, n-1 steps; size = bytes each rank sends in all (its own block included), count "
-                "rounded down to a multiple of the ranks"}};
+  collective_bench::Command c;
+  c.name = "alltoall";
+  c.busbw_rule = "(n-1)/n";
+  c.formula = "the closed form of docs/collectives.md \"All-to-all\" (n/a when the pairs span both link classes)";
+  c.notes = {"pairwise exchange, n-1 steps; size = bytes each rank sends in all (its own block included), count "
+             "rounded down to a multiple of the ranks"};
   alltoall::Settings s;
   if (absl::Status st = collective_bench::ReadFlags(args, s); !st.ok()) {
     return collective_bench::Fail(c, kExitBadInput, std::string(st.message()));

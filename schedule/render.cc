@@ -84,14 +84,16 @@ absl::StatusOr<std::string> RenderSlots(const Program& prog) {
   StageCost unit{.forward = Nanos(v), .backward = Nanos(prog.split_backward ? 2 * v : v),
                  .weight_grad = Nanos(prog.split_backward ? v : 0)};
   // A stand-in model with one layer per model stage (rendering needs only the schedule).
-  MlpConfig model{.input_dim = 4,
-                  .hidden = std::vector<int>(static_cast<size_t>(prog.num_model_stages() - 1), 4),
-                  .classes = 4};
-  RP_ASSIGN_OR_RETURN(ExecutionPlan plan,
-                      BuildPlan({.grid = {.dp = 1, .pp = prog.num_ranks, .tp = 1},
-                                 .program = prog,
-                                 .model = model,
-                                 .cost = CostModel::Uniform(unit)}));
+  MlpConfig model;
+  model.input_dim = 4;
+  model.hidden = std::vector<int>(static_cast<size_t>(prog.num_model_stages() - 1), 4);
+  model.classes = 4;
+  PlanOptions po;  // everything else at its default
+  po.grid = {.dp = 1, .pp = prog.num_ranks, .tp = 1};
+  po.program = prog;
+  po.model = model;
+  po.cost = CostModel::Uniform(unit);
+  RP_ASSIGN_OR_RETURN(ExecutionPlan plan, BuildPlan(po));
   RP_ASSIGN_OR_RETURN(Prediction pred, Predict(plan));
   std::vector<std::vector<OpInterval>> tl;
   for (int s = 0; s < prog.num_ranks; ++s) tl.push_back(pred.Timeline(plan.grid, s));
