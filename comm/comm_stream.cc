@@ -89,7 +89,8 @@ void EventCommStream::Fail(Fabric::Scope& scope, const absl::Status& status, con
                    TimedKindName(spec.kind), " #", spec.op_id, " ", what, " rank ", prev,
                    " (device ", c.site.peer, ") at ring step ", running_->machine.next_step(),
                    ": ", status.message()));
-  if (c.done) c.done(scope, out);
+  absl::StatusOr<CollectiveResult> failed(out);
+  if (c.done) c.done(scope, failed);
   queue_.clear();
   inbox_.clear();
   running_.reset();
@@ -115,8 +116,8 @@ void EventCommStream::Pump(Fabric::Scope& scope) {
     }
     RingMachine& machine = running_->machine;
     if (machine.done()) {
-      const CollectiveResult result = machine.result();
-      prev_end_ = result.end;
+      absl::StatusOr<CollectiveResult> result = machine.TakeResult();
+      prev_end_ = result->end;
       Collective c = std::move(running_->collective);
       running_.reset();
       if (c.done) c.done(scope, result);

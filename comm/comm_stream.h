@@ -51,8 +51,8 @@ class EventCommStream {
     WaitSite site;
     // Runs under the fabric's lock once the collective ended (its result) or failed (the
     // status, already naming rank, collective and peer). After a failure the stream runs
-    // nothing more.
-    std::function<void(Fabric::Scope&, const absl::StatusOr<CollectiveResult>&)> done;
+    // nothing more. Called once: it may move from the result (its spans).
+    std::function<void(Fabric::Scope&, absl::StatusOr<CollectiveResult>&)> done;
   };
 
   // The stream posts as `lp`. With lp_is_event_driven it registers as lp's handler

@@ -173,10 +173,7 @@ struct CollectiveResult {
   Nanos peer_wait{0};
   Nanos reduce{0};
   // The same split as intervals, in order (timed): for overlaying another stream's waits.
-  struct Span {
-    Nanos start{0}, end{0};
-    bool peer = false;  // peer wait; else transfer (reduce tails are not listed)
-  };
+  using Span = WaitSpan;  // peer: peer wait; else transfer (reduce tails are not listed)
   std::vector<Span> spans;
   uint64_t messages = 0;     // messages this rank sent
   uint64_t forwarded = 0;    // of which forwarded views (CommunicatorOptions::forward_lends)

@@ -196,7 +196,7 @@ absl::Status RingMachine::OnReceive(const MessageTiming& timing, const SegmentPa
   return absl::OkStatus();
 }
 
-CollectiveResult RingMachine::result() const {
+CollectiveResult RingMachine::TakeResult() {
   CollectiveResult r;
   r.start = start_;
   r.end = timer_.end();
@@ -205,7 +205,7 @@ CollectiveResult RingMachine::result() const {
   r.transfer = timer_.transfer();
   r.peer_wait = timer_.peer_wait();
   r.reduce = timer_.reduce();
-  for (const ring::RingTimer::Span& sp : timer_.spans()) r.spans.push_back({sp.start, sp.end, sp.peer});
+  r.spans = timer_.TakeSpans();
   r.messages = messages_;
   return r;
 }

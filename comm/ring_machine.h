@@ -39,7 +39,7 @@
 //     Delivery d = await the ring channel r - 1 -> r;
 //     RP_RETURN_IF_ERROR(m.OnReceive(d.timing, static_cast<SegmentPayload&>(*d.payload), &sends));
 //   }
-//   m.result().end;  // when the last received segment was consumed
+//   m.TakeResult().end;  // when the last received segment was consumed
 #pragma once
 
 #include <array>
@@ -172,8 +172,9 @@ class RingMachine {
   int received() const { return timer_.received(); }
   // The step (within its phase) of the next expected receive.
   int next_step() const;
-  // Valid once done(): end, transfer, peer wait, reduce, spans, bytes, messages.
-  CollectiveResult result() const;
+  // Valid once done(): end, transfer, peer wait, reduce, spans, bytes, messages. Moves the spans
+  // out: call it once.
+  CollectiveResult TakeResult();
   const Spec& spec() const { return spec_; }
 
  private:

@@ -181,7 +181,7 @@ absl::Status RingRunner::RunTimed(RingMachine::Buffers buffers) {
                  : FailLocal(s, "reducing", step);
     }
   }
-  result_ = machine.result();
+  result_ = machine.TakeResult();
   return absl::OkStatus();
 }
 

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "comm/codec.h"
@@ -117,10 +118,7 @@ class RingTimer {
     uint64_t bytes = 0;  // modeled wire bytes
     Nanos ready{0};
   };
-  struct Span {
-    Nanos start{0}, end{0};
-    bool peer = false;
-  };
+  using Span = WaitSpan;  // runtime/time.h
 
   // n ranks, this rank `rank`; `root` for a broadcast (ignored otherwise).
   RingTimer(TimedKind kind, const TimedShape& shape, int n, int rank, int root, Nanos start);
@@ -142,6 +140,8 @@ class RingTimer {
   Nanos reduce() const { return end() - progress_; }
   // Busy intervals in time order, adjacent ones of the same kind merged (transfer, peer wait).
   const std::vector<Span>& spans() const { return spans_; }
+  // Moves the spans out (for a result; spans() is empty afterwards).
+  std::vector<Span> TakeSpans() { return std::move(spans_); }
   uint64_t posted_bytes() const { return posted_bytes_; }
 
  private:

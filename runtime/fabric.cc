@@ -82,7 +82,7 @@ void Fabric::RaiseBound(LpId lp, Nanos t) {
   Lp& l = *lps_[static_cast<size_t>(lp)];
   if (t <= l.bound) return;
   l.bound = t;
-  progress_.fetch_add(1, std::memory_order_relaxed);
+  Bump(progress_);
   if (l.state == LpWait::State::kRunning) UpdateTree(lp);
 }
 
@@ -91,7 +91,7 @@ void Fabric::Resume(LpId lp, Nanos at_least) {
   l.bound = std::max(l.bound, at_least);
   l.state = LpWait::State::kRunning;
   UpdateTree(lp);
-  progress_.fetch_add(1, std::memory_order_relaxed);
+  Bump(progress_);
   wake_.push_back(&l);  // signalled once the lock is released (Unlocker)
 }
 
@@ -105,39 +105,59 @@ void Fabric::UnlockAndWake() {
 }
 
 
+Fabric::TicketId Fabric::NewTicket() {
+  if (free_tickets_.empty()) {
+    const auto first = static_cast<TicketId>(tickets_.size() * kTicketBlock);
+    tickets_.push_back(std::make_unique<Ticket[]>(kTicketBlock));
+    free_tickets_.reserve(free_tickets_.size() + kTicketBlock);
+    for (TicketId i = kTicketBlock; i-- > 0;) free_tickets_.push_back(first + i);
+  }
+  const TicketId id = free_tickets_.back();
+  free_tickets_.pop_back();
+  return id;
+}
+
 void Fabric::CommitReady() {
   while (!pending_.empty() && pending_.top().key < tree_[1] &&
          !aborted_.load(std::memory_order_relaxed)) {
     const Pending p = pending_.top();
     pending_.pop();
+    if (!pending_.empty()) {
+      // The next commit's ticket and channel are usually cold (posted long ago, at thousands of
+      // channels): fetch them while this one is handled.
+      const Pending& next = pending_.top();
+      const Ticket* nt = &TicketAt(next.ticket);
+      __builtin_prefetch(nt);
+      __builtin_prefetch(reinterpret_cast<const char*>(nt) + 64);
+      __builtin_prefetch(&channels_[static_cast<size_t>(next.channel)]);
+    }
     Channel& c = channels_[static_cast<size_t>(p.channel)];
-    Ticket& t = c.queue[static_cast<size_t>(p.index - c.consumed)];
+    Ticket& t = TicketAt(p.ticket);
     t.timing = model_.Commit(t.message);
     t.committed = true;
     last_committed_ = p.key;
-      committed_.fetch_add(1, std::memory_order_relaxed);
-    progress_.fetch_add(1, std::memory_order_relaxed);
+    Bump(committed_);
+    Bump(progress_);
     if (options_.on_commit) options_.on_commit(t.message, t.timing);
-    if (const Handler& handler = c.handler ? c.handler : handlers_[static_cast<size_t>(c.dst)];
-        handler) {
+    if (c.dispatch != nullptr) {
       // Event-driven receiver: handed over now. A channel's keys increase along it, so what
       // commits is its front.
-      if (p.index != c.consumed) {
+      if (t.index != c.consumed) {
         AbortLocked(absl::InternalError(
             absl::StrCat("fabric: channel ", p.channel, " committed out of order")));
         return;
       }
       Delivery d{.message = t.message, .timing = t.timing, .ticket = t.seq,
                  .payload = std::move(t.payload)};
-      c.queue.pop_front();
       ++c.consumed;
+      free_tickets_.push_back(p.ticket);  // reused first by what the handler posts
       Scope scope(*this);
-      handler(scope, p.channel, std::move(d));  // may post, signal (the loop re-checks)
+      (*c.dispatch)(scope, p.channel, std::move(d));  // may post, signal (the loop re-checks)
       continue;
     }
     Lp& receiver = *lps_[static_cast<size_t>(c.dst)];
     if (receiver.state == LpWait::State::kAwaitChannel && receiver.awaited_channel == p.channel &&
-        p.index == c.consumed) {
+        t.index == c.consumed) {
       Resume(c.dst, t.timing.arrival);  // may lower the minimum: the loop re-checks
     }
   }
@@ -225,15 +245,28 @@ absl::StatusOr<uint64_t> Fabric::PostLocked(LpId lp, ChannelId channel, const Fa
         ", post ", last_committed_.seq, ") committed (the conservative rule was broken)"));
   }
   Channel& c = channels_[static_cast<size_t>(channel)];
+  if (!c.resolved) {
+    const Handler& h = c.handler ? c.handler : handlers_[static_cast<size_t>(c.dst)];
+    c.dispatch = h ? &h : nullptr;
+    c.resolved = true;
+  }
   const uint64_t seq = l.next_seq++;
-  const uint64_t index = c.consumed + c.queue.size();
-  if (c.queue.full()) c.queue.set_capacity(std::max<size_t>(8, 2 * c.queue.capacity()));
-  c.queue.push_back(Ticket{.message = m, .timing = {}, .seq = seq, .committed = false,
-                           .payload = std::move(payload)});
-  pending_.push(Pending{.key = key, .channel = channel, .index = index});
+  const TicketId id = NewTicket();
+  Ticket& t = TicketAt(id);
+  t.message = m;
+  t.timing = {};
+  t.seq = seq;
+  t.index = c.posted++;
+  t.committed = false;
+  t.payload = std::move(payload);
+  if (c.dispatch == nullptr) {
+    if (c.queue.full()) c.queue.set_capacity(std::max<size_t>(8, 2 * c.queue.capacity()));
+    c.queue.push_back(id);
+  }
+  pending_.push(Pending{.key = key, .ticket = id, .channel = channel});
   l.bound = m.ready;
   if (l.state == LpWait::State::kRunning) UpdateTree(lp);
-  progress_.fetch_add(1, std::memory_order_relaxed);
+  Bump(progress_);
   return seq;
 }
 
@@ -286,7 +319,10 @@ absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSit
   Channel& c = channels_[static_cast<size_t>(channel)];
   Lp& l = *lps_[static_cast<size_t>(lp)];
   l.site = site;
-  auto head_committed = [&c]() { return !c.queue.empty() && c.queue.front().committed; };
+  auto head_committed = [&]() {
+    mu_.AssertHeld();
+    return !c.queue.empty() && TicketAt(c.queue.front()).committed;
+  };
   if (!head_committed()) {
     if (aborted_.load(std::memory_order_acquire)) return abort_status_;
     l.awaited_channel = channel;
@@ -305,12 +341,14 @@ absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSit
       return s;
     }
   }
-  Ticket t = std::move(c.queue.front());
+  const TicketId id = c.queue.front();
   c.queue.pop_front();
   ++c.consumed;
+  Ticket& t = TicketAt(id);
+  free_tickets_.push_back(id);  // t stays valid until the next NewTicket (below, none)
   if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
   RaiseBound(lp, t.timing.arrival);
-  progress_.fetch_add(1, std::memory_order_relaxed);
+  Bump(progress_);
   return Delivery{.message = t.message, .timing = t.timing, .ticket = t.seq,
                   .payload = std::move(t.payload)};
 }

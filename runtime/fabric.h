@@ -228,25 +228,36 @@ class Fabric {
     }
   };
   struct Lp;
+  // A posted message until its receiver takes it. Tickets live in fixed blocks (tickets_) and are
+  // reused last-freed-first: the post a handler makes reuses the ticket of the message it was just
+  // handed, whose lines are still in cache (a ticket per channel slot was a cache miss per post at
+  // thousands of channels).
   struct Ticket {
     FabricMessage message;
     MessageTiming timing;
     uint64_t seq = 0;
+    uint64_t index = 0;  // absolute position in its channel
     bool committed = false;
     std::unique_ptr<FabricPayload> payload;
   };
+  using TicketId = uint32_t;
   struct Channel {
     LpId src = 0, dst = 0;
-    // Posted, not yet consumed; front = next. A ring that keeps its room (a std::deque would
-    // allocate and free a block every few messages of a busy channel); grown by PostLocked.
-    boost::circular_buffer<Ticket> queue;
-    uint64_t consumed = 0;     // tickets popped so far (index of queue.front())
-    Handler handler;           // SetChannelHandler (else the receiver LP's, if any)
+    uint64_t posted = 0;    // tickets posted so far
+    uint64_t consumed = 0;  // tickets taken by the receiver so far
+    // Who takes its messages, resolved at its first post (handlers are set before any message):
+    // a handler (this channel's, else the receiver LP's) or, when null, the receiver's Await.
+    const Handler* dispatch = nullptr;
+    bool resolved = false;
+    Handler handler;  // SetChannelHandler (else the receiver LP's, if any)
+    // Awaited channels only: posted, not yet consumed; front = next. A ring that keeps its room
+    // (a std::deque would allocate and free a block every few messages); grown by PostLocked.
+    boost::circular_buffer<TicketId> queue;
   };
   struct Pending {
     Key key;
+    TicketId ticket = 0;
     ChannelId channel = 0;
-    uint64_t index = 0;  // absolute index in the channel
     friend bool operator<(const Pending& a, const Pending& b) { return b.key < a.key; }  // min-heap
   };
   struct Gate {
@@ -280,6 +291,14 @@ class Fabric {
   void SignalLocked(GateId gate, Nanos t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Key LpKey(LpId lp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Ticket& TicketAt(TicketId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return tickets_[id >> kTicketShift][id & (kTicketBlock - 1)];
+  }
+  TicketId NewTicket() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counters written only under mu_ (read anywhere): a plain store, not a locked read-modify-write.
+  static void Bump(std::atomic<uint64_t>& counter) {
+    counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   absl::Status WaitWhile(LpId lp, const std::function<bool()>& blocked,
                          std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max())
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -293,6 +312,10 @@ class Fabric {
   std::vector<Gate> gates_ ABSL_GUARDED_BY(mu_);
   std::vector<Rendezvous> rendezvous_ ABSL_GUARDED_BY(mu_);
   std::priority_queue<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Ticket storage: blocks of kTicketBlock (addresses stay put), free ids reused LIFO.
+  static constexpr uint32_t kTicketShift = 9, kTicketBlock = 1u << kTicketShift;
+  std::vector<std::unique_ptr<Ticket[]>> tickets_ ABSL_GUARDED_BY(mu_);
+  std::vector<TicketId> free_tickets_ ABSL_GUARDED_BY(mu_);
   Key last_committed_ ABSL_GUARDED_BY(mu_){-1, 0, 0};  // the key of the latest commit
   std::vector<Handler> handlers_ ABSL_GUARDED_BY(mu_);  // per LP; empty = run by a thread
   std::vector<Lp*> wake_ ABSL_GUARDED_BY(mu_);  // resumed, to be signalled after unlocking

@@ -17,7 +17,7 @@ void Fabric::AddWork(LpId lp, Nanos ready) {
     l.bound = std::max(l.bound, ready);
     SetState(lp, LpWait::State::kRunning);
   }
-  progress_.fetch_add(1, std::memory_order_relaxed);
+  Bump(progress_);
 }
 
 void Fabric::FinishWork(LpId lp) {
@@ -28,7 +28,7 @@ void Fabric::FinishWork(LpId lp) {
     SetState(lp, LpWait::State::kParked);
     CommitReady();
   }
-  progress_.fetch_add(1, std::memory_order_relaxed);
+  Bump(progress_);
 }
 
 void Fabric::Signal(GateId gate, Nanos t) {
@@ -40,7 +40,7 @@ void Fabric::SignalLocked(GateId gate, Nanos t) {
   Gate& g = gates_[static_cast<size_t>(gate)];
   g.signalled = true;
   g.time = t;
-  progress_.fetch_add(1, std::memory_order_relaxed);
+  Bump(progress_);
   if (g.waiter >= 0 && lps_[static_cast<size_t>(g.waiter)]->state == LpWait::State::kAwaitGate) {
     Resume(g.waiter, t);
   }
@@ -92,7 +92,7 @@ absl::StatusOr<Nanos> Fabric::Arrive(LpId lp, RendezvousId rv, Nanos t, const Wa
   r.max = r.arrived == 0 ? t : std::max(r.max, t);
   ++r.arrived;
   SetState(lp, LpWait::State::kRendezvous);
-  progress_.fetch_add(1, std::memory_order_relaxed);
+  Bump(progress_);
   if (r.arrived < r.members) {
     r.waiting.push_back(lp);
     CommitReady();

@@ -23,4 +23,14 @@ inline constexpr Nanos FromMicros(double us) {
   return Nanos(static_cast<int64_t>(us * 1e3 + (us >= 0 ? 0.5 : -0.5)));
 }
 
+// A stretch of a collective's modeled time as its rank spent it: waiting for a peer (the segment
+// was not ready at its sender yet) or in transfer. One type from the ring's timer
+// (comm::ring::RingTimer) through its result (comm::CollectiveResult) to the executor's wait
+// split (schedule::SplitBySpans), so the spans are moved along, not copied.
+struct WaitSpan {
+  Nanos start{0};
+  Nanos end{0};
+  bool peer = false;
+};
+
 }  // namespace rp

@@ -119,12 +119,7 @@ struct WaitSplit {
 };
 WaitSplit SplitWait(Nanos start, Nanos end, Nanos ready);
 
-// A stretch of a collective's wait (comm::CollectiveResult::Span, ring::RingTimer::Span).
-struct WaitSpan {
-  Nanos start{0};
-  Nanos end{0};
-  bool peer = false;
-};
+using rp::WaitSpan;  // runtime/time.h: a stretch of a collective's wait
 // Splits the wait [start, end) against a comm stream's spans (absolute times): the overlap with
 // peer spans is peer wait, the rest (transfer spans, reduction tails) transfer.
 WaitSplit SplitBySpans(Nanos start, Nanos end, std::span<const WaitSpan> spans);

@@ -69,11 +69,13 @@ absl::StatusOr<comm::CollectiveResult> DeviceRunner::TpAllReduce(
       .recv_channel = tp.RingChannel(prev),
       .site = site,
       .done = [this, &tp, index, codec = co.codec](
-                  Fabric::Scope& scope, const absl::StatusOr<comm::CollectiveResult>& r) {
+                  Fabric::Scope& scope, absl::StatusOr<comm::CollectiveResult>& r) {
         if (r.ok()) tp.rank(index).Account(*r, codec);
-        tp_result_ = r;
-        scope.Signal(tp_gate_, r.ok() ? r->end : Nanos(0));
-        if (!r.ok()) scope.Abort(r.status());
+        const absl::Status status = r.status();
+        const Nanos end = r.ok() ? r->end : Nanos(0);
+        tp_result_ = std::move(r);
+        scope.Signal(tp_gate_, end);
+        if (!status.ok()) scope.Abort(status);
       }};
   ctx_->tp_streams[static_cast<size_t>(rank_)]->Enqueue(std::move(c));
   absl::StatusOr<Nanos> end = ctx_->fabric->AwaitGate(ExecutionPlan::ComputeLp(rank_), tp_gate_, site);
@@ -124,7 +126,7 @@ void DeviceRunner::EnqueueBucket(int step, int order, int chunk, int bucket, Nan
                .step = step},
       .done = [this, step, order, ready, step_start, wall_handed, &rc, codec = co.codec,
                waiting = group[static_cast<size_t>(prev)]](
-                  Fabric::Scope& scope, const absl::StatusOr<comm::CollectiveResult>& r) {
+                  Fabric::Scope& scope, absl::StatusOr<comm::CollectiveResult>& r) {
         if (!r.ok()) {
           const absl::Status s(r.status().code(),
                                absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ",
@@ -138,7 +140,7 @@ void DeviceRunner::EnqueueBucket(int step, int order, int chunk, int bucket, Nan
         rc.Account(*r, codec);
         buckets_[static_cast<size_t>(order)] =
             BucketRecord{.ready = ready, .start = r->start, .end = r->end,
-                         .transfer = r->transfer, .reduce = r->reduce, .spans = Spans(r->spans),
+                         .transfer = r->transfer, .reduce = r->reduce, .spans = std::move(r->spans),
                          .wall_start_m = r->start - step_start, .wall_end_m = r->end - step_start,
                          .modeled_bytes = r->modeled_bytes,
                          .trace_wall_start = wall_handed, .trace_wall_end = dev_->WallNow()};
@@ -169,7 +171,7 @@ absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket,
   comm_prev_end_ = r->end;
   buckets_[static_cast<size_t>(order)] =
       BucketRecord{.ready = ready, .start = start, .end = r->end, .transfer = r->transfer,
-                   .reduce = r->reduce, .spans = Spans(r->spans), .wall_start_m = wall0,
+                   .reduce = r->reduce, .spans = std::move(r->spans), .wall_start_m = wall0,
                    .wall_end_m = WallNow()};
   dev_->Trace({.name = "AllReduce", .kind = rp::OpKind::kCollective, .step = step,
                .bytes = r->modeled_bytes},

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,22 +37,12 @@ inline absl::Status WithSite(const absl::Status& s, const Coord& c, int rank, in
                              s.message()));
 }
 
-inline std::vector<WaitSpan> Spans(const std::vector<comm::CollectiveResult::Span>& spans) {
-  std::vector<WaitSpan> out;
-  out.reserve(spans.size());
-  for (const auto& sp : spans) out.push_back({sp.start, sp.end, sp.peer});
-  return out;
-}
-
 // The measured split of a wait [wall_start, wall_end) on the step's measured axis against modeled
-// spans mapped onto it (modeled t sits at t − step_start).
-inline WaitSplit SplitWallBySpans(Nanos wall_start, Nanos wall_end, std::vector<WaitSpan> spans,
-                                  Nanos step_start) {
-  for (WaitSpan& sp : spans) {
-    sp.start -= step_start;
-    sp.end -= step_start;
-  }
-  return SplitBySpans(wall_start, wall_end, spans);
+// spans mapped onto it (modeled t sits at t − step_start): the wait is moved onto the modeled
+// axis instead of the spans onto the measured one (the same integer overlaps, no copy).
+inline WaitSplit SplitWallBySpans(Nanos wall_start, Nanos wall_end,
+                                  std::span<const WaitSpan> spans, Nanos step_start) {
+  return SplitBySpans(wall_start + step_start, wall_end + step_start, spans);
 }
 
 }  // namespace rp::schedule::runner_internal

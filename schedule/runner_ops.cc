@@ -231,7 +231,7 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
       RP_ASSIGN_OR_RETURN(comm::CollectiveResult r, TpAllReduce(step, buffer, co, cursor));
       waiting_.clear();
       const Nanos wall1 = WallNow();
-      const WaitSplit w = SplitWallBySpans(wall0, wall1, Spans(r.spans), step_start_);
+      const WaitSplit w = SplitWallBySpans(wall0, wall1, r.spans, step_start_);
       Record({.kind = IntervalKind::kTpAllReduce, .op = op_index, .detail = tp_calls_,
               .start = cursor - step_start_, .end = r.end - step_start_,
               .transfer = r.transfer + r.reduce, .peer = r.peer_wait, .comm = r.transfer + r.reduce,
@@ -348,7 +348,8 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
   const Nanos reached = dev_->cursor();
   const Nanos wall0 = WallNow();
   Nanos ar_end = reached;
-  std::vector<WaitSpan> spans;
+  std::vector<WaitSpan>& spans = opt_spans_;
+  spans.clear();
   for (size_t o = 0; o < gates_.size(); ++o) {
     RP_ASSIGN_OR_RETURN(const Nanos end,
                         ctx_->fabric->AwaitGate(lp, gates_[o],
