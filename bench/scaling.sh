@@ -5,7 +5,7 @@
 #
 #   bash bench/scaling.sh                  # baseline = BASE_REF (default: 0b37b01, main before the
 #                                          # time engine), devices 256 512 1024 (+ 2048 4096 new only)
-#   REPS=5 STEPS=10 bash bench/scaling.sh
+#   REPS=5 PAIRS=7 STEPS=10 bash bench/scaling.sh
 #   BASE_REF=none bash bench/scaling.sh    # current binary only
 #
 # Layout as the issue: pp 8 × tp 2 × dp, --hidden=64x16 --microbatches=4, default costs, 10 steps.
@@ -14,13 +14,14 @@
 # them). The baseline is skipped above BASE_MAX_DEVICES (it takes minutes there or fails).
 #
 # Then issue 13's linear-scaling figure: wall time per device-op of the largest layout over that of
-# the smallest (target <= 1.5), from REPS interleaved pairs (small, large, small, large, ...) so both
-# sides of each ratio see the same phase of the host — whose speed drifts by ±20 % over minutes,
-# more than the sizes' own difference — and the median of the pairs' ratios.
+# the smallest (target <= 1.5), from PAIRS (default 5) interleaved pairs (small, large, small,
+# large, ...) so both sides of each ratio see the same phase of the host — whose speed drifts by
+# ±20 % over minutes, more than the sizes' own difference — and the median of the pairs' ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 REPS=${REPS:-3}
+PAIRS=${PAIRS:-5}
 STEPS=${STEPS:-10}
 BASE_REF=${BASE_REF:-0b37b01}
 BASE_MAX_DEVICES=${BASE_MAX_DEVICES:-1024}
@@ -107,7 +108,7 @@ sizes=($DEVICES)
 small=${sizes[0]} large=${sizes[${#sizes[@]}-1]}
 if [ "$small" != "$large" ]; then
   ratios=()
-  for _ in $(seq "$REPS"); do
+  for _ in $(seq "$PAIRS"); do
     read -r w _ < <(run "$NEW" $((small / 16)) report)
     [ "$w" = fail ] && { echo "scaling: ringpipe failed at $small devices" >&2; exit 1; }
     read -r os _ < <(host_figures)
@@ -117,5 +118,5 @@ if [ "$small" != "$large" ]; then
     ratios+=("$(awk -v s="$os" -v l="$ol" 'BEGIN {printf "%.3f", s / l}')")
   done
   printf '\nµs per device-op, %s ÷ %s devices, %s interleaved pairs: %s; median %s (issue 13 target: <= 1.5)\n' \
-    "$large" "$small" "$REPS" "${ratios[*]}" "$(printf '%s\n' "${ratios[@]}" | median)"
+    "$large" "$small" "$PAIRS" "${ratios[*]}" "$(printf '%s\n' "${ratios[@]}" | median)"
 fi
