@@ -104,7 +104,6 @@ void Fabric::UnlockAndWake() {
   for (Lp* l : wake) l->parker.Unpark();
 }
 
-
 Fabric::TicketId Fabric::NewTicket() {
   if (free_tickets_.empty()) {
     const auto first = static_cast<TicketId>(tickets_.size() * kTicketBlock);
@@ -345,12 +344,13 @@ absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSit
   c.queue.pop_front();
   ++c.consumed;
   Ticket& t = TicketAt(id);
-  free_tickets_.push_back(id);  // t stays valid until the next NewTicket (below, none)
+  Delivery d{.message = t.message, .timing = t.timing, .ticket = t.seq,
+             .payload = std::move(t.payload)};
+  free_tickets_.push_back(id);
   if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);
-  RaiseBound(lp, t.timing.arrival);
+  RaiseBound(lp, d.timing.arrival);
   Bump(progress_);
-  return Delivery{.message = t.message, .timing = t.timing, .ticket = t.seq,
-                  .payload = std::move(t.payload)};
+  return d;
 }
 
 }  // namespace rp

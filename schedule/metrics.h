@@ -119,7 +119,7 @@ struct WaitSplit {
 };
 WaitSplit SplitWait(Nanos start, Nanos end, Nanos ready);
 
-using rp::WaitSpan;  // runtime/time.h: a stretch of a collective's wait
+// WaitSpan (runtime/time.h): a stretch of a collective's wait.
 // Splits the wait [start, end) against a comm stream's spans (absolute times): the overlap with
 // peer spans is peer wait, the rest (transfer spans, reduction tails) transfer.
 WaitSplit SplitBySpans(Nanos start, Nanos end, std::span<const WaitSpan> spans);

@@ -240,7 +240,6 @@ class DeviceRunner {
   // Buckets: per launch order, a gate and the comm stream's record.
   std::vector<GateId> gates_;
   std::vector<BucketRecord> buckets_;  // written by the comm stream before its gate's Signal
-  std::vector<WaitSpan> opt_spans_;    // the optimizer's: every bucket's spans (room kept)
   std::vector<bool> launched_;
   Nanos comm_prev_end_{0};             // comm stream only
   std::vector<int> comm_waiting_;      // comm stream only: whom its current bucket waits for

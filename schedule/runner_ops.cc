@@ -348,8 +348,7 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
   const Nanos reached = dev_->cursor();
   const Nanos wall0 = WallNow();
   Nanos ar_end = reached;
-  std::vector<WaitSpan>& spans = opt_spans_;
-  spans.clear();
+  std::vector<WaitSpan> spans;
   for (size_t o = 0; o < gates_.size(); ++o) {
     RP_ASSIGN_OR_RETURN(const Nanos end,
                         ctx_->fabric->AwaitGate(lp, gates_[o],
