@@ -39,6 +39,7 @@
 #include "runtime/status_macros.h"
 #include "runtime/tracer.h"
 #include "schedule/executor.h"
+#include "schedule/predictor.h"
 
 namespace rp::apps {
 namespace {
@@ -169,6 +170,19 @@ std::string RunText(const RunConfig& cfg, const Plan& plan, const schedule::RunR
   return text;
 }
 
+// The clock of the start line; on the real clock with the wall time the steps will take (steps ×
+// predicted step × time scale), so a run that a large scale makes long says so before it starts.
+std::string ClockText(const RunConfig& cfg, const Plan& plan, const ClockChoice& clock) {
+  if (cfg.virtual_time) return "virtual clock";
+  std::string text = absl::StrFormat("time scale %g", clock.scale);
+  absl::StatusOr<schedule::Prediction> pred = schedule::Predict(plan.execution, plan.predict);
+  if (!pred.ok()) return text;  // the run itself reports what is wrong with the plan
+  const double seconds = cfg.steps * ToMillis(pred->step_time) * 1e-3 * clock.scale;
+  absl::StrAppendFormat(&text, "; the steps take about %.3g s of wall time", seconds);
+  if (seconds >= 120) absl::StrAppendFormat(&text, " (%.0f min)", seconds / 60);
+  return text;
+}
+
 int Run(const ParsedArgs& args) {
   auto cfg = LoadConfig(args, /*for_run=*/true);
   if (!cfg.ok()) return Fail(kExitBadInput, cfg.status());
@@ -205,8 +219,7 @@ int Run(const ParsedArgs& args) {
   if (!exec.ok()) return create_failed(exec.status());
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",
                plan->grid.ToString().c_str(), schedule::ScheduleName(cfg->schedule), cfg->steps,
-               cfg->world_size(),
-               cfg->virtual_time ? "virtual clock" : absl::StrCat("time scale ", clock->scale).c_str());
+               cfg->world_size(), ClockText(*cfg, *plan, *clock).c_str());
   ThreadSampler sampler;
   auto result = (*exec)->Run();
   host.threads = sampler.Stop();

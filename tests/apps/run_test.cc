@@ -211,6 +211,28 @@ TEST(RunCommand, RealClockMeasuresFromTheWallClock) {
   fs::remove_all(dir);
 }
 
+// Before a real-clock run starts, its start line says how long the steps will take: steps ×
+// predicted step × time scale (a 256-device run at the scale auto picks here took 7 minutes
+// without a word). The virtual clock's line gives no such figure.
+TEST(RunCommand, RealClockStartLineSaysHowLongTheStepsTake) {
+  const fs::path dir = TempDir("eta");
+  const fs::path report = dir / "report.json";
+  const Result r = RunBinary("run --steps=3 --time_scale=2 --reference=false --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const std::string marker = "the steps take about ";
+  const size_t at = r.err.find(marker);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const double seconds = std::stod(r.err.substr(at + marker.size()));
+  const json j = ReadJson(report);
+  const double want = 3 * j["step_time_ms"]["predicted"].get<double>() * 1e-3 * 2;
+  EXPECT_NEAR(seconds, want, want * 5e-3) << r.err;  // printed to 3 significant digits
+  const Result v = RunBinary("run --steps=1 --virtual_time --reference=false", dir);
+  ASSERT_EQ(v.exit_code, 0) << v.err << v.out;
+  EXPECT_NE(v.err.find("(virtual clock)"), std::string::npos) << v.err;
+  EXPECT_EQ(v.err.find(marker), std::string::npos) << v.err;
+  fs::remove_all(dir);
+}
+
 TEST(PredictCommand, ScenarioS1MatchesTheWriteUpsCorrectedNumbers) {
   const fs::path dir = TempDir("s1");
   const fs::path report = dir / "report.json";
