@@ -43,8 +43,56 @@ TEST(TimeScale, ASlowHostGetsTheEstimatedScaleAndItHolds) {
   EXPECT_GE(c->scale, 30);
   EXPECT_LE(c->scale, 30 * 1.25 * 1.5);  // the estimate, rounded up to a readable value
   EXPECT_LE(std::abs(30 / (c->scale * 100)), 0.01);
-  EXPECT_EQ(tried.size(), 2u);  // one miss, then the estimate
+  // One miss, then the estimate; no trial below it: with fidelity ∝ 1 / scale, 40's 0.75 % rules
+  // out every readable scale under 40 at half the target.
+  EXPECT_EQ(tried.size(), 2u);
   EXPECT_EQ(c->trials.size(), 2u);
+}
+
+// A host that cannot keep up below `edge` (fidelity `below`) and keeps `above` from there on, up
+// to `far` (then `beyond`): throughput-bound at small scales, nearly exact once it is not — what
+// 256 devices on two cores look like (+1.2 % at scale 5, +0.03 % at 10, +0.01 % at 80).
+TrialFn CliffHost(double edge, double below, double above, double far, double beyond,
+                  std::vector<double>* tried) {
+  return [=](double scale) -> absl::StatusOr<TimeScaleTrial> {
+    tried->push_back(scale);
+    return TimeScaleTrial{.scale = scale,
+                          .fidelity_host = scale < edge ? below : (scale < far ? above : beyond),
+                          .wall_seconds = 0.5 + 2 * scale * 0.067,
+                          .emulated_step_ms = 67};
+  };
+}
+
+// The estimate after a 50 % miss is 80; the bisection below it finds 15 (geometric midpoints on
+// readable scales: sqrt(1.6 × 80) → 15 passes, sqrt(1 × 15) → 4 and sqrt(4 × 15) → 8 miss), where
+// the estimate alone would have made the run five times longer.
+TEST(TimeScale, ACliffHostGetsASmallerScaleThanTheEstimate) {
+  std::vector<double> tried;
+  auto c = ChooseTimeScale(CliffHost(9, 0.5, 1e-4, 1e9, 1e-4, &tried), {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->sustained);
+  EXPECT_EQ(c->scale, 15);
+  EXPECT_EQ(tried, (std::vector<double>{1, 80, 15, 4, 8}));
+  EXPECT_EQ(c->trials.size(), tried.size());
+  EXPECT_NE(c->reason.find("time scale 15: "), std::string::npos) << c->reason;
+  EXPECT_NE(c->reason.find("below 80, the first that did"), std::string::npos) << c->reason;
+  // Without refinement: the estimate.
+  tried.clear();
+  c = ChooseTimeScale(CliffHost(9, 0.5, 1e-4, 1e9, 1e-4, &tried), {.refine_trials = 0});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scale, 80);
+  EXPECT_EQ(tried, (std::vector<double>{1, 80}));
+}
+
+// Below the first pass a trial must keep half the target: 0.8 % at 15 and 40 is within 1 % but
+// not taken; 60 keeps 0.01 % and is.
+TEST(TimeScale, ALowerScaleNeedsHalfTheTarget) {
+  std::vector<double> tried;
+  auto c = ChooseTimeScale(CliffHost(9, 0.5, 0.008, 50, 1e-4, &tried), {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->sustained);
+  EXPECT_EQ(c->scale, 60);
+  EXPECT_EQ(tried, (std::vector<double>{1, 80, 15, 40, 60}));
 }
 
 TEST(TimeScale, TheBudgetStopsTheSearchAndSaysTheHostFiguresAreNotTrustworthy) {
@@ -82,6 +130,12 @@ TEST(TimeScale, BadOptionsAreRefused) {
       ChooseTimeScale(FakeHost(1, 1, &tried), {.target = 0}).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(
       ChooseTimeScale(FakeHost(1, 1, &tried), {.start = 8, .max_scale = 4}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ChooseTimeScale(FakeHost(1, 1, &tried), {.refine_trials = -1}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ChooseTimeScale(FakeHost(1, 1, &tried), {.refine_margin = 0}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ChooseTimeScale(FakeHost(1, 1, &tried), {.refine_margin = 1.5}).status()));
   EXPECT_TRUE(tried.empty());
 }
 
