@@ -95,10 +95,11 @@ double SuggestTimeScale(double scale, double fidelity_host, double target) {
 
 absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const CalibrationOptions& c) {
   if (!(c.target > 0) || !(c.start > 0) || !(c.max_scale >= c.start) || c.trial_steps < 1 ||
-      !(c.max_seconds > 0) || c.refine_trials < 0 || !(c.refine_margin > 0 && c.refine_margin <= 1)) {
+      !(c.max_seconds > 0) || !(c.max_step >= 2) || c.refine_trials < 0 ||
+      !(c.refine_margin > 0 && c.refine_margin <= 1)) {
     return absl::InvalidArgumentError(
         "calibration: target, start, max_seconds must be > 0, max_scale >= start, trial_steps >= 1, "
-        "refine_trials >= 0, refine_margin in (0, 1]");
+        "max_step >= 2, refine_trials >= 0, refine_margin in (0, 1]");
   }
   TimeScaleChoice out;
   double spent = 0;
@@ -125,7 +126,8 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
           Describe(out.trials));
       return out;
     }
-    const double next = std::min(SuggestTimeScale(scale, t.fidelity_host, c.target), c.max_scale);
+    const double next = std::min({SuggestTimeScale(scale, t.fidelity_host, c.target),
+                                  NiceUp(scale * c.max_step), c.max_scale});
     // The next trial: at most this one's wall time (setup, host-limited steps) plus its steps at
     // the next scale (the modeled part grows with the scale).
     const double next_cost = t.wall_seconds + c.trial_steps * next * t.emulated_step_ms * 1e-3;

@@ -9,14 +9,15 @@
 // trainer, no tracer) at growing scales, until the last trial step's |fidelity.host| is within
 // `target`. The next scale after a trial that missed is estimated from it — host overhead is
 // roughly a fixed wall time, so fidelity shrinks as 1 / scale: next = scale × |fidelity| / target
-// × 1.25, at least ×2 and at most ×64 — and the search stops at max_scale or when the next trial
-// would overrun max_seconds of wall time in all (its cost estimated as this trial's wall time, which
-// bounds setup and host work, plus trial_steps × next × the emulated step: the modeled part); then
-// the best scale tried is returned, marked not sustained. That estimate overshoots on a host whose
-// fidelity falls off a cliff rather than as 1 / scale (throughput-bound below some scale, nearly
-// exact above it: 256 devices here missed by 57 % at scale 1 and kept 0.01 % at the estimated 80,
-// while 10 kept 0.03 %), so after the first pass the search bisects down between the last miss and
-// it (refine_trials, refine_margin) and the run uses the smallest scale that passed.
+// × 1.25, at least ×2 and at most ×64 (in the search also at most max_step, 16) — and the search
+// stops at max_scale or when the next trial would overrun max_seconds of wall time in all (its
+// cost estimated as this trial's wall time, which bounds setup and host work, plus trial_steps ×
+// next × the emulated step: the modeled part); then the best scale tried is returned, marked not
+// sustained. That estimate overshoots on a host whose fidelity falls off a cliff rather than as
+// 1 / scale (throughput-bound below some scale, nearly exact above it: 256 devices here missed by
+// 57 % at scale 1 and kept 0.01 % at the estimated 80, while 10 kept 0.03 %), so after the first
+// pass the search bisects down between the last miss and it (refine_trials, refine_margin) and the
+// run uses the smallest scale that passed.
 //
 // SuggestTimeScale is the same estimate for a run whose scale was forced: the scale at which its
 // measured host fidelity would have been within target.
@@ -55,10 +56,15 @@ struct CalibrationOptions {
   double max_scale = 4096;
   int trial_steps = 2;   // per trial; the last step is judged (the first warms up)
   double max_seconds = 60;  // wall-time budget of all trials
+  // After a miss the next scale is at most max_step × this one (rounded up to a readable scale):
+  // the estimate trusts fidelity ∝ 1 / scale, which a cliff-like host does not follow, and a trial's
+  // cost grows with its scale (256 devices here: 1 → +57 % estimated 80, a 10.9 s trial, where 8 keeps
+  // +0.03 %).
+  double max_step = 16;
   // Below the first scale that passed (see ChooseTimeScale): at most this many more trials, and a
   // lower scale is taken only if its trial kept |fidelity.host| <= refine_margin × target.
   int refine_trials = 3;
-  double refine_margin = 0.5;
+  double refine_margin = 0.25;
 };
 
 // Runs one trial at `scale` (tests replace it; the default runs the executor).
