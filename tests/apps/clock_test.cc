@@ -48,14 +48,15 @@ TEST(Clock, AutoIsTheDefaultAndTheReportSaysWhichScaleAndWhy) {
   EXPECT_EQ(c["scale"], j["host"]["time_scale"]) << "the run used the scale it chose";
   EXPECT_FALSE(c["reason"].get<std::string>().empty());
   // When the calibration reached the target, the chosen scale is that of a trial that kept it, and
-  // no trial at a smaller scale did (the smallest that passed).
+  // no trial at a smaller scale kept what a scale below the first pass needs (refine_margin ×
+  // target: 0.25 %; the upward trials below it missed 1 %).
   if (c["sustained_in_calibration"].get<bool>()) {
     int chosen = 0;
     for (const json& t : c["calibration_trials"]) {
       const bool kept = std::abs(t["fidelity_host"].get<double>()) <= 0.01;
       if (t["scale"] == c["scale"]) chosen += kept;
       if (t["scale"].get<double>() < c["scale"].get<double>()) {
-        EXPECT_GT(std::abs(t["fidelity_host"].get<double>()), 0.005) << t.dump();
+        EXPECT_GT(std::abs(t["fidelity_host"].get<double>()), 0.0025) << t.dump();
       }
     }
     EXPECT_EQ(chosen, 1) << c.dump();
