@@ -10,6 +10,12 @@
 //        hand-off by std::atomic wait/notify on per-rank progress counters, 256 KiB sub-chunks).
 //   BM_AddLoop/bytes                              one thread, dst[i] += src[i] over the same bytes:
 //        the machine's memory-bandwidth bound.
+//   BM_EventRing/rings/ranks/chunk                the virtual clock's message path alone: `rings`
+//        ring all-reduces of `ranks` event-driven comm streams each (rp::Fabric + EventCommStream,
+//        as a run's DP gradient buckets; rank k of ring r on device k * rings + r, DGX-A100 links),
+//        `chunk` floats per ring chunk, every commit on the benchmark thread. Counter time_per_message:
+//        CPU per fabric message (commit, reduce, next send, post), the cost issue 13's linear
+//        scaling turns on (a 4096-device run is 16 rings of 256 ranks with 8-float chunks).
 // Counters: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (GB/s, 1e9). Real time.
 //
 // Ranks are threads: rank 0 runs on the benchmark thread, ranks 1..n-1 on pooled threads woken per
@@ -28,7 +34,10 @@
 
 #include "benchmark/benchmark.h"
 #include "comm/collectives.h"
+#include "comm/comm_stream.h"
 #include "comm/communicator.h"
+#include "runtime/fabric.h"
+#include "runtime/link_models.h"
 
 namespace {
 
@@ -225,6 +234,82 @@ bool FullGrid() {
   return v != nullptr && std::string(v) == "1";
 }
 
+
+// The virtual clock's message path: see the header. One iteration = one all-reduce on every ring,
+// started at the previous one's latest end; the driver LP (tie rank 0) awaits a gate per stream,
+// and its first wait commits the whole cascade.
+void BM_EventRing(benchmark::State& state) {
+  const int rings = static_cast<int>(state.range(0)), n = static_cast<int>(state.range(1));
+  const size_t count = static_cast<size_t>(state.range(2)) * static_cast<size_t>(n);
+  const int world = rings * n;
+  const rp::LpId driver = world;
+  std::vector<uint64_t> tie(static_cast<size_t>(world) + 1);
+  for (size_t i = 0; i < tie.size(); ++i) tie[i] = i == static_cast<size_t>(driver) ? 0 : i + 1;
+  auto fabric = rp::Fabric::Create({.links = rp::DgxA100(), .num_devices = world, .faults = {},
+                                    .tie_rank = tie, .on_commit = {}});
+  if (!fabric.ok()) return state.SkipWithError(fabric.status().ToString().c_str());
+  std::vector<std::unique_ptr<rp::comm::Communicator>> comms;
+  std::vector<std::unique_ptr<rp::comm::EventCommStream>> streams(static_cast<size_t>(world));
+  std::vector<std::vector<float>> grads(static_cast<size_t>(world), std::vector<float>(count, 0.0f));  // zeros: sums stay finite
+  std::vector<rp::GateId> gates;
+  for (int r = 0; r < rings; ++r) {
+    rp::comm::CommunicatorOptions co;
+    for (int k = 0; k < n; ++k) co.devices.push_back(k * rings + r);
+    co.fabric = fabric->get();
+    co.lps = co.devices;
+    auto comm = rp::comm::Communicator::Create(co);
+    if (!comm.ok()) return state.SkipWithError(comm.status().ToString().c_str());
+    comms.push_back(*std::move(comm));
+  }
+  for (int d = 0; d < world; ++d) {
+    streams[static_cast<size_t>(d)] =
+        std::make_unique<rp::comm::EventCommStream>(fabric->get(), d, /*lp_is_event_driven=*/true);
+    gates.push_back((*fabric)->AddGate());
+  }
+  rp::Nanos start{0};
+  uint64_t op = 0;
+  for (auto _ : state) {
+    rp::Nanos end = start;
+    ++op;
+    for (int r = 0; r < rings; ++r) {
+      rp::comm::Communicator& comm = *comms[static_cast<size_t>(r)];
+      for (int k = 0; k < n; ++k) {
+        const int d = k * rings + r;
+        float* g = grads[static_cast<size_t>(d)].data();
+        const rp::comm::ring::Range own = rp::comm::ring::ChunkRange(count, n, k);
+        rp::comm::EventCommStream::Collective c{
+            .spec = {.kind = rp::comm::ring::TimedKind::kAllReduce, .n = n, .rank = k, .device = d,
+                     .next_device = comm.device((k + 1) % n), .count = count,
+                     .codec = rp::comm::Codec::kFp32, .segment_elems = count, .model = {},
+                     .error_feedback = false, .op_id = op},
+            .buffers = {.in = g, .out = g, .work = g, .own_out = g + own.begin, .residual = nullptr},
+            .ready = start,
+            .send_channel = comm.RingChannel(k),
+            .recv_channel = comm.RingChannel((k + n - 1) % n),
+            .site = {.rank = d, .op = "bench all-reduce", .peer = comm.device((k + n - 1) % n)},
+            .done = [&end, gate = gates[static_cast<size_t>(d)]](
+                        rp::Fabric::Scope& scope, absl::StatusOr<rp::comm::CollectiveResult>& res) {
+              if (!res.ok()) return scope.Abort(res.status());
+              end = std::max(end, res->end);
+              scope.Signal(gate, res->end);
+            }};
+        streams[static_cast<size_t>(d)]->Enqueue(std::move(c));
+      }
+    }
+    for (rp::GateId g : gates) {
+      auto t = (*fabric)->AwaitGate(driver, g, {.rank = -1, .op = "bench driver"});
+      if (!t.ok()) return state.SkipWithError(t.status().ToString().c_str());
+      (*fabric)->ResetGate(g);
+    }
+    start = end;
+  }
+  const double messages = static_cast<double>((*fabric)->committed());
+  state.counters["messages"] = messages / static_cast<double>(state.iterations());
+  state.counters["time_per_message"] =
+      benchmark::Counter(messages, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  (*fabric)->Finish(driver);
+}
+
 void RingArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"ranks", "bytes", "segment", "codec"});
   if (FullGrid()) {
@@ -261,6 +346,14 @@ BENCHMARK(BM_RingAllReduceNoForward)
     ->Apply(RingArgs)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+// 16 rings as a 4096-device run's (and 512 / 256 devices' dp 32 / 16), 8 floats a chunk.
+BENCHMARK(BM_EventRing)
+    ->ArgNames({"rings", "ranks", "chunk"})
+    ->Args({16, 16, 8})
+    ->Args({16, 32, 8})
+    ->Args({16, 256, 8})
+    ->Args({1, 256, 8})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PlainRing)->Apply(PlainArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AddLoop)
     ->ArgName("bytes")
