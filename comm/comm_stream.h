@@ -92,6 +92,7 @@ class EventCommStream {
   std::optional<Running> running_;
   // Messages not consumed yet, per channel (a stream listens on one or two: a linear search).
   std::deque<std::pair<ChannelId, std::deque<Delivery>>> inbox_;  // stable on growth
+  size_t buffered_ = 0;  // deliveries in inbox_, all channels
   Nanos prev_end_{0};
   bool failed_ = false;
   std::vector<RingMachine::Send> sends_;  // scratch
