@@ -234,7 +234,6 @@ bool FullGrid() {
   return v != nullptr && std::string(v) == "1";
 }
 
-
 // The virtual clock's message path: see the header. One iteration = one all-reduce on every ring,
 // started at the previous one's latest end; the driver LP (tie rank 0) awaits a gate per stream,
 // and its first wait commits the whole cascade.
@@ -250,7 +249,8 @@ void BM_EventRing(benchmark::State& state) {
   if (!fabric.ok()) return state.SkipWithError(fabric.status().ToString().c_str());
   std::vector<std::unique_ptr<rp::comm::Communicator>> comms;
   std::vector<std::unique_ptr<rp::comm::EventCommStream>> streams(static_cast<size_t>(world));
-  std::vector<std::vector<float>> grads(static_cast<size_t>(world), std::vector<float>(count, 0.0f));  // zeros: sums stay finite
+  // Zeros: the sums stay finite over any number of iterations.
+  std::vector<std::vector<float>> grads(static_cast<size_t>(world), std::vector<float>(count, 0.0f));
   std::vector<rp::GateId> gates;
   for (int r = 0; r < rings; ++r) {
     rp::comm::CommunicatorOptions co;
