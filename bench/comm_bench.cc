@@ -13,9 +13,9 @@
 //   BM_EventRing/rings/ranks/chunk                the virtual clock's message path alone: `rings`
 //        ring all-reduces of `ranks` event-driven comm streams each (rp::Fabric + EventCommStream,
 //        as a run's DP gradient buckets; rank k of ring r on device k * rings + r, DGX-A100 links),
-//        `chunk` floats per ring chunk, every commit on the benchmark thread. Counter time_per_message:
-//        CPU per fabric message (commit, reduce, next send, post), the cost issue 13's linear
-//        scaling turns on (a 4096-device run is 16 rings of 256 ranks with 8-float chunks).
+//        `chunk` floats per ring chunk, every commit on the benchmark thread. Counter
+//        time_per_message: CPU per fabric message (commit, reduce, next send, post), the cost issue
+//        13's linear scaling turns on (a 4096-device run is 16 rings of 256 ranks, 8-float chunks).
 // Counters: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (GB/s, 1e9). Real time.
 //
 // Ranks are threads: rank 0 runs on the benchmark thread, ranks 1..n-1 on pooled threads woken per
@@ -250,7 +250,8 @@ void BM_EventRing(benchmark::State& state) {
   std::vector<std::unique_ptr<rp::comm::Communicator>> comms;
   std::vector<std::unique_ptr<rp::comm::EventCommStream>> streams(static_cast<size_t>(world));
   // Zeros: the sums stay finite over any number of iterations.
-  std::vector<std::vector<float>> grads(static_cast<size_t>(world), std::vector<float>(count, 0.0f));
+  std::vector<std::vector<float>> grads(static_cast<size_t>(world),
+                                        std::vector<float>(count, 0.0f));
   std::vector<rp::GateId> gates;
   for (int r = 0; r < rings; ++r) {
     rp::comm::CommunicatorOptions co;
@@ -282,7 +283,8 @@ void BM_EventRing(benchmark::State& state) {
                      .next_device = comm.device((k + 1) % n), .count = count,
                      .codec = rp::comm::Codec::kFp32, .segment_elems = count, .model = {},
                      .error_feedback = false, .op_id = op},
-            .buffers = {.in = g, .out = g, .work = g, .own_out = g + own.begin, .residual = nullptr},
+            .buffers = {.in = g, .out = g, .work = g, .own_out = g + own.begin,
+                        .residual = nullptr},
             .ready = start,
             .send_channel = comm.RingChannel(k),
             .recv_channel = comm.RingChannel((k + n - 1) % n),
