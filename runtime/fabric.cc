@@ -107,7 +107,7 @@ void Fabric::UnlockAndWake() {
 Fabric::TicketId Fabric::NewTicket() {
   if (free_tickets_.empty()) {
     const auto first = static_cast<TicketId>(tickets_.size() * kTicketBlock);
-    tickets_.push_back(std::make_unique<Ticket[]>(kTicketBlock));
+    tickets_.push_back(std::make_unique<TicketBlock>());
     free_tickets_.reserve(free_tickets_.size() + kTicketBlock);
     for (TicketId i = kTicketBlock; i-- > 0;) free_tickets_.push_back(first + i);
   }
@@ -125,20 +125,18 @@ void Fabric::CommitReady() {
       // The next commit's ticket and channel are usually cold (posted long ago, at thousands of
       // channels): fetch them while this one is handled.
       const Pending& next = pending_.top();
-      const Ticket* nt = &TicketAt(next.ticket);
-      __builtin_prefetch(nt);
-      __builtin_prefetch(reinterpret_cast<const char*>(nt) + 64);
+      __builtin_prefetch(&TicketAt(next.ticket));
       __builtin_prefetch(&channels_[static_cast<size_t>(next.channel)]);
     }
     Channel& c = channels_[static_cast<size_t>(p.channel)];
     Ticket& t = TicketAt(p.ticket);
-    t.timing = model_.Commit(t.message);
+    const MessageTiming timing = model_.Commit(t.message);
     t.committed = true;
     last_committed_ = p.key;
     Bump(committed_);
     Bump(progress_);
-    if (options_.on_commit) options_.on_commit(t.message, t.timing);
-    if (c.dispatch != nullptr) {
+    if (options_.on_commit) options_.on_commit(t.message, timing);
+    if (c.dispatch) {
       // Event-driven receiver: handed over now. A channel's keys increase along it, so what
       // commits is its front.
       if (t.index != c.consumed) {
@@ -146,18 +144,19 @@ void Fabric::CommitReady() {
             absl::StrCat("fabric: channel ", p.channel, " committed out of order")));
         return;
       }
-      Delivery d{.message = t.message, .timing = t.timing, .ticket = t.seq,
+      Delivery d{.message = t.message, .timing = timing, .ticket = t.seq,
                  .payload = std::move(t.payload)};
       ++c.consumed;
       free_tickets_.push_back(p.ticket);  // reused first by what the handler posts
       Scope scope(*this);
-      (*c.dispatch)(scope, p.channel, std::move(d));  // may post, signal (the loop re-checks)
+      c.handler(scope, p.channel, std::move(d));  // may post, signal (the loop re-checks)
       continue;
     }
+    TimingAt(p.ticket) = timing;
     Lp& receiver = *lps_[static_cast<size_t>(c.dst)];
     if (receiver.state == LpWait::State::kAwaitChannel && receiver.awaited_channel == p.channel &&
         t.index == c.consumed) {
-      Resume(c.dst, t.timing.arrival);  // may lower the minimum: the loop re-checks
+      Resume(c.dst, timing.arrival);  // may lower the minimum: the loop re-checks
     }
   }
 }
@@ -245,20 +244,19 @@ absl::StatusOr<uint64_t> Fabric::PostLocked(LpId lp, ChannelId channel, const Fa
   }
   Channel& c = channels_[static_cast<size_t>(channel)];
   if (!c.resolved) {
-    const Handler& h = c.handler ? c.handler : handlers_[static_cast<size_t>(c.dst)];
-    c.dispatch = h ? &h : nullptr;
+    if (!c.handler) c.handler = handlers_[static_cast<size_t>(c.dst)];
+    c.dispatch = static_cast<bool>(c.handler);
     c.resolved = true;
   }
   const uint64_t seq = l.next_seq++;
   const TicketId id = NewTicket();
   Ticket& t = TicketAt(id);
   t.message = m;
-  t.timing = {};
   t.seq = seq;
   t.index = c.posted++;
   t.committed = false;
   t.payload = std::move(payload);
-  if (c.dispatch == nullptr) {
+  if (!c.dispatch) {
     if (c.queue.full()) c.queue.set_capacity(std::max<size_t>(8, 2 * c.queue.capacity()));
     c.queue.push_back(id);
   }
@@ -344,7 +342,7 @@ absl::StatusOr<Delivery> Fabric::Await(LpId lp, ChannelId channel, const WaitSit
   c.queue.pop_front();
   ++c.consumed;
   Ticket& t = TicketAt(id);
-  Delivery d{.message = t.message, .timing = t.timing, .ticket = t.seq,
+  Delivery d{.message = t.message, .timing = TimingAt(id), .ticket = t.seq,
              .payload = std::move(t.payload)};
   free_tickets_.push_back(id);
   if (l.state != LpWait::State::kRunning) SetState(lp, LpWait::State::kRunning);

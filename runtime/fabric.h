@@ -149,6 +149,8 @@ class Fabric {
   // message on a channel it receives goes to `handler` at commit. Its posts must come in
   // nondecreasing ready order (its bound is its last post's ready time; a message handed to it
   // does not raise it, since the handler may keep it for later). Before any message is posted.
+  // Each channel into `lp` keeps its own copy of `handler` (so a commit reads one line less):
+  // state the handler changes belongs outside it (e.g. behind a captured pointer).
   void SetHandler(LpId lp, Handler handler);
   // Hands every message on `channel` to `handler` at commit instead of queueing it for Await —
   // for a thread-run receiver that has handed the channel to a state machine (e.g. a compute
@@ -231,25 +233,29 @@ class Fabric {
   // A posted message until its receiver takes it. Tickets live in fixed blocks (tickets_) and are
   // reused last-freed-first: the post a handler makes reuses the ticket of the message it was just
   // handed, whose lines are still in cache (a ticket per channel slot was a cache miss per post at
-  // thousands of channels).
-  struct Ticket {
+  // thousands of channels). One cache line: a commit reads a ticket posted long ago, cold; its
+  // timing, needed later only by an Await, is kept beside the block (TicketBlock::timing).
+  struct alignas(64) Ticket {
     FabricMessage message;
-    MessageTiming timing;
     uint64_t seq = 0;
     uint64_t index = 0;  // absolute position in its channel
-    bool committed = false;
     std::unique_ptr<FabricPayload> payload;
+    bool committed = false;
   };
+  static_assert(sizeof(Ticket) == 64);
   using TicketId = uint32_t;
-  struct Channel {
+  // What every post and commit reads comes first, on one cache line (a channel is cold at a
+  // commit at thousands of channels).
+  struct alignas(64) Channel {
+    // Who takes its messages, resolved at its first post (handlers are set before any message):
+    // `handler` (SetChannelHandler's, else a copy of the receiver LP's, resolved at the first
+    // post: dispatching then reads no other line) or, when empty, the receiver's Await.
+    Handler handler;
     LpId src = 0, dst = 0;
     uint64_t posted = 0;    // tickets posted so far
     uint64_t consumed = 0;  // tickets taken by the receiver so far
-    // Who takes its messages, resolved at its first post (handlers are set before any message):
-    // a handler (this channel's, else the receiver LP's) or, when null, the receiver's Await.
-    const Handler* dispatch = nullptr;
+    bool dispatch = false;  // resolved: `handler` takes its messages
     bool resolved = false;
-    Handler handler;  // SetChannelHandler (else the receiver LP's, if any)
     // Awaited channels only: posted, not yet consumed; front = next. A ring that keeps its room
     // (a std::deque would allocate and free a block every few messages); grown by PostLocked.
     boost::circular_buffer<TicketId> queue;
@@ -292,7 +298,11 @@ class Fabric {
   void AbortLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Key LpKey(LpId lp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Ticket& TicketAt(TicketId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return tickets_[id >> kTicketShift][id & (kTicketBlock - 1)];
+    return tickets_[id >> kTicketShift]->ticket[id & (kTicketBlock - 1)];
+  }
+  // The timing of an awaited channel's committed ticket (written at commit, read by Await).
+  MessageTiming& TimingAt(TicketId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return tickets_[id >> kTicketShift]->timing[id & (kTicketBlock - 1)];
   }
   TicketId NewTicket() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counters written only under mu_ (read anywhere): a plain store, not a locked read-modify-write.
@@ -314,7 +324,11 @@ class Fabric {
   std::priority_queue<Pending> pending_ ABSL_GUARDED_BY(mu_);
   // Ticket storage: blocks of kTicketBlock (addresses stay put), free ids reused LIFO.
   static constexpr uint32_t kTicketShift = 9, kTicketBlock = 1u << kTicketShift;
-  std::vector<std::unique_ptr<Ticket[]>> tickets_ ABSL_GUARDED_BY(mu_);
+  struct TicketBlock {
+    Ticket ticket[kTicketBlock];
+    MessageTiming timing[kTicketBlock];
+  };
+  std::vector<std::unique_ptr<TicketBlock>> tickets_ ABSL_GUARDED_BY(mu_);
   std::vector<TicketId> free_tickets_ ABSL_GUARDED_BY(mu_);
   Key last_committed_ ABSL_GUARDED_BY(mu_){-1, 0, 0};  // the key of the latest commit
   std::vector<Handler> handlers_ ABSL_GUARDED_BY(mu_);  // per LP; empty = run by a thread
