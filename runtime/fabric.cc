@@ -136,7 +136,7 @@ void Fabric::CommitReady() {
     Bump(committed_);
     Bump(progress_);
     if (options_.on_commit) options_.on_commit(t.message, timing);
-    if (c.dispatch) {
+    if (c.handler) {
       // Event-driven receiver: handed over now. A channel's keys increase along it, so what
       // commits is its front.
       if (t.index != c.consumed) {
@@ -245,7 +245,6 @@ absl::StatusOr<uint64_t> Fabric::PostLocked(LpId lp, ChannelId channel, const Fa
   Channel& c = channels_[static_cast<size_t>(channel)];
   if (!c.resolved) {
     if (!c.handler) c.handler = handlers_[static_cast<size_t>(c.dst)];
-    c.dispatch = static_cast<bool>(c.handler);
     c.resolved = true;
   }
   const uint64_t seq = l.next_seq++;
@@ -256,7 +255,7 @@ absl::StatusOr<uint64_t> Fabric::PostLocked(LpId lp, ChannelId channel, const Fa
   t.index = c.posted++;
   t.committed = false;
   t.payload = std::move(payload);
-  if (!c.dispatch) {
+  if (!c.handler) {
     if (c.queue.full()) c.queue.set_capacity(std::max<size_t>(8, 2 * c.queue.capacity()));
     c.queue.push_back(id);
   }

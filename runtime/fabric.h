@@ -254,7 +254,6 @@ class Fabric {
     LpId src = 0, dst = 0;
     uint64_t posted = 0;    // tickets posted so far
     uint64_t consumed = 0;  // tickets taken by the receiver so far
-    bool dispatch = false;  // resolved: `handler` takes its messages
     bool resolved = false;
     // Awaited channels only: posted, not yet consumed; front = next. A ring that keeps its room
     // (a std::deque would allocate and free a block every few messages); grown by PostLocked.
