@@ -1,6 +1,7 @@
 #include "runtime/fabric.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <utility>
 
@@ -133,9 +134,11 @@ void Fabric::CommitReady() {
     if (c.handler && t.payload != nullptr) {
       // The payload was written long ago by its sender: fetch its first lines now, while the
       // model and the handler's own state are read, not when the handler reaches its data.
-      const char* q = reinterpret_cast<const char*>(t.payload.get());
-      __builtin_prefetch(q);
-      __builtin_prefetch(q + 64);
+      // (Integer arithmetic: the second line may lie past a small payload, where a pointer may
+      // not point; a prefetch never faults.)
+      const auto q = reinterpret_cast<uintptr_t>(t.payload.get());
+      __builtin_prefetch(reinterpret_cast<const void*>(q));
+      __builtin_prefetch(reinterpret_cast<const void*>(q + 64));
     }
     const MessageTiming timing = model_.Commit(t.message);
     t.committed = true;
