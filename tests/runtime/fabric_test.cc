@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
+#include <limits>
+#include <set>
 #include <string>
 #include <map>
 #include <random>
@@ -71,6 +74,40 @@ Workload RandomWorkload(uint64_t seed, int lps, int rounds) {
   return w;
 }
 
+// Two LPs per device (as a device's compute and comm streams share its ports), two devices per node,
+// one NIC per node. Events in one global order: each picks a channel between LPs of different
+// devices and appends its send to the sender's script and its receive to the receiver's, with
+// compute in between. So LPs wait in different phases, on messages whose senders themselves wait;
+// none waits for ever (the blocked receive of least event has its send before any later receive).
+Workload RandomEventWorkload(uint64_t seed, int lps, int events) {
+  std::mt19937_64 rng(seed);
+  Workload w;
+  w.spec.intra_node = {.alpha = Nanos(700), .bandwidth_gbps = 50, .overhead = Nanos(300)};
+  w.spec.inter_node = {.alpha = Nanos(3000), .bandwidth_gbps = 5, .overhead = Nanos(900)};
+  w.spec.devices_per_node = 2;
+  w.spec.nics_per_node = 1;
+  w.num_devices = (lps + 1) / 2;
+  for (int i = 0; i < lps; ++i) w.device_of.push_back(i / 2);
+  for (int i = 0; i < lps; ++i) w.tie.push_back(static_cast<uint64_t>(i));
+  std::shuffle(w.tie.begin(), w.tie.end(), rng);
+  std::map<std::pair<int, int>, int> channel_of;
+  w.scripts.assign(static_cast<size_t>(lps), {});
+  for (int e = 0; e < events; ++e) {
+    int a = 0, b = 0;
+    do {
+      a = static_cast<int>(rng() % static_cast<uint64_t>(lps));
+      b = static_cast<int>(rng() % static_cast<uint64_t>(lps));
+    } while (a / 2 == b / 2);
+    auto [it, inserted] = channel_of.emplace(std::make_pair(a, b), static_cast<int>(w.channels.size()));
+    if (inserted) w.channels.push_back({a, b});
+    auto& sa = w.scripts[static_cast<size_t>(a)];
+    if (rng() % 2 == 0) sa.push_back({Op::kCompute, Nanos(static_cast<int64_t>(rng() % 8000)), -1, 0});
+    sa.push_back({Op::kSend, Nanos(0), it->second, 1000 * (rng() % 100)});
+    w.scripts[static_cast<size_t>(b)].push_back({Op::kRecv, Nanos(0), it->second, 0});
+  }
+  return w;
+}
+
 // Per (LP, op index) of every receive: the message's timing.
 using Timings = std::map<std::pair<int, int>, std::tuple<int64_t, int64_t, int64_t>>;
 
@@ -80,9 +117,23 @@ FabricMessage MessageOf(const Workload& w, const Op& op, Nanos ready) {
           .bytes = op.bytes, .ready = ready};
 }
 
+// A per-port commit rule for the reference (docs/fabric.md "What is known towards the proof", (E)):
+// instead of the pending message of least key, commit any pending message M, picked at random, that
+//   * has the least key of the pending messages on each of its two ports, and
+//   * (check_bounds) no LP can still post onto those ports a message of smaller key: an LP's future
+//     posts have keys >= (its lower bound, its tie, its next post count), where a finished LP has
+//     none and an LP blocked on a receive resumes no earlier than that message's arrival — at least
+//     its ready time (pending) or its sender's lower bound (not yet posted), plus the link's α + o.
+// With check_bounds false it is the broken rule of the negative control (port order alone).
+struct PortRule {
+  std::mt19937_64 rng;
+  bool check_bounds = true;
+  int early = 0;  // commits that were not the least pending key
+};
+
 // The single-threaded reference: run every LP until it blocks, then commit the pending message of
-// least key (ready, tie, LP's post count), repeat.
-Timings Reference(const Workload& w) {
+// least key (ready, tie, LP's post count), or the one `port_rule` picks; repeat.
+Timings Reference(const Workload& w, PortRule* port_rule = nullptr) {
   auto model = FabricModel::Create(w.spec, w.num_devices);
   EXPECT_TRUE(model.ok());
   const size_t n = w.scripts.size();
@@ -95,6 +146,24 @@ Timings Reference(const Workload& w) {
     FabricMessage m;
   };
   std::vector<Msg> pending;
+  // For the per-port rule: each channel's two ports and α + o (the least arrival − ready on it),
+  // and the ports each LP posts onto.
+  struct ChannelPorts {
+    int egress = -1, ingress = -1;
+    int64_t lookahead = 0;
+  };
+  std::vector<ChannelPorts> ports;
+  std::vector<std::set<int>> posts_on(n);
+  for (const auto& [src, dst] : w.channels) {
+    const int a = w.device_of[static_cast<size_t>(src)], b = w.device_of[static_cast<size_t>(dst)];
+    const MessageTiming t = model->Uncontended({.src = a, .dst = b});
+    const LinkParams p = w.spec.ParamsOf(a, b);
+    ports.push_back({t.egress_port, t.ingress_port, (p.overhead + p.alpha).count()});
+    posts_on[static_cast<size_t>(src)].insert({t.egress_port, t.ingress_port});
+  }
+  constexpr int64_t kUnknown = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kVisiting = kUnknown + 1;
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
   std::vector<std::vector<MessageTiming>> committed(w.channels.size());
   std::vector<size_t> consumed(w.channels.size(), 0);
   Timings out;
@@ -128,6 +197,49 @@ Timings Reference(const Workload& w) {
     if (pending.empty()) break;
     auto it = std::min_element(pending.begin(), pending.end(),
                                [](const Msg& a, const Msg& b) { return a.key < b.key; });
+    if (port_rule != nullptr) {
+      // Every LP is blocked on a receive or finished here.
+      std::vector<int64_t> bound(n, kUnknown);
+      std::function<int64_t(size_t)> lower = [&](size_t l) -> int64_t {
+        if (bound[l] == kVisiting) return cursor[l].count();  // (acyclic; the raw bound is sound)
+        if (bound[l] != kUnknown) return bound[l];
+        if (pc[l] >= w.scripts[l].size()) return bound[l] = kNever;
+        bound[l] = kVisiting;
+        const int c = w.scripts[l][pc[l]].channel;
+        const auto first = std::min_element(pending.begin(), pending.end(), [&](const Msg& a, const Msg& b) {
+          return (a.channel == c) != (b.channel == c) ? a.channel == c : a.key < b.key;
+        });
+        const int64_t from =
+            first->channel == c ? std::get<0>(first->key)
+                                : lower(static_cast<size_t>(w.channels[static_cast<size_t>(c)].first));
+        const int64_t at = from == kNever ? kNever : from + ports[static_cast<size_t>(c)].lookahead;
+        return bound[l] = std::max(cursor[l].count(), at);
+      };
+      std::vector<std::vector<Msg>::iterator> candidates;
+      for (auto m = pending.begin(); m != pending.end(); ++m) {
+        const ChannelPorts& mp = ports[static_cast<size_t>(m->channel)];
+        bool ok = true;
+        for (int port : {mp.egress, mp.ingress}) {
+          for (const Msg& o : pending) {
+            const ChannelPorts& op = ports[static_cast<size_t>(o.channel)];
+            ok = ok && !((op.egress == port || op.ingress == port) && o.key < m->key);
+          }
+          for (size_t x = 0; x < n && port_rule->check_bounds; ++x) {
+            if (!posts_on[x].contains(port)) continue;
+            const int64_t b = lower(x);
+            ok = ok && (b == kNever || m->key < std::make_tuple(b, w.tie[x], seq[x]));
+          }
+        }
+        if (ok) candidates.push_back(m);
+      }
+      if (candidates.empty()) {
+        ADD_FAILURE() << "the per-port rule found nothing to commit";
+      } else {
+        auto pick = candidates[port_rule->rng() % candidates.size()];
+        port_rule->early += pick != it;
+        it = pick;
+      }
+    }
     committed[static_cast<size_t>(it->channel)].push_back(model->Commit(it->m));
     pending.erase(it);
   }
@@ -388,6 +500,39 @@ TEST(Fabric, ThreadedCommitsEqualTheKeyOrderReferenceInAnyInterleaving) {
           << "seed " << seed << " run " << run;
     }
   }
+}
+
+// (E) in docs/fabric.md, checked: with α + o > 0 on every link and no self-messages, committing
+// each port's messages in key order, a message only once nothing of smaller key can still be posted
+// onto its ports, gives every message the global rule's timing, whatever order it picks across
+// ports — the equivalence a per-port (or per-group) commit rule in Fabric would rest on.
+TEST(Fabric, APerPortCommitOrderGivesTheKeyOrderTimings) {
+  int early = 0;
+  for (uint64_t seed = 1; seed <= 80; ++seed) {
+    const Workload w = seed % 2 == 0 ? RandomWorkload(seed, /*lps=*/8, /*rounds=*/5)
+                                     : RandomEventWorkload(seed, /*lps=*/10, /*events=*/150);
+    const Timings ref = Reference(w);
+    for (uint64_t pick = 0; pick < 3; ++pick) {
+      PortRule rule{.rng = std::mt19937_64(seed * 10 + pick)};
+      EXPECT_EQ(Reference(w, &rule), ref) << "seed " << seed << " pick " << pick;
+      early += rule.early;
+    }
+  }
+  // The rule did reorder: many commits were not the least pending key.
+  EXPECT_GT(early, 1000);
+}
+
+// The negative control: port order alone (without the lower bounds of LPs that can still post) is
+// not enough — some workload then gets different timings, so the comparison above can fail.
+TEST(Fabric, PortOrderWithoutLowerBoundsChangesTimings) {
+  int differ = 0;
+  for (uint64_t seed = 1; seed <= 80; ++seed) {
+    const Workload w = seed % 2 == 0 ? RandomWorkload(seed, /*lps=*/8, /*rounds=*/5)
+                                     : RandomEventWorkload(seed, /*lps=*/10, /*events=*/150);
+    PortRule rule{.rng = std::mt19937_64(seed), .check_bounds = false};
+    differ += Reference(w, &rule) != Reference(w);
+  }
+  EXPECT_GT(differ, 0);
 }
 
 TEST(Fabric, ContentionAppearsInTheReference) {
