@@ -111,7 +111,9 @@ absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string
   }();
   const fs::path p(target);
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  std::string tmpl = (dir / absl::StrCat(".", p.filename().string(), ".ringpipe-XXXXXX")).string();
+  // At most 200 bytes of the name: the temporary name must fit where the target's (255) does.
+  std::string tmpl =
+      (dir / absl::StrCat(".", p.filename().string().substr(0, 200), ".ringpipe-XXXXXX")).string();
   const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never through a symlink
   if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create a temporary file: ", Errno(errno)));
   slot = RegisterTemp(tmpl);
@@ -197,10 +199,11 @@ void InstallCleanupHandlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
 }
 
-absl::Status OutputFiles::Declare(const std::string& flag, const std::string& path, bool is_dir) {
+absl::Status OutputFiles::Declare(const std::string& flag, const std::string& path, bool is_dir,
+                                  std::vector<std::string> entries) {
   if (path.empty()) return absl::OkStatus();
   if (Find(flag) != nullptr) return absl::InternalError(absl::StrCat("output --", flag, " declared twice"));
-  outputs_.push_back({flag, path, is_dir, {}});
+  outputs_.push_back({flag, path, is_dir, std::move(entries), {}});
   return absl::OkStatus();
 }
 
@@ -211,38 +214,66 @@ OutputFiles::Output* OutputFiles::Find(const std::string& flag) {
   return nullptr;
 }
 
+namespace {
+// A file output's checks (CheckAll): `shown` is how errors name it, `ids` the identities of the
+// outputs checked before it (this one's is added).
+absl::Status CheckFileTarget(const std::string& flag, const std::string& path,
+                             const std::vector<std::pair<std::string, std::string>>& inputs,
+                             std::vector<std::pair<std::string, std::string>>& ids) {
+  const fs::path p(path);
+  if (p.filename().empty() || p.filename() == "." || p.filename() == "..") {
+    return Bad(flag, path, "names a directory, not a file");
+  }
+  if (p.filename().string().size() > 255) return Bad(flag, path, "file name longer than 255 bytes");
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) {
+      return Bad(flag, path, absl::StrCat("exists and is ", KindOf(st.st_mode), " (only a regular file is replaced)"));
+    }
+    if (::access(path.c_str(), W_OK) != 0) {
+      return Bad(flag, path, absl::StrCat("exists and is not writable: ", Errno(errno)));
+    }
+  }
+  RP_RETURN_IF_ERROR(CheckWritableDir(flag, path, p.parent_path().empty() ? fs::path(".") : p.parent_path()));
+  const std::string id = Identity(path);
+  for (const auto& [in_flag, in_path] : inputs) {
+    if (!in_path.empty() && in_path != "-" && Identity(in_path) == id) {
+      return Bad(flag, path, absl::StrCat("is also the input --", in_flag));
+    }
+  }
+  for (const auto& [out_flag, out_id] : ids) {
+    if (out_id == id) return Bad(flag, path, absl::StrCat("is also the output --", out_flag));
+  }
+  ids.emplace_back(flag, id);
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::Status OutputFiles::CheckAll(const std::vector<std::pair<std::string, std::string>>& inputs) const {
-  for (size_t i = 0; i < outputs_.size(); ++i) {
-    const Output& o = outputs_[i];
+  std::vector<std::pair<std::string, std::string>> ids;  // (flag, identity) of the files checked
+  for (const Output& o : outputs_) {
     RP_RETURN_IF_ERROR(CheckGrammar(absl::StrCat("--", o.flag), Grammar::kString, o.path));
+    if (o.path == "-") {
+      return Bad(o.flag, o.path, "standard output is not an output file here; give a path");
+    }
     const fs::path p(o.path);
     struct stat st;
-    if (o.is_dir) {
-      if (::stat(o.path.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) return Bad(o.flag, o.path, absl::StrCat("exists and is ", KindOf(st.st_mode)));
-        RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, p));
-      } else {
-        RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, ExistingAncestor(p)));
-      }
+    if (!o.is_dir) {
+      RP_RETURN_IF_ERROR(CheckFileTarget(o.flag, o.path, inputs, ids));
       continue;
     }
-    if (p.filename().empty() || p.filename() == "." || p.filename() == "..") {
-      return Bad(o.flag, o.path, "names a directory, not a file");
-    }
-    if (::lstat(o.path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      return Bad(o.flag, o.path, absl::StrCat("exists and is ", KindOf(st.st_mode), " (only a regular file is replaced)"));
-    }
-    RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, p.parent_path().empty() ? fs::path(".") : p.parent_path()));
-    const std::string id = Identity(o.path);
-    for (const auto& [flag, path] : inputs) {
-      if (!path.empty() && path != "-" && Identity(path) == id) {
-        return Bad(o.flag, o.path, absl::StrCat("is also the input --", flag));
+    if (::stat(o.path.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) {
+        return Bad(o.flag, o.path,
+                   S_ISREG(st.st_mode) ? std::string("exists and is a file, not a directory")
+                                       : absl::StrCat("exists and is ", KindOf(st.st_mode)));
       }
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (!outputs_[j].is_dir && Identity(outputs_[j].path) == id) {
-        return Bad(o.flag, o.path, absl::StrCat("is also the output --", outputs_[j].flag));
+      RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, p));
+      for (const std::string& name : o.entries) {
+        RP_RETURN_IF_ERROR(CheckFileTarget(o.flag, (p / name).string(), inputs, ids));
       }
+    } else {
+      RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, ExistingAncestor(p)));
     }
   }
   return absl::OkStatus();

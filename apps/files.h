@@ -5,8 +5,9 @@
 // memory; at most `max_bytes` are read.
 //
 // Outputs (OutputFiles): every output of a command is declared before the work starts (Declare), and
-// checked then (CheckAll): its directory exists and is writable, an existing target is a regular file
-// (not a symlink, a device or a directory), no output is also an input or another output. At the end
+// checked then (CheckAll): its directory exists and is writable, its name fits the file system (255
+// bytes), an existing target is a writable regular file (not a symlink, a device or a directory), no
+// output is also an input or another output — for a directory output, each file it will hold. At the end
 // Commit writes each file's contents to a fresh temporary file in the target's directory (created
 // with O_EXCL | O_NOFOLLOW: never through a symlink, never shared with a concurrent run), fsyncs
 // them all, and only then renames them into place and fsyncs the directories: a failure before the
@@ -50,9 +51,12 @@ void InstallCleanupHandlers();
 
 class OutputFiles {
  public:
-  // An output `path` of flag `flag` ("" = none). A directory output (`is_dir`) holds the files
-  // given to SetInDir; it is created at commit time if it does not exist.
-  absl::Status Declare(const std::string& flag, const std::string& path, bool is_dir = false);
+  // An output `path` of flag `flag` ("" = none; "-" is refused: outputs are files). A directory
+  // output (`is_dir`) holds the files given to SetInDir, whose names `entries` lists (every name
+  // it may hold: CheckAll checks each like a file output); it is created at commit time if it does
+  // not exist.
+  absl::Status Declare(const std::string& flag, const std::string& path, bool is_dir = false,
+                       std::vector<std::string> entries = {});
   // Checks every declared output (see the header comment); `inputs` are (flag, path) pairs the
   // outputs must not overwrite.
   absl::Status CheckAll(const std::vector<std::pair<std::string, std::string>>& inputs) const;
@@ -67,6 +71,7 @@ class OutputFiles {
   struct Output {
     std::string flag, path;
     bool is_dir = false;
+    std::vector<std::string> entries;  // a directory's file names
     std::vector<std::pair<std::string, std::string>> files;  // (path, contents)
   };
   Output* Find(const std::string& flag);

@@ -182,7 +182,11 @@ int Run(const ParsedArgs& args) {
   if (!axes.ok()) return bad(axes.status());
   if (out_dir.empty()) return bad(absl::InvalidArgumentError("--out_dir: required (where the CSV, JSON and charts go)"));
   OutputFiles outputs;
-  if (absl::Status st = outputs.Declare("out_dir", out_dir, /*is_dir=*/true); !st.ok()) return bad(st);
+  std::vector<std::string> entries = {"sweep.csv", "sweep.json", "overview.svg"};
+  for (const sweep::ChartSpec& c : sweep::kCharts) entries.emplace_back(c.file);
+  if (absl::Status st = outputs.Declare("out_dir", out_dir, /*is_dir=*/true, std::move(entries)); !st.ok()) {
+    return bad(st);
+  }
   if (absl::Status st = outputs.CheckAll({{"config", args.Text("config")}}); !st.ok()) return bad(st);
   // The base flags and file must read (a config that is only invalid without the axes is fine). The
   // file is read once (it may be standard input).

@@ -250,6 +250,40 @@ TEST(Hardening, OutputsAreAtomicSafeAndCheckedBeforeTheWork) {
   fs::remove_all(dir);
 }
 
+// A directory output's files are checked before the work like file outputs; names up to the file
+// system's 255 bytes work, longer ones are refused before the work; "-" is not an output file.
+TEST(Hardening, SweepOutputsNamesAndStandardOutputAreCheckedBeforeTheWork) {
+  const fs::path dir = TempDir("outputs2");
+  const fs::path out = dir / "sw";
+  fs::create_directories(out);
+  const std::string sweep = "sweep --predict_only --steps=1 --axis=dp=1,2 --out_dir=" + out.string();
+  std::ofstream(out / "sweep.json") << "{\"steps\": 1}";
+  ExpectBadInput(RunBinary(sweep + " --config=" + (out / "sweep.json").string(), dir),
+                 "sweep.json': is also the input --config", "sweep input inside its out_dir");
+  EXPECT_EQ(ReadFile(out / "sweep.json"), "{\"steps\": 1}");
+  std::ofstream(out / "sweep.csv") << "old";
+  fs::create_directories(out / "step_time.svg");
+  ExpectBadInput(RunBinary(sweep, dir), "step_time.svg': exists and is a directory", "a directory entry");
+  EXPECT_EQ(ReadFile(out / "sweep.csv"), "old");
+  EXPECT_EQ(ReadFile(out / "sweep.json"), "{\"steps\": 1}");
+  fs::remove(out / "step_time.svg");
+  ASSERT_EQ(RunBinary(sweep, dir).exit_code, 0);
+  EXPECT_NE(ReadFile(out / "sweep.csv"), "old");
+  ExpectBadInput(RunBinary("sweep --predict_only --axis=dp=1,2 --out_dir=" + (out / "sweep.csv").string(), dir),
+                 "exists and is a file, not a directory", "out_dir is a file");
+
+  const std::string name250(250, 'b'), name256(256, 'b');
+  ASSERT_EQ(RunBinary("predict --steps=1 --report_json=" + (dir / name250).string(), dir).exit_code, 0);
+  EXPECT_TRUE(json::parse(ReadFile(dir / name250)).is_object());
+  ExpectBadInput(RunBinary("run --steps=1 --report_json=" + (dir / name256).string(), dir),
+                 "file name longer than 255 bytes", "name too long");
+  ExpectBadInput(RunBinary("predict --steps=1 --report_json=-", dir), "standard output is not an output file",
+                 "dash");
+  EXPECT_FALSE(fs::exists(dir / "-"));
+  EXPECT_EQ(Leftovers(dir, {"sw", name250}), std::vector<std::string>{});
+  fs::remove_all(dir);
+}
+
 TEST(Hardening, ASignalDuringACommitRemovesItsTemporaryFiles) {
   const fs::path dir = TempDir("signal");
   const fs::path temp = dir / ".r.json.ringpipe-test";
