@@ -51,6 +51,16 @@ inline constexpr int kMaxJsonDepth = 64;
 // partition only in the fixed cost model (the message and activation sizes come from the real model).
 [[nodiscard]] absl::Status ValidateConfig(const RunConfig& cfg, bool for_run);
 
+// A real-clock run at `time_scale` (wall seconds per modeled second): every single op must take
+// less wall time than watchdog_timeout, else its planned wait would be reported as a stall.
+// InvalidArgument "--FIELD: ..." (ValidateConfig checks a forced --time_scale; `run` the one auto chose).
+[[nodiscard]] absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, const std::string& field);
+
+// The run-time faults' factors (the largest --straggler factor on an op, the largest --fault
+// slow_link factor on a link) must keep the modeled times within the emulator's budget, and each op
+// within the watchdog on a forced real-clock scale. InvalidArgument "--fault: ..." or "--straggler: ...".
+[[nodiscard]] absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double link_factor);
+
 // The config field a ValidateConfig error names, if any (a payload of the Status under this type
 // URL, set by FieldError).
 inline constexpr char kFieldPayload[] = "type.googleapis.com/ringpipe.ConfigField";

@@ -182,9 +182,15 @@ ModeledSizes MlpSizes(const RunConfig& cfg) {
 }
 
 // Per pipeline rank: the modeled F + B + optimizer of one micro-batch in ns (the busiest rank's).
-absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_field, ModeledSizes& sizes) {
+// `longest_op` receives the longest single compute op in ns (an F, a B, or a fused F&B pair; the
+// optimizer), stragglers included.
+absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_field, ModeledSizes& sizes,
+                                      double& longest_op) {
   sizes = MlpSizes(cfg);
   double max_op = 0;
+  const bool fused = cfg.fused_fb && (cfg.schedule == schedule::ScheduleKind::kDualPipeV || cfg.schedule == schedule::ScheduleKind::kDualPipe);
+  longest_op = 0;
+  auto op = [&](double f, double b) { longest_op = std::max(longest_op, fused ? f + b : std::max(f, b)); };
   if (cfg.cost_model == CostModelKind::kFixed) {
     RP_RETURN_IF_ERROR(CheckPerStage("forward_ms", cfg.forward_ms, cfg.pp, false));
     RP_RETURN_IF_ERROR(CheckPerStage("backward_ms", cfg.backward_ms, cfg.pp, false));
@@ -199,6 +205,7 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
       max_f = std::max(max_f, At(cfg.forward_ms, s) * 1e6);
       max_b = std::max(max_b, b * 1e6);
       max_op = std::max(max_op, (At(cfg.forward_ms, s) + b) * 1e6);
+      op(At(cfg.forward_ms, s) * 1e6, b * 1e6);
     }
     time_field = max_b >= max_f ? "backward_ms" : "forward_ms";
   } else {
@@ -229,6 +236,7 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
              .layers = static_cast<double>(cfg.flops.layers)};
     for (const schedule::StageCost& c : cost->cost.stages) {
       max_op = std::max(max_op, static_cast<double>((c.forward + c.backward).count()));
+      op(static_cast<double>(c.forward.count()), static_cast<double>(c.backward.count()));
     }
   }
   if (!(cfg.optimizer_ms >= 0) || cfg.optimizer_ms > kMaxOpNs / 1e6) {
@@ -239,6 +247,7 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
     return FieldError("straggler_factor",
                       absl::StrFormat("%g x the slowest op (%g ms) exceeds 2e9 ms", cfg.straggler_factor, max_op / 1e6));
   }
+  longest_op = std::max(longest_op, cfg.optimizer_ms * 1e6) * cfg.straggler_factor;
   return max_op * cfg.straggler_factor + cfg.optimizer_ms * 1e6 * cfg.straggler_factor;
 }
 
@@ -296,7 +305,7 @@ Traffic EstimateTraffic(const RunConfig& cfg, const ModeledSizes& sizes) {
 
 // The modeled step and T1 must fit the time base, and the step's messages the emulator: upper bounds.
 absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double op_ns, const std::string& time_field,
-                             const ModeledSizes& sizes) {
+                             const ModeledSizes& sizes, double link_factor = 1) {
   const double m = cfg.microbatches, p = cfg.pp, v = cfg.chunks();
   const double world = static_cast<double>(cfg.world_size());
   const double compute = (m + p) * v * op_ns;  // every schedule's step <= its ops run one after another
@@ -308,7 +317,8 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
   }
   const Traffic traffic = EstimateTraffic(cfg, sizes);
   // GB/s = bytes per ns; every message may also wait for the others on its ports.
-  const double comm = traffic.messages * alpha + (min_bw > 0 ? traffic.bytes * world / min_bw : 0);
+  const double comm =
+      link_factor * (traffic.messages * alpha + (min_bw > 0 ? traffic.bytes * world / min_bw : 0));
   if (compute <= kMaxTotalNs && t1 <= kMaxTotalNs && comm <= kMaxTotalNs) return absl::OkStatus();
   std::string field = time_field;
   if (comm > std::max(compute, t1)) {
@@ -437,6 +447,47 @@ absl::StatusOr<LinkSpec> ResolveLinks(const RunConfig& cfg) {
   return s;
 }
 
+namespace {
+absl::Status OpsFitTheWatchdog(const RunConfig& cfg, double longest_op_ns, double time_scale,
+                               const std::string& field) {
+  const double wall_s = longest_op_ns * time_scale / 1e9;
+  if (wall_s >= cfg.watchdog_timeout) {
+    return FieldError(field, absl::StrFormat(
+        "at time scale %g the longest op (%g ms modeled) takes %g s of wall time, not less than "
+        "watchdog_timeout (%g s), which would report it as a stall: lower the time scale or raise "
+        "watchdog_timeout", time_scale, longest_op_ns / 1e6, wall_s, cfg.watchdog_timeout));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double link_factor) {
+  std::string time_field;
+  ModeledSizes sizes;
+  double longest_op_ns = 0;
+  RP_ASSIGN_OR_RETURN(const double op_ns, CheckCostModel(cfg, time_field, sizes, longest_op_ns));
+  RP_ASSIGN_OR_RETURN(const LinkSpec links, ResolveLinks(cfg));
+  if (absl::Status st = CheckTimeBudget(cfg, links, op_ns * op_factor, time_field, sizes, link_factor); !st.ok()) {
+    const std::string why(st.message());
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--%s: a factor of %g: %s", link_factor > 1 ? "fault" : "straggler", std::max(op_factor, link_factor),
+        why.substr(why.find(": ") + 2)));
+  }
+  if (!cfg.virtual_time && !cfg.time_scale_auto()) {
+    return CheckOpsFitTheWatchdog(cfg, cfg.time_scale * op_factor, op_factor > 1 ? "straggler" : "time_scale");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, const std::string& field) {
+  std::string time_field;
+  ModeledSizes sizes;
+  double longest_op_ns = 0;
+  RP_RETURN_IF_ERROR(CheckCostModel(cfg, time_field, sizes, longest_op_ns).status());
+  const absl::Status st = OpsFitTheWatchdog(cfg, longest_op_ns, time_scale, field);
+  return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat("--", st.message()));
+}
+
 absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckRanges(cfg));
   RP_RETURN_IF_ERROR(CheckLayout(cfg, for_run));
@@ -454,7 +505,11 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_ASSIGN_OR_RETURN(const LinkSpec links, ResolveLinks(cfg));
   std::string time_field;
   ModeledSizes sizes;
-  RP_ASSIGN_OR_RETURN(const double op_ns, CheckCostModel(cfg, time_field, sizes));
+  double longest_op_ns = 0;
+  RP_ASSIGN_OR_RETURN(const double op_ns, CheckCostModel(cfg, time_field, sizes, longest_op_ns));
+  if (for_run && !cfg.virtual_time && !cfg.time_scale_auto()) {
+    RP_RETURN_IF_ERROR(OpsFitTheWatchdog(cfg, longest_op_ns, cfg.time_scale, "time_scale"));
+  }
   RP_RETURN_IF_ERROR(CheckTimeBudget(cfg, links, op_ns, time_field, sizes));
   // The real model: needed by `run`, and by `predict` in the fixed cost model (message sizes).
   if (for_run || cfg.cost_model == CostModelKind::kFixed) RP_RETURN_IF_ERROR(CheckRealModel(cfg));

@@ -45,11 +45,11 @@ namespace rp::apps {
 namespace {
 
 absl::Status BadFault(const std::string& flag, const std::string& text, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(flag, ": '", text, "': ", why));
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", text, "': ", why));
 }
 
 // Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag).
-absl::Status ParseFaultFlags(const ParsedArgs& args, FaultPlan& plan) {
+absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& plan) {
   const std::string fault = args.Text("fault");
   for (absl::string_view item : absl::StrSplit(fault, ';', absl::SkipWhitespace())) {
     const std::string text(item);
@@ -91,6 +91,10 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, FaultPlan& plan) {
       }
       return absl::OkStatus();
     };
+    auto check_rank = [&](const char* k, int r) -> absl::Status {
+      if (r >= 0 && r < world_size) return absl::OkStatus();
+      return BadFault("fault", text, absl::StrCat(k, "=", r, " is not a rank of the ", world_size, " devices"));
+    };
     if (link) {
       RP_RETURN_IF_ERROR(get_int("src", f.rank, true));
       RP_RETURN_IF_ERROR(get_int("dst", f.dst, true));
@@ -99,10 +103,13 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, FaultPlan& plan) {
       if (it == kv.end() || !absl::SimpleAtod(it->second, &f.factor)) {
         return BadFault("fault", text, "needs factor=F (a number >= 1)");
       }
+      RP_RETURN_IF_ERROR(check_rank("src", f.rank));
+      RP_RETURN_IF_ERROR(check_rank("dst", f.dst));
     } else {
       RP_RETURN_IF_ERROR(get_int("rank", f.rank, true));
       RP_RETURN_IF_ERROR(get_int("step", f.step, true));
       RP_RETURN_IF_ERROR(get_int("op", f.op, true));
+      RP_RETURN_IF_ERROR(check_rank("rank", f.rank));
     }
     plan.op_faults.push_back(f);
   }
@@ -200,7 +207,17 @@ int Run(const ParsedArgs& args) {
   // threads a lock, an allocation and a copy each (a 512-device virtual run: 325 MB peak RSS
   // with the tracer attached, 192 MB without).
   options.tracer = cfg->trace.empty() ? nullptr : &tracer;
-  if (absl::Status st = ParseFaultFlags(args, options.faults); !st.ok()) return Fail(kExitBadInput, st);
+  if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), options.faults); !st.ok()) {
+    return Fail(kExitBadInput, st);
+  }
+  {
+    double op_factor = 1, link_factor = 1;
+    for (const Straggler& s : options.faults.stragglers) op_factor = std::max(op_factor, s.factor);
+    for (const OpFault& f : options.faults.op_faults) {
+      if (f.kind == OpFaultKind::kSlowLink) link_factor = std::max(link_factor, f.factor);
+    }
+    if (absl::Status st = CheckFaultFactors(*cfg, op_factor, link_factor); !st.ok()) return Fail(kExitBadInput, st);
+  }
   HostUsage host;
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
   host.model_buffer_bytes = ModelBufferBytes(*cfg);
@@ -214,7 +231,12 @@ int Run(const ParsedArgs& args) {
   }
   absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options);
   if (!clock.ok()) return Fail(kExitFailed, clock.status());
-  if (clock->mode == ClockChoice::Mode::kAuto) std::fprintf(stderr, "ringpipe run: %s\n", clock->reason.c_str());
+  if (clock->mode == ClockChoice::Mode::kAuto) {
+    std::fprintf(stderr, "ringpipe run: %s\n", clock->reason.c_str());
+    if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout"); !st.ok()) {
+      return Fail(kExitBadInput, st);
+    }
+  }
   auto exec = schedule::Executor::Create(options);
   if (!exec.ok()) return create_failed(exec.status());
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",

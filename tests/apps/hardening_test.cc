@@ -179,6 +179,22 @@ TEST(Hardening, ModeledTimesThatDoNotFitAreRefusedNamingTheField) {
   ExpectBadInput(RunBinary("predict --bandwidth_gbps=1e-300", dir), "--bandwidth_gbps", "bandwidth");
   ExpectBadInput(RunBinary("predict --cost_model=flops --flops_hidden=16777216 --flops_seq_len=16777216", dir),
                  "flops_", "flops");
+  // Run-time faults whose factors would not fit either: refused before the run, naming the flag.
+  const fs::path report = dir / "f.json";
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --fault=slow_link:src=0,dst=2,factor=1e15 --report_json=" +
+                               report.string(),
+                           dir),
+                 "--fault: a factor of 1e+15: the modeled times would not fit", "slow link factor");
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --fault=stall:rank=9,step=0,op=0", dir),
+                 "--fault: 'stall:rank=9,step=0,op=0': rank=9 is not a rank of the 8 devices", "fault rank");
+  // A real-clock op longer than the watchdog would be reported as a stall it is not: refused.
+  ExpectBadInput(RunBinary("run --time_scale=1000 --steps=1 --dp=1 --pp=1 --tp=1 --forward_ms=11 --backward_ms=1 "
+                           "--microbatches=1 --report_json=" + report.string(),
+                           dir),
+                 "--time_scale: at time scale 1000 the longest op (11 ms modeled) takes 11 s", "op over watchdog");
+  ExpectBadInput(RunBinary("run --time_scale=50 --steps=1 --forward_ms=4 --straggler=1:100", dir),
+                 "--straggler: at time scale 5000 the longest op (4 ms modeled) takes 20 s", "straggler over watchdog");
+  EXPECT_FALSE(fs::exists(report));
   // At the edge: large but representable times give positive, finite figures.
   const Result r = RunBinary("predict --forward_ms=1e6 --backward_ms=1e6 --microbatches=64 --report_json=" +
                                  (dir / "r.json").string(),
