@@ -43,6 +43,7 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   po.activation_bytes = bytes.activation_message;
   po.tp_allreduce_bytes = bytes.tp_allreduce;
   po.gradient_bytes = GradientBytesPerRank(cfg, bytes.gradient);
+  ex.warm_activation_bytes = bytes.stored;
   auto at = [](const std::vector<double>& list, int s) { return list.size() == 1 ? list[0] : list[s]; };
   for (int s = 0; s < cfg.pp; ++s) {
     schedule::StageCost c;
@@ -75,6 +76,11 @@ absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   po.activation_bytes = t.bytes.activation_message;
   po.gradient_bytes = GradientBytesPerRank(cfg, t.bytes.gradient);
   po.tp_allreduce_bytes = t.bytes.tp_allreduce;
+  // The warm-up makes the real MLP's activations resident, not the described transformer's.
+  RP_ASSIGN_OR_RETURN(schedule::WorkloadBytes real,
+                      schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, StageChunks(cfg), cfg.tp,
+                                                 cfg.layers_per_stage, cfg.microbatch_size));
+  ex.warm_activation_bytes = real.stored;
   description = absl::StrFormat(
       "flops: %d-layer transformer, hidden %d, seq %d, %d seq/micro-batch on %s (%.0f TFLOPS x %.2f): "
       "stage 0 F %.3f ms, B %.3f ms per micro-batch",

@@ -314,6 +314,27 @@ TEST(PredictCommand, FlopsCostModelIsNamedInTheReport) {
   fs::remove_all(dir);
 }
 
+// The first step's warm-up makes the real MLP's memory resident, never the described
+// transformer's modeled activations (gigabytes under the FLOPs cost model: runs were OOM-killed).
+TEST(RunCommand, TheWarmUpPopulatesTheRealModelNotTheModeledSizes) {
+  if (rp::kSanitizerBuild || !rp::PopulatedBlock::Allocate(1 << 16).populated()) GTEST_SKIP() << "no warm-up here";
+  const fs::path dir = TempDir("warm");
+  const fs::path report = dir / "report.json";
+  const Result r = RunBinary("run --virtual_time --dp=1 --pp=1 --tp=1 --microbatches=1 --steps=1 --cost_model=flops "
+                             "--reference=false --report_json=" + report.string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = ReadJson(report);
+  const json& d = j["devices"][0];
+  const double populated = j["host"]["first_step_populated_bytes"].get<double>();
+  const double real = d["real"]["peak_activation_bytes"].get<double>();
+  const double modeled = d["modeled_peak_activation_bytes"].get<double>();
+  ASSERT_GT(modeled, 1000 * real);  // the case: a described transformer far larger than the MLP
+  EXPECT_GE(populated, real);
+  EXPECT_LT(populated, real + 4 * j["host"]["model_buffer_bytes"].get<double>() + (64 << 10));
+  fs::remove_all(dir);
+}
+
 TEST(RunCommand, HelpListsTheRunFlags) {
   const fs::path dir = TempDir("help");
   const Result r = RunBinary("run --help", dir);
