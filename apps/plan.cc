@@ -43,6 +43,10 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   po.activation_bytes = bytes.activation_message;
   po.tp_allreduce_bytes = bytes.tp_allreduce;
   po.gradient_bytes = GradientBytesPerRank(cfg, bytes.gradient);
+  // Each stage's own sizes: an MLP's stages differ in width and parameters.
+  po.stage_activation_bytes = bytes.stage_output;
+  if (cfg.tp > 1) po.stage_tp_bytes = bytes.stage_tp;
+  po.stage_gradient_bytes = bytes.stage_gradient;
   ex.warm_activation_bytes = bytes.stored;
   auto at = [](const std::vector<double>& list, int s) { return list.size() == 1 ? list[0] : list[s]; };
   for (int s = 0; s < cfg.pp; ++s) {

@@ -1,5 +1,7 @@
 #include "schedule/generators.h"
 
+#include <numeric>
+
 #include <algorithm>
 #include <array>
 #include <deque>
@@ -35,6 +37,12 @@ absl::Status CheckCommon(const PipelineOptions& o, const char* who) {
     return absl::InvalidArgumentError(absl::StrCat(
         who, ": gradient_bytes must be a multiple of 4 (fp32 gradients), got ", o.gradient_bytes));
   }
+  for (uint64_t g : o.stage_gradient_bytes) {
+    if (g % 4 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": stage_gradient_bytes must be multiples of 4 (fp32 gradients), got ", g));
+    }
+  }
   if (o.buckets_per_chunk < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": buckets_per_chunk must be >= 1, got ", o.buckets_per_chunk));
@@ -69,8 +77,17 @@ int GradientChunk(const Compute& c) {
 
 // Adds sends, receives, TP all-reduces, gradient buckets and the optimizer step around the compute
 // order. A hand-off to a chunk of the same rank needs no message.
-Program Wire(ScheduleKind kind, const PipelineOptions& o, StagePlacement placement, bool split,
-             const Order& order) {
+absl::StatusOr<Program> Wire(ScheduleKind kind, const PipelineOptions& o, StagePlacement placement, bool split,
+                             const Order& order) {
+  const size_t stages = static_cast<size_t>(placement.stages_per_direction());
+  for (const auto& [name, size] : {std::pair{"stage_activation_bytes", o.stage_activation_bytes.size()},
+                                   std::pair{"stage_tp_bytes", o.stage_tp_bytes.size()},
+                                   std::pair{"stage_gradient_bytes", o.stage_gradient_bytes.size()}}) {
+    if (size != 0 && size != stages) {
+      return absl::InvalidArgumentError(absl::StrCat(ScheduleName(kind), ": ", name, " has ", size,
+                                                     " entries, not one per model stage (", stages, ")"));
+    }
+  }
   Program prog;
   prog.kind = kind;
   prog.num_ranks = o.num_ranks;
@@ -80,7 +97,15 @@ Program Wire(ScheduleKind kind, const PipelineOptions& o, StagePlacement placeme
   prog.placement = std::move(placement);
   prog.ranks.resize(o.num_ranks);
   const int p = o.num_ranks, v = prog.num_chunks;
-  const uint64_t grad_elems = o.gradient_bytes / 4;
+  const bool per_stage = !o.stage_gradient_bytes.empty();
+  const uint64_t grad_elems =
+      per_stage ? std::accumulate(o.stage_gradient_bytes.begin(), o.stage_gradient_bytes.end(), uint64_t{0}) / 4
+                : o.gradient_bytes / 4;
+  const auto stage = [&](int s, int chunk) { return static_cast<size_t>(prog.ModelStage(s, chunk)); };
+  // The message between model stages k and k + 1, one micro-batch.
+  const auto boundary = [&](int k) {
+    return o.stage_activation_bytes.empty() ? o.activation_bytes : o.stage_activation_bytes[static_cast<size_t>(k)];
+  };
   for (int s = 0; s < p; ++s) {
     std::vector<Op>& ops = prog.ranks[s];
     ops.reserve(order[s].size() * 3 + 8);
@@ -91,7 +116,8 @@ Program Wire(ScheduleKind kind, const PipelineOptions& o, StagePlacement placeme
     }
     int bucket = 0;
     auto add_buckets = [&](int chunk) {
-      const uint64_t chunk_elems = PartSize(grad_elems, v, chunk);
+      const uint64_t chunk_elems =
+          per_stage ? o.stage_gradient_bytes[stage(s, chunk)] / 4 : PartSize(grad_elems, v, chunk);
       for (int b = 0; b < o.buckets_per_chunk; ++b) {
         ops.push_back(Op{.kind = OpKind::kAllReduce, .micro_batch = -1, .chunk = chunk, .peer = -1,
                          .bucket = bucket++,
@@ -99,20 +125,25 @@ Program Wire(ScheduleKind kind, const PipelineOptions& o, StagePlacement placeme
       }
     };
     // A message of `kind` for (mb, chunk) to or from the holder `other`, unless it is this rank.
+    // The message's boundary: after this chunk's stage (activations out, gradients in) or before
+    // it (activations in, gradients out).
     auto message = [&](OpKind msg_kind, int mb, int chunk, const std::optional<ChunkRef>& other) {
       if (other.has_value() && other->rank != s) {
+        const int k = prog.ModelStage(s, chunk);
+        const bool after = msg_kind == OpKind::kSendAct || msg_kind == OpKind::kRecvGrad;
         ops.push_back(Op{.kind = msg_kind, .micro_batch = mb, .chunk = chunk, .peer = other->rank,
-                         .bytes = o.activation_bytes});
+                         .bytes = boundary(after ? k : k - 1)});
       }
     };
     auto recv_act = [&](int mb, int c) { message(OpKind::kRecvAct, mb, c, prog.PrevHolder(s, c)); };
     auto send_act = [&](int mb, int c) { message(OpKind::kSendAct, mb, c, prog.NextHolder(s, c)); };
     auto recv_grad = [&](int mb, int c) { message(OpKind::kRecvGrad, mb, c, prog.NextHolder(s, c)); };
     auto send_grad = [&](int mb, int c) { message(OpKind::kSendGrad, mb, c, prog.PrevHolder(s, c)); };
-    auto tp = [&](int mb, int c) {
-      if (o.tp_allreduce_bytes > 0) {
-        ops.push_back(Op{.kind = OpKind::kTpAllReduce, .micro_batch = mb, .chunk = c,
-                         .bytes = o.tp_allreduce_bytes});
+    auto tp = [&](int mb, int c, int pass) {  // pass 0: after an F, 1: after a B(-input)
+      const uint64_t bytes = o.stage_tp_bytes.empty() ? o.tp_allreduce_bytes
+                                                       : o.stage_tp_bytes[stage(s, c)][static_cast<size_t>(pass)];
+      if (o.tp_allreduce_bytes > 0 || !o.stage_tp_bytes.empty()) {
+        ops.push_back(Op{.kind = OpKind::kTpAllReduce, .micro_batch = mb, .chunk = c, .bytes = bytes});
       }
     };
     for (int i = 0; i < static_cast<int>(order[s].size()); ++i) {
@@ -123,22 +154,22 @@ Program Wire(ScheduleKind kind, const PipelineOptions& o, StagePlacement placeme
         case OpKind::kForward:
           recv_act(c.mb, c.chunk);
           ops.push_back(op);
-          tp(c.mb, c.chunk);
+          tp(c.mb, c.chunk, 0);
           send_act(c.mb, c.chunk);
           break;
         case OpKind::kBackward:
         case OpKind::kBackwardInput:
           recv_grad(c.mb, c.chunk);
           ops.push_back(op);
-          tp(c.mb, c.chunk);
+          tp(c.mb, c.chunk, 1);
           send_grad(c.mb, c.chunk);
           break;
         case OpKind::kForwardBackward:
           recv_act(c.mb, c.chunk);
           recv_grad(c.backward_mb, c.backward_chunk);
           ops.push_back(op);
-          tp(c.mb, c.chunk);
-          tp(c.backward_mb, c.backward_chunk);
+          tp(c.mb, c.chunk, 0);
+          tp(c.backward_mb, c.backward_chunk, 1);
           send_act(c.mb, c.chunk);
           send_grad(c.backward_mb, c.backward_chunk);
           break;

@@ -33,6 +33,9 @@
 
 #include <cstdint>
 
+#include <array>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "schedule/program.h"
 
@@ -63,6 +66,15 @@ struct PipelineOptions {
   // (DeepSeek's code: it starts when both inputs are there and lasts F + B); false as two independent
   // ops, F then B, each starting when its own input is there.
   bool fused_fb = true;
+  // Optional, by model stage (stages_per_direction() of them; both directions of a two-direction
+  // schedule run over the same stages): each stage's own sizes, replacing the three single values
+  // above (which then apply to every stage) — an MLP's stages differ in width and parameters.
+  // stage_activation_bytes[k]: the message from stage k to k + 1 (and its gradient back);
+  // stage_tp_bytes[k]: per F and per B(-input) of stage k, {F, B}; stage_gradient_bytes[k]: fp32
+  // gradient bytes of stage k (multiple of 4).
+  std::vector<uint64_t> stage_activation_bytes = {};
+  std::vector<std::array<uint64_t, 2>> stage_tp_bytes = {};
+  std::vector<uint64_t> stage_gradient_bytes = {};
 };
 
 [[nodiscard]] absl::StatusOr<Program> BuildGPipe(const PipelineOptions& o);

@@ -50,10 +50,11 @@ std::vector<ModeledSizes> SizesOf(const Program& prog, int pp) {
     if (op.kind == OpKind::kTpAllReduce && i > 0) {
       const Op& prev = ops[i - 1];
       if (prev.kind == OpKind::kForwardBackward) {
-        // One kTpAllReduce after an F&B carries both parts' bytes (the F's; the B's is the same
-        // size per layer in this model).
+        // An F&B is followed by its F's kTpAllReduce, then its B's (the generators' order); a
+        // lone one carries both parts' bytes.
         s.tp_bytes[0] = op.bytes;
-        sizes[static_cast<size_t>(prev.backward_chunk)].tp_bytes[1] = op.bytes;
+        const bool b_follows = i + 1 < ops.size() && ops[i + 1].kind == OpKind::kTpAllReduce;
+        sizes[static_cast<size_t>(prev.backward_chunk)].tp_bytes[1] = b_follows ? ops[i + 1].bytes : op.bytes;
       } else if (const int pass = PassIndex(prev.kind); pass >= 0) {
         s.tp_bytes[static_cast<size_t>(pass)] = op.bytes;
       }

@@ -101,12 +101,13 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int
     RP_ASSIGN_OR_RETURN(auto stage, MlpStage::Create(mlp, part, k, /*tp_rank=*/0));
     const int rank = k % pp;
     grads[static_cast<size_t>(rank)] += stage->params().size() * sizeof(float);
+    b.stage_gradient.push_back(stage->params().size() * sizeof(float));
     Tensor x(microbatch_size, stage->input_dim());
     RP_RETURN_IF_ERROR(stage->Forward(0, x, identity).status());
     b.stored[static_cast<size_t>(rank)] += static_cast<uint64_t>(stage->activation_bytes());
-    if (k + 1 < k_stages) {
-      b.activation_message = std::max(b.activation_message, rows * stage->output_dim() * sizeof(float));
-    }
+    const uint64_t out = k + 1 < k_stages ? rows * stage->output_dim() * sizeof(float) : 0;
+    b.stage_output.push_back(out);
+    b.activation_message = std::max(b.activation_message, out);
     uint64_t fwd = 0, bwd = 0;
     for (const MlpStage::LayerInfo& l : stage->layers()) {
       if (l.kind == ShardKind::kRowParallel) fwd += rows * static_cast<uint64_t>(l.out) * sizeof(float);
@@ -114,7 +115,9 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int
         bwd += rows * static_cast<uint64_t>(l.in) * sizeof(float);
       }
     }
-    if (tp > 1) b.tp_allreduce = std::max({b.tp_allreduce, fwd, bwd});
+    if (tp == 1) fwd = bwd = 0;
+    b.stage_tp.push_back({fwd, bwd});
+    b.tp_allreduce = std::max({b.tp_allreduce, fwd, bwd});
   }
   b.gradient = *std::max_element(grads.begin(), grads.end());
   return b;

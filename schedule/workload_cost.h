@@ -21,6 +21,7 @@
 //   // c.cost.stages[r].forward, c.bytes.activation_message, ...
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,6 +55,12 @@ struct WorkloadBytes {
   uint64_t tp_allreduce = 0;        // per F (or B) of one chunk, modeled as fp32 bytes; 0 without TP
   uint64_t gradient = 0;            // gradient bytes of the busiest device (fp32)
   std::vector<uint64_t> stored;     // per pipeline rank: stored activations of one micro-batch
+  // MlpWorkloadBytes only, by model stage k (pp × virtual_stages): the message from k to k + 1, the
+  // TP all-reduce bytes of k's F and of its B(-input), k's gradient bytes (one TP shard) — each
+  // stage's own, as PipelineOptions' stage_* fields take them (the single values above are maxima).
+  std::vector<uint64_t> stage_output;
+  std::vector<std::array<uint64_t, 2>> stage_tp;
+  std::vector<uint64_t> stage_gradient;
 };
 
 struct TransformerCost {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "apps/cli.h"
@@ -332,6 +333,32 @@ TEST(RunCommand, TheWarmUpPopulatesTheRealModelNotTheModeledSizes) {
   ASSERT_GT(modeled, 1000 * real);  // the case: a described transformer far larger than the MLP
   EXPECT_GE(populated, real);
   EXPECT_LT(populated, real + 4 * j["host"]["model_buffer_bytes"].get<double>() + (64 << 10));
+  fs::remove_all(dir);
+}
+
+// The fixed cost model times each stage's messages, TP all-reduces and gradients with that stage's
+// own sizes (an MLP's stages differ): the modeled bytes of every device equal its real bytes, not
+// the largest stage's (as every stage had before).
+TEST(RunCommand, EachStageIsModeledWithItsOwnSizes) {
+  const fs::path dir = TempDir("stage_sizes");
+  const fs::path report = dir / "report.json";
+  for (const std::string layout : {"--dp=2 --tp=1 --pp=4 --hidden=128,64,32", "--dp=1 --tp=2 --pp=2 --hidden=128,64,32,32"}) {
+    const Result r = RunBinary("run --virtual_time --steps=1 --reference=false " + layout + " --report_json=" +
+                                   report.string(),
+                               dir);
+    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
+    const json j = ReadJson(report);
+    std::set<double> dp, tp;
+    for (const json& d : j["devices"]) {
+      for (const char* k : {"dp", "p2p", "tp"}) {
+        EXPECT_EQ(d[std::string("modeled_") + k + "_bytes"], d["real"][std::string(k) + "_bytes"])
+            << layout << " rank " << d["rank"] << " " << k;
+      }
+      dp.insert(d["real"]["dp_bytes"].get<double>());
+      tp.insert(d["real"]["tp_bytes"].get<double>());
+    }
+    EXPECT_GE(dp.size() + tp.size(), 3u) << layout << ": the stages' sizes differ";
+  }
   fs::remove_all(dir);
 }
 
