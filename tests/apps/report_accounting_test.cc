@@ -1,0 +1,80 @@
+// The report's accounting through the binary, on the virtual clock: modeled reductions are
+// communication (comm_ms), not peer wait, against the closed form of docs/collectives.md.
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/apps/binary_runner.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using rp::apps::testing::BinaryResult;
+using rp::apps::testing::RunBinary;
+
+fs::path TempDir(const std::string& name) {
+  return rp::apps::testing::TempDir("ringpipe_report_accounting_test", name);
+}
+
+// Runs `args` with --report_json and returns the report (null on failure, the test failed).
+json RunReport(const std::string& name, const std::string& args) {
+  const fs::path dir = TempDir(name);
+  const fs::path report = dir / "r.json";
+  const BinaryResult r = RunBinary(args + " --report_json=" + report.string(), dir);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  if (r.exit_code != 0) return json();
+  std::ifstream f(report);
+  json j = json::parse(f);
+  fs::remove_all(dir);
+  return j;
+}
+
+// One ring all-reduce of n ranks, K = 1, on an ideal link (α = o = 0) of β = 1 GB/s: a rank sends
+// 2(n − 1) chunks of c bytes (modeled_*_bytes = 2(n − 1)c) taking c ns each, and reduces n − 1
+// chunks of c / 4 FP32 elements, 4·(c / 4) / R = c / R ns each (reduce_gbps = R). All of it is
+// communication: comm_ms = bytes·(1 + 1 / (2R)) ns, and none of it peer wait.
+double RingCommMs(double bytes, double reduce_gbps) {
+  return bytes * (1.0 + (reduce_gbps > 0 ? 1.0 / (2.0 * reduce_gbps) : 0.0)) * 1e-6;
+}
+
+void ExpectReductionsAreComm(const std::string& layout, const char* bytes_key, const std::string& name) {
+  for (double R : {0.0, 0.5, 1.0, 2.0}) {
+    std::ostringstream args;
+    args << "run --virtual_time " << layout
+         << " --pp=1 --microbatches=1 --steps=1 --link=ideal --alpha_us=0 --bandwidth_gbps=1 --overlap=false"
+         << " --reduce_gbps=" << R;
+    const json j = RunReport(name, args.str());
+    ASSERT_FALSE(j.is_null());
+    for (const json& d : j["devices"]) {
+      for (const char* tl : {"emulated", "predicted"}) {
+        const json& f = d[tl];
+        const double bytes = f[bytes_key].get<double>();
+        ASSERT_GT(bytes, 0) << tl;
+        EXPECT_NEAR(f["comm_ms"].get<double>(), RingCommMs(bytes, R), 1e-9)
+            << layout << " R " << R << " rank " << d["rank"] << " " << tl;
+        EXPECT_EQ(f["peer_wait_ms"].get<double>(), 0.0) << layout << " R " << R << " rank " << d["rank"] << " " << tl;
+      }
+      EXPECT_EQ(d["emulated"]["comm_ms"], d["predicted"]["comm_ms"]) << "rank " << d["rank"];
+      EXPECT_EQ(d["emulated"]["exposed_comm_ms"], d["predicted"]["exposed_comm_ms"]) << "rank " << d["rank"];
+    }
+  }
+}
+
+TEST(ReportAccounting, DpReductionsAreCommNotPeerWait) {
+  // 4 replicas, one bucket at the optimizer: the worked example 3·(18.38 + 18.38) + 3·18.38 µs at R = 1.
+  ExpectReductionsAreComm("--dp=4 --tp=1", "modeled_dp_bytes", "dp");
+}
+
+TEST(ReportAccounting, TpReductionsAreCommNotPeerWait) {
+  ExpectReductionsAreComm("--dp=1 --tp=2", "modeled_tp_bytes", "tp");
+}
+
+}  // namespace
+}  // namespace rp::apps
