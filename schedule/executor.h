@@ -216,6 +216,9 @@ struct DeviceReport {
   uint64_t wire_bytes = 0, p2p_bytes = 0, tp_bytes = 0, dp_bytes = 0, ep_bytes = 0;
   uint64_t modeled_wire_bytes = 0, modeled_p2p_bytes = 0, modeled_tp_bytes = 0,
            modeled_dp_bytes = 0, modeled_ep_bytes = 0;
+  // The EP all-to-alls' bytes of the median step alone (they follow that step's routing, as its
+  // prediction does; the other kinds are the same every step): real and modeled.
+  uint64_t median_step_ep_bytes = 0, median_step_modeled_ep_bytes = 0;
   // Host figures (whole run).
   uint64_t compute_ops = 0;
   uint64_t overruns = 0;     // compute ops whose real work outlasted their modeled time
@@ -228,7 +231,8 @@ struct DeviceReport {
 struct RunResult {
   std::vector<StepRecord> steps;
   std::vector<DeviceReport> devices;  // by global rank
-  // Step time, modeled milliseconds: medians over steps.
+  // Step time, modeled milliseconds: the median step's (median_step; see run_result.cc).
+  int median_step = 0;  // the median step by measured time: per-device figures, headline times
   double measured_step_ms = 0;
   double emulated_step_ms = 0;
   double predicted_step_ms = 0;  // schedule::Predict on the same plan

@@ -135,6 +135,11 @@ absl::Status Executor::Impl::Bookkeep(int step) {
     intervals.reserve(runners.size());
     for (const auto& r : runners) intervals.push_back(r->last_step().intervals);
   }
+  if (plan->has_ep_exchanges()) {
+    std::vector<std::pair<uint64_t, uint64_t>> ep_bytes(runners.size());
+    for (size_t r = 0; r < runners.size(); ++r) ep_bytes[r] = EpBytes(static_cast<int>(r));
+    ep_bytes_after.push_back(std::move(ep_bytes));
+  }
   metrics.push_back(std::move(m));
   kept.push_back(std::move(intervals));
   records.push_back(rec);
@@ -181,6 +186,13 @@ void Executor::Impl::RecordRouting(StepRecord& rec) {
       rec.moe[static_cast<size_t>(b)].expert_tokens.push_back(rec.routing.ExpertTokens(b, e));
     }
   }
+}
+
+std::pair<uint64_t, uint64_t> Executor::Impl::EpBytes(int r) const {
+  int index = 0;
+  plan->EpGroup(r, &index);
+  const comm::WireStats& w = ctx.Ep(r).rank(index).stats();
+  return {w.total_bytes(), w.modeled_bytes};
 }
 
 MlpStage* Executor::Impl::RunnerShard(int k, int q, int t) const {

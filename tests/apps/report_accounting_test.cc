@@ -1,5 +1,7 @@
 // The report's accounting through the binary, on the virtual clock: modeled reductions are
-// communication (comm_ms), not peer wait, against the closed form of docs/collectives.md.
+// communication (comm_ms), not peer wait, against the closed form of docs/collectives.md; the
+// headline step is one actual step — the one the per-device figures, the timeline and the EP
+// bytes are of — on every timeline.
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -74,6 +76,58 @@ TEST(ReportAccounting, DpReductionsAreCommNotPeerWait) {
 
 TEST(ReportAccounting, TpReductionsAreCommNotPeerWait) {
   ExpectReductionsAreComm("--dp=1 --tp=2", "modeled_tp_bytes", "tp");
+}
+
+constexpr const char* kMoe =
+    "run --virtual_time --dp=2 --pp=3 --tp=2 --microbatches=6 --schedule=zb-v --virtual_stages=2 --hidden=64x11 "
+    "--moe_layers=2,5 --experts=2 --top_k=1 --ep=2 --capacity_factor=1.25 --aux_loss=0.01 --ep_row_bytes=65536 "
+    "--codec=fp16 --link=dgx-h100 --segment_bytes=4K";
+
+// The headline step is the median step: one step's time on every timeline, the step of the
+// timeline, and the step whose time each device's bubble is measured against.
+TEST(ReportAccounting, HeadlineStepIsTheStepOfThePerDeviceFigures) {
+  const json j = RunReport("headline", std::string(kMoe) + " --steps=2");
+  ASSERT_FALSE(j.is_null());
+  const json& steps = j["steps"];
+  ASSERT_EQ(steps.size(), 2u);
+  ASSERT_NE(steps[0]["emulated_ms"], steps[1]["emulated_ms"]) << "the steps must differ for the test to mean anything";
+  const int k = j["timeline"]["emulated"]["step"].get<int>();
+  ASSERT_TRUE(k == 0 || k == 1);
+  for (const char* tl : {"measured", "emulated", "predicted"}) {
+    EXPECT_EQ(j["step_time_ms"][tl], steps[k][std::string(tl) + "_ms"]) << tl;
+  }
+  EXPECT_EQ(j["timeline"]["emulated"]["step_ms"], j["step_time_ms"]["emulated"]);
+  EXPECT_EQ(j["timeline"]["predicted"]["step_ms"], j["step_time_ms"]["predicted"]);
+  for (const json& d : j["devices"]) {
+    for (const char* tl : {"emulated", "predicted"}) {
+      const double step = j["step_time_ms"][tl].get<double>();
+      const json& f = d[tl];
+      EXPECT_NEAR(f["bubble_total"].get<double>(), (step - f["busy_ms"].get<double>()) / step, 1e-9)
+          << tl << " rank " << d["rank"];
+    }
+    EXPECT_NEAR(d["bubble_total"].get<double>(),
+                (j["step_time_ms"]["measured"].get<double>() - d["busy_ms"].get<double>()) /
+                    j["step_time_ms"]["measured"].get<double>(),
+                1e-9)
+        << "measured, rank " << d["rank"];
+  }
+}
+
+// Multi-step MoE: the EP all-to-alls' bytes follow each step's routing; emulated and predicted
+// report the same (median) step's.
+TEST(ReportAccounting, EpBytesAreTheMedianStepsOnBothTimelines) {
+  const json j = RunReport("ep_bytes", std::string(kMoe) + " --steps=3");
+  ASSERT_FALSE(j.is_null());
+  bool any_ep = false;
+  for (const json& d : j["devices"]) {
+    for (const char* key : {"modeled_ep_bytes", "modeled_wire_bytes", "modeled_p2p_bytes", "modeled_tp_bytes",
+                            "modeled_dp_bytes"}) {
+      EXPECT_EQ(d["emulated"][key], d["predicted"][key]) << key << " rank " << d["rank"];
+      EXPECT_EQ(d[key], d["emulated"][key]) << key << " rank " << d["rank"];
+    }
+    any_ep = any_ep || d["emulated"]["modeled_ep_bytes"].get<uint64_t>() > 0;
+  }
+  EXPECT_TRUE(any_ep);
 }
 
 }  // namespace
