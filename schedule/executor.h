@@ -262,6 +262,9 @@ struct RunResult {
   uint64_t clock_waits = 0;
   uint64_t clock_crowded_waits = 0;
   double wall_seconds = 0;  // Cluster::Run wall time
+  // The process's thread count (/proc/self/status "Threads:") read at the first step boundary,
+  // while every device thread waits there; 0 if unreadable.
+  int threads_at_first_step = 0;
   // Messages the fabric timed (every p2p, TP, DP and EP message of the run): with device ops, what
   // the host emulated per wall second.
   uint64_t fabric_messages = 0;

@@ -57,6 +57,7 @@ class Executor::Impl {
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ep_bytes_after;  // [step][rank]
   int boundary_round = 0;
   Nanos step_start{0};
+  int threads_at_first_step = 0;  // /proc/self/status Threads at the first boundary
 
   absl::Status Build();
   absl::Status CheckFaults(int world);  // part of Build

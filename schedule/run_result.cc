@@ -43,6 +43,7 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   res.virtual_time = o.virtual_time;
   res.time_scale = o.time_scale;
   res.wall_seconds = wall_seconds;
+  res.threads_at_first_step = threads_at_first_step;
   res.fabric_messages = fabric->committed();
   res.thread_policy = cluster.thread_policy_name();
   for (const auto& r : runners) res.first_step_populated_bytes += r->populated_bytes();

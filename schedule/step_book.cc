@@ -8,8 +8,11 @@
 // step trains (StartEvaluation; joined at the next boundary).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,10 +35,22 @@ Nanos WakeMargin(int world, double time_scale) {
   return Nanos(static_cast<int64_t>((1e6 + 5e3 * world) / time_scale));
 }
 
+// The process's thread count from /proc/self/status ("Threads:"), 0 if unreadable.
+int ProcessThreads() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<Nanos> Executor::Impl::OnStepBoundary(Nanos max_end) {
   const int round = boundary_round++;
+  // Every device thread waits at this boundary: a measured thread count no short run can miss.
+  if (round == 0) threads_at_first_step = ProcessThreads();
   if (round > 0) RP_RETURN_IF_ERROR(Bookkeep(round - 1));
   Nanos release = max_end;
   if (ctx.real_clock != nullptr) {

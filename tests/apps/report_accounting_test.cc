@@ -1,7 +1,7 @@
 // The report's accounting through the binary, on the virtual clock: modeled reductions are
 // communication (comm_ms), not peer wait, against the closed form of docs/collectives.md; the
 // headline step is one actual step — the one the per-device figures, the timeline and the EP
-// bytes are of — on every timeline.
+// bytes are of — on every timeline; the thread count of a run shorter than the sampling period.
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -128,6 +128,15 @@ TEST(ReportAccounting, EpBytesAreTheMedianStepsOnBothTimelines) {
     any_ep = any_ep || d["emulated"]["modeled_ep_bytes"].get<uint64_t>() > 0;
   }
   EXPECT_TRUE(any_ep);
+}
+
+// A run of ~10 ms (shorter than the sampler's 20 ms period) still reports its device threads.
+TEST(ReportAccounting, ShortRunReportsAtLeastItsDeviceThreads) {
+  const json j = RunReport("threads", "run --preset=s1 --virtual_time --steps=2");
+  ASSERT_FALSE(j.is_null());
+  const int world = j["layout"]["world"].get<int>();
+  ASSERT_GT(world, 1);
+  EXPECT_GE(j["host"]["threads"].get<int>(), world * j["host"]["threads_per_device"].get<int>());
 }
 
 }  // namespace
