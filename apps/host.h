@@ -11,7 +11,9 @@
 // (limit − kReservedThreads) / threads per device devices; larger layouts are for `predict`.
 //
 // Resident memory comes from /proc/self/status (VmRSS, VmHWM: the peak since the process started);
-// threads from its "Threads:" line, sampled while a run goes (ThreadSampler).
+// threads from its "Threads:" line, sampled while a run goes (ThreadSampler) — `run` also takes the
+// executor's reading at the first step boundary (RunResult::threads_at_first_step), which a run
+// shorter than the sampling period would otherwise miss.
 //
 // Thread safety: the free functions read /proc and may be called from any thread; a ThreadSampler
 // is started and stopped by one thread.

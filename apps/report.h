@@ -43,7 +43,7 @@ struct HostUsage {
   double rss_before_bytes = 0;    // VmRSS before the executor was created
   double peak_rss_bytes = 0;      // VmHWM after the run
   double model_buffer_bytes = 0;  // the run's known buffers: weights, gradients, optimizer state, data set
-  int threads = 0;                // peak thread count sampled during the run
+  int threads = 0;                // peak thread count sampled during the run (and at its first step)
   nlohmann::json time_scale_choice;  // apps/clock_choice.h ClockJson (null: not given)
 };
 

@@ -331,9 +331,13 @@ void AddRunDevice(const schedule::DeviceReport& m, uint64_t steps, const std::ve
                   json& d) {
   const json measured = Figures(m.measured);
   for (auto it = measured.begin(); it != measured.end(); ++it) d[it.key()] = it.value();
-  const ModeledBytes b{.wire = m.modeled_wire_bytes / steps, .p2p = m.modeled_p2p_bytes / steps,
-                       .tp = m.modeled_tp_bytes / steps, .dp = m.modeled_dp_bytes / steps,
-                       .ep = m.modeled_ep_bytes / steps};
+  // Per step: p2p, TP and DP bytes are the same every step; the EP all-to-alls' follow the step's
+  // routing, so they are the median step's — the step the predicted figures are of.
+  const ModeledBytes b{.wire = (m.modeled_wire_bytes - m.modeled_ep_bytes) / steps + m.median_step_modeled_ep_bytes,
+                       .p2p = m.modeled_p2p_bytes / steps,
+                       .tp = m.modeled_tp_bytes / steps,
+                       .dp = m.modeled_dp_bytes / steps,
+                       .ep = m.median_step_modeled_ep_bytes};
   // Bytes and memory do not depend on the clock: the measured figures are the run's fabric counts.
   AddModeledBytes(d, b, m.modeled_peak_activation_bytes);
   AddEpWaits(d, timeline, /*wall=*/true);
@@ -341,9 +345,12 @@ void AddRunDevice(const schedule::DeviceReport& m, uint64_t steps, const std::ve
   AddModeledBytes(emulated, b, m.modeled_peak_activation_bytes);
   AddEpWaits(emulated, timeline, /*wall=*/false);
   d["emulated"] = std::move(emulated);
-  d["real"] = {{"wire_bytes", m.wire_bytes / steps}, {"p2p_bytes", m.p2p_bytes / steps},
-               {"tp_bytes", m.tp_bytes / steps},     {"dp_bytes", m.dp_bytes / steps},
-               {"ep_bytes", m.ep_bytes / steps},     {"peak_activation_bytes", m.peak_activation_bytes}};
+  d["real"] = {{"wire_bytes", (m.wire_bytes - m.ep_bytes) / steps + m.median_step_ep_bytes},
+               {"p2p_bytes", m.p2p_bytes / steps},
+               {"tp_bytes", m.tp_bytes / steps},
+               {"dp_bytes", m.dp_bytes / steps},
+               {"ep_bytes", m.median_step_ep_bytes},
+               {"peak_activation_bytes", m.peak_activation_bytes}};
   d["host"] = {{"compute_ops", m.compute_ops}, {"overruns", m.overruns}, {"overrun_ms", m.overrun_ms},
                {"lateness_p50_ms", m.lateness_p50_ms}, {"lateness_p99_ms", m.lateness_p99_ms},
                {"lateness_max_ms", m.lateness_max_ms}};

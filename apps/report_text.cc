@@ -160,7 +160,7 @@ std::string Timing(const json& r, bool run) {
   if (run) {
     absl::StrAppend(&out, "  step time   measured ", Fmt("%.3f", D(st, "measured")), "   emulated ",
                     Fmt("%.3f", D(st, "emulated")), "   predicted ", Fmt("%.3f", D(st, "predicted")),
-                    "  (median over steps)\n",
+                    "  (the median step)\n",
                     "              measured: wall clock on the device threads / time scale; emulated: the run's "
                     "modeled timeline; predicted: the predictor\n");
     const json& f = Get(r, "fidelity");

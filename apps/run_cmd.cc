@@ -255,6 +255,9 @@ int Run(const ParsedArgs& args) {
     WriteFailedRun(*cfg, *plan, f, host, tracer, outputs);
     return Fail(kExitFault, result.status());
   }
+  // The sampler's period can miss a run of a few ms; the executor's reading at the first step
+  // boundary was taken while every device thread was alive (and the sampler's, not counted).
+  host.threads = std::max(host.threads, result->threads_at_first_step - 1);
   const HostVerdict verdict = JudgeHostFidelity(*clock, result->fidelity_host);
   if (!verdict.trusted) std::fprintf(stderr, "ringpipe run: warning: %s\n", verdict.warning.c_str());
   host.time_scale_choice = ClockJson(*clock, verdict);

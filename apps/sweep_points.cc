@@ -139,9 +139,12 @@ Metrics FromRun(const schedule::RunResult& run, int steps, double& real_peak, do
     exposed += d.measured.exposed_comm_ms;
     peer += d.measured.peer_wait_ms;
     peak = std::max(peak, static_cast<double>(d.modeled_peak_activation_bytes));
-    wire = std::max(wire, static_cast<double>(d.modeled_wire_bytes) / per_step);
+    // Per step, the EP all-to-alls' of the median step (they follow its routing), as the report.
+    wire = std::max(wire, static_cast<double>(d.modeled_wire_bytes - d.modeled_ep_bytes) / per_step +
+                              static_cast<double>(d.median_step_modeled_ep_bytes));
     real_peak = std::max(real_peak, static_cast<double>(d.peak_activation_bytes));
-    real_wire = std::max(real_wire, static_cast<double>(d.wire_bytes) / per_step);
+    real_wire = std::max(real_wire, static_cast<double>(d.wire_bytes - d.ep_bytes) / per_step +
+                                        static_cast<double>(d.median_step_ep_bytes));
   }
   const double n = static_cast<double>(std::max<size_t>(1, run.devices.size()));
   m.bubble = bubble / n;

@@ -168,12 +168,14 @@ struct CollectiveResult {
   // from the rank's modeled "now" (start, or when it consumed the previous segment) to the
   // segment's arrival: the part after the segment was ready at its sender is transfer (the data
   // was in flight, or queued for a busy port), the part before is peer wait (the peer had not
-  // sent it yet). reduce = modeled reduction time. transfer + peer_wait + reduce == end - start.
+  // sent it yet). reduce = modeled reduction time: the tail after the last arrival and the parts
+  // of the waits while the rank's reduce engine was busy (not peer wait: in a ring the neighbour's
+  // next segment waits on the same step's reductions). transfer + peer_wait + reduce == end - start.
   Nanos transfer{0};
   Nanos peer_wait{0};
   Nanos reduce{0};
   // The same split as intervals, in order (timed): for overlaying another stream's waits.
-  using Span = WaitSpan;  // peer: peer wait; else transfer (reduce tails are not listed)
+  using Span = WaitSpan;  // peer: peer wait; else transfer or reduce (reduce tails not listed)
   std::vector<Span> spans;
   uint64_t messages = 0;     // messages this rank sent
   uint64_t forwarded = 0;    // of which forwarded views (CommunicatorOptions::forward_lends)

@@ -61,20 +61,51 @@ bool RingTimer::OnReceive(Nanos arrival, Nanos ready, Post* post) {
   const int step = received_ / K, k = received_ % K;
   ++received_;
   if (arrival > progress_) {
+    // The wait [progress, arrival]: where the rank's own reduce engine is busy it is reduce
+    // (communication: the neighbour's next segment waits on the same reduction step, so calling it
+    // peer wait would book the ring's own reductions as a straggler's); elsewhere, before the
+    // message was ready at its sender, peer wait, after, transfer.
     const Nanos split = std::clamp(ready, progress_, arrival);
-    if (split > progress_) {
-      peer_wait_ += split - progress_;
-      AddSpan(progress_, split, true);
+    Nanos t = progress_;
+    auto outside = [&](Nanos end) {  // [t, end] with the engine idle
+      const Nanos p_end = std::clamp(split, t, end);
+      if (p_end > t) {
+        peer_wait_ += p_end - t;
+        AddSpan(t, p_end, true);
+      }
+      if (end > p_end) {
+        transfer_ += end - p_end;
+        AddSpan(p_end, end, false);
+      }
+      t = end;
+    };
+    while (busy_next_ < busy_.size() && t < arrival) {
+      const Span& b = busy_[busy_next_];
+      if (b.end <= t) {
+        ++busy_next_;
+        continue;
+      }
+      if (b.start >= arrival) break;
+      if (b.start > t) outside(b.start);
+      const Nanos r_end = std::min(b.end, arrival);
+      reduce_in_waits_ += r_end - t;
+      AddSpan(t, r_end, false);
+      t = r_end;
     }
-    if (arrival > split) {
-      transfer_ += arrival - split;
-      AddSpan(split, arrival, false);
-    }
+    if (arrival > t) outside(arrival);
     progress_ = arrival;
   }
   const bool reduce = kind_ == TimedKind::kReduceScatter ||
                       (kind_ == TimedKind::kAllReduce && step < n_ - 1);
+  const Nanos engine_free = reduce_end_;
   const Nanos consumed = shape_.Consume(k, arrival, reduce, &reduce_end_);
+  if (const Nanos b0 = std::max(engine_free, arrival); reduce_end_ > b0) {  // this segment's reduction
+    if (!busy_.empty() && busy_.back().end == b0) {
+      busy_.back().end = reduce_end_;
+    } else {
+      busy_.push_back({b0, reduce_end_, false});
+    }
+  }
   last_consumed_ = std::max(last_consumed_, consumed);
   const Nanos next_ready = std::max(start_, consumed);
   if (kind_ == TimedKind::kBroadcast) {

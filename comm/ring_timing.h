@@ -109,7 +109,9 @@ enum class TimedKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadc
 // Accounting (DESIGN.md "Communication vs waiting"): the rank waits from its progress time (the
 // start, then each arrival) to each later arrival; the part after the message was ready at its
 // sender is transfer, the part before is peer wait; the tail of the last reduction after the last
-// arrival is reduce. transfer + peer_wait + reduce == end() − start.
+// arrival is reduce, and so is every part of a wait while the rank's own reduce engine is busy
+// (in a ring every rank reduces in the same step, so the neighbour's next segment waits on that
+// step's reductions: communication, not a straggler). transfer + peer_wait + reduce == end() − start.
 class RingTimer {
  public:
   struct Post {
@@ -137,8 +139,10 @@ class RingTimer {
   Nanos end() const;
   Nanos transfer() const { return transfer_; }
   Nanos peer_wait() const { return peer_wait_; }
-  Nanos reduce() const { return end() - progress_; }
-  // Busy intervals in time order, adjacent ones of the same kind merged (transfer, peer wait).
+  Nanos reduce() const { return reduce_in_waits_ + (end() - progress_); }
+  // The waits from the start to the last arrival in time order, adjacent ones of the same kind
+  // merged: peer wait (peer), and transfer or reduce (not peer). Their total is
+  // end() − start minus the reduce tail after the last arrival.
   const std::vector<Span>& spans() const { return spans_; }
   // Moves the spans out (for a result; spans() is empty afterwards).
   std::vector<Span> TakeSpans() { return std::move(spans_); }
@@ -160,6 +164,9 @@ class RingTimer {
   Nanos last_consumed_;
   Nanos last_post_ready_;  // posts leave in order: each is ready no earlier than the previous
   Nanos transfer_{0}, peer_wait_{0};
+  Nanos reduce_in_waits_{0};  // the reduce engine's busy time inside the waits
+  std::vector<Span> busy_;    // the reduce engine's busy intervals in time order
+  size_t busy_next_ = 0;      // the first that may still overlap a later wait
   uint64_t posted_bytes_ = 0;
   void AddSpan(Nanos start, Nanos end, bool peer);
   std::vector<Span> spans_;

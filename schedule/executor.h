@@ -221,6 +221,9 @@ struct DeviceReport {
   uint64_t wire_bytes = 0, p2p_bytes = 0, tp_bytes = 0, dp_bytes = 0, ep_bytes = 0;
   uint64_t modeled_wire_bytes = 0, modeled_p2p_bytes = 0, modeled_tp_bytes = 0,
            modeled_dp_bytes = 0, modeled_ep_bytes = 0;
+  // The EP all-to-alls' bytes of the median step alone (they follow that step's routing, as its
+  // prediction does; the other kinds are the same every step): real and modeled.
+  uint64_t median_step_ep_bytes = 0, median_step_modeled_ep_bytes = 0;
   // Host figures (whole run).
   uint64_t compute_ops = 0;
   uint64_t overruns = 0;     // compute ops whose real work outlasted their modeled time
@@ -233,7 +236,8 @@ struct DeviceReport {
 struct RunResult {
   std::vector<StepRecord> steps;
   std::vector<DeviceReport> devices;  // by global rank
-  // Step time, modeled milliseconds: medians over steps.
+  // Step time, modeled milliseconds: the median step's (median_step; see run_result.cc).
+  int median_step = 0;  // the median step by measured time: per-device figures, headline times
   double measured_step_ms = 0;
   double emulated_step_ms = 0;
   double predicted_step_ms = 0;  // schedule::Predict on the same plan
@@ -263,6 +267,9 @@ struct RunResult {
   uint64_t clock_waits = 0;
   uint64_t clock_crowded_waits = 0;
   double wall_seconds = 0;  // Cluster::Run wall time
+  // The process's thread count (/proc/self/status "Threads:") read at the first step boundary,
+  // while every device thread waits there; 0 if unreadable.
+  int threads_at_first_step = 0;
   // Messages the fabric timed (every p2p, TP, DP and EP message of the run): with device ops, what
   // the host emulated per wall second.
   uint64_t fabric_messages = 0;

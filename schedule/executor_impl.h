@@ -52,8 +52,12 @@ class Executor::Impl {
   std::vector<std::vector<StepMetrics>> metrics;  // [step][rank]
   // Intervals of every device for steps kept (all when small, else the last; see run_result.cc).
   std::vector<std::vector<std::vector<OpInterval>>> kept;  // [step][rank]
+  // With EP exchanges: each rank's EP communicator counters after each step, cumulative
+  // {real bytes, modeled bytes} — a step's EP bytes follow its routing.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ep_bytes_after;  // [step][rank]
   int boundary_round = 0;
   Nanos step_start{0};
+  int threads_at_first_step = 0;  // /proc/self/status Threads at the first boundary
 
   absl::Status Build();
   absl::Status CheckFaults(int world);  // part of Build
@@ -66,6 +70,8 @@ class Executor::Impl {
   absl::StatusOr<Nanos> OnStepBoundary(Nanos max_end);
   absl::Status Bookkeep(int step);
   void RecordRouting(StepRecord& rec);
+  // Rank r's EP communicator counters so far: {real bytes, modeled bytes}.
+  std::pair<uint64_t, uint64_t> EpBytes(int r) const;
   // Held-out evaluation of replica 0's model, at the boundary (the last step's; every step's on
   // a real clock, where a thread of its own would steal the deadlines' host time).
   absl::Status Evaluate(StepRecord& rec);

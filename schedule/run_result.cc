@@ -1,5 +1,5 @@
 // RunResult (executor_impl.h): step times on the three timelines, fidelities, per-device reports
-// of the median step, bytes and memory, host figures, and the single-device reference.
+// of the median step (the headline step), bytes and memory, host figures, and the single-device reference.
 #include <algorithm>
 #include <cmath>
 
@@ -10,13 +10,6 @@
 
 namespace rp::schedule {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 uint64_t Total(const comm::WireStats& s) { return s.total_bytes(); }
 
@@ -50,6 +43,7 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   res.virtual_time = o.virtual_time;
   res.time_scale = o.time_scale;
   res.wall_seconds = wall_seconds;
+  res.threads_at_first_step = threads_at_first_step;
   res.fabric_messages = fabric->committed();
   res.thread_policy = cluster.thread_policy_name();
   for (const auto& r : runners) res.first_step_populated_bytes += r->populated_bytes();
@@ -58,18 +52,28 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
     res.slow_links.push_back({.src = g.RankAtDevice(f.src), .dst = g.RankAtDevice(f.dst),
                               .first_step = f.from_step, .factor = f.factor});
   }
-  std::vector<double> meas, emu, predicted;
   for (size_t k = 0; k < res.steps.size(); ++k) {
     StepRecord& r = res.steps[k];
     r.predicted_ms = ToMillis(step_pred.empty() ? pred.step_time : step_pred[k].step_time);
-    meas.push_back(r.measured_ms);
-    emu.push_back(r.emulated_ms);
-    predicted.push_back(r.predicted_ms);
     res.max_replica_divergence = std::max(res.max_replica_divergence, r.replica_divergence);
   }
-  res.measured_step_ms = Median(meas);
-  res.emulated_step_ms = Median(emu);
-  res.predicted_step_ms = Median(predicted);
+  // The median step by measured time (of an even count, the slower of the two middle ones — the upper
+  // median): one actual step, whose times are the headline step times on all three timelines and
+  // which gives the per-device figures and, when its intervals were kept, the timelines (else the
+  // last step's) — so a headline never is a value no step had, and the bubble of a device is
+  // (headline step − busy) / headline step.
+  size_t med = 0;
+  {
+    std::vector<size_t> idx(records.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::stable_sort(idx.begin(), idx.end(),
+                     [&](size_t a, size_t b) { return records[a].measured_ms < records[b].measured_ms; });
+    med = idx[idx.size() / 2];
+  }
+  res.median_step = static_cast<int>(med);
+  res.measured_step_ms = res.steps[med].measured_ms;
+  res.emulated_step_ms = res.steps[med].emulated_ms;
+  res.predicted_step_ms = res.steps[med].predicted_ms;
   res.fidelity_host = Fidelity(FromMillis(res.measured_step_ms), FromMillis(res.emulated_step_ms));
   res.fidelity_model = Fidelity(FromMillis(res.emulated_step_ms), FromMillis(res.predicted_step_ms));
   res.t1_ms = ToMillis(pred.single_device_time);
@@ -79,16 +83,6 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   res.final_loss = records.back().loss;
   res.final_accuracy = records.back().accuracy;
   res.chance_accuracy = data->MajorityFraction(Split::kTest);
-  // The median step (by measured time) gives the per-device figures and, when its intervals were
-  // kept, the timelines (else the last step's).
-  size_t med = 0;
-  {
-    std::vector<size_t> idx(records.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::sort(idx.begin(), idx.end(),
-              [&](size_t a, size_t b) { return records[a].measured_ms < records[b].measured_ms; });
-    med = idx[idx.size() / 2];
-  }
   const size_t tl = kept[med].empty() ? kept.size() - 1 : med;
   res.timeline_step = static_cast<int>(tl);
   res.timelines = kept[tl];
@@ -130,6 +124,12 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
       int index = 0;
       plan->EpGroup(r, &index);
       eps = ctx.Ep(r).rank(index).stats();
+      const size_t ur = static_cast<size_t>(r);
+      const auto& after = ep_bytes_after[med][ur];
+      const std::pair<uint64_t, uint64_t> before =
+          med == 0 ? std::pair<uint64_t, uint64_t>{0, 0} : ep_bytes_after[med - 1][ur];
+      rep.median_step_ep_bytes = after.first - before.first;
+      rep.median_step_modeled_ep_bytes = after.second - before.second;
     }
     rep.p2p_bytes = Total(act) + Total(grad);
     rep.tp_bytes = Total(tps);

@@ -8,8 +8,11 @@
 // step trains (StartEvaluation; joined at the next boundary).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,10 +35,22 @@ Nanos WakeMargin(int world, double time_scale) {
   return Nanos(static_cast<int64_t>((1e6 + 5e3 * world) / time_scale));
 }
 
+// The process's thread count from /proc/self/status ("Threads:"), 0 if unreadable.
+int ProcessThreads() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<Nanos> Executor::Impl::OnStepBoundary(Nanos max_end) {
   const int round = boundary_round++;
+  // Every device thread waits at this boundary: a measured thread count no short run can miss.
+  if (round == 0) threads_at_first_step = ProcessThreads();
   if (round > 0) RP_RETURN_IF_ERROR(Bookkeep(round - 1));
   Nanos release = max_end;
   if (ctx.real_clock != nullptr) {
@@ -135,6 +150,11 @@ absl::Status Executor::Impl::Bookkeep(int step) {
     intervals.reserve(runners.size());
     for (const auto& r : runners) intervals.push_back(r->last_step().intervals);
   }
+  if (plan->has_ep_exchanges()) {
+    std::vector<std::pair<uint64_t, uint64_t>> ep_bytes(runners.size());
+    for (size_t r = 0; r < runners.size(); ++r) ep_bytes[r] = EpBytes(static_cast<int>(r));
+    ep_bytes_after.push_back(std::move(ep_bytes));
+  }
   metrics.push_back(std::move(m));
   kept.push_back(std::move(intervals));
   records.push_back(rec);
@@ -181,6 +201,13 @@ void Executor::Impl::RecordRouting(StepRecord& rec) {
       rec.moe[static_cast<size_t>(b)].expert_tokens.push_back(rec.routing.ExpertTokens(b, e));
     }
   }
+}
+
+std::pair<uint64_t, uint64_t> Executor::Impl::EpBytes(int r) const {
+  int index = 0;
+  plan->EpGroup(r, &index);
+  const comm::WireStats& w = ctx.Ep(r).rank(index).stats();
+  return {w.total_bytes(), w.modeled_bytes};
 }
 
 MlpStage* Executor::Impl::RunnerShard(int k, int q, int t) const {

@@ -344,6 +344,47 @@ TEST(TimedRing, ReduceCostIsModeledAndAccounted) {
   }
 }
 
+// The closed form of docs/collectives.md with a reduce engine: K = 1 on an uncontended ideal ring
+// (α = o = 0), n = 4: end − start = (n − 1)(D + R) + (n − 1)D, all of it communication — transfer
+// 2(n − 1)D, reduce (n − 1)R — and no peer wait: every rank reduces in the same step, so waiting for
+// the neighbour's next segment while its own engine reduces is reduce time, not a straggler's.
+TEST(TimedRing, AllReduceReductionsAreReduceTimeNotPeerWait) {
+  const int n = 4;
+  constexpr size_t kChunk = 4096;  // FP32 elements per chunk: 16384 bytes, one segment
+  LinkSpec spec;
+  spec.intra_node = {.alpha = Nanos(0), .bandwidth_gbps = 1, .overhead = Nanos(0)};
+  spec.inter_node = spec.intra_node;
+  const Nanos D{16384};  // 16384 bytes at 1 byte/ns
+  for (double gbps : {0.5, 1.0, 2.0}) {
+    const Nanos R{static_cast<int64_t>(4.0 * kChunk / gbps)};
+    auto fabric = MakeFabric(n, 8, spec);
+    auto comm = MakeTimed(fabric.get(), {0, 1, 2, 3}, {0, 1, 2, 3});
+    std::vector<CollectiveResult> res(n);
+    auto st = RunThreads(n, [&](int r) -> absl::Status {
+      std::vector<float> v(n * kChunk, 1.0f);
+      auto out = comm->rank(r).AllReduce(v, v, {.segment_bytes = 4 * kChunk, .model = {.reduce_gbps = gbps}},
+                                         kStart);
+      if (out.ok()) res[static_cast<size_t>(r)] = *out;
+      fabric->Finish(r);
+      return out.status();
+    });
+    for (const absl::Status& s : st) ASSERT_TRUE(s.ok()) << s;
+    for (int r = 0; r < n; ++r) {
+      const CollectiveResult& x = res[static_cast<size_t>(r)];
+      EXPECT_EQ(x.end - x.start, (n - 1) * (D + R) + (n - 1) * D) << gbps << " GB/s, rank " << r;
+      EXPECT_EQ(x.transfer, 2 * (n - 1) * D) << gbps << " GB/s, rank " << r;
+      EXPECT_EQ(x.reduce, (n - 1) * R) << gbps << " GB/s, rank " << r;
+      EXPECT_EQ(x.peer_wait, Nanos(0)) << gbps << " GB/s, rank " << r;
+      Nanos spans{0};
+      for (const auto& sp : x.spans) {
+        EXPECT_FALSE(sp.peer);
+        spans += sp.end - sp.start;
+      }
+      EXPECT_EQ(spans, x.end - x.start) << "an all-reduce ends on an arrival: no reduce tail";
+    }
+  }
+}
+
 // A reduce engine slower than the link: a rank's own reduced chunk (all-gather step 0, ready after
 // its last reduction) is posted before the first segment it forwards, which arrives earlier; the
 // forward leaves after it (posts leave in order) instead of being refused as out of modeled-time

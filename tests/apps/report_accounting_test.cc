@@ -1,0 +1,143 @@
+// The report's accounting through the binary, on the virtual clock: modeled reductions are
+// communication (comm_ms), not peer wait, against the closed form of docs/collectives.md; the
+// headline step is one actual step — the one the per-device figures, the timeline and the EP
+// bytes are of — on every timeline; the thread count of a run shorter than the sampling period.
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/apps/binary_runner.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using rp::apps::testing::BinaryResult;
+using rp::apps::testing::RunBinary;
+
+fs::path TempDir(const std::string& name) {
+  return rp::apps::testing::TempDir("ringpipe_report_accounting_test", name);
+}
+
+// Runs `args` with --report_json and returns the report (null on failure, the test failed).
+json RunReport(const std::string& name, const std::string& args) {
+  const fs::path dir = TempDir(name);
+  const fs::path report = dir / "r.json";
+  const BinaryResult r = RunBinary(args + " --report_json=" + report.string(), dir);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  if (r.exit_code != 0) return json();
+  std::ifstream f(report);
+  json j = json::parse(f);
+  fs::remove_all(dir);
+  return j;
+}
+
+// One ring all-reduce of n ranks, K = 1, on an ideal link (α = o = 0) of β = 1 GB/s: a rank sends
+// 2(n − 1) chunks of c bytes (modeled_*_bytes = 2(n − 1)c) taking c ns each, and reduces n − 1
+// chunks of c / 4 FP32 elements, 4·(c / 4) / R = c / R ns each (reduce_gbps = R). All of it is
+// communication: comm_ms = bytes·(1 + 1 / (2R)) ns, and none of it peer wait.
+double RingCommMs(double bytes, double reduce_gbps) {
+  return bytes * (1.0 + (reduce_gbps > 0 ? 1.0 / (2.0 * reduce_gbps) : 0.0)) * 1e-6;
+}
+
+void ExpectReductionsAreComm(const std::string& layout, const char* bytes_key, const std::string& name) {
+  for (double R : {0.0, 0.5, 1.0, 2.0}) {
+    std::ostringstream args;
+    args << "run --virtual_time " << layout
+         << " --pp=1 --microbatches=1 --steps=1 --link=ideal --alpha_us=0 --bandwidth_gbps=1 --overlap=false"
+         << " --reduce_gbps=" << R;
+    const json j = RunReport(name, args.str());
+    ASSERT_FALSE(j.is_null());
+    for (const json& d : j["devices"]) {
+      for (const char* tl : {"emulated", "predicted"}) {
+        const json& f = d[tl];
+        const double bytes = f[bytes_key].get<double>();
+        ASSERT_GT(bytes, 0) << tl;
+        EXPECT_NEAR(f["comm_ms"].get<double>(), RingCommMs(bytes, R), 1e-9)
+            << layout << " R " << R << " rank " << d["rank"] << " " << tl;
+        EXPECT_EQ(f["peer_wait_ms"].get<double>(), 0.0) << layout << " R " << R << " rank " << d["rank"] << " " << tl;
+      }
+      EXPECT_EQ(d["emulated"]["comm_ms"], d["predicted"]["comm_ms"]) << "rank " << d["rank"];
+      EXPECT_EQ(d["emulated"]["exposed_comm_ms"], d["predicted"]["exposed_comm_ms"]) << "rank " << d["rank"];
+    }
+  }
+}
+
+TEST(ReportAccounting, DpReductionsAreCommNotPeerWait) {
+  // 4 replicas, one bucket at the optimizer: the worked example 3·(18.38 + 18.38) + 3·18.38 µs at R = 1.
+  ExpectReductionsAreComm("--dp=4 --tp=1", "modeled_dp_bytes", "dp");
+}
+
+TEST(ReportAccounting, TpReductionsAreCommNotPeerWait) {
+  ExpectReductionsAreComm("--dp=1 --tp=2", "modeled_tp_bytes", "tp");
+}
+
+constexpr const char* kMoe =
+    "run --virtual_time --dp=2 --pp=3 --tp=2 --microbatches=6 --schedule=zb-v --virtual_stages=2 --hidden=64x11 "
+    "--moe_layers=2,5 --experts=2 --top_k=1 --ep=2 --capacity_factor=1.25 --aux_loss=0.01 --ep_row_bytes=65536 "
+    "--codec=fp16 --link=dgx-h100 --segment_bytes=4K";
+
+// The headline step is the median step: one step's time on every timeline, the step of the
+// timeline, and the step whose time each device's bubble is measured against.
+TEST(ReportAccounting, HeadlineStepIsTheStepOfThePerDeviceFigures) {
+  const json j = RunReport("headline", std::string(kMoe) + " --steps=2");
+  ASSERT_FALSE(j.is_null());
+  const json& steps = j["steps"];
+  ASSERT_EQ(steps.size(), 2u);
+  ASSERT_NE(steps[0]["emulated_ms"], steps[1]["emulated_ms"]) << "the steps must differ for the test to mean anything";
+  const int k = j["timeline"]["emulated"]["step"].get<int>();
+  ASSERT_TRUE(k == 0 || k == 1);
+  for (const char* tl : {"measured", "emulated", "predicted"}) {
+    EXPECT_EQ(j["step_time_ms"][tl], steps[k][std::string(tl) + "_ms"]) << tl;
+  }
+  EXPECT_EQ(j["timeline"]["emulated"]["step_ms"], j["step_time_ms"]["emulated"]);
+  EXPECT_EQ(j["timeline"]["predicted"]["step_ms"], j["step_time_ms"]["predicted"]);
+  for (const json& d : j["devices"]) {
+    for (const char* tl : {"emulated", "predicted"}) {
+      const double step = j["step_time_ms"][tl].get<double>();
+      const json& f = d[tl];
+      EXPECT_NEAR(f["bubble_total"].get<double>(), (step - f["busy_ms"].get<double>()) / step, 1e-9)
+          << tl << " rank " << d["rank"];
+    }
+    EXPECT_NEAR(d["bubble_total"].get<double>(),
+                (j["step_time_ms"]["measured"].get<double>() - d["busy_ms"].get<double>()) /
+                    j["step_time_ms"]["measured"].get<double>(),
+                1e-9)
+        << "measured, rank " << d["rank"];
+  }
+}
+
+// Multi-step MoE: the EP all-to-alls' bytes follow each step's routing; emulated and predicted
+// report the same (median) step's.
+TEST(ReportAccounting, EpBytesAreTheMedianStepsOnBothTimelines) {
+  const json j = RunReport("ep_bytes", std::string(kMoe) + " --steps=3");
+  ASSERT_FALSE(j.is_null());
+  bool any_ep = false;
+  for (const json& d : j["devices"]) {
+    for (const char* key : {"modeled_ep_bytes", "modeled_wire_bytes", "modeled_p2p_bytes", "modeled_tp_bytes",
+                            "modeled_dp_bytes"}) {
+      EXPECT_EQ(d["emulated"][key], d["predicted"][key]) << key << " rank " << d["rank"];
+      EXPECT_EQ(d[key], d["emulated"][key]) << key << " rank " << d["rank"];
+    }
+    any_ep = any_ep || d["emulated"]["modeled_ep_bytes"].get<uint64_t>() > 0;
+  }
+  EXPECT_TRUE(any_ep);
+}
+
+// A run of ~10 ms (shorter than the sampler's 20 ms period) still reports its device threads.
+TEST(ReportAccounting, ShortRunReportsAtLeastItsDeviceThreads) {
+  const json j = RunReport("threads", "run --preset=s1 --virtual_time --steps=2");
+  ASSERT_FALSE(j.is_null());
+  const int world = j["layout"]["world"].get<int>();
+  ASSERT_GT(world, 1);
+  EXPECT_GE(j["host"]["threads"].get<int>(), world * j["host"]["threads_per_device"].get<int>());
+}
+
+}  // namespace
+}  // namespace rp::apps
