@@ -61,6 +61,10 @@ inline constexpr int kMaxJsonDepth = 64;
 // within the watchdog on a forced real-clock scale. InvalidArgument "--fault: ..." or "--straggler: ...".
 [[nodiscard]] absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double link_factor);
 
+// An upper bound of the modeled messages one device puts on the fabric per step (ring segments of
+// its DP buckets and TP all-reduces, p2p messages), as ValidateConfig bounds them.
+[[nodiscard]] absl::StatusOr<double> ModeledMessagesPerDeviceStep(const RunConfig& cfg);
+
 // The config field a ValidateConfig error names, if any (a payload of the Status under this type
 // URL, set by FieldError).
 inline constexpr char kFieldPayload[] = "type.googleapis.com/ringpipe.ConfigField";

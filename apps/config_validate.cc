@@ -479,6 +479,14 @@ absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double li
   return absl::OkStatus();
 }
 
+absl::StatusOr<double> ModeledMessagesPerDeviceStep(const RunConfig& cfg) {
+  std::string time_field;
+  ModeledSizes sizes;
+  double longest_op_ns = 0;
+  RP_RETURN_IF_ERROR(CheckCostModel(cfg, time_field, sizes, longest_op_ns).status());
+  return EstimateTraffic(cfg, sizes).messages;
+}
+
 absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, const std::string& field) {
   std::string time_field;
   ModeledSizes sizes;

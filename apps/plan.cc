@@ -12,6 +12,7 @@
 #include "runtime/heap.h"
 #include "runtime/status_macros.h"
 #include "schedule/generators.h"
+#include "schedule/predictor.h"
 #include "schedule/workload_cost.h"
 
 namespace rp::apps {
@@ -171,6 +172,18 @@ absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg) {
 
 std::vector<schedule::PredictedWire> PredictWireBytes(const Plan& plan) {
   return schedule::PredictWireBytes(plan.execution);
+}
+
+absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan) {
+  if (schedule::ReplicasFold(plan.execution, plan.predict)) return absl::OkStatus();
+  RP_ASSIGN_OR_RETURN(const double per_device, ModeledMessagesPerDeviceStep(cfg));
+  const double total = per_device * cfg.world_size();
+  if (total <= kMaxPredictedMessages) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--dp: the %d replicas of this layout are not identical (a node or NIC shared by replicas, or DP "
+      "hops of different link classes), so the predictor plays every device's messages: about %.3g a "
+      "step; at most %.3g. Make pp x tp a multiple of devices_per_node (%d), or use fewer replicas",
+      cfg.dp, total, kMaxPredictedMessages, cfg.devices_per_node));
 }
 
 }  // namespace rp::apps

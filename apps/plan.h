@@ -46,6 +46,12 @@ struct Plan {
 // `cfg` must have passed ValidateConfig (errors otherwise are the lower layers').
 [[nodiscard]] absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg);
 
+// A prediction alone (predict, --predict_only) must stay within seconds: when the plan's replicas do
+// not fold into one (schedule::ReplicasFold) the predictor plays every device's messages, which grow
+// as dp² — at most kMaxPredictedMessages a step (InvalidArgument naming --dp beyond).
+inline constexpr double kMaxPredictedMessages = 1e8;  // 2048 replicas of one device, ~1.7e7: 1.7 s here
+[[nodiscard]] absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan);
+
 // Modeled bytes each pipeline rank puts on the fabric in one step (schedule::PredictWireBytes).
 std::vector<schedule::PredictedWire> PredictWireBytes(const Plan& plan);
 

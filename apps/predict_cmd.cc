@@ -1,5 +1,6 @@
 // `ringpipe predict`: the report of `ringpipe run` from the predictor alone (schedule/predictor.h):
-// no threads, no clock, instant even for tens of thousands of devices. Same config (preset < file <
+// no threads, no clock, seconds even for a million devices when the replicas fold into one; a layout
+// whose replicas do not fold is played device by device, within a budget (apps/plan.h CheckPredictable). Same config (preset < file <
 // flags), same JSON schema minus the measured fields (docs/report.md).
 //
 // Exit codes (apps/cli.h): 0 ok; 2 bad input (nothing written); 1 an output could not be written.
@@ -33,6 +34,7 @@ int Run(const ParsedArgs& args) {
   if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) return fail(kExitBadInput, st);
   auto plan = BuildPlan(*cfg);
   if (!plan.ok()) return fail(kExitBadInput, plan.status());
+  if (absl::Status st = CheckPredictable(*cfg, *plan); !st.ok()) return fail(kExitBadInput, st);
   auto pred = schedule::Predict(plan->execution, plan->predict);
   if (!pred.ok()) return fail(kExitBadInput, pred.status());
   const nlohmann::json report = BuildReport(*cfg, *plan, *pred, nullptr);
@@ -53,7 +55,7 @@ std::vector<FlagSpec> Flags() {
 }  // namespace
 
 Subcommand PredictSubcommand() {
-  return {"predict", "the report of `run` from the predictor alone (instant; any layout size)", Flags, Run};
+  return {"predict", "the report of `run` from the predictor alone (seconds; up to 2^20 devices)", Flags, Run};
 }
 
 }  // namespace rp::apps

@@ -165,6 +165,11 @@ void RunPoint(Point& p, bool predict_only) {
     p.error = std::string(plan.status().message());
     return;
   }
+  if (absl::Status st = CheckPredictable(p.cfg, *plan); !st.ok()) {
+    p.status = "invalid";
+    p.error = std::string(st.message());
+    return;
+  }
   auto pred = schedule::Predict(plan->execution, plan->predict);
   if (!pred.ok()) {
     p.status = "failed";

@@ -77,6 +77,7 @@ int Run(const ParsedArgs& args) {
     if (!plan.ok()) return fail(kExitBadInput, std::string(plan.status().message()));
     json report;
     if (predict_only) {
+      if (absl::Status st = CheckPredictable(*cfg, *plan); !st.ok()) return fail(kExitBadInput, std::string(st.message()));
       auto pred = schedule::Predict(plan->execution, plan->predict);
       if (!pred.ok()) return fail(kExitBadInput, std::string(pred.status().message()));
       report = BuildReport(*cfg, *plan, *pred, nullptr);

@@ -74,6 +74,8 @@ bool CanFold(const ExecutionPlan& plan, const PredictOptions& opts) {
 
 }  // namespace
 
+bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts) { return CanFold(plan, opts); }
+
 absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptions& opts) {
   RP_RETURN_IF_ERROR(CheckFactors(plan, opts));
   const GridShape shape = plan.grid.shape();

@@ -93,6 +93,11 @@ struct Prediction {
   }
 };
 
+// Whether Predict folds the DP replicas into one (every replica provably has the same timeline:
+// same link classes around it, no node or NIC shared between replicas, no per-rank factors, faults
+// or EP exchanges; see "Replica folding"). When it does not, it plays every device's messages.
+bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts);
+
 [[nodiscard]] absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan,
                                                  const PredictOptions& opts = {});
 

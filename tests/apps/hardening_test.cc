@@ -179,6 +179,9 @@ TEST(Hardening, ModeledTimesThatDoNotFitAreRefusedNamingTheField) {
   ExpectBadInput(RunBinary("predict --bandwidth_gbps=1e-300", dir), "--bandwidth_gbps", "bandwidth");
   ExpectBadInput(RunBinary("predict --cost_model=flops --flops_hidden=16777216 --flops_seq_len=16777216", dir),
                  "flops_", "flops");
+  // A prediction whose replicas do not fold plays every device's messages (dp² of them): bounded.
+  ExpectBadInput(RunBinary("predict --dp=8192 --pp=1 --tp=1 --hidden=64x16 --steps=1 --microbatches=1", dir),
+                 "--dp: the 8192 replicas of this layout are not identical", "unfolded prediction too large");
   // Run-time faults whose factors would not fit either: refused before the run, naming the flag.
   const fs::path report = dir / "f.json";
   ExpectBadInput(RunBinary("run --virtual_time --steps=1 --fault=slow_link:src=0,dst=2,factor=1e15 --report_json=" +
