@@ -173,6 +173,21 @@ ConfigField NumberF(const char* name, M m, const char* help, const char* unset =
           [=](const RunConfig& c) { return json(Member(m)(c)); }};
 }
 
+// An optional number (a link override): unset is JSON null (the report's echo; a file may say null too).
+template <typename M>
+ConfigField OptionalNumberF(const char* name, M m, const char* help, const char* unset) {
+  return {name, Grammar::kNumber, kEveryRun, 1, 0, help, unset,
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            if (v.is_null()) {
+              m(c).reset();
+              return absl::OkStatus();
+            }
+            RP_ASSIGN_OR_RETURN(m(c), AsDouble(name, v));
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return Member(m)(c).has_value() ? json(*Member(m)(c)) : json(nullptr); }};
+}
+
 // A number, or the JSON string / flag text "auto" stored as `auto_value` (outside the number's range).
 template <typename M>
 ConfigField NumberOrAutoF(const char* name, M m, double auto_value, const char* help) {

@@ -1,6 +1,7 @@
 // ValidateConfig: everything a run needs, checked before anything runs; the config is not changed.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -252,7 +253,7 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
 }
 
 absl::Status CheckLinkOverrides(const RunConfig& cfg) {
-  for (auto [name, v, alpha] : {std::tuple{"alpha_us", cfg.alpha_us, true}, {"bandwidth_gbps", cfg.bandwidth_gbps, false},
+  for (auto [name, o, alpha] : {std::tuple{"alpha_us", cfg.alpha_us, true}, {"bandwidth_gbps", cfg.bandwidth_gbps, false},
                                 {"overhead_us", cfg.overhead_us, true},
                                 {"intra_alpha_us", cfg.intra_alpha_us, true},
                                 {"intra_bandwidth_gbps", cfg.intra_bandwidth_gbps, false},
@@ -260,7 +261,8 @@ absl::Status CheckLinkOverrides(const RunConfig& cfg) {
                                 {"inter_alpha_us", cfg.inter_alpha_us, true},
                                 {"inter_bandwidth_gbps", cfg.inter_bandwidth_gbps, false},
                                 {"inter_overhead_us", cfg.inter_overhead_us, true}}) {
-    if (v == -1) continue;  // unset: the preset's
+    if (!o.has_value()) continue;  // unset: the preset's
+    const double v = *o;
     if (!(v >= 0)) return FieldError(name, absl::StrCat("must be >= 0, got ", v));
     // Each latency must fit the time base by itself; a tiny bandwidth makes every byte last long.
     if (alpha && v > kMaxOpNs / 1e3) return FieldError(name, absl::StrCat("must be at most 1e12 us, got ", v));
@@ -323,11 +325,11 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
   std::string field = time_field;
   if (comm > std::max(compute, t1)) {
     const bool latency = alpha * traffic.messages > comm / 2;
-    field = cfg.alpha_us >= 0 || cfg.bandwidth_gbps >= 0 || cfg.overhead_us >= 0
+    field = cfg.alpha_us || cfg.bandwidth_gbps || cfg.overhead_us
                 ? (latency ? "alpha_us" : "bandwidth_gbps")
-            : cfg.inter_alpha_us >= 0 || cfg.inter_bandwidth_gbps >= 0 || cfg.inter_overhead_us >= 0
+            : cfg.inter_alpha_us || cfg.inter_bandwidth_gbps || cfg.inter_overhead_us
                 ? (latency ? "inter_alpha_us" : "inter_bandwidth_gbps")
-            : cfg.intra_alpha_us >= 0 || cfg.intra_bandwidth_gbps >= 0 || cfg.intra_overhead_us >= 0
+            : cfg.intra_alpha_us || cfg.intra_bandwidth_gbps || cfg.intra_overhead_us
                 ? (latency ? "intra_alpha_us" : "intra_bandwidth_gbps")
                 : "link";
   }
@@ -435,10 +437,11 @@ absl::StatusOr<LinkSpec> ResolveLinks(const RunConfig& cfg) {
   LinkSpec s = *spec;
   s.devices_per_node = cfg.devices_per_node;
   s.nics_per_node = cfg.nics_per_node;
-  auto apply = [](double alpha_us, double gbps, double overhead_us, LinkParams& p) {
-    if (alpha_us >= 0) p.alpha = FromMicros(alpha_us);
-    if (gbps >= 0) p.bandwidth_gbps = gbps;
-    if (overhead_us >= 0) p.overhead = FromMicros(overhead_us);
+  auto apply = [](std::optional<double> alpha_us, std::optional<double> gbps, std::optional<double> overhead_us,
+                  LinkParams& p) {
+    if (alpha_us) p.alpha = FromMicros(*alpha_us);
+    if (gbps) p.bandwidth_gbps = *gbps;
+    if (overhead_us) p.overhead = FromMicros(*overhead_us);
   };
   apply(cfg.alpha_us, cfg.bandwidth_gbps, cfg.overhead_us, s.intra_node);
   apply(cfg.alpha_us, cfg.bandwidth_gbps, cfg.overhead_us, s.inter_node);

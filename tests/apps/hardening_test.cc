@@ -341,5 +341,34 @@ TEST(Hardening, StrayArgumentsAreAnError) {
   fs::remove_all(dir);
 }
 
+// 9. A link override is unset or >= 0: -1 is not a hidden "unset" (flag, file, sweep axis), and an
+// unset override is null in the report's config.
+TEST(Hardening, NegativeLinkOverridesAreRefusedAndUnsetIsNull) {
+  const fs::path dir = TempDir("link_override");
+  for (const char* f : {"alpha_us", "bandwidth_gbps", "overhead_us", "intra_alpha_us", "intra_bandwidth_gbps",
+                        "intra_overhead_us", "inter_alpha_us", "inter_bandwidth_gbps", "inter_overhead_us"}) {
+    ExpectBadInput(RunBinary(std::string("predict --steps=1 --") + f + "=-1", dir),
+                   std::string("--") + f + ": must be >= 0, got -1", f);
+  }
+  std::ofstream(dir / "c.json") << R"({"alpha_us": -1})";
+  ExpectBadInput(RunBinary("predict --config=" + (dir / "c.json").string(), dir), "alpha_us: must be >= 0", "file");
+  // A sweep point: invalid (exit 4), as every point whose config is refused.
+  const Result axis = RunBinary("sweep --predict_only --axis=alpha_us=-1,2 --out_dir=" + (dir / "out").string(), dir);
+  EXPECT_EQ(axis.exit_code, kExitSomePointsFailed) << axis.err;
+  EXPECT_NE(axis.err.find("alpha_us=-1: invalid: alpha_us: must be >= 0, got -1"), std::string::npos) << axis.err;
+  const Result r = RunBinary("predict --steps=1 --link=dgx-a100 --inter_alpha_us=0 --report_json=" +
+                                 (dir / "r.json").string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = json::parse(ReadFile(dir / "r.json"));
+  EXPECT_TRUE(report["config"]["alpha_us"].is_null()) << report["config"];
+  EXPECT_EQ(report["config"]["inter_alpha_us"], 0.0);
+  // null in a file, as the report shows it: "not given".
+  std::ofstream(dir / "back.json") << R"({"link": "dgx-a100", "alpha_us": null})";
+  const Result back = RunBinary("predict --config=" + (dir / "back.json").string(), dir);
+  EXPECT_EQ(back.exit_code, 0) << back.err;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
