@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "apps/clock_choice.h"
 #include "apps/cli.h"
@@ -62,7 +63,11 @@ int Run(const ParsedArgs& args) {
     if (!text.ok()) return fail(kExitBadInput, std::string(text.status().message()));
     timeline = ReadTimelineReport(*text);
     if (!timeline.ok()) {
-      return fail(kExitBadInput, absl::StrCat("--from_report: '", OneLine(from), "' ", timeline.status().message()));
+      // A bad value is named by its path in the report ("timeline.predicted.devices[3].ops[2].end_ms: ...").
+      const absl::string_view why = timeline.status().message();
+      const bool field = absl::StartsWith(why, "timeline.") || absl::StartsWith(why, "layout.") ||
+                         absl::StartsWith(why, "schedule.");
+      return fail(kExitBadInput, absl::StrCat("--from_report: '", OneLine(from), field ? "': " : "' ", why));
     }
   } else {
     auto cfg = LoadConfig(args, /*for_run=*/!predict_only);

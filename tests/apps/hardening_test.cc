@@ -87,22 +87,52 @@ TEST(Hardening, MalformedInputIsOneLineAndExitTwoNeverACrash) {
     EXPECT_FALSE(fs::exists(svg)) << r.name;
     fs::remove(svg);
   }
-  // A report whose values have odd types and sizes is drawn, not a crash: wrong types are ignored,
-  // times clamped.
-  const fs::path odd = dir / "odd.json";
-  std::ofstream(odd) << R"({"schema":"ringpipe-report/2","timeline":{"predicted":{"step_ms":-5,"devices":[{"rank":"x","ops":[
-      {"kind":3,"op":"F","start_ms":1e308,"end_ms":-1,"mb":"2","chunk":1e30},
-      {"kind":"compute","op":"B","start_ms":1,"end_ms":2,"mb":18446744073709551615}]}]}},
-      "layout":{"world":"big"},"schedule":[]})";
-  // (and a device list of anything: rows for the entries, bars only from objects)
-  std::ofstream(dir / "rows.json") << R"({"schema":"ringpipe-report/2","timeline":{"measured":{"devices":[1,"a",null,{"ops":[{}]}]}}})";
-  const Result rows = RunBinary("timeline --from_report=" + (dir / "rows.json").string() + " --out=" +
-                                    (dir / "rows.svg").string(), dir);
-  EXPECT_EQ(rows.exit_code, 0) << rows.err;
-  EXPECT_NE(rows.out.find("4 device rows"), std::string::npos) << rows.out;
-  const Result r = RunBinary("timeline --from_report=" + odd.string() + " --out=" + (dir / "odd.svg").string(), dir);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(ReadFile(dir / "odd.svg").find("<svg"), std::string::npos);
+  // A report whose values have odd types or sizes is refused naming the value by its path (it used to
+  // be drawn with the values clamped or ignored: a rank of 2^63 wrapped, -5 ms became 0).
+  const std::string head = R"({"schema":"ringpipe-report/2","layout":{"world":4,"pp":2,"tp":1},"timeline":{"predicted":{"step_ms":10,"devices":[)";
+  const std::string good_dev = R"({"rank":0,"pp":0,"tp":0,"ops":[{"kind":"compute","op":"F","start_ms":0,"end_ms":1,"mb":0}]})";
+  const std::string tail = "]}}}";
+  auto dev_with_op = [&](const std::string& op) {
+    return R"({"rank":1,"pp":1,"tp":0,"ops":[{"kind":"compute","op":"F","start_ms":0,"end_ms":1},)" + op + "]}";
+  };
+  struct Tampered {
+    const char* name;
+    std::string devices;
+    const char* what;
+  } tampered[] = {
+      {"rank-2^63", R"({"rank":9223372036854775808,"ops":[]})", "timeline.predicted.devices[0].rank: expected an integer in 0..3"},
+      {"rank-outside", good_dev + R"(,{"rank":4,"ops":[]})", "timeline.predicted.devices[1].rank: expected an integer in 0..3"},
+      {"pp-negative", R"({"rank":0,"pp":-1,"ops":[]})", "timeline.predicted.devices[0].pp: expected an integer in 0..1"},
+      {"start-negative", good_dev + "," + dev_with_op(R"({"start_ms":-5,"end_ms":1})"),
+       "timeline.predicted.devices[1].ops[1].start_ms: must be in [0, 1e+12] ms, got -5"},
+      {"end-text", dev_with_op(R"({"start_ms":0,"end_ms":"abc"})"), "timeline.predicted.devices[0].ops[1].end_ms: expected a number"},
+      {"end-missing", dev_with_op(R"({"start_ms":0})"), "timeline.predicted.devices[0].ops[1].end_ms: missing"},
+      {"end-before-start", dev_with_op(R"({"start_ms":5,"end_ms":1})"), "timeline.predicted.devices[0].ops[1].end_ms: is before start_ms"},
+      {"end-huge", dev_with_op(R"({"start_ms":0,"end_ms":1e300})"), "timeline.predicted.devices[0].ops[1].end_ms: must be in [0, 1e+12] ms"},
+      {"mb-text", dev_with_op(R"({"start_ms":0,"end_ms":1,"mb":"2"})"), "timeline.predicted.devices[0].ops[1].mb: expected an integer"},
+      {"device-not-object", good_dev + ",1", "timeline.predicted.devices[1]: expected an object"},
+      {"no-devices", "", "timeline.predicted.devices: no devices to draw"},
+  };
+  for (const Tampered& t : tampered) {
+    const fs::path path = dir / (std::string(t.name) + ".json");
+    std::ofstream(path, std::ios::binary) << head << t.devices << tail;
+    const fs::path svg = dir / "t.svg";
+    ExpectBadInput(RunBinary("timeline --from_report=" + path.string() + " --out=" + svg.string(), dir),
+                   "--from_report: '" + path.string() + "': " + t.what, t.name);
+    EXPECT_FALSE(fs::exists(svg)) << t.name;
+  }
+  // The same report untampered draws.
+  std::ofstream(dir / "good.json") << head << good_dev << tail;
+  const Result good = RunBinary("timeline --from_report=" + (dir / "good.json").string() + " --out=" +
+                                    (dir / "good.svg").string(), dir);
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_NE(ReadFile(dir / "good.svg").find("<svg"), std::string::npos);
+  // The layout itself is checked too.
+  std::ofstream(dir / "world.json") << R"({"schema":"ringpipe-report/2","layout":{"world":"big"},"timeline":{"predicted":{"devices":[)"
+                                    << good_dev << tail;
+  ExpectBadInput(RunBinary("timeline --from_report=" + (dir / "world.json").string() + " --out=" +
+                               (dir / "w.svg").string(), dir),
+                 "'" + (dir / "world.json").string() + "': layout.world: expected an integer in 1..1048576", "world");
   fs::remove_all(dir);
 }
 
