@@ -84,7 +84,7 @@ std::vector<FlagSpec> Flags(const std::string& min_bytes_help, const std::string
       SharedFieldFlag("link", "ideal",
                       "Here ideal measures wall time on this host (untimed communicators); a preset runs the ranks "
                       "on the modeled fabric and reports the emulated time beside the closed form."),
-      {"json", Grammar::kString, "", "Also write the rows as a JSON list to this path."},
+      {"json", Grammar::kString, "", "Also write the rows as a JSON list to this path.", false, /*path=*/true},
   };
 }
 

@@ -150,6 +150,7 @@ std::vector<FlagSpec> ConfigFlags(unsigned exclude, const RunConfig& defaults) {
                        v.is_null() ||
                        ((f.grammar == Grammar::kByteList || f.grammar == Grammar::kInt) && v == 0);
     out.push_back({f.name, f.grammar, unset && f.unset != nullptr ? f.unset : FlagText(v), f.help});
+    out.back().path = (f.scope & kOutputFile) != 0 || absl::string_view(f.name) == "config";
   }
   return out;
 }

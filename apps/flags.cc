@@ -277,6 +277,7 @@ absl::StatusOr<ParsedArgs> ParseFlags(absl::string_view subcommand, const std::v
         return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
       }
     }
+    if (spec->path && value.empty()) return absl::InvalidArgumentError(absl::StrCat("--", name, ": empty path"));
     RP_RETURN_IF_ERROR(CheckGrammar(absl::StrCat("--", name), spec->grammar, value));
     out.specified.insert(name);
     out.occurrences.emplace_back(name, std::move(value));

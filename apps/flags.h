@@ -57,6 +57,8 @@ struct FlagSpec {
   // Every occurrence counts (sweep --axis reads ParsedArgs::occurrences; --help says so); for the other
   // flags the last occurrence wins.
   bool repeatable = false;
+  // A file or directory path: given, it may not be empty ("--out=" is an error, not "no output").
+  bool path = false;
 };
 
 // Checks `text` against `grammar`. InvalidArgument "<what>: <reason>" otherwise (e.g. "--dp: expected
@@ -94,7 +96,7 @@ struct ParsedArgs {
 
 // Parses the arguments after the subcommand (`args`) against the subcommand's flags. Errors
 // (InvalidArgument, one line naming the flag or the argument): an unknown flag, a flag without its
-// value, a value its grammar rejects, a positional argument.
+// value, a value its grammar rejects, an empty path, a positional argument.
 absl::StatusOr<ParsedArgs> ParseFlags(absl::string_view subcommand, const std::vector<std::string>& args,
                                       const std::vector<FlagSpec>& specs);
 

@@ -48,7 +48,7 @@ int Run(const ParsedArgs& args) {
 
   OutputFiles outputs;
   absl::StatusOr<TimelineReport> timeline;
-  if (!from.empty()) {
+  if (args.Has("from_report")) {
     for (const std::string& name : args.specified) {
       if (name != "from_report" && name != "out" && name != "title") {
         return fail(kExitBadInput, absl::StrCat("--", name, ": cannot be combined with --from_report (the report "
@@ -120,9 +120,10 @@ int Run(const ParsedArgs& args) {
 
 std::vector<FlagSpec> Flags() {
   std::vector<FlagSpec> out = {
-      {"out", Grammar::kString, "", "The SVG file to write (required)."},
+      {"out", Grammar::kString, "", "The SVG file to write (required).", false, /*path=*/true},
       {"from_report", Grammar::kString, "",
-       "Draw a saved `ringpipe run`/`predict` --report_json (or - for standard input) instead of running."},
+       "Draw a saved `ringpipe run`/`predict` --report_json (or - for standard input) instead of running.", false,
+       /*path=*/true},
       PredictOnlyFlag(),
       TitleFlag("from the layout and the schedule"),
   };

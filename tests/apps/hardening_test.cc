@@ -400,5 +400,22 @@ TEST(Hardening, NegativeLinkOverridesAreRefusedAndUnsetIsNull) {
   fs::remove_all(dir);
 }
 
+// 10. A path flag given empty is an error, not "unset" (an empty --from_report ran a whole emulation).
+TEST(Hardening, AnEmptyPathFlagIsAnError) {
+  const fs::path dir = TempDir("empty_path");
+  const std::string svg = (dir / "x.svg").string();
+  ExpectBadInput(RunBinary("timeline --from_report= --out=" + svg, dir), "--from_report: empty path", "from_report");
+  ExpectBadInput(RunBinary("timeline --from_report=\"\" --out=" + svg, dir), "--from_report: empty path", "quoted");
+  ExpectBadInput(RunBinary("timeline --out= --predict_only", dir), "--out: empty path", "out");
+  ExpectBadInput(RunBinary("predict --report_json=", dir), "--report_json: empty path", "report_json");
+  ExpectBadInput(RunBinary("run --virtual_time --trace=", dir), "--trace: empty path", "trace");
+  ExpectBadInput(RunBinary("sweep --predict_only --axis=pp=1,2 --out_dir=", dir), "--out_dir: empty path", "out_dir");
+  ExpectBadInput(RunBinary("allreduce --ranks=2 --max_bytes=4K --iters=1 --warmup=0 --json=", dir),
+                 "--json: empty path", "json");
+  ExpectBadInput(RunBinary("predict --config=", dir), "--config: empty path", "config");
+  EXPECT_TRUE(Leftovers(dir, {}).empty());
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
