@@ -45,6 +45,34 @@ absl::Status CheckRanges(const RunConfig& cfg) {
   return absl::OkStatus();
 }
 
+// The range of every field whether or not this config's cost model, workload or subcommand uses it
+// (a value out of range is an error even where it is ignored, as it would be in a file or a report).
+absl::Status CheckUnusedFieldRanges(const RunConfig& cfg) {
+  if (auto peak = schedule::DevicePeakTflops(cfg.flops.device); !peak.ok()) {
+    return FieldError("flops_device", std::string(peak.status().message()));
+  }
+  if (!(cfg.flops.efficiency > 0 && cfg.flops.efficiency <= 1)) {
+    return FieldError("flops_efficiency", absl::StrCat("must be in (0, 1], got ", cfg.flops.efficiency));
+  }
+  for (auto [field, list] : {std::pair{"forward_ms", &cfg.forward_ms}, {"backward_ms", &cfg.backward_ms},
+                             {"weight_grad_ms", &cfg.weight_grad_ms}}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      const double v = (*list)[i];
+      if (!(v >= 0) || v > kMaxOpNs / 1e6) {
+        return FieldError(field, absl::StrCat("value ", i, " (", v, ") must be in [0, 1e9] ms"));
+      }
+    }
+  }
+  if (absl::Status st = ValidateOptimizerConfig(cfg.optimizer); !st.ok()) {
+    const std::string msg(st.message());
+    for (const char* f : {"lr", "momentum", "weight_decay"}) {
+      if (msg.rfind(f, 0) == 0) return FieldError(f, msg.substr(msg.find_first_of(": ") + 1));
+    }
+    return FieldError("optimizer", msg);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckPerStage(const char* field, const std::vector<double>& v, int pp, bool allow_empty) {
   if (v.empty()) {
     if (allow_empty) return absl::OkStatus();
@@ -408,13 +436,6 @@ absl::Status CheckRealModel(const RunConfig& cfg) {
   if (auto part = PartitionMlp(mlp, cfg.num_model_stages(), cfg.tp, cfg.layers_per_stage); !part.ok()) {
     return FieldError("tp", std::string(part.status().message()));
   }
-  if (absl::Status st = ValidateOptimizerConfig(cfg.optimizer); !st.ok()) {
-    const std::string msg(st.message());
-    for (const char* f : {"lr", "momentum", "weight_decay"}) {
-      if (msg.rfind(f, 0) == 0) return FieldError(f, msg.substr(msg.find_first_of(": ") + 1));
-    }
-    return FieldError("optimizer", msg);
-  }
   if (cfg.train_size < cfg.microbatch_size) {
     return FieldError("train_size", absl::StrCat(cfg.train_size, " is smaller than one micro-batch (",
                                                  cfg.microbatch_size, ")"));
@@ -493,6 +514,7 @@ absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, con
 
 absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckRanges(cfg));
+  RP_RETURN_IF_ERROR(CheckUnusedFieldRanges(cfg));
   RP_RETURN_IF_ERROR(CheckLayout(cfg, for_run));
   RP_RETURN_IF_ERROR(CheckMoe(cfg));
   if (!cfg.time_scale_auto() && (!(cfg.time_scale > 0) || cfg.time_scale > 1000)) {

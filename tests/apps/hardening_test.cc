@@ -417,5 +417,21 @@ TEST(Hardening, AnEmptyPathFlagIsAnError) {
   fs::remove_all(dir);
 }
 
+// 11. Every field's range is checked, whether or not the cost model or the subcommand uses it.
+TEST(Hardening, OutOfRangeValuesAreRefusedEvenWhereUnused) {
+  const fs::path dir = TempDir("unused_ranges");
+  const std::string report = (dir / "r.json").string();
+  ExpectBadInput(RunBinary("predict --steps=1 --flops_efficiency=-5 --report_json=" + report, dir),
+                 "--flops_efficiency: must be in (0, 1], got -5", "efficiency, fixed cost model");
+  ExpectBadInput(RunBinary("predict --steps=1 --flops_device=v100 --report_json=" + report, dir),
+                 "--flops_device: unknown device 'v100'", "device, fixed cost model");
+  ExpectBadInput(RunBinary("predict --cost_model=flops --forward_ms=-1 --report_json=" + report, dir),
+                 "--forward_ms: value 0 (-1) must be in [0, 1e9] ms", "forward_ms, flops cost model");
+  ExpectBadInput(RunBinary("predict --cost_model=flops --lr=0 --report_json=" + report, dir), "--lr: must be > 0",
+                 "lr, flops cost model");
+  EXPECT_FALSE(fs::exists(report));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
