@@ -192,7 +192,7 @@ absl::StatusOr<std::string> ReadConfigText(const ParsedArgs& args) {
 absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool for_run,
                                                   const std::vector<FieldOverride>& overrides,
                                                   const std::string* config_text) {
-  // The flags given, as JSON values, in command-line order (the last one of a field wins).
+  // The flags given (each at most once: ParseFlags), as JSON values, in command-line order.
   std::vector<std::pair<const ConfigField*, json>> given;
   for (const auto& [name, text] : args.occurrences) {
     const ConfigField* f = FindField(name);

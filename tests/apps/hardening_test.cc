@@ -433,5 +433,19 @@ TEST(Hardening, OutOfRangeValuesAreRefusedEvenWhereUnused) {
   fs::remove_all(dir);
 }
 
+// 12. A flag given twice is an error (it was silently last-wins; a config file's duplicate key is one).
+TEST(Hardening, AFlagGivenTwiceIsAnError) {
+  const fs::path dir = TempDir("twice");
+  ExpectBadInput(RunBinary("predict --steps=1 --dp=2 --dp=4", dir), "--dp: given twice", "dp");
+  ExpectBadInput(RunBinary("predict --overlap --nooverlap", dir), "--overlap: given twice", "bool and its negation");
+  ExpectBadInput(RunBinary("allreduce --ranks=2 --ranks=4", dir), "--ranks: given twice", "allreduce");
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --fault=stall:rank=1,rank=2,step=0,op=0", dir),
+                 "--fault: 'stall:rank=1,rank=2,step=0,op=0': rank given twice", "fault key twice");
+  // --axis is repeatable.
+  const Result sweep = RunBinary("sweep --predict_only --axis=pp=1,2 --axis=dp=1,2 --out_dir=" + (dir / "o").string(), dir);
+  EXPECT_EQ(sweep.exit_code, 0) << sweep.err;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
