@@ -447,5 +447,18 @@ TEST(Hardening, AFlagGivenTwiceIsAnError) {
   fs::remove_all(dir);
 }
 
+// 13. `ringpipe` alone: the usage is the message of exit code 2, so it goes to stderr.
+TEST(Hardening, BareRingpipePrintsUsageOnStderr) {
+  const fs::path dir = TempDir("bare");
+  const Result r = RunBinary("", dir);
+  EXPECT_EQ(r.exit_code, kExitBadInput);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("usage: ringpipe <subcommand>"), std::string::npos) << r.err;
+  const Result help = RunBinary("--help", dir);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("usage: ringpipe <subcommand>"), std::string::npos) << help.out;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
