@@ -306,6 +306,7 @@ absl::Status CheckLinkOverrides(const RunConfig& cfg) {
 struct Traffic {
   double messages = 0;
   double bytes = 0;
+  double dp_messages = 0, tp_messages = 0;  // the DP and TP rings' parts of `messages` (the rest: p2p)
 };
 
 Traffic EstimateTraffic(const RunConfig& cfg, const ModeledSizes& sizes) {
@@ -319,13 +320,15 @@ Traffic EstimateTraffic(const RunConfig& cfg, const ModeledSizes& sizes) {
   const double n_dp = cfg.dp * (cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2.0 : 1.0);
   if (n_dp > 1) {
     const double buckets = std::ceil(sizes.gradient_bytes / (cfg.bucket_mb * 1048576.0)) + chunks;
-    t.messages += 2 * (n_dp - 1) * segments(sizes.gradient_bytes / 4, n_dp, buckets);
+    t.dp_messages = 2 * (n_dp - 1) * segments(sizes.gradient_bytes / 4, n_dp, buckets);
+    t.messages += t.dp_messages;
     t.bytes += 2 * sizes.gradient_bytes;
   }
   if (cfg.tp > 1) {
     const double passes = 2 * m * chunks;
     const double calls = std::ceil(sizes.layers / cfg.num_model_stages()) + 1;
-    t.messages += passes * 2 * (cfg.tp - 1) * segments(sizes.tp_bytes / 4, cfg.tp, calls);
+    t.tp_messages = passes * 2 * (cfg.tp - 1) * segments(sizes.tp_bytes / 4, cfg.tp, calls);
+    t.messages += t.tp_messages;
     t.bytes += passes * 2 * sizes.tp_bytes;
   }
   t.messages += 4 * m * chunks;
@@ -374,11 +377,20 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
 absl::Status CheckMessages(const RunConfig& cfg, const ModeledSizes& sizes) {
   const Traffic traffic = EstimateTraffic(cfg, sizes);
   if (traffic.messages <= kMaxMessagesPerDeviceStep) return absl::OkStatus();
-  return FieldError(cfg.segment_bytes > 0 ? "segment_bytes" : "microbatches",
-                    absl::StrFormat("about %.3g modeled messages per device per step (segment_bytes=%d on %.3g "
-                                    "modeled gradient bytes, microbatches=%d); at most %.3g%s",
-                                    traffic.messages, cfg.segment_bytes, sizes.gradient_bytes, cfg.microbatches,
-                                    kMaxMessagesPerDeviceStep, cfg.segment_bytes > 0 ? ": use larger segments" : ""));
+  // The field that makes them many: small segments, else the part that dominates (the DP ring's grows
+  // with dp, the TP rings' with tp, the p2p messages with microbatches).
+  const double p2p = traffic.messages - traffic.dp_messages - traffic.tp_messages;
+  const char* field = cfg.segment_bytes > 0                                          ? "segment_bytes"
+                      : traffic.dp_messages >= std::max(traffic.tp_messages, p2p) ? "dp"
+                      : traffic.tp_messages >= p2p                                 ? "tp"
+                                                                                   : "microbatches";
+  return FieldError(field, absl::StrFormat("about %.0f modeled messages per device per step (DP ring %.0f, TP "
+                                           "rings %.0f, p2p %.0f; dp=%d, tp=%d, microbatches=%d, segment_bytes=%d "
+                                           "on %.3g modeled gradient bytes); at most %.0f%s",
+                                           traffic.messages, traffic.dp_messages, traffic.tp_messages, p2p, cfg.dp,
+                                           cfg.tp, cfg.microbatches, cfg.segment_bytes, sizes.gradient_bytes,
+                                           kMaxMessagesPerDeviceStep,
+                                           cfg.segment_bytes > 0 ? ": use larger segments" : ""));
 }
 
 // DDP buckets, reduction, watchdog.

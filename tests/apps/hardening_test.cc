@@ -460,5 +460,43 @@ TEST(Hardening, BareRingpipePrintsUsageOnStderr) {
   fs::remove_all(dir);
 }
 
+// 14. Messages name the field that is wrong, its real range and where the value came from.
+TEST(Hardening, MessagesNameTheRightFieldAndRange) {
+  const fs::path dir = TempDir("messages");
+  const fs::path cfg = dir / "c.json";
+  std::ofstream(cfg) << R"({"preset": ""})";
+  ExpectBadInput(RunBinary("predict --config=" + cfg.string(), dir), cfg.string() + ":1: preset: ", "empty preset");
+  std::ofstream(cfg, std::ios::trunc) << "{\n  \"steps\": 1,\n  \"preset\": \"s9\"\n}";
+  ExpectBadInput(RunBinary("predict --config=" + cfg.string(), dir), cfg.string() + ":3: preset: ", "unknown preset");
+  // The flag and the file say the same range, the field's.
+  ExpectBadInput(RunBinary("predict --seed=-1", dir), "--seed: must be in 0..9223372036854775807, got -1", "seed flag");
+  std::ofstream(cfg, std::ios::trunc) << R"({"seed": -1})";
+  ExpectBadInput(RunBinary("predict --config=" + cfg.string(), dir),
+                 cfg.string() + ":1: seed: must be in 0..9223372036854775807, got -1", "seed file");
+  ExpectBadInput(RunBinary("predict --dp=99999999999", dir), "--dp: must be in 1..1048576, got 99999999999", "dp");
+  for (const auto& [flag, range] : {std::pair{"configs=0", "--configs: must be in 1..1073741824, got 0"},
+                                    {"max_devices=65", "--max_devices: must be in 1..64, got 65"},
+                                    {"fault_every=-1", "--fault_every: must be in 0..1073741824, got -1"}}) {
+    ExpectBadInput(RunBinary(std::string("stress --") + flag, dir), range, flag);
+  }
+  const Result codec = RunBinary("predict --codec=fp8", dir);
+  ExpectBadInput(codec, "--codec: unknown codec 'fp8'", "codec");
+  ExpectBadInput(RunBinary("allreduce --codec=fp8", dir), "--codec: unknown codec 'fp8'", "allreduce codec");
+  std::ofstream(cfg, std::ios::trunc) << R"({"fault": "x"})";
+  ExpectBadInput(RunBinary("run --config=" + cfg.string(), dir),
+                 cfg.string() + ":1: fault: a flag of `ringpipe run` only, not a config key (give it as --fault)",
+                 "fault in a file");
+  // The world size makes the DP ring's messages many: dp is named, with every digit.
+  ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "1e15", 1), 0);
+  ExpectBadInput(RunBinary("predict --dp=1048576 --pp=1 --tp=1", dir),
+                 "--dp: about 4194316 modeled messages", "dp messages");
+  // A wide input makes the data set large: input_dim is named, not train_size.
+  ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "200000000", 1), 0);
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --input_dim=1048576 --hidden=64", dir),
+                 "--input_dim: the run would allocate about", "input_dim");
+  ASSERT_EQ(::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES"), 0);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
