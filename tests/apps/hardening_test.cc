@@ -498,5 +498,30 @@ TEST(Hardening, MessagesNameTheRightFieldAndRange) {
   fs::remove_all(dir);
 }
 
+// 15. The benchmarks measure sizes within [--min_bytes, --max_bytes] only, each once.
+TEST(Hardening, BenchmarkSizesStayInTheRequestedRange) {
+  const fs::path dir = TempDir("bench_sizes");
+  const fs::path json_path = dir / "rows.json";
+  auto sizes = [&](const std::string& cmd) {
+    std::vector<uint64_t> out;
+    const Result r = RunBinary(cmd + " --iters=1 --warmup=0 --json=" + json_path.string(), dir);
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+    if (r.exit_code != 0) return out;
+    for (const json& row : json::parse(ReadFile(json_path))) out.push_back(row["bytes"].get<uint64_t>());
+    return out;
+  };
+  EXPECT_EQ(sizes("alltoall --ranks=3 --min_bytes=4 --max_bytes=64"), (std::vector<uint64_t>{12, 60}));
+  EXPECT_EQ(sizes("allreduce --ranks=2 --min_bytes=5 --max_bytes=80"), (std::vector<uint64_t>{8, 20, 80}));
+  EXPECT_EQ(sizes("alltoall --ranks=8 --min_bytes=32 --max_bytes=32"), (std::vector<uint64_t>{32}));
+  fs::remove(json_path);
+  ExpectBadInput(RunBinary("alltoall --iters=1 --warmup=0 --ranks=8 --min_bytes=4 --max_bytes=4 --json=" +
+                               json_path.string(), dir),
+                 "--max_bytes: no size in [4, 4] B", "alltoall, nothing fits");
+  ExpectBadInput(RunBinary("allreduce --iters=1 --warmup=0 --ranks=2 --min_bytes=5 --max_bytes=7", dir),
+                 "--max_bytes: no size in [5, 7] B", "allreduce, nothing fits");
+  EXPECT_FALSE(fs::exists(json_path));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
