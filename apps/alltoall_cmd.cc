@@ -24,12 +24,13 @@ int Run(const ParsedArgs& args) {
   c.name = "alltoall";
   c.busbw_rule = "(n-1)/n";
   c.formula = "the closed form of docs/collectives.md \"All-to-all\" (n/a when the pairs span both link classes)";
-  c.notes = {"pairwise exchange, n-1 steps; size = bytes each rank sends in all (its own block included), count "
-             "rounded down to a multiple of the ranks"};
+  c.notes = {"pairwise exchange, n-1 steps; size = bytes each rank sends in all (its own block included), a "
+             "multiple of 4 B x ranks: each size rounded down to one (up if below --min_bytes)"};
   alltoall::Settings s;
   if (absl::Status st = collective_bench::ReadFlags(args, s); !st.ok()) {
     return collective_bench::Fail(c, kExitBadInput, std::string(st.message()));
   }
+  c.unit_bytes = 4 * static_cast<uint64_t>(s.ranks);
   c.run = [&s](uint64_t bytes, uint64_t segment, const LinkSpec* spec) {
     return spec != nullptr ? alltoall::RunTimed(s, bytes, segment, *spec) : alltoall::RunUntimed(s, bytes, segment);
   };

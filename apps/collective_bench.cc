@@ -84,7 +84,7 @@ std::vector<FlagSpec> Flags(const std::string& min_bytes_help, const std::string
       SharedFieldFlag("link", "ideal",
                       "Here ideal measures wall time on this host (untimed communicators); a preset runs the ranks "
                       "on the modeled fabric and reports the emulated time beside the closed form."),
-      {"json", Grammar::kString, "", "Also write the rows as a JSON list to this path."},
+      {"json", Grammar::kString, "", "Also write the rows as a JSON list to this path.", false, /*path=*/true},
   };
 }
 
@@ -132,7 +132,31 @@ int Fail(const Command& c, int code, const std::string& message) {
   return code;
 }
 
+namespace {
+
+// The sizes measured: min_bytes, × step_factor up to max_bytes, each rounded down to a multiple of
+// `unit` (up, when that falls below min_bytes); a size above max_bytes or a repeat is left out.
+std::vector<uint64_t> Sizes(const Settings& s, uint64_t unit) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= static_cast<uint64_t>(s.step_factor)) {
+    uint64_t measured = bytes / unit * unit;
+    if (measured < s.min_bytes) measured += unit;
+    if (measured <= s.max_bytes && (sizes.empty() || sizes.back() != measured)) sizes.push_back(measured);
+    if (bytes > s.max_bytes / static_cast<uint64_t>(s.step_factor)) break;  // no overflow
+  }
+  return sizes;
+}
+
+}  // namespace
+
 int Run(const Settings& s, const Command& c) {
+  const std::vector<uint64_t> sizes = Sizes(s, c.unit_bytes);
+  if (sizes.empty()) {
+    return Fail(c, kExitBadInput,
+                absl::StrCat("--max_bytes: no size in [", s.min_bytes, ", ", s.max_bytes, "] B (--min_bytes, "
+                             "--max_bytes) is a multiple of ", c.unit_bytes, " B",
+                             c.unit_bytes > 4 ? absl::StrCat(" (4 B x ", c.unit_bytes / 4, " ranks)") : ""));
+  }
   OutputFiles outputs;
   if (absl::Status st = outputs.Declare("json", s.json); !st.ok() || !(st = outputs.CheckAll({})).ok()) {
     return Fail(c, kExitBadInput, std::string(st.message()));
@@ -145,7 +169,7 @@ int Run(const Settings& s, const Command& c) {
   uint64_t total_wrong = 0;
   // With several segment sizes: the fastest one per message size, for the summary line.
   std::vector<std::tuple<uint64_t, uint64_t, double>> best;  // bytes, segment, busbw
-  for (uint64_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= static_cast<uint64_t>(s.step_factor)) {
+  for (const uint64_t bytes : sizes) {
     for (const uint64_t segment : s.segments) {
       auto row = c.run(bytes, segment, timed ? &*spec : nullptr);
       if (!row.ok()) {
@@ -159,7 +183,6 @@ int Run(const Settings& s, const Command& c) {
         best.back() = {row->bytes, segment, row->busbw};
       }
     }
-    if (bytes > s.max_bytes / static_cast<uint64_t>(s.step_factor)) break;  // no overflow
   }
   if (s.segments.size() > 1) {
     std::string line = "# fastest segment per size:";

@@ -30,6 +30,8 @@ struct Command {
   const char* formula = "";     // what the timed header says of the formula column
   std::vector<std::string> notes;  // header lines after the first (without the "# ")
   nlohmann::json row_extra;        // fields added to every JSON row
+  // Every measured size is a multiple of this (an FP32 element; all-to-all: one per rank).
+  uint64_t unit_bytes = 4;
   // One row; spec is null for --link=ideal (the untimed path).
   std::function<absl::StatusOr<Row>(uint64_t bytes, uint64_t segment, const LinkSpec* spec)> run;
 };

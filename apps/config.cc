@@ -163,6 +163,9 @@ absl::Status ApplyConfigText(RunConfig& cfg, const std::string& path, const std:
     };
     if (key == "config") return error("config: a config file cannot name another config file");
     if (FindField(key) == nullptr) {
+      if (key == "fault" || key == "straggler" || key == "jitter") {
+        return error(absl::StrCat(key, ": a flag of `ringpipe run` only, not a config key (give it as --", key, ")"));
+      }
       return error(absl::StrCat(OneLine(key), ": unknown key (the keys are the flag names of `ringpipe run --help`)"));
     }
     if (auto [it, inserted] = first_line.emplace(key, line); !inserted) {
@@ -192,7 +195,7 @@ absl::StatusOr<std::string> ReadConfigText(const ParsedArgs& args) {
 absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool for_run,
                                                   const std::vector<FieldOverride>& overrides,
                                                   const std::string* config_text) {
-  // The flags given, as JSON values, in command-line order (the last one of a field wins).
+  // The flags given (each at most once: ParseFlags), as JSON values, in command-line order.
   std::vector<std::pair<const ConfigField*, json>> given;
   for (const auto& [name, text] : args.occurrences) {
     const ConfigField* f = FindField(name);
@@ -219,6 +222,7 @@ absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool f
     }
   }
   std::string preset = "default";
+  int preset_line = 0;  // > 0: the preset is the config file's, at this line
   const json* preset_override = nullptr;
   for (const FieldOverride& o : overrides) {
     if (o.field == "preset") preset_override = &o.value;
@@ -232,13 +236,18 @@ absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool f
     preset = p->get<std::string>();
   } else if (!file.empty()) {
     RunConfig probe;
-    RP_RETURN_IF_ERROR(ApplyConfigText(probe, file, text));  // also reports a bad file early
+    std::vector<std::pair<std::string, int>> lines;
+    RP_RETURN_IF_ERROR(ApplyConfigText(probe, file, text, &lines));  // also reports a bad file early
     preset = probe.preset;
+    for (const auto& [key, line] : lines) {
+      if (key == "preset") preset_line = line;
+    }
   }
   auto base = PresetByName(preset);
   if (!base.ok()) {
     const std::string msg = absl::StrCat("preset: ", base.status().message());
     if (preset_override != nullptr) return absl::FailedPreconditionError(msg);
+    if (preset_line > 0) return absl::InvalidArgumentError(absl::StrCat(OneLine(file), ":", preset_line, ": ", msg));
     return absl::InvalidArgumentError(absl::StrCat("--", msg));
   }
   RunConfig cfg = *base;

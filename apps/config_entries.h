@@ -151,7 +151,13 @@ ConfigField IntF(const char* name, M m, int64_t lo, int64_t hi, const char* help
   using T = std::remove_reference_t<decltype(m(std::declval<RunConfig&>()))>;
   return {name, Grammar::kInt, scope, lo, hi, help, nullptr,
           [=](RunConfig& c, const json& v) -> absl::Status {
-            RP_ASSIGN_OR_RETURN(m(c), AsInt<T>(name, v));
+            absl::StatusOr<T> x = AsInt<T>(name, v);
+            // An integer the member cannot hold is out of the field's range: say that range.
+            if (!x.ok() && lo <= hi && AsInt<int64_t>(name, v).ok()) {
+              return Bad(name, absl::StrCat("must be in ", lo, "..", hi, ", got ", ShortDump(v)));
+            }
+            RP_RETURN_IF_ERROR(x.status());
+            m(c) = *x;
             return absl::OkStatus();
           },
           [=](const RunConfig& c) { return json(Member(m)(c)); }};
@@ -171,6 +177,21 @@ ConfigField NumberF(const char* name, M m, const char* help, const char* unset =
             return absl::OkStatus();
           },
           [=](const RunConfig& c) { return json(Member(m)(c)); }};
+}
+
+// An optional number (a link override): unset is JSON null (the report's echo; a file may say null too).
+template <typename M>
+ConfigField OptionalNumberF(const char* name, M m, const char* help, const char* unset) {
+  return {name, Grammar::kNumber, kEveryRun, 1, 0, help, unset,
+          [=](RunConfig& c, const json& v) -> absl::Status {
+            if (v.is_null()) {
+              m(c).reset();
+              return absl::OkStatus();
+            }
+            RP_ASSIGN_OR_RETURN(m(c), AsDouble(name, v));
+            return absl::OkStatus();
+          },
+          [=](const RunConfig& c) { return Member(m)(c).has_value() ? json(*Member(m)(c)) : json(nullptr); }};
 }
 
 // A number, or the JSON string / flag text "auto" stored as `auto_value` (outside the number's range).

@@ -144,12 +144,13 @@ std::vector<FlagSpec> ConfigFlags(unsigned exclude, const RunConfig& defaults) {
   for (const ConfigField& f : Fields()) {
     if ((f.scope & exclude) != 0) continue;
     const json v = f.get(defaults);
-    // Unset: an empty text or list, a negative override (-1), an integer or byte count of 0 whose entry
+    // Unset: an empty text or list, null (an optional override), an integer or byte count of 0 whose entry
     // says what 0 means (one message per chunk, one NIC per device).
     const bool unset = (v.is_string() && v.get_ref<const std::string&>().empty()) || (v.is_array() && v.empty()) ||
-                       (v.is_number() && v.get<double>() < 0) ||
+                       v.is_null() ||
                        ((f.grammar == Grammar::kByteList || f.grammar == Grammar::kInt) && v == 0);
     out.push_back({f.name, f.grammar, unset && f.unset != nullptr ? f.unset : FlagText(v), f.help});
+    out.back().path = (f.scope & kOutputFile) != 0 || absl::string_view(f.name) == "config";
   }
   return out;
 }

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -77,15 +78,15 @@ struct RunConfig {
   bool overlap = true;    // buckets start inside the last backward (DDP overlap); false: at the optimizer
   double reduce_gbps = 0; // modeled reduction throughput of a ring (0 = free)
 
-  // Links: a preset of runtime/link_models.h (or "ideal") with overrides (< 0: keep the preset's).
+  // Links: a preset of runtime/link_models.h (or "ideal") with overrides (unset: keep the preset's).
   // alpha and overhead in µs, bandwidth in GB/s (0 = infinite). ResolveLinks (apps/config.h) gives the
   // LinkSpec.
   std::string link = "ideal";
   int devices_per_node = 8;
   int nics_per_node = 0;  // 0 = one NIC per device (rail-optimized); else a divisor of devices_per_node
-  double alpha_us = -1, bandwidth_gbps = -1, overhead_us = -1;
-  double intra_alpha_us = -1, intra_bandwidth_gbps = -1, intra_overhead_us = -1;
-  double inter_alpha_us = -1, inter_bandwidth_gbps = -1, inter_overhead_us = -1;
+  std::optional<double> alpha_us, bandwidth_gbps, overhead_us;
+  std::optional<double> intra_alpha_us, intra_bandwidth_gbps, intra_overhead_us;
+  std::optional<double> inter_alpha_us, inter_bandwidth_gbps, inter_overhead_us;
 
   // Emulation.
   // Wall seconds per modeled second on the real clock; kAutoTimeScale (the default, "auto"): the

@@ -145,20 +145,20 @@ std::vector<ConfigField>* BuildFieldTable() {
                 },
                 [](const RunConfig& c) { return json(c.nics_per_node); }});
   constexpr const char* kKeep = "the link preset's";
-  f->push_back(NumberF("alpha_us", RP_MEMBER(alpha_us), "Override the latency of both link classes, us.", kKeep));
-  f->push_back(NumberF("bandwidth_gbps", RP_MEMBER(bandwidth_gbps),
+  f->push_back(OptionalNumberF("alpha_us", RP_MEMBER(alpha_us), "Override the latency of both link classes, us.", kKeep));
+  f->push_back(OptionalNumberF("bandwidth_gbps", RP_MEMBER(bandwidth_gbps),
                        "Override the bandwidth of both link classes, GB/s (0: infinite).", kKeep));
-  f->push_back(NumberF("overhead_us", RP_MEMBER(overhead_us),
+  f->push_back(OptionalNumberF("overhead_us", RP_MEMBER(overhead_us),
                        "Override the per-message overhead o of both link classes, us (it occupies the ports).", kKeep));
-  f->push_back(NumberF("intra_alpha_us", RP_MEMBER(intra_alpha_us), "Override the intra-node latency, us.", kKeep));
-  f->push_back(NumberF("intra_bandwidth_gbps", RP_MEMBER(intra_bandwidth_gbps),
+  f->push_back(OptionalNumberF("intra_alpha_us", RP_MEMBER(intra_alpha_us), "Override the intra-node latency, us.", kKeep));
+  f->push_back(OptionalNumberF("intra_bandwidth_gbps", RP_MEMBER(intra_bandwidth_gbps),
                        "Override the intra-node bandwidth, GB/s (0: infinite).", kKeep));
-  f->push_back(NumberF("intra_overhead_us", RP_MEMBER(intra_overhead_us),
+  f->push_back(OptionalNumberF("intra_overhead_us", RP_MEMBER(intra_overhead_us),
                        "Override the intra-node per-message overhead, us (dgx presets: 0.4, from NCCL).", kKeep));
-  f->push_back(NumberF("inter_alpha_us", RP_MEMBER(inter_alpha_us), "Override the inter-node latency, us.", kKeep));
-  f->push_back(NumberF("inter_bandwidth_gbps", RP_MEMBER(inter_bandwidth_gbps),
+  f->push_back(OptionalNumberF("inter_alpha_us", RP_MEMBER(inter_alpha_us), "Override the inter-node latency, us.", kKeep));
+  f->push_back(OptionalNumberF("inter_bandwidth_gbps", RP_MEMBER(inter_bandwidth_gbps),
                        "Override the inter-node bandwidth, GB/s (0: infinite).", kKeep));
-  f->push_back(NumberF("inter_overhead_us", RP_MEMBER(inter_overhead_us),
+  f->push_back(OptionalNumberF("inter_overhead_us", RP_MEMBER(inter_overhead_us),
                        "Override the inter-node per-message overhead, us (dgx presets: 3, from NCCL).", kKeep));
   f->push_back(NumberOrAutoF("time_scale", RP_MEMBER(time_scale), RunConfig::kAutoTimeScale,
                              "Real clock: wall seconds per modeled second, (0, 1000] (0.1 runs ten times faster "

@@ -1,6 +1,7 @@
 // ValidateConfig: everything a run needs, checked before anything runs; the config is not changed.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,34 @@ absl::Status CheckRanges(const RunConfig& cfg) {
     if (x < static_cast<double>(f.lo) || x > static_cast<double>(f.hi)) {
       return FieldError(f.name, absl::StrCat("must be in ", f.lo, "..", f.hi, ", got ", ShortDump(v)));
     }
+  }
+  return absl::OkStatus();
+}
+
+// The range of every field whether or not this config's cost model, workload or subcommand uses it
+// (a value out of range is an error even where it is ignored, as it would be in a file or a report).
+absl::Status CheckUnusedFieldRanges(const RunConfig& cfg) {
+  if (auto peak = schedule::DevicePeakTflops(cfg.flops.device); !peak.ok()) {
+    return FieldError("flops_device", std::string(peak.status().message()));
+  }
+  if (!(cfg.flops.efficiency > 0 && cfg.flops.efficiency <= 1)) {
+    return FieldError("flops_efficiency", absl::StrCat("must be in (0, 1], got ", cfg.flops.efficiency));
+  }
+  for (auto [field, list] : {std::pair{"forward_ms", &cfg.forward_ms}, {"backward_ms", &cfg.backward_ms},
+                             {"weight_grad_ms", &cfg.weight_grad_ms}}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      const double v = (*list)[i];
+      if (!(v >= 0) || v > kMaxOpNs / 1e6) {
+        return FieldError(field, absl::StrCat("value ", i, " (", v, ") must be in [0, 1e9] ms"));
+      }
+    }
+  }
+  if (absl::Status st = ValidateOptimizerConfig(cfg.optimizer); !st.ok()) {
+    const std::string msg(st.message());
+    for (const char* f : {"lr", "momentum", "weight_decay"}) {
+      if (msg.rfind(f, 0) == 0) return FieldError(f, msg.substr(msg.find_first_of(": ") + 1));
+    }
+    return FieldError("optimizer", msg);
   }
   return absl::OkStatus();
 }
@@ -252,7 +281,7 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
 }
 
 absl::Status CheckLinkOverrides(const RunConfig& cfg) {
-  for (auto [name, v, alpha] : {std::tuple{"alpha_us", cfg.alpha_us, true}, {"bandwidth_gbps", cfg.bandwidth_gbps, false},
+  for (auto [name, o, alpha] : {std::tuple{"alpha_us", cfg.alpha_us, true}, {"bandwidth_gbps", cfg.bandwidth_gbps, false},
                                 {"overhead_us", cfg.overhead_us, true},
                                 {"intra_alpha_us", cfg.intra_alpha_us, true},
                                 {"intra_bandwidth_gbps", cfg.intra_bandwidth_gbps, false},
@@ -260,7 +289,8 @@ absl::Status CheckLinkOverrides(const RunConfig& cfg) {
                                 {"inter_alpha_us", cfg.inter_alpha_us, true},
                                 {"inter_bandwidth_gbps", cfg.inter_bandwidth_gbps, false},
                                 {"inter_overhead_us", cfg.inter_overhead_us, true}}) {
-    if (v == -1) continue;  // unset: the preset's
+    if (!o.has_value()) continue;  // unset: the preset's
+    const double v = *o;
     if (!(v >= 0)) return FieldError(name, absl::StrCat("must be >= 0, got ", v));
     // Each latency must fit the time base by itself; a tiny bandwidth makes every byte last long.
     if (alpha && v > kMaxOpNs / 1e3) return FieldError(name, absl::StrCat("must be at most 1e12 us, got ", v));
@@ -276,6 +306,7 @@ absl::Status CheckLinkOverrides(const RunConfig& cfg) {
 struct Traffic {
   double messages = 0;
   double bytes = 0;
+  double dp_messages = 0, tp_messages = 0;  // the DP and TP rings' parts of `messages` (the rest: p2p)
 };
 
 Traffic EstimateTraffic(const RunConfig& cfg, const ModeledSizes& sizes) {
@@ -289,13 +320,15 @@ Traffic EstimateTraffic(const RunConfig& cfg, const ModeledSizes& sizes) {
   const double n_dp = cfg.dp * (cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2.0 : 1.0);
   if (n_dp > 1) {
     const double buckets = std::ceil(sizes.gradient_bytes / (cfg.bucket_mb * 1048576.0)) + chunks;
-    t.messages += 2 * (n_dp - 1) * segments(sizes.gradient_bytes / 4, n_dp, buckets);
+    t.dp_messages = 2 * (n_dp - 1) * segments(sizes.gradient_bytes / 4, n_dp, buckets);
+    t.messages += t.dp_messages;
     t.bytes += 2 * sizes.gradient_bytes;
   }
   if (cfg.tp > 1) {
     const double passes = 2 * m * chunks;
     const double calls = std::ceil(sizes.layers / cfg.num_model_stages()) + 1;
-    t.messages += passes * 2 * (cfg.tp - 1) * segments(sizes.tp_bytes / 4, cfg.tp, calls);
+    t.tp_messages = passes * 2 * (cfg.tp - 1) * segments(sizes.tp_bytes / 4, cfg.tp, calls);
+    t.messages += t.tp_messages;
     t.bytes += passes * 2 * sizes.tp_bytes;
   }
   t.messages += 4 * m * chunks;
@@ -323,11 +356,11 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
   std::string field = time_field;
   if (comm > std::max(compute, t1)) {
     const bool latency = alpha * traffic.messages > comm / 2;
-    field = cfg.alpha_us >= 0 || cfg.bandwidth_gbps >= 0 || cfg.overhead_us >= 0
+    field = cfg.alpha_us || cfg.bandwidth_gbps || cfg.overhead_us
                 ? (latency ? "alpha_us" : "bandwidth_gbps")
-            : cfg.inter_alpha_us >= 0 || cfg.inter_bandwidth_gbps >= 0 || cfg.inter_overhead_us >= 0
+            : cfg.inter_alpha_us || cfg.inter_bandwidth_gbps || cfg.inter_overhead_us
                 ? (latency ? "inter_alpha_us" : "inter_bandwidth_gbps")
-            : cfg.intra_alpha_us >= 0 || cfg.intra_bandwidth_gbps >= 0 || cfg.intra_overhead_us >= 0
+            : cfg.intra_alpha_us || cfg.intra_bandwidth_gbps || cfg.intra_overhead_us
                 ? (latency ? "intra_alpha_us" : "intra_bandwidth_gbps")
                 : "link";
   }
@@ -344,11 +377,20 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
 absl::Status CheckMessages(const RunConfig& cfg, const ModeledSizes& sizes) {
   const Traffic traffic = EstimateTraffic(cfg, sizes);
   if (traffic.messages <= kMaxMessagesPerDeviceStep) return absl::OkStatus();
-  return FieldError(cfg.segment_bytes > 0 ? "segment_bytes" : "microbatches",
-                    absl::StrFormat("about %.3g modeled messages per device per step (segment_bytes=%d on %.3g "
-                                    "modeled gradient bytes, microbatches=%d); at most %.3g%s",
-                                    traffic.messages, cfg.segment_bytes, sizes.gradient_bytes, cfg.microbatches,
-                                    kMaxMessagesPerDeviceStep, cfg.segment_bytes > 0 ? ": use larger segments" : ""));
+  // The field that makes them many: small segments, else the part that dominates (the DP ring's grows
+  // with dp, the TP rings' with tp, the p2p messages with microbatches).
+  const double p2p = traffic.messages - traffic.dp_messages - traffic.tp_messages;
+  const char* field = cfg.segment_bytes > 0                                          ? "segment_bytes"
+                      : traffic.dp_messages >= std::max(traffic.tp_messages, p2p) ? "dp"
+                      : traffic.tp_messages >= p2p                                 ? "tp"
+                                                                                   : "microbatches";
+  return FieldError(field, absl::StrFormat("about %.0f modeled messages per device per step (DP ring %.0f, TP "
+                                           "rings %.0f, p2p %.0f; dp=%d, tp=%d, microbatches=%d, segment_bytes=%d "
+                                           "on %.3g modeled gradient bytes); at most %.0f%s",
+                                           traffic.messages, traffic.dp_messages, traffic.tp_messages, p2p, cfg.dp,
+                                           cfg.tp, cfg.microbatches, cfg.segment_bytes, sizes.gradient_bytes,
+                                           kMaxMessagesPerDeviceStep,
+                                           cfg.segment_bytes > 0 ? ": use larger segments" : ""));
 }
 
 // DDP buckets, reduction, watchdog.
@@ -406,13 +448,6 @@ absl::Status CheckRealModel(const RunConfig& cfg) {
   if (auto part = PartitionMlp(mlp, cfg.num_model_stages(), cfg.tp, cfg.layers_per_stage); !part.ok()) {
     return FieldError("tp", std::string(part.status().message()));
   }
-  if (absl::Status st = ValidateOptimizerConfig(cfg.optimizer); !st.ok()) {
-    const std::string msg(st.message());
-    for (const char* f : {"lr", "momentum", "weight_decay"}) {
-      if (msg.rfind(f, 0) == 0) return FieldError(f, msg.substr(msg.find_first_of(": ") + 1));
-    }
-    return FieldError("optimizer", msg);
-  }
   if (cfg.train_size < cfg.microbatch_size) {
     return FieldError("train_size", absl::StrCat(cfg.train_size, " is smaller than one micro-batch (",
                                                  cfg.microbatch_size, ")"));
@@ -435,10 +470,11 @@ absl::StatusOr<LinkSpec> ResolveLinks(const RunConfig& cfg) {
   LinkSpec s = *spec;
   s.devices_per_node = cfg.devices_per_node;
   s.nics_per_node = cfg.nics_per_node;
-  auto apply = [](double alpha_us, double gbps, double overhead_us, LinkParams& p) {
-    if (alpha_us >= 0) p.alpha = FromMicros(alpha_us);
-    if (gbps >= 0) p.bandwidth_gbps = gbps;
-    if (overhead_us >= 0) p.overhead = FromMicros(overhead_us);
+  auto apply = [](std::optional<double> alpha_us, std::optional<double> gbps, std::optional<double> overhead_us,
+                  LinkParams& p) {
+    if (alpha_us) p.alpha = FromMicros(*alpha_us);
+    if (gbps) p.bandwidth_gbps = *gbps;
+    if (overhead_us) p.overhead = FromMicros(*overhead_us);
   };
   apply(cfg.alpha_us, cfg.bandwidth_gbps, cfg.overhead_us, s.intra_node);
   apply(cfg.alpha_us, cfg.bandwidth_gbps, cfg.overhead_us, s.inter_node);
@@ -498,6 +534,7 @@ absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, con
 
 absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckRanges(cfg));
+  RP_RETURN_IF_ERROR(CheckUnusedFieldRanges(cfg));
   RP_RETURN_IF_ERROR(CheckLayout(cfg, for_run));
   RP_RETURN_IF_ERROR(CheckMoe(cfg));
   if (!cfg.time_scale_auto() && (!(cfg.time_scale > 0) || cfg.time_scale > 1000)) {

@@ -19,7 +19,7 @@ bool IsHelp(const std::string& arg) {
   return arg == "-h" || arg == "--help" || arg == "-help" || arg == "--helpfull" || arg == "help";
 }
 
-void PrintTopHelp(const std::vector<Subcommand>& subs) {
+void PrintTopHelp(const std::vector<Subcommand>& subs, std::FILE* stream) {
   std::string text =
       "ringpipe: emulates DP x PP x TP training on real threads, real buffers and modeled time.\n\n"
       "usage: ringpipe <subcommand> [--flag=value]...\n\nsubcommands:\n";
@@ -27,7 +27,7 @@ void PrintTopHelp(const std::vector<Subcommand>& subs) {
   absl::StrAppend(&text, "\n`ringpipe <subcommand> --help` lists its flags and their defaults.\n"
                          "Exit codes: 0 ok, 1 failed (an output could not be written, a check failed), 2 bad "
                          "input, 3 the emulated run failed at run time, 4 a sweep with failed points.\n");
-  std::fputs(text.c_str(), stdout);
+  std::fputs(text.c_str(), stream);
 }
 
 int Fail(const std::string& msg) {
@@ -62,16 +62,16 @@ absl::StatusOr<ParsedArgs> ParseSubcommandArgs(const std::string& subcommand, co
 
 int RunMain(const std::vector<std::string>& argv) {
   const std::vector<Subcommand> subs = AllSubcommands();
-  if (argv.size() < 2) {
-    PrintTopHelp(subs);
-    return FinishStdout("", kExitBadInput);
+  if (argv.size() < 2) {  // usage on stderr: it is the message of exit code 2
+    PrintTopHelp(subs, stderr);
+    return kExitBadInput;
   }
   std::string name = argv[1];
   std::vector<std::string> rest(argv.begin() + 2, argv.end());
   bool help = false;
   if (IsHelp(name)) {
     if (rest.empty()) {
-      PrintTopHelp(subs);
+      PrintTopHelp(subs, stdout);
       return FinishStdout("", kExitOk);
     }
     help = true;

@@ -277,6 +277,10 @@ absl::StatusOr<ParsedArgs> ParseFlags(absl::string_view subcommand, const std::v
         return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
       }
     }
+    if (!spec->repeatable && out.specified.contains(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": given twice"));
+    }
+    if (spec->path && value.empty()) return absl::InvalidArgumentError(absl::StrCat("--", name, ": empty path"));
     RP_RETURN_IF_ERROR(CheckGrammar(absl::StrCat("--", name), spec->grammar, value));
     out.specified.insert(name);
     out.occurrences.emplace_back(name, std::move(value));

@@ -54,9 +54,11 @@ struct FlagSpec {
   Grammar grammar = Grammar::kString;
   std::string default_text;  // the effective default `--help` shows ("" shows as "none")
   std::string help;
-  // Every occurrence counts (sweep --axis reads ParsedArgs::occurrences; --help says so); for the other
-  // flags the last occurrence wins.
+  // Every occurrence counts (sweep --axis reads ParsedArgs::occurrences; --help says so); the other
+  // flags may be given once.
   bool repeatable = false;
+  // A file or directory path: given, it may not be empty ("--out=" is an error, not "no output").
+  bool path = false;
 };
 
 // Checks `text` against `grammar`. InvalidArgument "<what>: <reason>" otherwise (e.g. "--dp: expected
@@ -94,7 +96,8 @@ struct ParsedArgs {
 
 // Parses the arguments after the subcommand (`args`) against the subcommand's flags. Errors
 // (InvalidArgument, one line naming the flag or the argument): an unknown flag, a flag without its
-// value, a value its grammar rejects, a positional argument.
+// value, a value its grammar rejects, a flag given twice (not repeatable; --x and --nox count as the
+// same flag), an empty path, a positional argument.
 absl::StatusOr<ParsedArgs> ParseFlags(absl::string_view subcommand, const std::vector<std::string>& args,
                                       const std::vector<FlagSpec>& specs);
 

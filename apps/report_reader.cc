@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "apps/config.h"
 #include "apps/flags.h"
 #include "nlohmann/json.hpp"
+#include "runtime/status_macros.h"
 
 namespace rp::apps {
 namespace {
@@ -19,6 +21,12 @@ using json = nlohmann::json;
 constexpr size_t kMaxKeptValues = kMaxBars * 8;
 // Longest string shown from the report (a title part, a row label).
 constexpr size_t kMaxShown = 120;
+// Bounds of the values drawn: every modeled time fits 1e18 ns (apps/config_validate.cc), and the
+// config's ranges bound micro-batches, chunks and steps.
+constexpr double kMaxReportMs = 1e12;
+constexpr int64_t kMaxMicrobatches = int64_t{1} << 20;
+constexpr int64_t kMaxChunks = 1024;
+constexpr int64_t kMaxSteps = int64_t{1} << 24;
 
 // Deepest nesting of '[' / '{' outside strings (the text need not be valid JSON).
 int MaxDepth(const std::string& text) {
@@ -43,6 +51,11 @@ int MaxDepth(const std::string& text) {
   return max_depth;
 }
 
+std::string ShortSchema(const json& v) {
+  std::string s = OneLine(v.get_ref<const std::string&>());
+  return s.size() > kMaxShown ? s.substr(0, kMaxShown) + "..." : s;
+}
+
 const json& Get(const json& j, const char* key) {
   static const json kNull;
   if (!j.is_object()) return kNull;
@@ -50,28 +63,52 @@ const json& Get(const json& j, const char* key) {
   return it == j.end() ? kNull : *it;
 }
 
-// A finite, non-negative time in ms (0 otherwise), below 1e15 ms.
-double Ms(const json& j, const char* key) {
+absl::Status BadField(const std::string& path, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
+}
+
+// A time in ms: a finite number in [0, kMaxReportMs]. Absent: `fallback` if it is set, else an error.
+absl::StatusOr<double> Ms(const json& j, const char* key, const std::string& path, std::optional<double> fallback) {
   const json& v = Get(j, key);
-  if (!v.is_number()) return 0;
+  const std::string where = absl::StrCat(path, ".", key);
+  if (v.is_null() && fallback.has_value()) return *fallback;
+  if (v.is_null()) return BadField(where, "missing");
+  if (!v.is_number()) return BadField(where, absl::StrCat("expected a number of ms, got ", ShortDump(v)));
   const double d = v.get<double>();
-  return std::isfinite(d) && d > 0 ? std::min(d, 1e15) : 0;
+  if (!(std::isfinite(d) && d >= 0 && d <= kMaxReportMs)) {
+    return BadField(where, absl::StrFormat("must be in [0, %g] ms, got %s", kMaxReportMs, ShortDump(v)));
+  }
+  return d;
 }
 
-int64_t Int(const json& j, const char* key, int64_t fallback) {
+// An integer in [lo, hi]; absent: `fallback`.
+absl::StatusOr<int64_t> Int(const json& j, const char* key, const std::string& path, int64_t lo, int64_t hi,
+                            int64_t fallback) {
   const json& v = Get(j, key);
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_unsigned()) return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
-  return fallback;
+  if (v.is_null()) return fallback;
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(std::max<int64_t>(lo, 0)) &&
+                                                     v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                        : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
+                                                : false;
+  if (!in_range) return BadField(absl::StrCat(path, ".", key), absl::StrCat("expected an integer in ", lo, "..", hi,
+                                                                           ", got ", ShortDump(v)));
+  return v.get<int64_t>();
 }
 
-std::string Str(const json& j, const char* key) {
+// A string shown in the chart; absent: "".
+absl::StatusOr<std::string> Str(const json& j, const char* key, const std::string& path) {
   const json& v = Get(j, key);
-  if (!v.is_string()) return "";
+  if (v.is_null()) return std::string();
+  if (!v.is_string()) return BadField(absl::StrCat(path, ".", key), absl::StrCat("expected a string, got ", ShortDump(v)));
   std::string s = OneLine(v.get_ref<const std::string&>());
   if (s.size() > kMaxShown) s = s.substr(0, kMaxShown) + "...";
   return s;
 }
+
+// The report's layout sizes (each absent: the largest layout), bounding the device coordinates.
+struct Layout {
+  int64_t world = kMaxPredictDevices, pp = kMaxPredictDevices, tp = kMaxPredictDevices;
+};
 
 svg::BarClass ClassOf(const std::string& kind, const std::string& op) {
   if (kind == "tp_allreduce" || kind == "ep_alltoall") return svg::BarClass::kTpComm;
@@ -84,29 +121,45 @@ svg::BarClass ClassOf(const std::string& kind, const std::string& op) {
   return svg::BarClass::kOptimizer;
 }
 
-svg::GanttPanel Panel(const std::string& title, const json& section, size_t& bars) {
+absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& section, const std::string& path,
+                                       const Layout& layout, size_t& bars) {
   svg::GanttPanel p;
   p.title = title;
-  p.span_ms = Ms(section, "step_ms");
+  RP_ASSIGN_OR_RETURN(p.span_ms, Ms(section, "step_ms", path, 0.0));
   const json& devices = Get(section, "devices");
-  if (!devices.is_array()) return p;
-  for (const json& d : devices) {
-    if (p.rows.size() >= kMaxRows) break;
+  if (!devices.is_array()) return BadField(path + ".devices", absl::StrCat("expected a list, got ", ShortDump(devices)));
+  if (devices.empty()) return BadField(path + ".devices", "no devices to draw");
+  for (size_t i = 0; i < devices.size() && p.rows.size() < kMaxRows; ++i) {
+    const json& d = devices[i];
+    const std::string dev = absl::StrCat(path, ".devices[", i, "]");
+    if (!d.is_object()) return BadField(dev, absl::StrCat("expected an object, got ", ShortDump(d)));
     const int row = static_cast<int>(p.rows.size());
-    p.rows.push_back(absl::StrFormat("rank %d  (pp %d, tp %d)", Int(d, "rank", row), Int(d, "pp", 0), Int(d, "tp", 0)));
+    RP_ASSIGN_OR_RETURN(const int64_t rank, Int(d, "rank", dev, 0, layout.world - 1, row));
+    RP_ASSIGN_OR_RETURN(const int64_t pp, Int(d, "pp", dev, 0, layout.pp - 1, 0));
+    RP_ASSIGN_OR_RETURN(const int64_t tp, Int(d, "tp", dev, 0, layout.tp - 1, 0));
+    p.rows.push_back(absl::StrFormat("rank %d  (pp %d, tp %d)", rank, pp, tp));
     const json& ops = Get(d, "ops");
-    if (!ops.is_array()) continue;
-    for (const json& op : ops) {
-      if (bars >= kMaxBars) break;
+    if (ops.is_null()) continue;
+    if (!ops.is_array()) return BadField(dev + ".ops", absl::StrCat("expected a list, got ", ShortDump(ops)));
+    for (size_t k = 0; k < ops.size() && bars < kMaxBars; ++k) {
+      const json& op = ops[k];
+      const std::string where = absl::StrCat(dev, ".ops[", k, "]");
+      if (!op.is_object()) return BadField(where, absl::StrCat("expected an object, got ", ShortDump(op)));
       svg::GanttBar b;
       b.row = row;
-      b.start_ms = Ms(op, "start_ms");
-      b.end_ms = std::max(b.start_ms, Ms(op, "end_ms"));
-      b.cls = ClassOf(Str(op, "kind"), Str(op, "op"));
-      const int64_t mb = Int(op, "mb", -1);
+      RP_ASSIGN_OR_RETURN(b.start_ms, Ms(op, "start_ms", where, std::nullopt));
+      RP_ASSIGN_OR_RETURN(b.end_ms, Ms(op, "end_ms", where, std::nullopt));
+      if (b.end_ms < b.start_ms) {
+        return BadField(where + ".end_ms", absl::StrCat("is before start_ms (", b.end_ms, " < ", b.start_ms, ")"));
+      }
+      RP_ASSIGN_OR_RETURN(const std::string kind, Str(op, "kind", where));
+      RP_ASSIGN_OR_RETURN(const std::string name, Str(op, "op", where));
+      b.cls = ClassOf(kind, name);
+      RP_ASSIGN_OR_RETURN(const int64_t mb, Int(op, "mb", where, 0, kMaxMicrobatches - 1, -1));
+      RP_ASSIGN_OR_RETURN(const int64_t chunk, Int(op, "chunk", where, 0, kMaxChunks - 1, -1));
       if (mb >= 0 && b.cls != svg::BarClass::kWait) {
         b.label = absl::StrCat(mb);
-        if (const int64_t chunk = Int(op, "chunk", -1); chunk >= 0) absl::StrAppend(&b.label, ".", chunk);
+        if (chunk >= 0) absl::StrAppend(&b.label, ".", chunk);
       }
       p.span_ms = std::max(p.span_ms, b.end_ms);
       p.bars.push_back(std::move(b));
@@ -158,7 +211,7 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) 
                                                    " report of `ringpipe run` or `predict` --report_json)"));
   }
   if (schema != kReportSchemaRead) {
-    return absl::InvalidArgumentError(absl::StrCat("has \"schema\": \"", Str(report, "schema"), "\"; this ringpipe reads \"",
+    return absl::InvalidArgumentError(absl::StrCat("has \"schema\": \"", ShortSchema(schema), "\"; this ringpipe reads \"",
                                                    kReportSchemaRead, "\" (write it again with --report_json)"));
   }
   const json& t = Get(report, "timeline");
@@ -166,29 +219,43 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) 
     return absl::InvalidArgumentError(
         "has no \"timeline\" section (written by an older ringpipe? write it again with --report_json)");
   }
+  const json& lay = Get(report, "layout");
+  const json& sch = Get(report, "schedule");
+  RP_ASSIGN_OR_RETURN(const int64_t world, Int(lay, "world", "layout", 1, kMaxPredictDevices, 0));
+  RP_ASSIGN_OR_RETURN(const int64_t pp, Int(lay, "pp", "layout", 1, kMaxPredictDevices, 0));
+  RP_ASSIGN_OR_RETURN(const int64_t tp, Int(lay, "tp", "layout", 1, kMaxPredictDevices, 0));
+  Layout layout;
+  if (world > 0) layout.world = world;
+  if (pp > 0) layout.pp = pp;
+  if (tp > 0) layout.tp = tp;
   TimelineReport out;
   size_t bars = 0;
-  if (const json& m = Get(t, "measured"); Get(m, "devices").is_array()) {
-    out.panels.push_back(Panel(absl::StrFormat("measured — step %d (the median step): wall clock on the device "
-                                               "threads / time scale",
-                                               Int(m, "step", 0)),
-                               m, bars));
+  if (const json& m = Get(t, "measured"); !m.is_null()) {
+    RP_ASSIGN_OR_RETURN(const int64_t step, Int(m, "step", "timeline.measured", 0, kMaxSteps, 0));
+    RP_ASSIGN_OR_RETURN(svg::GanttPanel panel,
+                        Panel(absl::StrFormat("measured — step %d (the median step): wall clock on the device "
+                                              "threads / time scale",
+                                              step),
+                              m, "timeline.measured", layout, bars));
+    out.panels.push_back(std::move(panel));
     out.measured_step_ms = out.panels.back().span_ms;
   }
-  if (const json& p = Get(t, "predicted"); Get(p, "devices").is_array()) {
-    out.panels.push_back(Panel("predicted — the predictor's step", p, bars));
+  if (const json& p = Get(t, "predicted"); !p.is_null()) {
+    RP_ASSIGN_OR_RETURN(svg::GanttPanel panel,
+                        Panel("predicted — the predictor's step", p, "timeline.predicted", layout, bars));
+    out.panels.push_back(std::move(panel));
     out.predicted_step_ms = out.panels.back().span_ms;
   }
   if (out.panels.empty()) {
     return absl::InvalidArgumentError("\"timeline\" holds neither measured nor predicted devices");
   }
   out.rows = out.panels.front().rows.size();
-  const json& lay = Get(report, "layout");
-  const json& sch = Get(report, "schedule");
-  out.title = absl::StrCat("ringpipe timeline — ", Str(lay, "description"), ", ", Str(sch, "name"), ", ",
-                           Int(sch, "microbatches", 0), " micro-batches");
+  RP_ASSIGN_OR_RETURN(const std::string description, Str(lay, "description", "layout"));
+  RP_ASSIGN_OR_RETURN(const std::string name, Str(sch, "name", "schedule"));
+  RP_ASSIGN_OR_RETURN(const int64_t microbatches, Int(sch, "microbatches", "schedule", 0, kMaxMicrobatches, 0));
+  out.title = absl::StrCat("ringpipe timeline — ", description, ", ", name, ", ", microbatches, " micro-batches");
   const json& ranks = Get(t, "ranks");
-  if (ranks.is_array() && Int(lay, "world", 0) > static_cast<int64_t>(ranks.size())) {
+  if (ranks.is_array() && world > static_cast<int64_t>(ranks.size())) {
     absl::StrAppend(&out.title, " (first replica)");
   }
   return out;

@@ -4,8 +4,12 @@
 // other "schema" is refused with one line naming it.
 //
 // The reader trusts nothing in the file: any JSON is either read or refused with one line, never a
-// crash. Missing keys take defaults, values of the wrong type are ignored, numbers are clamped to
-// finite, non-negative times, strings are shown as printable UTF-8, and the sizes are bounded
+// crash. Optional keys (a device's rank, pp, tp; an op's mb, chunk, kind, op; the title's parts) may be
+// absent, but every value given must be of its type and within bounds, else the report is refused
+// naming the value by its path ("timeline.predicted.devices[3].ops[2].end_ms: must be in [0, 1e+12]
+// ms, got -5"): times finite, in [0, 1e12] ms (the largest modeled time), an op's end not before its
+// start; ranks, pp and tp below the report's layout; at least one device per panel. Strings are
+// shown as printable UTF-8, and the sizes are bounded
 // (kMaxReportBytes of text, kMaxJsonDepth of nesting, kMaxRows rows, kMaxBars bars). Only the
 // sections it draws are kept in memory (the per-device and per-step sections are skipped while
 // parsing).
@@ -43,7 +47,8 @@ struct TimelineReport {
 
 // InvalidArgument (one line) for text that is not JSON, too large or too deep, a report of another
 // schema, or one with no timeline to draw: "is not JSON: ...", "has \"schema\": \"ringpipe-report/1\"; ...",
-// "has no \"timeline\" section ...", "\"timeline\" holds neither measured nor predicted devices".
+// "has no \"timeline\" section ...", "\"timeline\" holds neither measured nor predicted devices", or a bad
+// value: "<path>: <reason>" with a path that starts with "timeline.", "layout." or "schedule.".
 absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text);
 // The same from a report already in memory (`ringpipe timeline` after a run).
 absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report);

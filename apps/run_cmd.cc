@@ -69,7 +69,9 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& 
       for (absl::string_view p : absl::StrSplit(kind_args[1], ',', absl::SkipWhitespace())) {
         const std::vector<std::string> pair = absl::StrSplit(p, absl::MaxSplits('=', 1));
         if (pair.size() != 2) return BadFault("fault", text, absl::StrCat("'", p, "' is not key=value"));
-        kv[pair[0]] = pair[1];
+        if (!kv.emplace(pair[0], pair[1]).second) {
+          return BadFault("fault", text, absl::StrCat(pair[0], " given twice"));
+        }
       }
     }
     const bool link = f.kind == OpFaultKind::kSlowLink;

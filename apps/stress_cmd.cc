@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -60,11 +61,14 @@ int Stress(const ParsedArgs& args) {
   const int64_t fault_every = args.Int("fault_every", 4);
   const int64_t max_devices = args.Int("max_devices", 8);
   const bool comm_empty = args.Bool("comm_empty", true);
-  if (configs < 1 || configs > (1 << 30) || fault_every < 0 || fault_every > (1 << 30) || max_devices < 1 ||
-      max_devices > 64) {
-    std::fprintf(stderr, "ringpipe stress: configs must be >= 1, fault_every >= 0, max_devices in "
-                         "1..64\n");
-    return kExitBadInput;
+  for (const auto& [flag, value, lo, hi] : {std::tuple{"configs", configs, int64_t{1}, int64_t{1} << 30},
+                                            {"fault_every", fault_every, int64_t{0}, int64_t{1} << 30},
+                                            {"max_devices", max_devices, int64_t{1}, int64_t{64}}}) {
+    if (value < lo || value > hi) {
+      std::fprintf(stderr, "ringpipe stress: --%s: must be in %lld..%lld, got %lld\n", flag, static_cast<long long>(lo),
+                   static_cast<long long>(hi), static_cast<long long>(value));
+      return kExitBadInput;
+    }
   }
   const bool list = args.Bool("list", false);
   const auto t0 = std::chrono::steady_clock::now();

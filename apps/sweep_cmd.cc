@@ -238,7 +238,8 @@ std::vector<FlagSpec> Flags() {
        "Sweep axis NAME=V1,V2,... or NAME=A..B (integers); repeat for a grid. NAME is a config field (a flag of "
        "`ringpipe run`) or preset; linked fields move together: pp:forward_ms=1:100,2:50.",
        /*repeatable=*/true},
-      {"out_dir", Grammar::kString, "", "Directory for sweep.csv, sweep.json and the SVG charts (created)."},
+      {"out_dir", Grammar::kString, "", "Directory for sweep.csv, sweep.json and the SVG charts (created).", false,
+       /*path=*/true},
       PredictOnlyFlag(),
       TitleFlag("ringpipe sweep over the axis names"),
   };

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "apps/clock_choice.h"
 #include "apps/cli.h"
@@ -47,7 +48,7 @@ int Run(const ParsedArgs& args) {
 
   OutputFiles outputs;
   absl::StatusOr<TimelineReport> timeline;
-  if (!from.empty()) {
+  if (args.Has("from_report")) {
     for (const std::string& name : args.specified) {
       if (name != "from_report" && name != "out" && name != "title") {
         return fail(kExitBadInput, absl::StrCat("--", name, ": cannot be combined with --from_report (the report "
@@ -62,7 +63,11 @@ int Run(const ParsedArgs& args) {
     if (!text.ok()) return fail(kExitBadInput, std::string(text.status().message()));
     timeline = ReadTimelineReport(*text);
     if (!timeline.ok()) {
-      return fail(kExitBadInput, absl::StrCat("--from_report: '", OneLine(from), "' ", timeline.status().message()));
+      // A bad value is named by its path in the report ("timeline.predicted.devices[3].ops[2].end_ms: ...").
+      const absl::string_view why = timeline.status().message();
+      const bool field = absl::StartsWith(why, "timeline.") || absl::StartsWith(why, "layout.") ||
+                         absl::StartsWith(why, "schedule.");
+      return fail(kExitBadInput, absl::StrCat("--from_report: '", OneLine(from), field ? "': " : "' ", why));
     }
   } else {
     auto cfg = LoadConfig(args, /*for_run=*/!predict_only);
@@ -116,9 +121,10 @@ int Run(const ParsedArgs& args) {
 
 std::vector<FlagSpec> Flags() {
   std::vector<FlagSpec> out = {
-      {"out", Grammar::kString, "", "The SVG file to write (required)."},
+      {"out", Grammar::kString, "", "The SVG file to write (required).", false, /*path=*/true},
       {"from_report", Grammar::kString, "",
-       "Draw a saved `ringpipe run`/`predict` --report_json (or - for standard input) instead of running."},
+       "Draw a saved `ringpipe run`/`predict` --report_json (or - for standard input) instead of running.", false,
+       /*path=*/true},
       PredictOnlyFlag(),
       TitleFlag("from the layout and the schedule"),
   };

@@ -327,7 +327,7 @@ absl::StatusOr<Codec> ParseCodec(std::string_view name) {
     if (name == CodecName(c)) return c;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("codec: unknown value '", std::string(name), "' (expected fp32, fp16, bf16 or int8)"));
+      absl::StrCat("unknown codec '", std::string(name), "' (expected fp32, fp16, bf16 or int8)"));
 }
 
 absl::Status EncodeImpl(Codec codec, const float* src, size_t n, std::byte* wire) {

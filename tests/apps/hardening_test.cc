@@ -87,22 +87,52 @@ TEST(Hardening, MalformedInputIsOneLineAndExitTwoNeverACrash) {
     EXPECT_FALSE(fs::exists(svg)) << r.name;
     fs::remove(svg);
   }
-  // A report whose values have odd types and sizes is drawn, not a crash: wrong types are ignored,
-  // times clamped.
-  const fs::path odd = dir / "odd.json";
-  std::ofstream(odd) << R"({"schema":"ringpipe-report/2","timeline":{"predicted":{"step_ms":-5,"devices":[{"rank":"x","ops":[
-      {"kind":3,"op":"F","start_ms":1e308,"end_ms":-1,"mb":"2","chunk":1e30},
-      {"kind":"compute","op":"B","start_ms":1,"end_ms":2,"mb":18446744073709551615}]}]}},
-      "layout":{"world":"big"},"schedule":[]})";
-  // (and a device list of anything: rows for the entries, bars only from objects)
-  std::ofstream(dir / "rows.json") << R"({"schema":"ringpipe-report/2","timeline":{"measured":{"devices":[1,"a",null,{"ops":[{}]}]}}})";
-  const Result rows = RunBinary("timeline --from_report=" + (dir / "rows.json").string() + " --out=" +
-                                    (dir / "rows.svg").string(), dir);
-  EXPECT_EQ(rows.exit_code, 0) << rows.err;
-  EXPECT_NE(rows.out.find("4 device rows"), std::string::npos) << rows.out;
-  const Result r = RunBinary("timeline --from_report=" + odd.string() + " --out=" + (dir / "odd.svg").string(), dir);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(ReadFile(dir / "odd.svg").find("<svg"), std::string::npos);
+  // A report whose values have odd types or sizes is refused naming the value by its path (it used to
+  // be drawn with the values clamped or ignored: a rank of 2^63 wrapped, -5 ms became 0).
+  const std::string head = R"({"schema":"ringpipe-report/2","layout":{"world":4,"pp":2,"tp":1},"timeline":{"predicted":{"step_ms":10,"devices":[)";
+  const std::string good_dev = R"({"rank":0,"pp":0,"tp":0,"ops":[{"kind":"compute","op":"F","start_ms":0,"end_ms":1,"mb":0}]})";
+  const std::string tail = "]}}}";
+  auto dev_with_op = [&](const std::string& op) {
+    return R"({"rank":1,"pp":1,"tp":0,"ops":[{"kind":"compute","op":"F","start_ms":0,"end_ms":1},)" + op + "]}";
+  };
+  struct Tampered {
+    const char* name;
+    std::string devices;
+    const char* what;
+  } tampered[] = {
+      {"rank-2^63", R"({"rank":9223372036854775808,"ops":[]})", "timeline.predicted.devices[0].rank: expected an integer in 0..3"},
+      {"rank-outside", good_dev + R"(,{"rank":4,"ops":[]})", "timeline.predicted.devices[1].rank: expected an integer in 0..3"},
+      {"pp-negative", R"({"rank":0,"pp":-1,"ops":[]})", "timeline.predicted.devices[0].pp: expected an integer in 0..1"},
+      {"start-negative", good_dev + "," + dev_with_op(R"({"start_ms":-5,"end_ms":1})"),
+       "timeline.predicted.devices[1].ops[1].start_ms: must be in [0, 1e+12] ms, got -5"},
+      {"end-text", dev_with_op(R"({"start_ms":0,"end_ms":"abc"})"), "timeline.predicted.devices[0].ops[1].end_ms: expected a number"},
+      {"end-missing", dev_with_op(R"({"start_ms":0})"), "timeline.predicted.devices[0].ops[1].end_ms: missing"},
+      {"end-before-start", dev_with_op(R"({"start_ms":5,"end_ms":1})"), "timeline.predicted.devices[0].ops[1].end_ms: is before start_ms"},
+      {"end-huge", dev_with_op(R"({"start_ms":0,"end_ms":1e300})"), "timeline.predicted.devices[0].ops[1].end_ms: must be in [0, 1e+12] ms"},
+      {"mb-text", dev_with_op(R"({"start_ms":0,"end_ms":1,"mb":"2"})"), "timeline.predicted.devices[0].ops[1].mb: expected an integer"},
+      {"device-not-object", good_dev + ",1", "timeline.predicted.devices[1]: expected an object"},
+      {"no-devices", "", "timeline.predicted.devices: no devices to draw"},
+  };
+  for (const Tampered& t : tampered) {
+    const fs::path path = dir / (std::string(t.name) + ".json");
+    std::ofstream(path, std::ios::binary) << head << t.devices << tail;
+    const fs::path svg = dir / "t.svg";
+    ExpectBadInput(RunBinary("timeline --from_report=" + path.string() + " --out=" + svg.string(), dir),
+                   "--from_report: '" + path.string() + "': " + t.what, t.name);
+    EXPECT_FALSE(fs::exists(svg)) << t.name;
+  }
+  // The same report untampered draws.
+  std::ofstream(dir / "good.json") << head << good_dev << tail;
+  const Result good = RunBinary("timeline --from_report=" + (dir / "good.json").string() + " --out=" +
+                                    (dir / "good.svg").string(), dir);
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_NE(ReadFile(dir / "good.svg").find("<svg"), std::string::npos);
+  // The layout itself is checked too.
+  std::ofstream(dir / "world.json") << R"({"schema":"ringpipe-report/2","layout":{"world":"big"},"timeline":{"predicted":{"devices":[)"
+                                    << good_dev << tail;
+  ExpectBadInput(RunBinary("timeline --from_report=" + (dir / "world.json").string() + " --out=" +
+                               (dir / "w.svg").string(), dir),
+                 "'" + (dir / "world.json").string() + "': layout.world: expected an integer in 1..1048576", "world");
   fs::remove_all(dir);
 }
 
@@ -341,6 +371,158 @@ TEST(Hardening, StrayArgumentsAreAnError) {
   ExpectBadInput(RunBinary("predict steps=0 dp=0", dir), "unexpected argument 'steps=0'", "forgotten dashes");
   ExpectBadInput(RunBinary("run --virtual_time true", dir), "unexpected argument 'true'", "bool with a value");
   ExpectBadInput(RunBinary("allreduce extra", dir), "unexpected argument 'extra'", "allreduce");
+  fs::remove_all(dir);
+}
+
+// 9. A link override is unset or >= 0: -1 is not a hidden "unset" (flag, file, sweep axis), and an
+// unset override is null in the report's config.
+TEST(Hardening, NegativeLinkOverridesAreRefusedAndUnsetIsNull) {
+  const fs::path dir = TempDir("link_override");
+  for (const char* f : {"alpha_us", "bandwidth_gbps", "overhead_us", "intra_alpha_us", "intra_bandwidth_gbps",
+                        "intra_overhead_us", "inter_alpha_us", "inter_bandwidth_gbps", "inter_overhead_us"}) {
+    ExpectBadInput(RunBinary(std::string("predict --steps=1 --") + f + "=-1", dir),
+                   std::string("--") + f + ": must be >= 0, got -1", f);
+  }
+  std::ofstream(dir / "c.json") << R"({"alpha_us": -1})";
+  ExpectBadInput(RunBinary("predict --config=" + (dir / "c.json").string(), dir), "alpha_us: must be >= 0", "file");
+  // A sweep point: invalid (exit 4), as every point whose config is refused.
+  const Result axis = RunBinary("sweep --predict_only --axis=alpha_us=-1,2 --out_dir=" + (dir / "out").string(), dir);
+  EXPECT_EQ(axis.exit_code, kExitSomePointsFailed) << axis.err;
+  EXPECT_NE(axis.err.find("alpha_us=-1: invalid: alpha_us: must be >= 0, got -1"), std::string::npos) << axis.err;
+  const Result r = RunBinary("predict --steps=1 --link=dgx-a100 --inter_alpha_us=0 --report_json=" +
+                                 (dir / "r.json").string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = json::parse(ReadFile(dir / "r.json"));
+  EXPECT_TRUE(report["config"]["alpha_us"].is_null()) << report["config"];
+  EXPECT_EQ(report["config"]["inter_alpha_us"], 0.0);
+  // null in a file, as the report shows it: "not given".
+  std::ofstream(dir / "back.json") << R"({"link": "dgx-a100", "alpha_us": null})";
+  const Result back = RunBinary("predict --config=" + (dir / "back.json").string(), dir);
+  EXPECT_EQ(back.exit_code, 0) << back.err;
+  fs::remove_all(dir);
+}
+
+// 10. A path flag given empty is an error, not "unset" (an empty --from_report ran a whole emulation).
+TEST(Hardening, AnEmptyPathFlagIsAnError) {
+  const fs::path dir = TempDir("empty_path");
+  const std::string svg = (dir / "x.svg").string();
+  ExpectBadInput(RunBinary("timeline --from_report= --out=" + svg, dir), "--from_report: empty path", "from_report");
+  ExpectBadInput(RunBinary("timeline --from_report=\"\" --out=" + svg, dir), "--from_report: empty path", "quoted");
+  ExpectBadInput(RunBinary("timeline --out= --predict_only", dir), "--out: empty path", "out");
+  ExpectBadInput(RunBinary("predict --report_json=", dir), "--report_json: empty path", "report_json");
+  ExpectBadInput(RunBinary("run --virtual_time --trace=", dir), "--trace: empty path", "trace");
+  ExpectBadInput(RunBinary("sweep --predict_only --axis=pp=1,2 --out_dir=", dir), "--out_dir: empty path", "out_dir");
+  ExpectBadInput(RunBinary("allreduce --ranks=2 --max_bytes=4K --iters=1 --warmup=0 --json=", dir),
+                 "--json: empty path", "json");
+  ExpectBadInput(RunBinary("predict --config=", dir), "--config: empty path", "config");
+  EXPECT_TRUE(Leftovers(dir, {}).empty());
+  fs::remove_all(dir);
+}
+
+// 11. Every field's range is checked, whether or not the cost model or the subcommand uses it.
+TEST(Hardening, OutOfRangeValuesAreRefusedEvenWhereUnused) {
+  const fs::path dir = TempDir("unused_ranges");
+  const std::string report = (dir / "r.json").string();
+  ExpectBadInput(RunBinary("predict --steps=1 --flops_efficiency=-5 --report_json=" + report, dir),
+                 "--flops_efficiency: must be in (0, 1], got -5", "efficiency, fixed cost model");
+  ExpectBadInput(RunBinary("predict --steps=1 --flops_device=v100 --report_json=" + report, dir),
+                 "--flops_device: unknown device 'v100'", "device, fixed cost model");
+  ExpectBadInput(RunBinary("predict --cost_model=flops --forward_ms=-1 --report_json=" + report, dir),
+                 "--forward_ms: value 0 (-1) must be in [0, 1e9] ms", "forward_ms, flops cost model");
+  ExpectBadInput(RunBinary("predict --cost_model=flops --lr=0 --report_json=" + report, dir), "--lr: must be > 0",
+                 "lr, flops cost model");
+  EXPECT_FALSE(fs::exists(report));
+  fs::remove_all(dir);
+}
+
+// 12. A flag given twice is an error (it was silently last-wins; a config file's duplicate key is one).
+TEST(Hardening, AFlagGivenTwiceIsAnError) {
+  const fs::path dir = TempDir("twice");
+  ExpectBadInput(RunBinary("predict --steps=1 --dp=2 --dp=4", dir), "--dp: given twice", "dp");
+  ExpectBadInput(RunBinary("predict --overlap --nooverlap", dir), "--overlap: given twice", "bool and its negation");
+  ExpectBadInput(RunBinary("allreduce --ranks=2 --ranks=4", dir), "--ranks: given twice", "allreduce");
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --fault=stall:rank=1,rank=2,step=0,op=0", dir),
+                 "--fault: 'stall:rank=1,rank=2,step=0,op=0': rank given twice", "fault key twice");
+  // --axis is repeatable.
+  const Result sweep = RunBinary("sweep --predict_only --axis=pp=1,2 --axis=dp=1,2 --out_dir=" + (dir / "o").string(), dir);
+  EXPECT_EQ(sweep.exit_code, 0) << sweep.err;
+  fs::remove_all(dir);
+}
+
+// 13. `ringpipe` alone: the usage is the message of exit code 2, so it goes to stderr.
+TEST(Hardening, BareRingpipePrintsUsageOnStderr) {
+  const fs::path dir = TempDir("bare");
+  const Result r = RunBinary("", dir);
+  EXPECT_EQ(r.exit_code, kExitBadInput);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("usage: ringpipe <subcommand>"), std::string::npos) << r.err;
+  const Result help = RunBinary("--help", dir);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("usage: ringpipe <subcommand>"), std::string::npos) << help.out;
+  fs::remove_all(dir);
+}
+
+// 14. Messages name the field that is wrong, its real range and where the value came from.
+TEST(Hardening, MessagesNameTheRightFieldAndRange) {
+  const fs::path dir = TempDir("messages");
+  const fs::path cfg = dir / "c.json";
+  std::ofstream(cfg) << R"({"preset": ""})";
+  ExpectBadInput(RunBinary("predict --config=" + cfg.string(), dir), cfg.string() + ":1: preset: ", "empty preset");
+  std::ofstream(cfg, std::ios::trunc) << "{\n  \"steps\": 1,\n  \"preset\": \"s9\"\n}";
+  ExpectBadInput(RunBinary("predict --config=" + cfg.string(), dir), cfg.string() + ":3: preset: ", "unknown preset");
+  // The flag and the file say the same range, the field's.
+  ExpectBadInput(RunBinary("predict --seed=-1", dir), "--seed: must be in 0..9223372036854775807, got -1", "seed flag");
+  std::ofstream(cfg, std::ios::trunc) << R"({"seed": -1})";
+  ExpectBadInput(RunBinary("predict --config=" + cfg.string(), dir),
+                 cfg.string() + ":1: seed: must be in 0..9223372036854775807, got -1", "seed file");
+  ExpectBadInput(RunBinary("predict --dp=99999999999", dir), "--dp: must be in 1..1048576, got 99999999999", "dp");
+  for (const auto& [flag, range] : {std::pair{"configs=0", "--configs: must be in 1..1073741824, got 0"},
+                                    {"max_devices=65", "--max_devices: must be in 1..64, got 65"},
+                                    {"fault_every=-1", "--fault_every: must be in 0..1073741824, got -1"}}) {
+    ExpectBadInput(RunBinary(std::string("stress --") + flag, dir), range, flag);
+  }
+  const Result codec = RunBinary("predict --codec=fp8", dir);
+  ExpectBadInput(codec, "--codec: unknown codec 'fp8'", "codec");
+  ExpectBadInput(RunBinary("allreduce --codec=fp8", dir), "--codec: unknown codec 'fp8'", "allreduce codec");
+  std::ofstream(cfg, std::ios::trunc) << R"({"fault": "x"})";
+  ExpectBadInput(RunBinary("run --config=" + cfg.string(), dir),
+                 cfg.string() + ":1: fault: a flag of `ringpipe run` only, not a config key (give it as --fault)",
+                 "fault in a file");
+  // The world size makes the DP ring's messages many: dp is named, with every digit.
+  ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "1e15", 1), 0);
+  ExpectBadInput(RunBinary("predict --dp=1048576 --pp=1 --tp=1", dir),
+                 "--dp: about 4194316 modeled messages", "dp messages");
+  // A wide input makes the data set large: input_dim is named, not train_size.
+  ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "200000000", 1), 0);
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --input_dim=1048576 --hidden=64", dir),
+                 "--input_dim: the run would allocate about", "input_dim");
+  ASSERT_EQ(::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES"), 0);
+  fs::remove_all(dir);
+}
+
+// 15. The benchmarks measure sizes within [--min_bytes, --max_bytes] only, each once.
+TEST(Hardening, BenchmarkSizesStayInTheRequestedRange) {
+  const fs::path dir = TempDir("bench_sizes");
+  const fs::path json_path = dir / "rows.json";
+  auto sizes = [&](const std::string& cmd) {
+    std::vector<uint64_t> out;
+    const Result r = RunBinary(cmd + " --iters=1 --warmup=0 --json=" + json_path.string(), dir);
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+    if (r.exit_code != 0) return out;
+    for (const json& row : json::parse(ReadFile(json_path))) out.push_back(row["bytes"].get<uint64_t>());
+    return out;
+  };
+  EXPECT_EQ(sizes("alltoall --ranks=3 --min_bytes=4 --max_bytes=64"), (std::vector<uint64_t>{12, 60}));
+  EXPECT_EQ(sizes("allreduce --ranks=2 --min_bytes=5 --max_bytes=80"), (std::vector<uint64_t>{8, 20, 80}));
+  EXPECT_EQ(sizes("alltoall --ranks=8 --min_bytes=32 --max_bytes=32"), (std::vector<uint64_t>{32}));
+  fs::remove(json_path);
+  ExpectBadInput(RunBinary("alltoall --iters=1 --warmup=0 --ranks=8 --min_bytes=4 --max_bytes=4 --json=" +
+                               json_path.string(), dir),
+                 "--max_bytes: no size in [4, 4] B", "alltoall, nothing fits");
+  ExpectBadInput(RunBinary("allreduce --iters=1 --warmup=0 --ranks=2 --min_bytes=5 --max_bytes=7", dir),
+                 "--max_bytes: no size in [5, 7] B", "allreduce, nothing fits");
+  EXPECT_FALSE(fs::exists(json_path));
   fs::remove_all(dir);
 }
 

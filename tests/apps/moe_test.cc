@@ -167,7 +167,7 @@ TEST(MoeBinary, AllToAllOnALinkPresetEqualsTheClosedFormWithNoWrongElement) {
                                dir);
     ASSERT_EQ(r.exit_code, 0) << codec << "\n" << r.out << r.err;
     const json rows = ReadJson(rows_json);
-    EXPECT_EQ(rows.size(), 8u);
+    EXPECT_EQ(rows.size(), 7u);  // 4 and 16 bytes are both 12 B (3 elements): measured once
     for (const json& row : rows) EXPECT_EQ(row["wrong"], 0) << codec << " " << row.dump();
     EXPECT_EQ(rows[0]["count"], 3);  // 4 bytes: at least one element per block
   }
