@@ -270,7 +270,7 @@ int Run(const ParsedArgs& args) {
   const nlohmann::json report = BuildReport(*cfg, *plan, result->prediction, &*result, &host);
   const std::string text = RunText(*cfg, *plan, *result, report);
   if (tracer.capped() > 0) {
-    std::fprintf(stderr, "ringpipe run: the trace keeps the first %zu events; %llu later ones were dropped\n",
+    std::fprintf(stderr, "ringpipe run: the trace keeps at most %zu events (ops and port events); %llu later ones were dropped\n",
                  kMaxTraceEvents, static_cast<unsigned long long>(tracer.capped()));
   }
   if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");

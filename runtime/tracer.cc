@@ -50,10 +50,12 @@ Tracer::Tracer(int num_devices, int devices_per_node, size_t max_events)
       devices_per_node_(std::max(1, devices_per_node)),
       epoch_ns_(SteadyNs()),
       buffers_(std::make_unique<Buffer[]>(static_cast<size_t>(num_devices_) * kStreams)) {
+  // Half of max_events for the device streams' ops (an equal share each), half for port events:
+  // at most max_events in all.
   const size_t buffers = static_cast<size_t>(num_devices_) * kStreams;
-  const size_t share = max_events == kUnbounded ? kUnbounded : max_events / buffers;
+  const size_t share = max_events == kUnbounded ? kUnbounded : max_events / 2 / buffers;
   for (size_t b = 0; b < buffers; ++b) buffers_[b].Configure(std::clamp<size_t>(share, 1, kChunkEvents), share);
-  max_port_events_ = max_events;
+  max_port_events_ = max_events == kUnbounded ? kUnbounded : max_events - max_events / 2;
 }
 
 uint64_t Tracer::capped() const {
@@ -107,8 +109,8 @@ std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
                  {"stream", StreamName(e.stream)},
                  {"modeled_start_us", Us(e.model_start_ns)},
                  {"modeled_end_us", Us(e.model_end_ns)},
-                 {"measured_start_us", Us(e.wall_start_ns)},
-                 {"measured_end_us", Us(e.wall_end_ns)}};
+                 {"wall_start_us", Us(e.wall_start_ns)},
+                 {"wall_end_us", Us(e.wall_end_ns)}};
     if (e.bytes) args["bytes"] = e.bytes;
     if (e.peer >= 0) args["peer"] = e.peer;
     if (e.micro_batch >= 0) args["micro_batch"] = e.micro_batch;

@@ -17,6 +17,7 @@ using namespace runner_internal;  // NOLINT: this file's helpers
 
 absl::StatusOr<Nanos> DeviceRunner::EpAllToAll(int step, int op_index, const Op& op,
                                                EpExchange& x, Nanos start, Nanos wall0) {
+  const int64_t trace_w0 = dev_->WallNow();
   const ExecutionPlan& plan = *ctx_->plan;
   int index = 0;
   const std::vector<int> group = plan.EpGroup(rank_, &index);
@@ -53,7 +54,7 @@ absl::StatusOr<Nanos> DeviceRunner::EpAllToAll(int step, int op_index, const Op&
   dev_->Trace({.name = x.kind == EpExchange::Kind::kDispatch ? "EpDispatch" : "EpCombine",
                .kind = rp::OpKind::kCollective, .micro_batch = op.micro_batch, .step = step,
                .bytes = r.modeled_bytes},
-              dev_->WallNow(), dev_->WallNow(), start, r.end);
+              trace_w0, dev_->WallNow(), start, r.end);
   return r.end;
 }
 

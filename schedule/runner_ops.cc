@@ -219,6 +219,7 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
     tp_calls_ = 0;
     const TpAllReduceFn tp = [&](std::span<float> buffer) -> absl::Status {
       RP_ASSIGN_OR_RETURN(const Nanos wall0, enter(PassStep::Kind::kTpAllReduce, "TP all-reduce"));
+      const int64_t trace_w0 = dev_->WallNow();
       const std::vector<int> group = plan.TpGroup(rank_);
       waiting_ = {group[static_cast<size_t>((coord_.tp + o.grid.tp - 1) % o.grid.tp)]};
       const comm::CollectiveOptions co{
@@ -239,7 +240,7 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
               .wall_peer = w.peer});
       dev_->Trace({.name = "TpAllReduce", .kind = rp::OpKind::kCollective,
                    .micro_batch = op.micro_batch, .step = step, .bytes = r.modeled_bytes},
-                  dev_->WallNow(), dev_->WallNow(), cursor, r.end);
+                  trace_w0, dev_->WallNow(), cursor, r.end);
       leave(r.end, wall1);
       ++tp_calls_;
       return absl::OkStatus();

@@ -165,8 +165,11 @@ TEST(Hardening, TheTracerKeepsAtMostItsCapAndCountsTheRest) {
   for (int i = 0; i < 1000; ++i) {
     tracer.Record({.wall_start_ns = i, .wall_end_ns = i + 1, .name = "F", .rank = i % 2});
   }
-  EXPECT_LE(tracer.Events().size(), 100u);
-  EXPECT_EQ(tracer.Events().size() + tracer.capped(), 1000u);
+  for (int i = 0; i < 1000; ++i) tracer.RecordPort({.port = i % 3, .start_ns = i, .end_ns = i + 1});
+  // At most the cap in all, ops and port events together; every other event counted.
+  EXPECT_LE(tracer.Events().size() + tracer.port_events().size(), 100u);
+  EXPECT_GT(tracer.port_events().size(), 0u);
+  EXPECT_EQ(tracer.Events().size() + tracer.port_events().size() + tracer.capped(), 2000u);
   Tracer unbounded(2, 8);
   for (int i = 0; i < 10000; ++i) unbounded.Record({.wall_start_ns = i, .name = "F", .rank = 0});
   EXPECT_EQ(unbounded.Events().size(), 10000u);

@@ -156,10 +156,15 @@ TEST(Executor, TimelineMatchesPredictionAndIsTraced) {
       EXPECT_EQ(got[i].comm, want[i].comm) << "rank " << rank << " interval " << i;
     }
   }
-  int computes = 0;
+  int computes = 0, collectives = 0;
   for (const TraceEvent& e : tracer.Events()) {
     if (e.kind == rp::OpKind::kCompute) ++computes;
+    collectives += e.kind == rp::OpKind::kCollective;
+    // Every event's wall stamps bracket its work (the TP all-reduces' once ended before they
+    // started: two unordered calls of the clock in one argument list).
+    EXPECT_LE(e.wall_start_ns, e.wall_end_ns) << e.name << " rank " << e.rank;
   }
+  EXPECT_GT(collectives, 0);
   // Per rank and step: m F + m Bi + m W + the optimizer.
   EXPECT_EQ(computes, 8 * 2 * (3 * 4 + 1));
   // Every send is joined to its receive by a flow id.
