@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "apps/config.h"
+#include "apps/config_budget.h"
 #include "apps/host.h"
 #include "apps/memory_estimate.h"
 #include "apps/moe_config.h"
@@ -17,18 +18,16 @@
 namespace rp::apps {
 namespace {
 
+using budget::CheckCostModel;
+using budget::CheckMessages;
+using budget::CheckTimeBudget;
+using budget::kMaxOpNs;
+using budget::ModeledSizes;
+using budget::OpsFitTheWatchdog;
+
 // Sizes that bound what BuildPlan allocates (see there).
 constexpr double kMaxModelFloats = double{1 << 28};
 constexpr int64_t kMaxProgramSlots = int64_t{1} << 22;
-// Every modeled time is int64 nanoseconds: a single op may last at most 1e9 ms (1e15 ns), a whole
-// step, and T1 (every compute op of the global batch on one device), at most 1e18 ns (~32 years),
-// well inside 2^63 ≈ 9.2e18 so that sums of a few of them still fit.
-constexpr double kMaxOpNs = 1e15;
-constexpr double kMaxTotalNs = 1e18;
-// Modeled messages one device may put on the fabric per step (ring segments, p2p): every one is an
-// event of the emulator and of the predictor, so tiny segments on a large modeled gradient would
-// run for hours (a few seconds of predictor time per device at this bound).
-constexpr double kMaxMessagesPerDeviceStep = double{1 << 22};
 // Largest DDP bucket cap (1 TiB): one bucket per chunk for any model.
 constexpr double kMaxBucketMb = double{1 << 20};
 constexpr double kMaxWatchdogSeconds = 86400;
@@ -72,25 +71,6 @@ absl::Status CheckUnusedFieldRanges(const RunConfig& cfg) {
   }
   return absl::OkStatus();
 }
-
-absl::Status CheckPerStage(const char* field, const std::vector<double>& v, int pp, bool allow_empty) {
-  if (v.empty()) {
-    if (allow_empty) return absl::OkStatus();
-    return FieldError(field, "needs one value or one per pipeline stage");
-  }
-  if (v.size() != 1 && v.size() != static_cast<size_t>(pp)) {
-    return FieldError(field, absl::StrCat("has ", v.size(), " values; expected 1 or one per pipeline stage (pp=",
-                                          pp, ")"));
-  }
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!(v[i] >= 0) || v[i] > kMaxOpNs / 1e6) {
-      return FieldError(field, absl::StrCat("value ", i, " (", v[i], ") must be in [0, 1e9] ms"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-double At(const std::vector<double>& list, int s) { return list.size() == 1 ? list[0] : list[static_cast<size_t>(s)]; }
 
 absl::Status CheckWorld(const RunConfig& cfg, bool for_run) {
   const int64_t world = int64_t{cfg.dp} * cfg.pp * cfg.tp;
@@ -188,98 +168,6 @@ absl::Status CheckLayout(const RunConfig& cfg, bool for_run) {
   return absl::OkStatus();
 }
 
-// Upper bounds of the modeled sizes the fabric will time (schedule/workload_cost.h), for the budgets.
-struct ModeledSizes {
-  double gradient_bytes = 0;    // fp32 gradients of the busiest device
-  double tp_bytes = 0;          // the TP all-reduces of one pass of one chunk
-  double activation_bytes = 0;  // one p2p message
-  double layers = 1;            // layers of the model
-};
-
-ModeledSizes MlpSizes(const RunConfig& cfg) {
-  const MlpConfig mlp = cfg.Mlp();
-  ModeledSizes s;
-  double widest = mlp.input_dim;
-  for (int l = 0; l < mlp.num_layers(); ++l) {
-    s.gradient_bytes += (static_cast<double>(mlp.in_dim(l)) * mlp.out_dim(l) + mlp.out_dim(l)) * 4;
-    widest = std::max<double>(widest, mlp.out_dim(l));
-  }
-  s.tp_bytes = 2.0 * cfg.microbatch_size * widest * 4 * std::max(1, mlp.num_layers());
-  s.activation_bytes = cfg.microbatch_size * widest * 4;
-  s.layers = std::max(1, mlp.num_layers());
-  return s;
-}
-
-// Per pipeline rank: the modeled F + B + optimizer of one micro-batch in ns (the busiest rank's).
-// `longest_op` receives the longest single compute op in ns (an F, a B, or a fused F&B pair; the
-// optimizer), stragglers included.
-absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_field, ModeledSizes& sizes,
-                                      double& longest_op) {
-  sizes = MlpSizes(cfg);
-  double max_op = 0;
-  const bool fused = cfg.fused_fb && (cfg.schedule == schedule::ScheduleKind::kDualPipeV || cfg.schedule == schedule::ScheduleKind::kDualPipe);
-  longest_op = 0;
-  auto op = [&](double f, double b) { longest_op = std::max(longest_op, fused ? f + b : std::max(f, b)); };
-  if (cfg.cost_model == CostModelKind::kFixed) {
-    RP_RETURN_IF_ERROR(CheckPerStage("forward_ms", cfg.forward_ms, cfg.pp, false));
-    RP_RETURN_IF_ERROR(CheckPerStage("backward_ms", cfg.backward_ms, cfg.pp, false));
-    RP_RETURN_IF_ERROR(CheckPerStage("weight_grad_ms", cfg.weight_grad_ms, cfg.pp, true));
-    double max_f = 0, max_b = 0;
-    for (int s = 0; s < cfg.pp; ++s) {
-      const double b = At(cfg.backward_ms, s);
-      if (!cfg.weight_grad_ms.empty() && At(cfg.weight_grad_ms, s) > b) {
-        return FieldError("weight_grad_ms", absl::StrCat("stage ", s, ": ", At(cfg.weight_grad_ms, s),
-                                                         " ms is more than its whole backward (", b, " ms)"));
-      }
-      max_f = std::max(max_f, At(cfg.forward_ms, s) * 1e6);
-      max_b = std::max(max_b, b * 1e6);
-      max_op = std::max(max_op, (At(cfg.forward_ms, s) + b) * 1e6);
-      op(At(cfg.forward_ms, s) * 1e6, b * 1e6);
-    }
-    time_field = max_b >= max_f ? "backward_ms" : "forward_ms";
-  } else {
-    if (auto peak = schedule::DevicePeakTflops(cfg.flops.device); !peak.ok()) {
-      return FieldError("flops_device", std::string(peak.status().message()));
-    }
-    if (!(cfg.flops.efficiency > 0 && cfg.flops.efficiency <= 1)) {
-      return FieldError("flops_efficiency", absl::StrCat("must be in (0, 1], got ", cfg.flops.efficiency));
-    }
-    if (cfg.flops.layers < cfg.num_model_stages()) {
-      return FieldError("pp", absl::StrCat(cfg.num_model_stages(), " model stages (pp=", cfg.pp, " x ",
-                                           cfg.num_model_stages() / cfg.pp,
-                                           " chunk(s)) but the described model has flops_layers=", cfg.flops.layers));
-    }
-    if (cfg.flops.hidden % cfg.tp != 0) {
-      return FieldError("tp", absl::StrCat("flops_hidden=", cfg.flops.hidden, " is not divisible by tp=", cfg.tp));
-    }
-    // The field that makes the described model big: the largest ratio to the preset's value.
-    const double ratios[] = {cfg.flops.layers / 24.0, cfg.flops.hidden / 2048.0, cfg.flops.seq_len / 2048.0,
-                             static_cast<double>(cfg.flops.microbatch_size)};
-    const char* names[] = {"flops_layers", "flops_hidden", "flops_seq_len", "flops_microbatch_size"};
-    time_field = names[std::max_element(std::begin(ratios), std::end(ratios)) - std::begin(ratios)];
-    auto cost = schedule::CostOfTransformer(cfg.flops, cfg.pp, cfg.num_model_stages() / cfg.pp, cfg.tp);
-    if (!cost.ok()) return FieldError(time_field, std::string(cost.status().message()));
-    sizes = {.gradient_bytes = static_cast<double>(cost->bytes.gradient),
-             .tp_bytes = static_cast<double>(cost->bytes.tp_allreduce),
-             .activation_bytes = static_cast<double>(cost->bytes.activation_message),
-             .layers = static_cast<double>(cfg.flops.layers)};
-    for (const schedule::StageCost& c : cost->cost.stages) {
-      max_op = std::max(max_op, static_cast<double>((c.forward + c.backward).count()));
-      op(static_cast<double>(c.forward.count()), static_cast<double>(c.backward.count()));
-    }
-  }
-  if (!(cfg.optimizer_ms >= 0) || cfg.optimizer_ms > kMaxOpNs / 1e6) {
-    return FieldError("optimizer_ms", absl::StrCat("must be in [0, 1e9] ms, got ", cfg.optimizer_ms));
-  }
-  if (!(cfg.straggler_factor >= 1)) return FieldError("straggler_factor", "must be a finite number >= 1");
-  if (cfg.straggler_factor * std::max(max_op, cfg.optimizer_ms * 1e6) > 2 * kMaxOpNs) {
-    return FieldError("straggler_factor",
-                      absl::StrFormat("%g x the slowest op (%g ms) exceeds 2e9 ms", cfg.straggler_factor, max_op / 1e6));
-  }
-  longest_op = std::max(longest_op, cfg.optimizer_ms * 1e6) * cfg.straggler_factor;
-  return max_op * cfg.straggler_factor + cfg.optimizer_ms * 1e6 * cfg.straggler_factor;
-}
-
 absl::Status CheckLinkOverrides(const RunConfig& cfg) {
   for (auto [name, o, alpha] : {std::tuple{"alpha_us", cfg.alpha_us, true}, {"bandwidth_gbps", cfg.bandwidth_gbps, false},
                                 {"overhead_us", cfg.overhead_us, true},
@@ -299,98 +187,6 @@ absl::Status CheckLinkOverrides(const RunConfig& cfg) {
     }
   }
   return absl::OkStatus();
-}
-
-// Modeled messages and bytes one device puts on the fabric per step (upper bounds): ring segments
-// of its DP buckets and TP all-reduces (comm/ring_timing.h: K segments per chunk), p2p messages.
-struct Traffic {
-  double messages = 0;
-  double bytes = 0;
-  double dp_messages = 0, tp_messages = 0;  // the DP and TP rings' parts of `messages` (the rest: p2p)
-};
-
-Traffic EstimateTraffic(const RunConfig& cfg, const ModeledSizes& sizes) {
-  const double seg_elems = cfg.segment_bytes > 0 ? static_cast<double>(cfg.segment_bytes) / 4 : 0;
-  // Segments of one chunk of a ring of n over `elements`, summed over `calls` calls of that total.
-  auto segments = [&](double elements, double n, double calls) {
-    return seg_elems > 0 ? std::ceil(elements / n / seg_elems) + calls : calls;
-  };
-  const double m = cfg.microbatches, chunks = cfg.chunks();
-  Traffic t;
-  const double n_dp = cfg.dp * (cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2.0 : 1.0);
-  if (n_dp > 1) {
-    const double buckets = std::ceil(sizes.gradient_bytes / (cfg.bucket_mb * 1048576.0)) + chunks;
-    t.dp_messages = 2 * (n_dp - 1) * segments(sizes.gradient_bytes / 4, n_dp, buckets);
-    t.messages += t.dp_messages;
-    t.bytes += 2 * sizes.gradient_bytes;
-  }
-  if (cfg.tp > 1) {
-    const double passes = 2 * m * chunks;
-    const double calls = std::ceil(sizes.layers / cfg.num_model_stages()) + 1;
-    t.tp_messages = passes * 2 * (cfg.tp - 1) * segments(sizes.tp_bytes / 4, cfg.tp, calls);
-    t.messages += t.tp_messages;
-    t.bytes += passes * 2 * sizes.tp_bytes;
-  }
-  t.messages += 4 * m * chunks;
-  t.bytes += 4 * m * chunks * sizes.activation_bytes;
-  return t;
-}
-
-// The modeled step and T1 must fit the time base, and the step's messages the emulator: upper bounds.
-absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double op_ns, const std::string& time_field,
-                             const ModeledSizes& sizes, double link_factor = 1) {
-  const double m = cfg.microbatches, p = cfg.pp, v = cfg.chunks();
-  const double world = static_cast<double>(cfg.world_size());
-  const double compute = (m + p) * v * op_ns;  // every schedule's step <= its ops run one after another
-  const double t1 = world * m * op_ns;
-  double alpha = 0, min_bw = 0;
-  for (const LinkParams& l : {links.intra_node, links.inter_node}) {
-    alpha = std::max(alpha, static_cast<double>((l.alpha + l.overhead).count()));
-    if (l.bandwidth_gbps > 0) min_bw = min_bw == 0 ? l.bandwidth_gbps : std::min(min_bw, l.bandwidth_gbps);
-  }
-  const Traffic traffic = EstimateTraffic(cfg, sizes);
-  // GB/s = bytes per ns; every message may also wait for the others on its ports.
-  const double comm =
-      link_factor * (traffic.messages * alpha + (min_bw > 0 ? traffic.bytes * world / min_bw : 0));
-  if (compute <= kMaxTotalNs && t1 <= kMaxTotalNs && comm <= kMaxTotalNs) return absl::OkStatus();
-  std::string field = time_field;
-  if (comm > std::max(compute, t1)) {
-    const bool latency = alpha * traffic.messages > comm / 2;
-    field = cfg.alpha_us || cfg.bandwidth_gbps || cfg.overhead_us
-                ? (latency ? "alpha_us" : "bandwidth_gbps")
-            : cfg.inter_alpha_us || cfg.inter_bandwidth_gbps || cfg.inter_overhead_us
-                ? (latency ? "inter_alpha_us" : "inter_bandwidth_gbps")
-            : cfg.intra_alpha_us || cfg.intra_bandwidth_gbps || cfg.intra_overhead_us
-                ? (latency ? "intra_alpha_us" : "intra_bandwidth_gbps")
-                : "link";
-  }
-  return FieldError(field, absl::StrFormat(
-                               "the modeled times would not fit: up to %.3g ms per step (compute %.3g, "
-                               "communication %.3g) and T1 %.3g ms with microbatches=%d, pp=%d, %d devices; at "
-                               "most 1e12 ms",
-                               std::max(compute, comm) / 1e6, compute / 1e6, comm / 1e6, t1 / 1e6, cfg.microbatches,
-                               cfg.pp, cfg.world_size()));
-}
-
-// The step's modeled messages must stay within what the emulator and the predictor play in a
-// reasonable time (kMaxMessagesPerDeviceStep).
-absl::Status CheckMessages(const RunConfig& cfg, const ModeledSizes& sizes) {
-  const Traffic traffic = EstimateTraffic(cfg, sizes);
-  if (traffic.messages <= kMaxMessagesPerDeviceStep) return absl::OkStatus();
-  // The field that makes them many: small segments, else the part that dominates (the DP ring's grows
-  // with dp, the TP rings' with tp, the p2p messages with microbatches).
-  const double p2p = traffic.messages - traffic.dp_messages - traffic.tp_messages;
-  const char* field = cfg.segment_bytes > 0                                          ? "segment_bytes"
-                      : traffic.dp_messages >= std::max(traffic.tp_messages, p2p) ? "dp"
-                      : traffic.tp_messages >= p2p                                 ? "tp"
-                                                                                   : "microbatches";
-  return FieldError(field, absl::StrFormat("about %.0f modeled messages per device per step (DP ring %.0f, TP "
-                                           "rings %.0f, p2p %.0f; dp=%d, tp=%d, microbatches=%d, segment_bytes=%d "
-                                           "on %.3g modeled gradient bytes); at most %.0f%s",
-                                           traffic.messages, traffic.dp_messages, traffic.tp_messages, p2p, cfg.dp,
-                                           cfg.tp, cfg.microbatches, cfg.segment_bytes, sizes.gradient_bytes,
-                                           kMaxMessagesPerDeviceStep,
-                                           cfg.segment_bytes > 0 ? ": use larger segments" : ""));
 }
 
 // DDP buckets, reduction, watchdog.
@@ -481,55 +277,6 @@ absl::StatusOr<LinkSpec> ResolveLinks(const RunConfig& cfg) {
   apply(cfg.intra_alpha_us, cfg.intra_bandwidth_gbps, cfg.intra_overhead_us, s.intra_node);
   apply(cfg.inter_alpha_us, cfg.inter_bandwidth_gbps, cfg.inter_overhead_us, s.inter_node);
   return s;
-}
-
-namespace {
-absl::Status OpsFitTheWatchdog(const RunConfig& cfg, double longest_op_ns, double time_scale,
-                               const std::string& field) {
-  const double wall_s = longest_op_ns * time_scale / 1e9;
-  if (wall_s >= cfg.watchdog_timeout) {
-    return FieldError(field, absl::StrFormat(
-        "at time scale %g the longest op (%g ms modeled) takes %g s of wall time, not less than "
-        "watchdog_timeout (%g s), which would report it as a stall: lower the time scale or raise "
-        "watchdog_timeout", time_scale, longest_op_ns / 1e6, wall_s, cfg.watchdog_timeout));
-  }
-  return absl::OkStatus();
-}
-}  // namespace
-
-absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double link_factor) {
-  std::string time_field;
-  ModeledSizes sizes;
-  double longest_op_ns = 0;
-  RP_ASSIGN_OR_RETURN(const double op_ns, CheckCostModel(cfg, time_field, sizes, longest_op_ns));
-  RP_ASSIGN_OR_RETURN(const LinkSpec links, ResolveLinks(cfg));
-  if (absl::Status st = CheckTimeBudget(cfg, links, op_ns * op_factor, time_field, sizes, link_factor); !st.ok()) {
-    const std::string why(st.message());
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--%s: a factor of %g: %s", link_factor > 1 ? "fault" : "straggler", std::max(op_factor, link_factor),
-        why.substr(why.find(": ") + 2)));
-  }
-  if (!cfg.virtual_time && !cfg.time_scale_auto()) {
-    return CheckOpsFitTheWatchdog(cfg, cfg.time_scale * op_factor, op_factor > 1 ? "straggler" : "time_scale");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<double> ModeledMessagesPerDeviceStep(const RunConfig& cfg) {
-  std::string time_field;
-  ModeledSizes sizes;
-  double longest_op_ns = 0;
-  RP_RETURN_IF_ERROR(CheckCostModel(cfg, time_field, sizes, longest_op_ns).status());
-  return EstimateTraffic(cfg, sizes).messages;
-}
-
-absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, const std::string& field) {
-  std::string time_field;
-  ModeledSizes sizes;
-  double longest_op_ns = 0;
-  RP_RETURN_IF_ERROR(CheckCostModel(cfg, time_field, sizes, longest_op_ns).status());
-  const absl::Status st = OpsFitTheWatchdog(cfg, longest_op_ns, time_scale, field);
-  return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat("--", st.message()));
 }
 
 absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
