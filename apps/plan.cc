@@ -37,7 +37,7 @@ uint64_t GradientBytesPerRank(const RunConfig& cfg, uint64_t per_stage_chunk) {
 
 // The fixed cost model: the given times, message sizes from the real model.
 absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, schedule::PipelineOptions& po,
-                        std::string& description) {
+                        std::string& description, std::vector<uint64_t>& stage_stored) {
   RP_ASSIGN_OR_RETURN(schedule::WorkloadBytes bytes,
                       schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, StageChunks(cfg), cfg.tp,
                                                  cfg.layers_per_stage, cfg.microbatch_size));
@@ -49,6 +49,7 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   if (cfg.tp > 1) po.stage_tp_bytes = bytes.stage_tp;
   po.stage_gradient_bytes = bytes.stage_gradient;
   ex.warm_activation_bytes = bytes.stored;
+  stage_stored = bytes.stage_stored;
   auto at = [](const std::vector<double>& list, int s) { return list.size() == 1 ? list[0] : list[s]; };
   for (int s = 0; s < cfg.pp; ++s) {
     schedule::StageCost c;
@@ -73,7 +74,7 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
 
 // The FLOPs cost model: times and sizes of the described transformer (schedule/workload_cost.h).
 absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, schedule::PipelineOptions& po,
-                        std::string& description) {
+                        std::string& description, std::vector<uint64_t>& real_stage_stored) {
   const FlopsModel& f = cfg.flops;
   RP_ASSIGN_OR_RETURN(schedule::TransformerCost t, schedule::CostOfTransformer(f, cfg.pp, StageChunks(cfg), cfg.tp));
   ex.cost = std::move(t.cost);
@@ -86,6 +87,7 @@ absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
                       schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, StageChunks(cfg), cfg.tp,
                                                  cfg.layers_per_stage, cfg.microbatch_size));
   ex.warm_activation_bytes = real.stored;
+  real_stage_stored = real.stage_stored;
   description = absl::StrFormat(
       "flops: %d-layer transformer, hidden %d, seq %d, %d seq/micro-batch on %s (%.0f TFLOPS x %.2f): "
       "stage 0 F %.3f ms, B %.3f ms per micro-batch",
@@ -135,14 +137,28 @@ absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cf
   po.microbatch_group = cfg.microbatch_group;
   po.pytorch_rounds = cfg.pytorch_rounds;
   po.fused_fb = cfg.fused_fb;
+  std::vector<uint64_t> stage_stored;  // fixed cost model: the real MLP's, by model stage
   if (cfg.cost_model == CostModelKind::kFixed) {
-    RP_RETURN_IF_ERROR(FixedCosts(cfg, ex, po, cost_description));
+    RP_RETURN_IF_ERROR(FixedCosts(cfg, ex, po, cost_description, stage_stored));
   } else {
-    RP_RETURN_IF_ERROR(FlopsCosts(cfg, ex, po, cost_description));
+    RP_RETURN_IF_ERROR(FlopsCosts(cfg, ex, po, cost_description, stage_stored));
   }
   auto program = schedule::BuildSchedule(cfg.schedule, po);
   if (!program.ok()) return FieldError("schedule", std::string(program.status().message()));
   ex.program = *std::move(program);
+  if (!stage_stored.empty()) {
+    // Each rank stores the activations of the stages the program's placement gives it (a V or two
+    // directions: not stage k on rank k mod pp).
+    // Per direction, as the cost model counts them (two directions: the mean of the two stages).
+    std::vector<uint64_t> stored = schedule::StoredByRank(stage_stored, ex.program);
+    for (uint64_t& b : stored) b /= static_cast<uint64_t>(ex.program.num_directions());
+    if (cfg.cost_model == CostModelKind::kFixed) {
+      for (size_t r = 0; r < stored.size() && r < ex.cost.stages.size(); ++r) {
+        ex.cost.stages[r].activation_bytes = stored[r];
+      }
+    }
+    ex.warm_activation_bytes = stored;
+  }
   if (cfg.straggler_factor != 1) {
     ex.faults.stragglers.push_back({.rank = cfg.straggler_rank, .factor = cfg.straggler_factor});
   }

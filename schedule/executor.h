@@ -147,7 +147,7 @@ struct ExecutorOptions {
   // both); changes no result.
   bool warm_first_step = false;
   // With warm_first_step: the real model's bytes of one micro-batch's stored activations on each
-  // pipeline rank (all its chunks), by pp rank — the activations the warm-up makes resident (the
+  // pipeline rank (all its chunks of one direction; two directions: their mean), by pp rank — the activations the warm-up makes resident (the
   // predictor's peak in flight times these). Empty: none. Not the cost model's modeled sizes: under
   // the FLOPs model those are the described transformer's, gigabytes the real MLP never touches.
   std::vector<uint64_t> warm_activation_bytes;

@@ -88,6 +88,17 @@ absl::StatusOr<TransformerCost> CostOfTransformer(const TransformerModel& f, int
   return out;
 }
 
+std::vector<uint64_t> StoredByRank(const std::vector<uint64_t>& stage_stored, const Program& program) {
+  if (stage_stored.empty()) return {};
+  std::vector<uint64_t> out(static_cast<size_t>(program.num_ranks), 0);
+  for (int r = 0; r < program.num_ranks; ++r) {
+    for (int c = 0; c < program.num_chunks; ++c) {
+      out[static_cast<size_t>(r)] += stage_stored[static_cast<size_t>(program.ModelStage(r, c))];
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int v, int tp,
                                                const std::vector<int>& layers_per_stage, int microbatch_size) {
   const int k_stages = pp * v;
@@ -105,6 +116,7 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int
     Tensor x(microbatch_size, stage->input_dim());
     RP_RETURN_IF_ERROR(stage->Forward(0, x, identity).status());
     b.stored[static_cast<size_t>(rank)] += static_cast<uint64_t>(stage->activation_bytes());
+    b.stage_stored.push_back(static_cast<uint64_t>(stage->activation_bytes()));
     const uint64_t out = k + 1 < k_stages ? rows * stage->output_dim() * sizeof(float) : 0;
     b.stage_output.push_back(out);
     b.activation_message = std::max(b.activation_message, out);

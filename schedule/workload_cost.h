@@ -54,14 +54,21 @@ struct WorkloadBytes {
   uint64_t activation_message = 0;  // largest activation sent between pipeline stages (one micro-batch)
   uint64_t tp_allreduce = 0;        // per F (or B) of one chunk, modeled as fp32 bytes; 0 without TP
   uint64_t gradient = 0;            // gradient bytes of the busiest device (fp32)
-  std::vector<uint64_t> stored;     // per pipeline rank: stored activations of one micro-batch
+  // Per pipeline rank: stored activations of one micro-batch, with model stage k on rank k mod pp
+  // (the loop placement; StoredByRank gives any program's).
+  std::vector<uint64_t> stored;
   // MlpWorkloadBytes only, by model stage k (pp × virtual_stages): the message from k to k + 1, the
   // TP all-reduce bytes of k's F and of its B(-input), k's gradient bytes (one TP shard) — each
   // stage's own, as PipelineOptions' stage_* fields take them (the single values above are maxima).
   std::vector<uint64_t> stage_output;
   std::vector<std::array<uint64_t, 2>> stage_tp;
   std::vector<uint64_t> stage_gradient;
+  std::vector<uint64_t> stage_stored;  // stored activations of one micro-batch of stage k
 };
+
+// Per pipeline rank of `program`: the stored activations of one micro-batch of every chunk it holds
+// (both directions), from `stage_stored` by model stage. Empty if stage_stored is.
+std::vector<uint64_t> StoredByRank(const std::vector<uint64_t>& stage_stored, const Program& program);
 
 struct TransformerCost {
   CostModel cost;      // one entry per pipeline rank (optimizer 0)

@@ -362,6 +362,31 @@ TEST(RunCommand, EachStageIsModeledWithItsOwnSizes) {
   fs::remove_all(dir);
 }
 
+// Each rank stores the activations of the stages its schedule's placement gives it: a V (zb-v) puts
+// stages r and 2p − 1 − r on rank r, the loop (interleaved) r and r + p — read off one stage per rank.
+TEST(PredictCommand, StoredActivationsFollowTheSchedulesPlacement) {
+  const fs::path dir = TempDir("placement");
+  const fs::path report = dir / "report.json";
+  auto stages = [&](const std::string& flags) {
+    const Result r = RunBinary("predict --dp=1 --tp=1 --hidden=64,64,32,32,64,64,16 " + flags +
+                                   " --report_json=" + report.string(),
+                               dir);
+    EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
+    const json j = ReadJson(report);
+    std::vector<double> out;
+    for (const json& st : j["cost_model"]["stages"]) out.push_back(st["modeled_activation_bytes"]);
+    fs::remove(report);
+    return out;
+  };
+  const std::vector<double> one = stages("--pp=4 --schedule=1f1b");
+  ASSERT_EQ(one.size(), 4u);
+  EXPECT_NE(one[0] + one[3], one[0] + one[2]);  // the case tells the placements apart
+  EXPECT_EQ(stages("--pp=2 --schedule=zb-v --microbatches=4"), (std::vector<double>{one[0] + one[3], one[1] + one[2]}));
+  EXPECT_EQ(stages("--pp=2 --schedule=interleaved --virtual_stages=2 --microbatches=4"),
+            (std::vector<double>{one[0] + one[2], one[1] + one[3]}));
+  fs::remove_all(dir);
+}
+
 TEST(RunCommand, HelpListsTheRunFlags) {
   const fs::path dir = TempDir("help");
   const Result r = RunBinary("run --help", dir);
