@@ -38,13 +38,20 @@ struct Workload {
 
 // Rounds: every LP computes, sends its messages of the round, then receives the round's messages
 // addressed to it (in a shuffled order) — deadlock-free by construction.
+// Links of the random workloads: α + o > 0 on both classes, one NIC shared per node (contention).
+LinkSpec TestLinks(int devices_per_node) {
+  LinkSpec spec;
+  spec.intra_node = {.alpha = Nanos(700), .bandwidth_gbps = 50, .overhead = Nanos(300)};
+  spec.inter_node = {.alpha = Nanos(3000), .bandwidth_gbps = 5, .overhead = Nanos(900)};
+  spec.devices_per_node = devices_per_node;
+  spec.nics_per_node = 1;
+  return spec;
+}
+
 Workload RandomWorkload(uint64_t seed, int lps, int rounds) {
   std::mt19937_64 rng(seed);
   Workload w;
-  w.spec.intra_node = {.alpha = Nanos(700), .bandwidth_gbps = 50, .overhead = Nanos(300)};
-  w.spec.inter_node = {.alpha = Nanos(3000), .bandwidth_gbps = 5, .overhead = Nanos(900)};
-  w.spec.devices_per_node = 4;
-  w.spec.nics_per_node = 1;  // shared NICs: plenty of contention
+  w.spec = TestLinks(4);
   w.num_devices = lps;
   for (int i = 0; i < lps; ++i) w.device_of.push_back(i);
   for (int i = 0; i < lps; ++i) w.tie.push_back(static_cast<uint64_t>(i));
@@ -82,10 +89,7 @@ Workload RandomWorkload(uint64_t seed, int lps, int rounds) {
 Workload RandomEventWorkload(uint64_t seed, int lps, int events) {
   std::mt19937_64 rng(seed);
   Workload w;
-  w.spec.intra_node = {.alpha = Nanos(700), .bandwidth_gbps = 50, .overhead = Nanos(300)};
-  w.spec.inter_node = {.alpha = Nanos(3000), .bandwidth_gbps = 5, .overhead = Nanos(900)};
-  w.spec.devices_per_node = 2;
-  w.spec.nics_per_node = 1;
+  w.spec = TestLinks(2);
   w.num_devices = (lps + 1) / 2;
   for (int i = 0; i < lps; ++i) w.device_of.push_back(i / 2);
   for (int i = 0; i < lps; ++i) w.tie.push_back(static_cast<uint64_t>(i));
