@@ -37,7 +37,7 @@ uint64_t GradientBytesPerRank(const RunConfig& cfg, uint64_t per_stage_chunk) {
 
 // The fixed cost model: the given times, message sizes from the real model.
 absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, schedule::PipelineOptions& po,
-                        std::string& description, std::vector<uint64_t>& stage_stored) {
+                        std::string& description) {
   RP_ASSIGN_OR_RETURN(schedule::WorkloadBytes bytes,
                       schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, StageChunks(cfg), cfg.tp,
                                                  cfg.layers_per_stage, cfg.microbatch_size));
@@ -48,8 +48,9 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   po.stage_activation_bytes = bytes.stage_output;
   if (cfg.tp > 1) po.stage_tp_bytes = bytes.stage_tp;
   po.stage_gradient_bytes = bytes.stage_gradient;
-  ex.warm_activation_bytes = bytes.stored;
-  stage_stored = bytes.stage_stored;
+  // The modeled stored activations are the real MLP's, stage by stage.
+  ex.cost.stage_stored_bytes = bytes.stage_stored;
+  ex.warm_stage_activation_bytes = bytes.stage_stored;
   auto at = [](const std::vector<double>& list, int s) { return list.size() == 1 ? list[0] : list[s]; };
   for (int s = 0; s < cfg.pp; ++s) {
     schedule::StageCost c;
@@ -57,7 +58,7 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
     c.backward = FromMillis(at(cfg.backward_ms, s));
     c.weight_grad = cfg.weight_grad_ms.empty() ? c.backward / 2 : FromMillis(at(cfg.weight_grad_ms, s));
     c.optimizer = FromMillis(cfg.optimizer_ms);
-    c.activation_bytes = bytes.stored[static_cast<size_t>(s)];
+    c.activation_bytes = bytes.stored[static_cast<size_t>(s)];  // the loop placement's (PlaceStageCosts)
     ex.cost.stages.push_back(c);
   }
   auto list = [](const std::vector<double>& l) {
@@ -74,7 +75,7 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
 
 // The FLOPs cost model: times and sizes of the described transformer (schedule/workload_cost.h).
 absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, schedule::PipelineOptions& po,
-                        std::string& description, std::vector<uint64_t>& real_stage_stored) {
+                        std::string& description) {
   const FlopsModel& f = cfg.flops;
   RP_ASSIGN_OR_RETURN(schedule::TransformerCost t, schedule::CostOfTransformer(f, cfg.pp, StageChunks(cfg), cfg.tp));
   ex.cost = std::move(t.cost);
@@ -82,17 +83,20 @@ absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   po.activation_bytes = t.bytes.activation_message;
   po.gradient_bytes = GradientBytesPerRank(cfg, t.bytes.gradient);
   po.tp_allreduce_bytes = t.bytes.tp_allreduce;
+  // Each stage's own sizes: stages with a layer more than others send, reduce and store more.
+  po.stage_activation_bytes = t.bytes.stage_output;
+  if (cfg.tp > 1) po.stage_tp_bytes = t.bytes.stage_tp;
+  po.stage_gradient_bytes = t.bytes.stage_gradient;
   // The warm-up makes the real MLP's activations resident, not the described transformer's.
   RP_ASSIGN_OR_RETURN(schedule::WorkloadBytes real,
                       schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, StageChunks(cfg), cfg.tp,
                                                  cfg.layers_per_stage, cfg.microbatch_size));
-  ex.warm_activation_bytes = real.stored;
-  real_stage_stored = real.stage_stored;
+  ex.warm_stage_activation_bytes = real.stage_stored;
   description = absl::StrFormat(
       "flops: %d-layer transformer, hidden %d, seq %d, %d seq/micro-batch on %s (%.0f TFLOPS x %.2f): "
-      "stage 0 F %.3f ms, B %.3f ms per micro-batch",
+      "model stage 0 F %.3f ms, B %.3f ms per micro-batch",
       f.layers, f.hidden, f.seq_len, f.microbatch_size, absl::AsciiStrToUpper(f.device), t.peak_tflops,
-      f.efficiency, ToMillis(ex.cost.stages[0].forward), ToMillis(ex.cost.stages[0].backward));
+      f.efficiency, ToMillis(ex.cost.model_stages[0].forward), ToMillis(ex.cost.model_stages[0].backward));
   return absl::OkStatus();
 }
 
@@ -137,28 +141,17 @@ absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cf
   po.microbatch_group = cfg.microbatch_group;
   po.pytorch_rounds = cfg.pytorch_rounds;
   po.fused_fb = cfg.fused_fb;
-  std::vector<uint64_t> stage_stored;  // fixed cost model: the real MLP's, by model stage
   if (cfg.cost_model == CostModelKind::kFixed) {
-    RP_RETURN_IF_ERROR(FixedCosts(cfg, ex, po, cost_description, stage_stored));
+    RP_RETURN_IF_ERROR(FixedCosts(cfg, ex, po, cost_description));
   } else {
-    RP_RETURN_IF_ERROR(FlopsCosts(cfg, ex, po, cost_description, stage_stored));
+    RP_RETURN_IF_ERROR(FlopsCosts(cfg, ex, po, cost_description));
   }
   auto program = schedule::BuildSchedule(cfg.schedule, po);
   if (!program.ok()) return FieldError("schedule", std::string(program.status().message()));
   ex.program = *std::move(program);
-  if (!stage_stored.empty()) {
-    // Each rank stores the activations of the stages the program's placement gives it (a V or two
-    // directions: not stage k on rank k mod pp).
-    // Per direction, as the cost model counts them (two directions: the mean of the two stages).
-    std::vector<uint64_t> stored = schedule::StoredByRank(stage_stored, ex.program);
-    for (uint64_t& b : stored) b /= static_cast<uint64_t>(ex.program.num_directions());
-    if (cfg.cost_model == CostModelKind::kFixed) {
-      for (size_t r = 0; r < stored.size() && r < ex.cost.stages.size(); ++r) {
-        ex.cost.stages[r].activation_bytes = stored[r];
-      }
-    }
-    ex.warm_activation_bytes = stored;
-  }
+  // Each rank's costs and stored activations are those of the stages the program's placement gives
+  // it (a V or two directions: not stage k on rank k mod pp).
+  RP_RETURN_IF_ERROR(schedule::PlaceStageCosts(ex.program, ex.cost));
   if (cfg.straggler_factor != 1) {
     ex.faults.stragglers.push_back({.rank = cfg.straggler_rank, .factor = cfg.straggler_factor});
   }

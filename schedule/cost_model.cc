@@ -33,4 +33,14 @@ absl::StatusOr<CostModel> CostModel::FromFlops(const std::vector<StageFlops>& st
   return cm;
 }
 
+std::array<Nanos, 4> ChunkOpCosts(const CostModel& cost, int rank, int model_stage, int chunks_per_direction) {
+  if (!cost.model_stages.empty()) {
+    const StageCost& c = cost.model_stages[static_cast<size_t>(model_stage)];
+    return {c.forward, c.backward, c.backward - c.weight_grad, c.weight_grad};
+  }
+  const StageCost& c = cost.Of(rank);
+  const int v = chunks_per_direction;
+  return {c.forward / v, c.backward / v, (c.backward - c.weight_grad) / v, c.weight_grad / v};
+}
+
 }  // namespace rp::schedule

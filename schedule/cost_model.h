@@ -4,7 +4,8 @@
 // F, whole backward B (input + weight gradients), and W (the weight-gradient part of B, used by
 // split-backward programs: Bi costs B − W, W costs W), plus the optimizer step and the bytes of
 // stored activations. A chunk op costs 1 / (chunks per direction) of it (integer nanoseconds;
-// schedule/plan.h). Communication is not a cost here: it is timed by the fabric (runtime/fabric.h,
+// schedule/plan.h) — unless the model's stages have their own costs (`model_stages`: a described
+// model whose stages hold different numbers of layers), then a chunk op costs its stage's. Communication is not a cost here: it is timed by the fabric (runtime/fabric.h,
 // docs/collectives.md for the closed forms that are its test oracles).
 //
 // Pure functions; thread-compatible.
@@ -13,6 +14,7 @@
 //   CostModel c = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80)});
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -42,7 +44,22 @@ struct CostModel {
   // One entry per pipeline rank, or a single entry used for every rank.
   std::vector<StageCost> stages;
 
-  static CostModel Uniform(StageCost c) { return CostModel{{c}}; }
+  // Optional, one entry per model stage (Program::num_model_stages(); both directions of a
+  // two-direction schedule run over the same stages): one micro-batch's F, B and W through that
+  // stage (optimizer unused). When set, a chunk op costs its own stage's entry, not 1 / (chunks per
+  // direction) of its rank's, and `stages` should hold each rank's sum over its chunks ÷ directions
+  // (PlaceStageCosts in schedule/workload_cost.h does both for a program).
+  std::vector<StageCost> model_stages;
+  // Optional, one entry per model stage: the stored activations of one micro-batch of that stage.
+  // When set, a rank's modeled activation peak is counted stage by stage over its program
+  // (Validate), not as its peak in flight × its mean bytes per chunk.
+  std::vector<uint64_t> stage_stored_bytes;
+
+  static CostModel Uniform(StageCost c) {
+    CostModel m;
+    m.stages = {c};
+    return m;
+  }
   // time = flops / (device_tflops · 1e12) s, rounded to the nanosecond. InvalidArgument if
   // device_tflops <= 0 or a FLOP count is negative.
   [[nodiscard]] static absl::StatusOr<CostModel> FromFlops(const std::vector<StageFlops>& stages,
@@ -50,5 +67,10 @@ struct CostModel {
 
   const StageCost& Of(int rank) const { return stages.size() == 1 ? stages[0] : stages[rank]; }
 };
+
+// One chunk op's modeled durations {F, B, Bi = B − W, W} on model stage `model_stage` of pipeline
+// rank `rank`: the stage's own entry if `cost.model_stages` is set, else the rank's ÷
+// `chunks_per_direction`. Preconditions: indices in range, chunks_per_direction >= 1.
+std::array<Nanos, 4> ChunkOpCosts(const CostModel& cost, int rank, int model_stage, int chunks_per_direction);
 
 }  // namespace rp::schedule

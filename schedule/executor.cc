@@ -13,6 +13,7 @@
 #include "runtime/status_macros.h"
 #include "runtime/thread.h"
 #include "schedule/executor_impl.h"
+#include "schedule/validator.h"
 
 namespace rp::schedule {
 namespace {
@@ -301,23 +302,24 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   }
   RP_RETURN_IF_ERROR(MakeCommunicators());
   if (o.warm_first_step) {
-    // What a device touches first in step 0: its real activations (the predictor's peak in
-    // flight × the real model's bytes per micro-batch), the optimizer's commit backup of weights
+    // What a device touches first in step 0: its real activations (its peak of the real model's
+    // stored activations over its program), the optimizer's commit backup of weights
     // and state (at most 3 × the weights: Adam), and message payloads, pipeline buffers and
     // records (the 4th weights' worth, with 16 KiB).
     ctx.warm_heap_bytes.resize(static_cast<size_t>(world));
+    std::vector<uint64_t> peak_activations;  // by pp rank
+    if (!o.warm_stage_activation_bytes.empty()) {
+      RP_ASSIGN_OR_RETURN(ValidationReport v,
+                          Validate(o.program, {.stage_stored_bytes = o.warm_stage_activation_bytes}));
+      peak_activations = std::move(v.peak_stored_bytes);
+    }
     for (int r = 0; r < world; ++r) {
       size_t weights = 0;
       for (const auto& st : runners[static_cast<size_t>(r)]->stages()) {
         weights += std::as_const(*st).params().size_bytes();
       }
-      const int pp = plan->grid.CoordOf(r).pp;
-      const size_t activations =
-          static_cast<size_t>(pp) < o.warm_activation_bytes.size()
-              ? static_cast<size_t>(pred.peak_in_flight[static_cast<size_t>(r)]) *
-                    static_cast<size_t>(o.warm_activation_bytes[static_cast<size_t>(pp)] /
-                                        static_cast<uint64_t>(o.program.chunks_per_direction()))
-              : 0;
+      const size_t pp = static_cast<size_t>(plan->grid.CoordOf(r).pp);
+      const size_t activations = pp < peak_activations.size() ? peak_activations[pp] : 0;
       ctx.warm_heap_bytes[static_cast<size_t>(r)] = activations + 4 * weights + (size_t{16} << 10);
     }
   }

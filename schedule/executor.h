@@ -146,11 +146,12 @@ struct ExecutorOptions {
   // Pays only if the process keeps freed heap memory (rp::KeepFreedHeapMemory; `ringpipe` does
   // both); changes no result.
   bool warm_first_step = false;
-  // With warm_first_step: the real model's bytes of one micro-batch's stored activations on each
-  // pipeline rank (all its chunks of one direction; two directions: their mean), by pp rank — the activations the warm-up makes resident (the
-  // predictor's peak in flight times these). Empty: none. Not the cost model's modeled sizes: under
-  // the FLOPs model those are the described transformer's, gigabytes the real MLP never touches.
-  std::vector<uint64_t> warm_activation_bytes;
+  // With warm_first_step: the real model's stored activations of one micro-batch of each model
+  // stage (Program::num_model_stages() entries) — the warm-up makes a rank's peak of them resident,
+  // counted over its program as Validate's peak_stored_bytes. Empty: none. Not the cost model's
+  // modeled sizes: under the FLOPs model those are the described transformer's, gigabytes the real
+  // MLP never touches.
+  std::vector<uint64_t> warm_stage_activation_bytes;
 
   // --- Run ---
   int steps = 1;  // >= 1

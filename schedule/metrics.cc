@@ -108,21 +108,26 @@ absl::StatusOr<Nanos> SingleDeviceTime(const Program& prog, const GridShape& gri
   if (static_cast<int>(prog.ranks.size()) != p) {
     return absl::InvalidArgumentError("program: ranks.size() differs from num_ranks");
   }
+  if (!cost.model_stages.empty() && static_cast<int>(cost.model_stages.size()) != prog.num_model_stages()) {
+    return absl::InvalidArgumentError(absl::StrCat("cost model has ", cost.model_stages.size(),
+                                                   " model stage entries, expected ", prog.num_model_stages()));
+  }
   Nanos t1{0};
   for (int s = 0; s < p; ++s) {
-    const StageCost& c = cost.Of(s);
+    // {F, B, Bi, W} of one op of chunk `chunk` on rank s.
+    const auto costs = [&](int chunk) { return ChunkOpCosts(cost, s, prog.ModelStage(s, chunk), v); };
     Nanos per_device{0};
     for (const Op& op : prog.ranks[static_cast<size_t>(s)]) {
       switch (op.kind) {
-        case OpKind::kForward: per_device += c.forward / v; break;
-        case OpKind::kBackward: per_device += c.backward / v; break;
-        case OpKind::kBackwardInput: per_device += (c.backward - c.weight_grad) / v; break;
-        case OpKind::kWeightGrad: per_device += c.weight_grad / v; break;
-        case OpKind::kForwardBackward: per_device += c.forward / v + c.backward / v; break;
+        case OpKind::kForward: per_device += costs(op.chunk)[0]; break;
+        case OpKind::kBackward: per_device += costs(op.chunk)[1]; break;
+        case OpKind::kBackwardInput: per_device += costs(op.chunk)[2]; break;
+        case OpKind::kWeightGrad: per_device += costs(op.chunk)[3]; break;
+        case OpKind::kForwardBackward: per_device += costs(op.chunk)[0] + costs(op.backward_chunk)[1]; break;
         default: break;
       }
     }
-    t1 += per_device * (grid.dp * grid.tp) + c.optimizer * grid.tp;
+    t1 += per_device * (grid.dp * grid.tp) + cost.Of(s).optimizer * grid.tp;
   }
   return t1;
 }

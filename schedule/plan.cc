@@ -212,14 +212,6 @@ int PassIndex(OpKind kind) {
   }
 }
 
-Nanos ExecutionPlan::OpCost(int pp, OpKind kind) const {
-  const RankPlan& r = ranks[static_cast<size_t>(pp)];
-  if (kind == OpKind::kOptimizerStep) return r.optimizer_cost;
-  if (kind == OpKind::kForwardBackward) return r.op_cost[0] + r.op_cost[1];
-  const int p = PassIndex(kind);
-  return p < 0 ? Nanos(0) : r.op_cost[static_cast<size_t>(p)];
-}
-
 std::vector<int> ExecutionPlan::GradGroup(int rank, int chunk, int* index) const {
   const Program& prog = options.program;
   const Coord c = grid.CoordOf(rank);
@@ -337,13 +329,23 @@ absl::Status CheckPlanOptions(const PlanOptions& o) {
     return Invalid("cost", absl::StrCat("has ", o.cost.stages.size(),
                                         " stage entries, expected 1 or pp = ", P));
   }
-  for (int s = 0; s < P; ++s) {
-    const StageCost& c = o.cost.Of(s);
+  const auto check = [](const StageCost& c, const std::string& field) {
     if (c.forward < Nanos(0) || c.backward < Nanos(0) || c.weight_grad < Nanos(0) ||
         c.optimizer < Nanos(0) || c.weight_grad > c.backward) {
-      return Invalid(absl::StrCat("cost.stages[", s, "]"),
-                     "times must be >= 0 and weight_grad <= backward");
+      return Invalid(field, "times must be >= 0 and weight_grad <= backward");
     }
+    return absl::OkStatus();
+  };
+  for (int s = 0; s < P; ++s) RP_RETURN_IF_ERROR(check(o.cost.Of(s), absl::StrCat("cost.stages[", s, "]")));
+  const int K = o.program.num_model_stages();
+  for (const auto& [field, size] : {std::pair{"cost.model_stages", o.cost.model_stages.size()},
+                                    std::pair{"cost.stage_stored_bytes", o.cost.stage_stored_bytes.size()}}) {
+    if (size != 0 && size != static_cast<size_t>(K)) {
+      return Invalid(field, absl::StrCat("has ", size, " entries, expected one per model stage (", K, ")"));
+    }
+  }
+  for (size_t k = 0; k < o.cost.model_stages.size(); ++k) {
+    RP_RETURN_IF_ERROR(check(o.cost.model_stages[k], absl::StrCat("cost.model_stages[", k, "]")));
   }
   if (!(o.reduce_gbps >= 0) || !std::isfinite(o.reduce_gbps)) {
     return Invalid("reduce_gbps", "must be finite and >= 0");
@@ -386,17 +388,14 @@ void OrderBuckets(const PlanOptions& o, int pp, RankPlan& r) {
 // Pipeline rank pp's plan: op costs, chunks (layers, sizes, buckets), bucket order.
 absl::Status BuildRankPlan(const PlanOptions& o, const ModelPartition& partition, int pp,
                            RankPlan& r) {
-  const StageCost& c = o.cost.Of(pp);
-  const int per_direction = o.program.chunks_per_direction();
-  // A chunk op costs 1 / (chunks per direction) of the rank's stage cost (a DualPipe chunk is a
-  // whole stage of its direction).
-  r.op_cost = {c.forward / per_direction, c.backward / per_direction,
-               (c.backward - c.weight_grad) / per_direction, c.weight_grad / per_direction};
-  r.optimizer_cost = c.optimizer;
+  r.optimizer_cost = o.cost.Of(pp).optimizer;
   const std::vector<ModeledSizes> sizes = SizesOf(o.program, pp);
   for (int ch = 0; ch < o.program.num_chunks; ++ch) {
     absl::StatusOr<ChunkPlan> chunk = BuildChunk(o, partition, pp, ch, sizes[static_cast<size_t>(ch)]);
     if (!chunk.ok()) return Invalid("model", std::string(chunk.status().message()));
+    // A chunk op costs 1 / (chunks per direction) of the rank's stage cost (a DualPipe chunk is a
+    // whole stage of its direction), or its model stage's own cost.
+    chunk->op_cost = ChunkOpCosts(o.cost, pp, chunk->model_stage, o.program.chunks_per_direction());
     r.chunks.push_back(*std::move(chunk));
   }
   OrderBuckets(o, pp, r);

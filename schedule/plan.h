@@ -92,6 +92,9 @@ struct BucketPlan {
 
 struct ChunkPlan {
   int model_stage = 0;
+  // Modeled duration of one op of this chunk (fault-free), F, B, Bi, W: its rank's stage cost ÷
+  // chunks per direction, or its model stage's own (CostModel::model_stages).
+  std::array<Nanos, kNumPasses> op_cost{};
   std::vector<LayerPlan> layers;
   std::array<std::vector<PassStep>, kNumPasses> steps;  // per pass
   std::array<uint64_t, kNumPasses> total_weight{};      // Σ layer weights over a pass's kLayer steps
@@ -111,10 +114,7 @@ struct ChunkPlan {
 
 struct RankPlan {
   std::vector<ChunkPlan> chunks;  // per chunk (v)
-  // Modeled duration of one chunk op of this pipeline rank (fault-free): F, B, Bi, W per chunk
-  // (the stage's cost / v) and the optimizer step.
-  std::array<Nanos, kNumPasses> op_cost{};
-  Nanos optimizer_cost{0};
+  Nanos optimizer_cost{0};        // modeled duration of the optimizer step (fault-free)
   // Buckets of every chunk in launch order: (chunk, bucket index in the chunk).
   std::vector<std::pair<int, int>> bucket_order;
 };
@@ -173,8 +173,9 @@ struct ExecutionPlan {
   // GradGroupId(rank, chunk) numbers them (the executor's communicators).
   int num_grad_groups() const;
   int GradGroupId(int rank, int chunk) const;
-  // The fault-free modeled duration of an op of kind `kind` on pipeline rank pp (F&B: F + B).
-  Nanos OpCost(int pp, OpKind kind) const;
+  // The fault-free modeled duration of pipeline rank pp's optimizer step (a chunk op's: Chunk's
+  // op_cost).
+  Nanos OptimizerCost(int pp) const { return ranks[static_cast<size_t>(pp)].optimizer_cost; }
 
   // --- Expert parallelism (see "EP groups") ---
   int ep() const { return options.ep; }

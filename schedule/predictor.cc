@@ -105,7 +105,8 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
     pred.step_time = std::max(pred.step_time, sim.end(static_cast<int>(i)));
     sim_of_rank[static_cast<size_t>(ranks[i])] = static_cast<int>(i);
   }
-  RP_ASSIGN_OR_RETURN(const ValidationReport report, Validate(plan.options.program));
+  RP_ASSIGN_OR_RETURN(const ValidationReport report,
+                      Validate(plan.options.program, {.stage_stored_bytes = plan.options.cost.stage_stored_bytes}));
   pred.devices.resize(static_cast<size_t>(world));
   pred.modeled_wire_bytes.resize(static_cast<size_t>(world));
   pred.peak_in_flight.resize(static_cast<size_t>(world));
@@ -123,10 +124,12 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
     pred.modeled_wire_bytes[static_cast<size_t>(r)] = sim.modeled_bytes(static_cast<int>(i));
     const int peak = report.peak_in_flight[static_cast<size_t>(c.pp)];
     pred.peak_in_flight[static_cast<size_t>(r)] = peak;
+    // Stage by stage where the model's stages have their own sizes; else the rank's mean per chunk.
     pred.peak_activation_bytes[static_cast<size_t>(r)] =
-        static_cast<uint64_t>(peak) *
-        (plan.options.cost.Of(c.pp).activation_bytes /
-         static_cast<uint64_t>(plan.options.program.chunks_per_direction()));
+        !report.peak_stored_bytes.empty()
+            ? report.peak_stored_bytes[static_cast<size_t>(c.pp)]
+            : static_cast<uint64_t>(peak) * (plan.options.cost.Of(c.pp).activation_bytes /
+                                             static_cast<uint64_t>(plan.options.program.chunks_per_direction()));
   }
   const PipelineFigures pf = ComputePipelineFigures(pred.devices);
   pred.makespan = pf.makespan;

@@ -212,7 +212,6 @@ absl::Status Simulation::AdvanceCompute(int dev) {
 
 void Simulation::BeginPass(Device& d, const Op& op) {
   const int K = plan_.options.program.num_model_stages();
-  const RankPlan& rp = plan_.ranks[static_cast<size_t>(d.coord.pp)];
   const bool has_f = op.kind == OpKind::kForward || op.kind == OpKind::kForwardBackward;
   const bool has_b = op.kind != OpKind::kForward;
   const OpKind b_kind = op.kind == OpKind::kForwardBackward ? OpKind::kBackward : op.kind;
@@ -231,7 +230,7 @@ void Simulation::BeginPass(Device& d, const Op& op) {
       }
     }
     d.parts.push_back({.pass = 0, .chunk = op.chunk, .durations = {}, .micro_batch = op.micro_batch});
-    bases.push_back(rp.op_cost[0]);
+    bases.push_back(plan_.Chunk(d.coord.pp, op.chunk).op_cost[0]);
   }
   if (has_b) {
     const int k = plan_.Chunk(d.coord.pp, b_chunk).model_stage;
@@ -246,7 +245,7 @@ void Simulation::BeginPass(Device& d, const Op& op) {
     d.parts.push_back({.pass = pass, .chunk = b_chunk,
                        .detail = op.kind == OpKind::kForwardBackward ? 1 : -1,
                        .durations = {}, .micro_batch = b_mb});
-    bases.push_back(rp.op_cost[static_cast<size_t>(pass)]);
+    bases.push_back(plan_.Chunk(d.coord.pp, b_chunk).op_cost[static_cast<size_t>(pass)]);
   }
   // One fault draw for the whole op; the parts cut its duration by their costs (as RunParts).
   Nanos base{0};
@@ -445,7 +444,7 @@ bool Simulation::Optimizer(int dev) {
   d.cursor = ar_end;
   const double factor = FactorOf(d, d.compute_ops++);
   const Nanos start = d.cursor;
-  d.cursor = SaturatingAdd(d.cursor, ScaleDuration(plan_.OpCost(d.coord.pp, OpKind::kOptimizerStep), factor));
+  d.cursor = SaturatingAdd(d.cursor, ScaleDuration(plan_.OptimizerCost(d.coord.pp), factor));
   Record(d, {.kind = IntervalKind::kOptimizer, .op = oi, .start = start, .end = d.cursor});
   for (BucketDone& b : d.buckets) b = BucketDone{};
   d.at_optimizer = false;

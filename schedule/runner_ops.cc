@@ -64,7 +64,7 @@ DeviceRunner::Part DeviceRunner::ForwardPart(int step, int op_index, const Op& o
   const float grad_scale = 1.0f / static_cast<float>(ctx_->layout.global_batch());
   const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
   return Part{
-      .pass = 0, .chunk = chunk, .base = plan.ranks[static_cast<size_t>(coord_.pp)].op_cost[0],
+      .pass = 0, .chunk = chunk, .base = plan.Chunk(coord_.pp, chunk).op_cost[0],
       .kernel = [=, this](const TpAllReduceFn& tp, const LayerGradsDoneFn&,
                           const EpExchangeFn& ep) -> absl::Status {
         if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
@@ -91,7 +91,7 @@ DeviceRunner::Part DeviceRunner::BackwardPart(int step, int op_index, const Op& 
   const int pass = PassIndex(kind);
   return Part{
       .pass = pass, .chunk = chunk,
-      .base = plan.ranks[static_cast<size_t>(coord_.pp)].op_cost[static_cast<size_t>(pass)],
+      .base = plan.Chunk(coord_.pp, chunk).op_cost[static_cast<size_t>(pass)],
       .kernel = [=, this](const TpAllReduceFn& tp, const LayerGradsDoneFn& done,
                           const EpExchangeFn& ep) -> absl::Status {
         if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
@@ -255,6 +255,8 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
     };
     const LayerGradsDoneFn done = [&](int local_layer) { advance(local_layer); };
     RP_RETURN_IF_ERROR(WithSite(part.kernel(tp, done, ep), coord_, rank_, step, op, -1));
+    // An F&B's F stores its activations before its B frees its own: both are live in between.
+    if (parts.size() > 1) AccountActivations();
     advance(-1);
     RP_RETURN_IF_ERROR(launch_error);
     if (si != steps.size()) {
@@ -381,7 +383,7 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
   const OpInfo info{.name = "Opt", .step = step};
   const Nanos start = dev_->cursor();
   const Nanos opt_wall0 = WallNow();
-  absl::StatusOr<Nanos> end = dev_->Compute(info, plan.OpCost(coord_.pp, OpKind::kOptimizerStep),
+  absl::StatusOr<Nanos> end = dev_->Compute(info, plan.OptimizerCost(coord_.pp),
                                             ar_end, [&]() -> absl::Status {
     // Commit protocol: keep the state before the update until the step is committed.
     backup_params_.resize(stages_.size());

@@ -213,6 +213,10 @@ class DryRun {
     awaiting_.assign(p, 0);
     report_.num_buckets.assign(p, 0);
     held_.assign(p, 0);
+    if (!opts.stage_stored_bytes.empty()) {
+      report_.peak_stored_bytes.assign(p, 0);
+      held_bytes_.assign(p, 0);
+    }
   }
 
   absl::StatusOr<ValidationReport> Run() {
@@ -276,9 +280,18 @@ class DryRun {
     return Dep(local ? b_[Idx(k + 1, mb)] : grad_in_[Idx(k, mb)], s,
                local ? "B of the next model stage" : "receiving its gradient");
   }
+  // Stored activations of one micro-batch of rank s's chunk `chunk` are taken (+1) or freed (−1).
+  void Hold(int s, int chunk, int sign) {
+    held_[s] += sign;
+    if (held_bytes_.empty()) return;
+    const uint64_t bytes = opts_.stage_stored_bytes[static_cast<size_t>(prog_.ModelStage(s, chunk))];
+    held_bytes_[s] = sign > 0 ? held_bytes_[s] + bytes : held_bytes_[s] - bytes;
+    report_.peak_stored_bytes[s] = std::max(report_.peak_stored_bytes[s], held_bytes_[s]);
+  }
   void DoForward(int s, int chunk, int mb) {
     f_[Idx(prog_.ModelStage(s, chunk), mb)] = 1;
-    report_.peak_in_flight[s] = std::max(report_.peak_in_flight[s], ++held_[s]);
+    Hold(s, chunk, +1);
+    report_.peak_in_flight[s] = std::max(report_.peak_in_flight[s], held_[s]);
     report_.peak_awaiting_backward[s] = std::max(report_.peak_awaiting_backward[s], ++awaiting_[s]);
   }
   // A backward's gradient is final for its chunk: count it (−1 once every micro-batch is in).
@@ -290,7 +303,7 @@ class DryRun {
     b_[Idx(prog_.ModelStage(s, chunk), mb)] = 1;
     --awaiting_[s];
     if (whole) {
-      --held_[s];
+      Hold(s, chunk, -1);
       GradientFinal(s, chunk);
     }
   }
@@ -323,7 +336,7 @@ class DryRun {
         case OpKind::kWeightGrad:
           RP_RETURN_IF_ERROR(Dep(b_[Idx(k, mb)], s, "its Bi"));
           w_[Idx(k, mb)] = 1;
-          --held_[s];
+          Hold(s, op.chunk, -1);
           GradientFinal(s, op.chunk);
           break;
         case OpKind::kSendAct:
@@ -408,6 +421,7 @@ class DryRun {
   std::vector<size_t> pc_;
   std::vector<char> blocked_;
   std::vector<int> held_;      // F done, last backward op not done
+  std::vector<uint64_t> held_bytes_;  // their stored bytes (with stage_stored_bytes)
   std::vector<int> awaiting_;  // F done, B/Bi not done
   std::vector<std::deque<Message>> channels_;
   ValidationReport report_;
@@ -418,6 +432,11 @@ class DryRun {
 absl::StatusOr<ValidationReport> Validate(const Program& prog, const ValidateOptions& opts) {
   RP_RETURN_IF_ERROR(CheckStructure(prog));
   RP_RETURN_IF_ERROR(CheckExactlyOnce(prog));
+  if (!opts.stage_stored_bytes.empty() &&
+      opts.stage_stored_bytes.size() != static_cast<size_t>(prog.num_model_stages())) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_stored_bytes has ", opts.stage_stored_bytes.size(),
+                                                   " entries, not one per model stage (", prog.num_model_stages(), ")"));
+  }
   DryRun run(prog, opts);
   return run.Run();
 }

@@ -27,6 +27,7 @@
 //   rep.peak_in_flight[0];  // 1F1B: min(p, m)
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,9 @@ namespace rp::schedule {
 
 struct ValidateOptions {
   bool rendezvous_sends = false;
+  // Optional, one entry per model stage (Program::num_model_stages()): the stored activations of
+  // one micro-batch of that stage. When set, the report's peak_stored_bytes counts them.
+  std::vector<uint64_t> stage_stored_bytes;
 };
 
 struct ValidationReport {
@@ -45,6 +49,10 @@ struct ValidationReport {
   // rank — 1F1B's peak (rank 0's) — since a rank keeps the activations of the weight gradients it
   // defers; ZB-H2 2p − 1; ZB-V 2p (m ≥ 2p − 1); DualPipeV 2p + 1; DualPipe p + 1.
   std::vector<int> peak_in_flight;
+  // Per pipeline rank, with ValidateOptions::stage_stored_bytes (else empty): the most stored
+  // activation bytes at once, held over the same intervals as peak_in_flight but each micro-batch
+  // counted with its own stage's bytes — exact where a rank's chunks differ in size (a V).
+  std::vector<uint64_t> peak_stored_bytes;
   // Per pipeline rank: the most micro-batches whose F has run and whose B (or Bi) has not.
   // 1F1B and ZB-H1: min(p − s, m).
   std::vector<int> peak_awaiting_backward;

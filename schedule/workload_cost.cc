@@ -46,57 +46,103 @@ absl::StatusOr<TransformerCost> CostOfTransformer(const TransformerModel& f, int
   const double layer_fwd = TransformerLayerForwardFlops(f);
   const double flops_per_ns = peak * f.efficiency * 1e3;
   const uint64_t tokens = static_cast<uint64_t>(f.microbatch_size) * static_cast<uint64_t>(f.seq_len);
-  const uint64_t layer_params =
-      12ull * static_cast<uint64_t>(f.hidden) * static_cast<uint64_t>(f.hidden) + 13ull * static_cast<uint64_t>(f.hidden);
-  std::vector<StageFlops> stages(static_cast<size_t>(pp));
+  const uint64_t hidden = static_cast<uint64_t>(f.hidden);
+  const uint64_t layer_params = 12ull * hidden * hidden + 13ull * hidden;
+  const int K = pp * v;
   TransformerCost out;
   out.peak_tflops = peak;
-  out.bytes.stored.assign(static_cast<size_t>(pp), 0);
-  int max_chunk_layers = 0;
-  for (int r = 0; r < pp; ++r) {
-    int layers = 0;
-    for (int c = 0; c < v; ++c) {
-      const int n = BalancedLayers(f.layers, pp * v, c * pp + r);
-      layers += n;
-      max_chunk_layers = std::max(max_chunk_layers, n);
-    }
-    StageFlops& sf = stages[static_cast<size_t>(r)];
+  // Model stage k's own costs and sizes (its balanced share of the layers).
+  std::vector<StageFlops> stage_flops(static_cast<size_t>(K));
+  for (int k = 0; k < K; ++k) {
+    const int layers = BalancedLayers(f.layers, K, k);
+    StageFlops& sf = stage_flops[static_cast<size_t>(k)];
     sf.forward = layers * layer_fwd / t;
     sf.backward = 2 * sf.forward;
     sf.weight_grad = sf.forward;
-    if (sf.backward / flops_per_ns > kMaxOpNanos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the backward of pipeline rank ", r, " would take ", sf.backward / flops_per_ns / 1e6,
-          " ms per micro-batch; at most 1e9 ms"));
-    }
     const double stored = layers * s * b * h * (10.0 + 24.0 / t);
     const double grad = static_cast<double>(layers) * static_cast<double>(layer_params) / t * 4;
     if (stored > 0x1p62 || grad > 0x1p62) {
       return absl::InvalidArgumentError("the described model's sizes do not fit 2^62 bytes");
     }
     sf.activation_bytes = static_cast<uint64_t>(stored);
-    out.bytes.stored[static_cast<size_t>(r)] = sf.activation_bytes;
-    out.bytes.gradient = std::max(out.bytes.gradient,
-                                  static_cast<uint64_t>(layers) * layer_params / static_cast<uint64_t>(tp) * 4);
+    out.bytes.stage_stored.push_back(sf.activation_bytes);
+    out.bytes.stage_gradient.push_back(static_cast<uint64_t>(layers) * layer_params / static_cast<uint64_t>(tp) * 4);
+    out.bytes.stage_output.push_back(k + 1 < K ? tokens * hidden * 2 : 0);  // bf16
+    // Two all-reduces of b·s·h bf16 values per layer each way, modeled in fp32 elements, so the
+    // bf16 volume is passed as its byte count.
+    const uint64_t tp_bytes = tp > 1 ? static_cast<uint64_t>(layers) * 2 * tokens * hidden * 2 : 0;
+    out.bytes.stage_tp.push_back({tp_bytes, tp_bytes});
   }
-  RP_ASSIGN_OR_RETURN(out.cost, CostModel::FromFlops(stages, peak * f.efficiency));
-  out.bytes.activation_message = tokens * static_cast<uint64_t>(f.hidden) * 2;  // bf16
-  // Two all-reduces of b·s·h bf16 values per layer each way. The TP ring is modeled in fp32
-  // elements, so the bf16 volume is passed as its byte count.
-  out.bytes.tp_allreduce =
-      tp > 1 ? static_cast<uint64_t>(max_chunk_layers) * 2 * tokens * static_cast<uint64_t>(f.hidden) * 2 : 0;
+  // Pipeline rank r: the sum of its chunks with the loop placement (stage c·pp + r on rank r);
+  // PlaceStageCosts re-sums them for another program's placement.
+  std::vector<StageFlops> rank_flops(static_cast<size_t>(pp));
+  out.bytes.stored.assign(static_cast<size_t>(pp), 0);
+  for (int r = 0; r < pp; ++r) {
+    StageFlops& rf = rank_flops[static_cast<size_t>(r)];
+    uint64_t gradient = 0;
+    for (int c = 0; c < v; ++c) {
+      const StageFlops& sf = stage_flops[static_cast<size_t>(c * pp + r)];
+      rf.forward += sf.forward;
+      rf.backward += sf.backward;
+      rf.weight_grad += sf.weight_grad;
+      rf.activation_bytes += sf.activation_bytes;
+      gradient += out.bytes.stage_gradient[static_cast<size_t>(c * pp + r)];
+    }
+    out.bytes.gradient = std::max(out.bytes.gradient, gradient);
+    if (rf.backward / flops_per_ns > kMaxOpNanos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the backward of pipeline rank ", r, " would take ", rf.backward / flops_per_ns / 1e6,
+          " ms per micro-batch; at most 1e9 ms"));
+    }
+    out.bytes.stored[static_cast<size_t>(r)] = rf.activation_bytes;
+  }
+  RP_ASSIGN_OR_RETURN(out.cost, CostModel::FromFlops(rank_flops, peak * f.efficiency));
+  RP_ASSIGN_OR_RETURN(const CostModel per_stage, CostModel::FromFlops(stage_flops, peak * f.efficiency));
+  out.cost.model_stages = per_stage.stages;
+  out.cost.stage_stored_bytes = out.bytes.stage_stored;
+  out.bytes.activation_message = tokens * hidden * 2;  // bf16
+  out.bytes.tp_allreduce = 0;
+  for (const auto& [fwd, bwd] : out.bytes.stage_tp) out.bytes.tp_allreduce = std::max(out.bytes.tp_allreduce, fwd);
   return out;
 }
 
-std::vector<uint64_t> StoredByRank(const std::vector<uint64_t>& stage_stored, const Program& program) {
-  if (stage_stored.empty()) return {};
-  std::vector<uint64_t> out(static_cast<size_t>(program.num_ranks), 0);
-  for (int r = 0; r < program.num_ranks; ++r) {
-    for (int c = 0; c < program.num_chunks; ++c) {
-      out[static_cast<size_t>(r)] += stage_stored[static_cast<size_t>(program.ModelStage(r, c))];
+absl::Status PlaceStageCosts(const Program& program, CostModel& cost) {
+  const int p = program.num_ranks, K = program.num_model_stages();
+  for (const auto& [name, size] : {std::pair{"model_stages", cost.model_stages.size()},
+                                   std::pair{"stage_stored_bytes", cost.stage_stored_bytes.size()}}) {
+    if (size != 0 && size != static_cast<size_t>(K)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost model: ", name, " has ", size, " entries, not one per model stage (", K, ")"));
     }
   }
-  return out;
+  if (cost.stages.empty() || (cost.stages.size() != 1 && cost.stages.size() != static_cast<size_t>(p))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost model has ", cost.stages.size(), " stage entries, expected 1 or ", p));
+  }
+  if (cost.model_stages.empty() && cost.stage_stored_bytes.empty()) return absl::OkStatus();
+  if (cost.stages.size() == 1) cost.stages.assign(static_cast<size_t>(p), cost.stages[0]);
+  const int64_t dirs = program.num_directions();
+  for (int r = 0; r < p; ++r) {
+    StageCost& rc = cost.stages[static_cast<size_t>(r)];
+    StageCost sum;
+    uint64_t stored = 0;
+    for (int c = 0; c < program.num_chunks; ++c) {
+      const size_t k = static_cast<size_t>(program.ModelStage(r, c));
+      if (!cost.model_stages.empty()) {
+        sum.forward += cost.model_stages[k].forward;
+        sum.backward += cost.model_stages[k].backward;
+        sum.weight_grad += cost.model_stages[k].weight_grad;
+      }
+      if (!cost.stage_stored_bytes.empty()) stored += cost.stage_stored_bytes[k];
+    }
+    if (!cost.model_stages.empty()) {
+      rc.forward = sum.forward / dirs;
+      rc.backward = sum.backward / dirs;
+      rc.weight_grad = sum.weight_grad / dirs;
+    }
+    if (!cost.stage_stored_bytes.empty()) rc.activation_bytes = stored / static_cast<uint64_t>(dirs);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int v, int tp,

@@ -5,9 +5,10 @@
 //   * a described transformer (TransformerModel), timed by its FLOPs on a device preset. Per layer
 //     and micro-batch of b sequences of s tokens, hidden size h: forward FLOPs =
 //     24·b·s·h²·(1 + s/(6h)) (Narayanan et al., 2021), backward = 2 × forward, of which the weight
-//     gradient is half; the optimizer is free. A pipeline rank holds its balanced share of the layers
-//     (layers / (pp·v) per chunk, the first layers % (pp·v) chunks one more), a TP shard 1/tp of their
-//     FLOPs. Bytes: bf16 activations b·s·h·2 between stages; fp32 gradients of 12h² + 13h parameters
+//     gradient is half; the optimizer is free. Model stage k holds its balanced share of the layers
+//     (layers / (pp·v), the first layers % (pp·v) stages one more) and is timed and sized by them —
+//     a chunk op costs its own stage's FLOPs, a rank the sum of the stages its placement gives it —
+//     a TP shard 1/tp of their FLOPs. Bytes: bf16 activations b·s·h·2 between stages; fp32 gradients of 12h² + 13h parameters
 //     per layer / tp; two TP all-reduces of b·s·h bf16 values per layer each way; stored activations
 //     s·b·h·(10 + 24/tp) bytes per layer (Korthikanti et al., 2022; no recomputation, flash attention).
 //   * the real MLP (runtime/model/mlp.h): sizes measured by building each model stage's TP-rank-0
@@ -55,9 +56,9 @@ struct WorkloadBytes {
   uint64_t tp_allreduce = 0;        // per F (or B) of one chunk, modeled as fp32 bytes; 0 without TP
   uint64_t gradient = 0;            // gradient bytes of the busiest device (fp32)
   // Per pipeline rank: stored activations of one micro-batch, with model stage k on rank k mod pp
-  // (the loop placement; StoredByRank gives any program's).
+  // (the loop placement; PlaceStageCosts gives any program's).
   std::vector<uint64_t> stored;
-  // MlpWorkloadBytes only, by model stage k (pp × virtual_stages): the message from k to k + 1, the
+  // By model stage k (pp × virtual_stages): the message from k to k + 1, the
   // TP all-reduce bytes of k's F and of its B(-input), k's gradient bytes (one TP shard) — each
   // stage's own, as PipelineOptions' stage_* fields take them (the single values above are maxima).
   std::vector<uint64_t> stage_output;
@@ -66,12 +67,18 @@ struct WorkloadBytes {
   std::vector<uint64_t> stage_stored;  // stored activations of one micro-batch of stage k
 };
 
-// Per pipeline rank of `program`: the stored activations of one micro-batch of every chunk it holds
-// (both directions), from `stage_stored` by model stage. Empty if stage_stored is.
-std::vector<uint64_t> StoredByRank(const std::vector<uint64_t>& stage_stored, const Program& program);
+// Places a cost model's per-model-stage entries (CostModel::model_stages, stage_stored_bytes) on
+// `program`'s ranks: each rank's entry in `stages` becomes the sum over the chunks the program's
+// placement gives it (a V: stages r and 2p − 1 − r; two directions: both, ÷ 2, per direction as a
+// rank's cost counts) of the stage times (if model_stages is set) and stored bytes (if
+// stage_stored_bytes is); the optimizer time is kept. Nothing to do if neither is set.
+// InvalidArgument if a per-stage list is not one entry per model stage or `stages` is not 1 or p.
+absl::Status PlaceStageCosts(const Program& program, CostModel& cost);
 
 struct TransformerCost {
-  CostModel cost;      // one entry per pipeline rank (optimizer 0)
+  // One entry per pipeline rank (loop placement, optimizer 0), and per model stage (model_stages,
+  // stage_stored_bytes): PlaceStageCosts places them on another program.
+  CostModel cost;
   WorkloadBytes bytes;
   double peak_tflops = 0;
 };

@@ -3,6 +3,7 @@
 // uniform-cost per-rank span bubbles, the peak live activations, and unequal per-rank costs checked
 // against an independent list simulation written here.
 #include <algorithm>
+#include <array>
 #include <map>
 #include <string>
 #include <utility>
@@ -186,9 +187,17 @@ std::vector<std::vector<std::pair<Nanos, Nanos>>> ListSimulate(const Program& pr
     for (int r = 0; r < p; ++r) {
       while (next[r] < compute[r].size()) {
         const Op& op = compute[r][next[r]];
-        const StageCost& c = cost.Of(r);
-        const Nanos f = c.forward / divisor, b = c.backward / divisor, w = c.weight_grad / divisor;
         const int k = prog.ModelStage(r, op.chunk);
+        // A chunk op's F, B, W: its model stage's own (cost.model_stages) or the rank's ÷ divisor.
+        const auto durations = [&](int stage) {
+          if (!cost.model_stages.empty()) {
+            const StageCost& c = cost.model_stages[static_cast<size_t>(stage)];
+            return std::array<Nanos, 3>{c.forward, c.backward, c.weight_grad};
+          }
+          const StageCost& c = cost.Of(r);
+          return std::array<Nanos, 3>{c.forward / divisor, c.backward / divisor, c.weight_grad / divisor};
+        };
+        const auto [f, b, w] = durations(k);
         Nanos ready{0}, dur{0};
         switch (op.kind) {
           case OpKind::kForward: ready = fwd_ready(k, op.micro_batch); dur = f; break;
@@ -199,7 +208,7 @@ std::vector<std::vector<std::pair<Nanos, Nanos>>> ListSimulate(const Program& pr
             const Nanos a = fwd_ready(k, op.micro_batch);
             const Nanos bb = bwd_ready(prog.ModelStage(r, op.backward_chunk), op.backward_micro_batch);
             ready = a < Nanos(0) || bb < Nanos(0) ? Nanos(-1) : std::max(a, bb);
-            dur = f + b;
+            dur = f + durations(prog.ModelStage(r, op.backward_chunk))[1];
             break;
           }
           default: break;
@@ -256,6 +265,80 @@ TEST(SchedulesGolden, UnequalPerRankCostsMatchAnIndependentListSimulation) {
         EXPECT_EQ(pred->makespan, makespan);
       }
     }
+  }
+}
+
+// The same rule when every model stage has its own cost (the FLOPs model's unequal layer counts):
+// a chunk op lasts its own stage's time, so a rank's two chunks of a V (or of two directions) differ.
+TEST(SchedulesGolden, UnequalPerStageCostsMatchAnIndependentListSimulation) {
+  const std::vector<Sched> all = {kGPipe,          kOneFOneB,       kInterleaved2,  kH1,
+                                  kH2,             kV,              kDualPipeVFused, kDualPipeVApart,
+                                  kDualPipeFused,  kDualPipeApart};
+  for (int p : {2, 4}) {
+    for (const Sched& s : all) {
+      const int m = 2 * p;
+      SCOPED_TRACE(::testing::Message() << s.name << " p=" << p << " m=" << m);
+      const Program prog = MustBuild(s, p, m);
+      CostModel cost = CostModel::Uniform({.forward = FromMillis(1), .backward = FromMillis(2)});
+      const int K = prog.num_model_stages();
+      for (int k = 0; k < K; ++k) {  // every stage different
+        cost.model_stages.push_back({.forward = FromMillis(30 + 4 * k),
+                                     .backward = FromMillis(60 + 6 * ((k * 5) % K)),
+                                     .weight_grad = FromMillis(20 + k)});
+      }
+      auto grid = ParallelGrid::Create({.pp = p});
+      ASSERT_TRUE(grid.ok());
+      auto pred = PredictProgram(prog, *grid, cost);
+      ASSERT_TRUE(pred.ok()) << pred.status();
+      const auto expected = ListSimulate(prog, cost, prog.chunks_per_direction());
+      for (int r = 0; r < p; ++r) {
+        const std::vector<std::pair<Nanos, Nanos>> got = ComputeSpans(*pred, *grid, r);
+        ASSERT_EQ(got.size(), expected[r].size()) << "rank " << r << ": a rank stalled";
+        EXPECT_EQ(got, expected[r]) << "rank " << r;
+      }
+      // A stage list of the wrong length is refused, naming the field.
+      cost.model_stages.pop_back();
+      auto bad = PredictProgram(prog, *grid, cost);
+      ASSERT_FALSE(bad.ok());
+      EXPECT_NE(bad.status().message().find("cost.model_stages"), std::string::npos) << bad.status();
+    }
+  }
+}
+
+// Stored activations counted stage by stage (ValidateOptions::stage_stored_bytes): with every
+// stage the same size they are the peak in flight × that size; with sizes that differ, a rank's peak
+// lies between its peak in flight × its smallest and × its largest chunk.
+TEST(SchedulesGolden, PeakStoredBytesCountEachStagesOwnSize) {
+  const std::vector<Sched> all = {kGPipe,          kOneFOneB,       kInterleaved2,  kH1,
+                                  kH2,             kV,              kDualPipeVFused, kDualPipeVApart,
+                                  kDualPipeFused,  kDualPipeApart};
+  for (const Sched& s : all) {
+    SCOPED_TRACE(s.name);
+    const Program prog = MustBuild(s, 4, 8);
+    const int K = prog.num_model_stages();
+    auto same = Validate(prog, {.stage_stored_bytes = std::vector<uint64_t>(static_cast<size_t>(K), 1000)});
+    ASSERT_TRUE(same.ok()) << same.status();
+    std::vector<uint64_t> sizes, expected;
+    for (int r = 0; r < 4; ++r) expected.push_back(1000u * static_cast<uint64_t>(same->peak_in_flight[r]));
+    EXPECT_EQ(same->peak_stored_bytes, expected);
+    for (int k = 0; k < K; ++k) sizes.push_back(100u << k);
+    auto differ = Validate(prog, {.stage_stored_bytes = sizes});
+    ASSERT_TRUE(differ.ok()) << differ.status();
+    for (int r = 0; r < 4; ++r) {
+      uint64_t lo = ~uint64_t{0}, hi = 0;
+      for (int c = 0; c < prog.num_chunks; ++c) {
+        lo = std::min(lo, sizes[static_cast<size_t>(prog.ModelStage(r, c))]);
+        hi = std::max(hi, sizes[static_cast<size_t>(prog.ModelStage(r, c))]);
+      }
+      const uint64_t n = static_cast<uint64_t>(differ->peak_in_flight[r]);
+      EXPECT_GE(differ->peak_stored_bytes[r], n * lo) << "rank " << r;
+      EXPECT_LE(differ->peak_stored_bytes[r], n * hi) << "rank " << r;
+      if (prog.num_chunks == 1) {
+        EXPECT_EQ(differ->peak_stored_bytes[r], n * lo) << "rank " << r;
+      }
+    }
+    sizes.pop_back();
+    EXPECT_EQ(Validate(prog, {.stage_stored_bytes = sizes}).status().code(), absl::StatusCode::kInvalidArgument);
   }
 }
 

@@ -40,6 +40,53 @@ TEST(WorkloadCost, TransformerCostSplitsLayersAndShardsOverPipelineAndTensorRank
   EXPECT_EQ(c->bytes.stored[1], static_cast<uint64_t>(2 * 512.0 * 2 * 1024 * (10 + 12)));
 }
 
+// Model stage k holds its own balanced share of the layers and is timed and sized by it; a rank is
+// the sum of the stages its program's placement gives it. 14 layers over 8 stages (pp 4 × v 2):
+// stages 0–5 hold 2 layers, 6 and 7 one. The loop placement puts stages r and r + 4 on rank r
+// (4, 4, 3, 3 layers), a V stages r and 7 − r (3, 3, 4, 4).
+TEST(WorkloadCost, TransformerStagesKeepTheirOwnLayersAndFollowThePlacement) {
+  const TransformerModel m{.device = "a100", .efficiency = 0.5, .layers = 14, .hidden = 1024, .seq_len = 512};
+  auto c = CostOfTransformer(m, /*pp=*/4, /*virtual_stages=*/2, /*tp=*/1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->cost.model_stages.size(), 8u);
+  ASSERT_EQ(c->cost.stage_stored_bytes.size(), 8u);
+  const double layer_ns = TransformerLayerForwardFlops(m) / (312e12 * 0.5) * 1e9;
+  const std::vector<int> layers = {2, 2, 2, 2, 2, 2, 1, 1};
+  for (size_t k = 0; k < 8; ++k) {
+    EXPECT_NEAR(static_cast<double>(c->cost.model_stages[k].forward.count()), layers[k] * layer_ns, 1) << k;
+    EXPECT_EQ(c->bytes.stage_gradient[k], static_cast<uint64_t>(layers[k]) * (12ull * 1024 * 1024 + 13 * 1024) * 4);
+    EXPECT_EQ(c->cost.stage_stored_bytes[k], c->cost.stage_stored_bytes[7] * static_cast<uint64_t>(layers[k]));
+  }
+  const double loop[] = {4, 4, 3, 3}, vee[] = {3, 3, 4, 4};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NEAR(static_cast<double>(c->cost.stages[static_cast<size_t>(r)].forward.count()), loop[r] * layer_ns, 2) << r;
+  }
+  auto prog = BuildZeroBubbleV({.num_ranks = 4, .num_micro_batches = 8, .num_chunks = 2});
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  CostModel placed = c->cost;
+  ASSERT_TRUE(PlaceStageCosts(*prog, placed).ok());
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NEAR(static_cast<double>(placed.stages[static_cast<size_t>(r)].forward.count()), vee[r] * layer_ns, 2) << r;
+    EXPECT_EQ(placed.stages[static_cast<size_t>(r)].activation_bytes,
+              c->cost.stage_stored_bytes[7] * static_cast<uint64_t>(vee[r]));
+  }
+  // Two directions count per direction: a DualPipe rank's two stages' mean.
+  auto dual = CostOfTransformer(m, 4, 1, 1);
+  ASSERT_TRUE(dual.ok());
+  auto dprog = BuildDualPipe({.num_ranks = 4, .num_micro_batches = 8, .num_chunks = 2});
+  ASSERT_TRUE(dprog.ok()) << dprog.status();
+  CostModel dplaced = dual->cost;
+  ASSERT_TRUE(PlaceStageCosts(*dprog, dplaced).ok());
+  for (int r = 0; r < 4; ++r) {  // stages r and 3 − r; 14 layers over 4: 4, 4, 3, 3
+    EXPECT_EQ(dplaced.stages[static_cast<size_t>(r)].forward,
+              (dual->cost.model_stages[static_cast<size_t>(r)].forward +
+               dual->cost.model_stages[static_cast<size_t>(3 - r)].forward) / 2) << r;
+  }
+  // A per-stage list of the wrong length is refused.
+  placed.model_stages.pop_back();
+  EXPECT_EQ(PlaceStageCosts(*prog, placed).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(WorkloadCost, TransformerCostRefusesTimesBeyondTheTimeBase) {
   const TransformerModel huge{.device = "a100", .efficiency = 0.01, .layers = 1 << 20, .hidden = 1 << 24,
                               .seq_len = 1 << 24, .microbatch_size = 1 << 20};
