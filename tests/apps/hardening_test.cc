@@ -226,6 +226,33 @@ TEST(Hardening, InputsMustBeRegularFilesOrStandardInput) {
   fs::remove_all(dir);
 }
 
+// A prediction too large to play device by device names why its replicas are not folded into one: the
+// node/NIC advice is wrong for a DualPipe, EP or straggler layout whose pp x tp already fills whole
+// nodes, and a single replica has nothing to fold.
+TEST(Hardening, UnfoldedPredictionTooLargeNamesTheRealReason) {
+  const fs::path dir = TempDir("unfolded");
+  const std::string big = "predict --dp=4096 --pp=16 --tp=1 --microbatches=64 --hidden=64x16 ";
+  const std::string layout_advice = "Make pp x tp a multiple of devices_per_node";
+  const Result dualpipe = RunBinary(big + "--schedule=dualpipe", dir);
+  ExpectBadInput(dualpipe, "the dualpipe schedule: each stage's two mirror copies", "dualpipe");
+  EXPECT_EQ(dualpipe.err.find(layout_advice), std::string::npos) << dualpipe.err;
+  const Result straggler = RunBinary(big + "--straggler_rank=5 --straggler_factor=2", dir);
+  ExpectBadInput(straggler, "the straggler (rank 5, factor 2) slows one replica only", "straggler");
+  EXPECT_EQ(straggler.err.find(layout_advice), std::string::npos) << straggler.err;
+  const Result ep = RunBinary(big + "--moe_layers=all --ep=2", dir);
+  ExpectBadInput(ep, "expert parallelism: the EP all-to-alls exchange tokens between replicas", "ep");
+  EXPECT_EQ(ep.err.find(layout_advice), std::string::npos) << ep.err;
+  // One replica of 65536 devices (a TP ring of 256 per stage): nothing to fold, too many messages.
+  const Result one = RunBinary(
+      "predict --dp=1 --pp=256 --tp=256 --microbatches=64 --hidden=256x300 --devices_per_node=256", dir);
+  ExpectBadInput(one, "--microbatches: this layout's one replica (pp x tp = 65536 devices", "one replica");
+  EXPECT_EQ(one.err.find("replicas of this layout are not identical"), std::string::npos) << one.err;
+  // The same 16-stage layout with 1F1B folds its 4096 replicas: predicted in well under a second.
+  const Result folds = RunBinary(big + "--schedule=1f1b", dir);
+  EXPECT_EQ(folds.exit_code, 0) << folds.err;
+  fs::remove_all(dir);
+}
+
 // 4. Overflow: a config whose modeled times do not fit int64 nanoseconds is refused naming the field.
 TEST(Hardening, ModeledTimesThatDoNotFitAreRefusedNamingTheField) {
   const fs::path dir = TempDir("overflow");
