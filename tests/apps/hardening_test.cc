@@ -253,6 +253,38 @@ TEST(Hardening, UnfoldedPredictionTooLargeNamesTheRealReason) {
   fs::remove_all(dir);
 }
 
+// The model-stage count in messages and help follows the schedule's placement: zb-v and dualpipev cut the
+// model into 2 x pp stages whatever virtual_stages says, dualpipe into pp (two directions over them).
+TEST(Hardening, ModelStageCountsInMessagesFollowTheSchedule) {
+  const fs::path dir = TempDir("stages");
+  ExpectBadInput(RunBinary("predict --schedule=dualpipe --pp=4 --microbatches=8 --hidden=8x8 "
+                           "--layers_per_stage=2,2,2,2,1",
+                           dir),
+                 "--layers_per_stage: has 5 entries; expected one per model stage: 4 model stages (pp=4; dualpipe's "
+                 "two directions run over the same stages)",
+                 "dualpipe layers_per_stage");
+  ExpectBadInput(RunBinary("predict --schedule=dualpipe --pp=8 --microbatches=16 --hidden=8x3", dir),
+                 "--pp: 8 model stages (pp=8; dualpipe's two directions run over the same stages) but the model has "
+                 "only 4 layers",
+                 "dualpipe pp");
+  ExpectBadInput(RunBinary("predict --schedule=zb-v --pp=4 --hidden=8x3", dir),
+                 "--pp: 8 model stages (pp=4 x 2 chunks) but the model has only 4 layers", "zb-v pp");
+  ExpectBadInput(RunBinary("predict --schedule=zb-v --pp=2 --hidden=8x7 --layers_per_stage=4,4", dir),
+                 "expected one per model stage: 4 model stages (pp=2 x 2 chunks)", "zb-v layers_per_stage");
+  const Result help = RunBinary("predict --help", dir);
+  std::string words;  // the help as one line: it wraps its descriptions
+  for (const char c : help.out) {
+    if (c == '\n' || c == ' ') {
+      if (!words.empty() && words.back() != ' ') words += ' ';
+    } else {
+      words += c;
+    }
+  }
+  EXPECT_NE(words.find("(pp x virtual_stages counts; zb-v and dualpipev: 2 x pp; dualpipe: pp)"), std::string::npos)
+      << help.out;
+  fs::remove_all(dir);
+}
+
 // 4. Overflow: a config whose modeled times do not fit int64 nanoseconds is refused naming the field.
 TEST(Hardening, ModeledTimesThatDoNotFitAreRefusedNamingTheField) {
   const fs::path dir = TempDir("overflow");
