@@ -85,9 +85,8 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
       return FieldError("flops_efficiency", absl::StrCat("must be in (0, 1], got ", cfg.flops.efficiency));
     }
     if (cfg.flops.layers < cfg.num_model_stages()) {
-      return FieldError("pp", absl::StrCat(cfg.num_model_stages(), " model stages (pp=", cfg.pp, " x ",
-                                           cfg.num_model_stages() / cfg.pp,
-                                           " chunk(s)) but the described model has flops_layers=", cfg.flops.layers));
+      return FieldError("pp", absl::StrCat(cfg.ModelStagesText(), " but the described model has flops_layers=",
+                                           cfg.flops.layers));
     }
     if (cfg.flops.hidden % cfg.tp != 0) {
       return FieldError("tp", absl::StrCat("flops_hidden=", cfg.flops.hidden, " is not divisible by tp=", cfg.tp));

@@ -50,6 +50,14 @@ int RunConfig::num_model_stages() const {
   return schedule == schedule::ScheduleKind::kDualPipe ? pp : pp * chunks();
 }
 
+std::string RunConfig::ModelStagesText() const {
+  if (schedule == schedule::ScheduleKind::kDualPipe) {
+    return absl::StrCat(num_model_stages(), " model stages (pp=", pp,
+                        "; dualpipe's two directions run over the same stages)");
+  }
+  return absl::StrCat(num_model_stages(), " model stages (pp=", pp, " x ", chunks(), chunks() == 1 ? " chunk)" : " chunks)");
+}
+
 MlpConfig RunConfig::Mlp() const {
   MlpConfig m;
   m.input_dim = input_dim;

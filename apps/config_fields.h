@@ -135,6 +135,9 @@ struct RunConfig {
   // Model stages the real model is cut into: pp × chunks, except DualPipe (two directions over the
   // same pp stages: each stage's weights live on two ranks).
   int num_model_stages() const;
+  // num_model_stages() and how it follows from the layout, for messages: "8 model stages (pp=4 x 2
+  // chunks)", or with DualPipe "4 model stages (pp=4; dualpipe's two directions run over the same stages)".
+  std::string ModelStagesText() const;
   // The real model, with the MoE blocks moe_layers names (none if it does not resolve:
   // ValidateConfig reports that).
   MlpConfig Mlp() const;

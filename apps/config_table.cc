@@ -189,7 +189,8 @@ std::vector<ConfigField>* BuildFieldTable() {
   f->push_back(EnumF("activation", RP_MEMBER(activation), ParseActivation,
                      [](Activation a) { return std::string(ActivationName(a)); }, "Real model: relu or gelu."));
   f->push_back(WidthsF("layers_per_stage", RP_MEMBER(layers_per_stage),
-                       "Real model: layers of each model stage (pp x virtual_stages counts), e.g. 4,2.",
+                       "Real model: layers of each model stage (pp x virtual_stages counts; zb-v and dualpipev: 2 x pp; "
+                       "dualpipe: pp), e.g. 4,2.",
                        "balanced"));
   f->push_back(IntF("microbatch_size", RP_MEMBER(microbatch_size), 1, 1 << 20, "Real model: samples per micro-batch."));
   f->push_back(IntF("train_size", RP_MEMBER(train_size), 1, int64_t{1} << 30, "Real data set: training samples."));

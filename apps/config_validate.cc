@@ -227,15 +227,13 @@ absl::Status CheckRealModel(const RunConfig& cfg) {
                                       cfg.microbatch_size, widest, widest * cfg.microbatch_size, kMaxModelFloats));
   }
   if (cfg.num_model_stages() > mlp.num_layers()) {
-    return FieldError("pp", absl::StrCat(cfg.num_model_stages(), " model stages (pp=", cfg.pp, " x ",
-                                         cfg.num_model_stages() / cfg.pp, " chunk(s)) but the model has only ",
-                                         mlp.num_layers(),
+    return FieldError("pp", absl::StrCat(cfg.ModelStagesText(), " but the model has only ", mlp.num_layers(),
                                          " layers (--hidden has ", cfg.hidden.size(), " widths)"));
   }
   if (!cfg.layers_per_stage.empty() && cfg.layers_per_stage.size() != static_cast<size_t>(cfg.num_model_stages())) {
     return FieldError("layers_per_stage", absl::StrCat("has ", cfg.layers_per_stage.size(),
-                                                       " entries; expected one per model stage (pp x chunks = ",
-                                                       cfg.num_model_stages(), ")"));
+                                                       " entries; expected one per model stage: ",
+                                                       cfg.ModelStagesText()));
   }
   // Without TP the partition can fail only on layers_per_stage; with it, on a width TP must divide.
   if (auto part = PartitionMlp(mlp, cfg.num_model_stages(), 1, cfg.layers_per_stage); !part.ok()) {

@@ -184,15 +184,55 @@ std::vector<schedule::PredictedWire> PredictWireBytes(const Plan& plan) {
 }
 
 absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan) {
-  if (schedule::ReplicasFold(plan.execution, plan.predict)) return absl::OkStatus();
+  const schedule::FoldBlocker blocker = schedule::ReplicasFoldBlocker(plan.execution, plan.predict);
+  if (blocker == schedule::FoldBlocker::kNone) return absl::OkStatus();
   RP_ASSIGN_OR_RETURN(const double per_device, ModeledMessagesPerDeviceStep(cfg));
   const double total = per_device * cfg.world_size();
   if (total <= kMaxPredictedMessages) return absl::OkStatus();
+  using schedule::FoldBlocker;
+  if (blocker == FoldBlocker::kOneReplica) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--microbatches: this layout's one replica (pp x tp = %d devices, %d micro-batches) has about %.3g "
+        "messages a step for the predictor to play; at most %.3g. Use fewer micro-batches or devices",
+        cfg.pp * cfg.tp, cfg.microbatches, total, kMaxPredictedMessages));
+  }
+  // Why the replicas are played one by one, and what folds them again besides fewer replicas.
+  std::string why, advice;
+  switch (blocker) {
+    case FoldBlocker::kTwoDirections:
+      why = absl::StrCat("the ", schedule::ScheduleName(cfg.schedule),
+                         " schedule: each stage's two mirror copies and their DP replicas reduce in one "
+                         "gradient ring, which the predictor does not fold");
+      advice = "Use fewer replicas";
+      break;
+    case FoldBlocker::kExpertParallel:
+      why = "expert parallelism: the EP all-to-alls exchange tokens between replicas";
+      advice = "Use fewer replicas";
+      break;
+    case FoldBlocker::kStraggler:
+      why = absl::StrFormat("the straggler (rank %d, factor %g) slows one replica only", cfg.straggler_rank,
+                            cfg.straggler_factor);
+      advice = "Use fewer replicas, or no straggler (--straggler_factor=1)";
+      break;
+    case FoldBlocker::kPerOpFactors:
+      why = "seeded jitter gives every op of every replica its own factor";
+      advice = "Use fewer replicas, or no jitter";
+      break;
+    case FoldBlocker::kLinkFaults:
+      why = "a slow_link fault slows one replica's messages only";
+      advice = "Use fewer replicas, or no slow_link fault";
+      break;
+    default:  // kLayout (kDisabled: no flag sets it)
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--dp: the %d replicas of this layout are not identical (a node or NIC shared by replicas, or DP "
+          "hops of different link classes), so the predictor plays every device's messages: about %.3g a "
+          "step; at most %.3g. Make pp x tp a multiple of devices_per_node (%d), or use fewer replicas",
+          cfg.dp, total, kMaxPredictedMessages, cfg.devices_per_node));
+  }
   return absl::InvalidArgumentError(absl::StrFormat(
-      "--dp: the %d replicas of this layout are not identical (a node or NIC shared by replicas, or DP "
-      "hops of different link classes), so the predictor plays every device's messages: about %.3g a "
-      "step; at most %.3g. Make pp x tp a multiple of devices_per_node (%d), or use fewer replicas",
-      cfg.dp, total, kMaxPredictedMessages, cfg.devices_per_node));
+      "--dp: the %d replicas of this layout are played one by one, not folded into one (%s), so the "
+      "predictor plays every device's messages: about %.3g a step; at most %.3g. %s",
+      cfg.dp, why, total, kMaxPredictedMessages, advice));
 }
 
 }  // namespace rp::apps

@@ -29,14 +29,17 @@ absl::Status CheckFactors(const ExecutionPlan& plan, const PredictOptions& opts)
   return absl::OkStatus();
 }
 
-// Whether every DP replica provably has the same timeline (see "Replica folding").
-bool CanFold(const ExecutionPlan& plan, const PredictOptions& opts) {
+// Why the DP replicas may not all have the same timeline (kNone: they provably do; see "Replica
+// folding").
+FoldBlocker Blocker(const ExecutionPlan& plan, const PredictOptions& opts) {
   const ParallelGrid& g = plan.grid;
   const GridShape s = g.shape();
-  if (!opts.fold_replicas || s.dp == 1 || opts.compute_op_factor || !plan.link_faults.empty() ||
-      plan.options.program.num_directions() > 1 || plan.has_ep_exchanges()) {
-    return false;
-  }
+  if (s.dp == 1) return FoldBlocker::kOneReplica;
+  if (!opts.fold_replicas) return FoldBlocker::kDisabled;
+  if (opts.compute_op_factor) return FoldBlocker::kPerOpFactors;
+  if (!plan.link_faults.empty()) return FoldBlocker::kLinkFaults;
+  if (plan.options.program.num_directions() > 1) return FoldBlocker::kTwoDirections;
+  if (plan.has_ep_exchanges()) return FoldBlocker::kExpertParallel;
   auto at = [&](int dp, int pp, int tp) { return g.RankOf({dp, pp, tp}); };
   for (int pp = 0; pp < s.pp; ++pp) {
     for (int tp = 0; tp < s.tp; ++tp) {
@@ -46,14 +49,14 @@ bool CanFold(const ExecutionPlan& plan, const PredictOptions& opts) {
         const int r = at(dp, pp, tp);
         if (!opts.compute_factor.empty() &&
             opts.compute_factor[static_cast<size_t>(r)] != opts.compute_factor[static_cast<size_t>(r0)]) {
-          return false;
+          return FoldBlocker::kStraggler;
         }
-        if (g.ClassOf(r, at((dp + 1) % s.dp, pp, tp)) != dp_hop) return false;
+        if (g.ClassOf(r, at((dp + 1) % s.dp, pp, tp)) != dp_hop) return FoldBlocker::kLayout;
         for (int q = 0; q < s.pp; ++q) {
-          if (g.ClassOf(r, at(dp, q, tp)) != g.ClassOf(r0, at(0, q, tp))) return false;
+          if (g.ClassOf(r, at(dp, q, tp)) != g.ClassOf(r0, at(0, q, tp))) return FoldBlocker::kLayout;
         }
         for (int t = 0; t < s.tp; ++t) {
-          if (g.ClassOf(r, at(dp, pp, t)) != g.ClassOf(r0, at(0, pp, t))) return false;
+          if (g.ClassOf(r, at(dp, pp, t)) != g.ClassOf(r0, at(0, pp, t))) return FoldBlocker::kLayout;
         }
       }
     }
@@ -67,14 +70,22 @@ bool CanFold(const ExecutionPlan& plan, const PredictOptions& opts) {
     const int nic = (dev / links.devices_per_node) * nics +
                     (dev % links.devices_per_node) * nics / links.devices_per_node;
     auto [it, inserted] = replica_of_nic.emplace(nic, g.CoordOf(r).dp);
-    if (!inserted && it->second != g.CoordOf(r).dp) return false;
+    if (!inserted && it->second != g.CoordOf(r).dp) return FoldBlocker::kLayout;
   }
-  return true;
+  return FoldBlocker::kNone;
+}
+
+bool CanFold(const ExecutionPlan& plan, const PredictOptions& opts) {
+  return Blocker(plan, opts) == FoldBlocker::kNone;
 }
 
 }  // namespace
 
 bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts) { return CanFold(plan, opts); }
+
+FoldBlocker ReplicasFoldBlocker(const ExecutionPlan& plan, const PredictOptions& opts) {
+  return Blocker(plan, opts);
+}
 
 absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptions& opts) {
   RP_RETURN_IF_ERROR(CheckFactors(plan, opts));

@@ -98,6 +98,21 @@ struct Prediction {
 // or EP exchanges; see "Replica folding"). When it does not, it plays every device's messages.
 bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts);
 
+// Why Predict does not fold the DP replicas of a plan (kNone: it folds them), the first reason found
+// in this order, so that a caller can say which setting makes it play every device.
+enum class FoldBlocker {
+  kNone,
+  kOneReplica,      // dp = 1: there is only one replica to play
+  kDisabled,        // PredictOptions::fold_replicas is false
+  kPerOpFactors,    // compute_op_factor (seeded jitter) gives every op of every replica its own factor
+  kLinkFaults,      // a slow link slows the messages of one replica only
+  kTwoDirections,   // DualPipe: each stage's mirror copies and their DP replicas reduce in one ring
+  kExpertParallel,  // EP all-to-alls exchange tokens between replicas
+  kStraggler,       // compute_factor differs between replicas (a straggler)
+  kLayout,          // replicas on hops of different link classes, or sharing a node's NIC
+};
+FoldBlocker ReplicasFoldBlocker(const ExecutionPlan& plan, const PredictOptions& opts);
+
 [[nodiscard]] absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan,
                                                  const PredictOptions& opts = {});
 

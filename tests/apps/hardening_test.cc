@@ -226,6 +226,65 @@ TEST(Hardening, InputsMustBeRegularFilesOrStandardInput) {
   fs::remove_all(dir);
 }
 
+// A prediction too large to play device by device names why its replicas are not folded into one: the
+// node/NIC advice is wrong for a DualPipe, EP or straggler layout whose pp x tp already fills whole
+// nodes, and a single replica has nothing to fold.
+TEST(Hardening, UnfoldedPredictionTooLargeNamesTheRealReason) {
+  const fs::path dir = TempDir("unfolded");
+  const std::string big = "predict --dp=4096 --pp=16 --tp=1 --microbatches=64 --hidden=64x16 ";
+  const std::string layout_advice = "Make pp x tp a multiple of devices_per_node";
+  const Result dualpipe = RunBinary(big + "--schedule=dualpipe", dir);
+  ExpectBadInput(dualpipe, "the dualpipe schedule: each stage's two mirror copies", "dualpipe");
+  EXPECT_EQ(dualpipe.err.find(layout_advice), std::string::npos) << dualpipe.err;
+  const Result straggler = RunBinary(big + "--straggler_rank=5 --straggler_factor=2", dir);
+  ExpectBadInput(straggler, "the straggler (rank 5, factor 2) slows one replica only", "straggler");
+  EXPECT_EQ(straggler.err.find(layout_advice), std::string::npos) << straggler.err;
+  const Result ep = RunBinary(big + "--moe_layers=all --ep=2", dir);
+  ExpectBadInput(ep, "expert parallelism: the EP all-to-alls exchange tokens between replicas", "ep");
+  EXPECT_EQ(ep.err.find(layout_advice), std::string::npos) << ep.err;
+  // One replica of 65536 devices (a TP ring of 256 per stage): nothing to fold, too many messages.
+  const Result one = RunBinary(
+      "predict --dp=1 --pp=256 --tp=256 --microbatches=64 --hidden=256x300 --devices_per_node=256", dir);
+  ExpectBadInput(one, "--microbatches: this layout's one replica (pp x tp = 65536 devices", "one replica");
+  EXPECT_EQ(one.err.find("replicas of this layout are not identical"), std::string::npos) << one.err;
+  // The same 16-stage layout with 1F1B folds its 4096 replicas: predicted in well under a second.
+  const Result folds = RunBinary(big + "--schedule=1f1b", dir);
+  EXPECT_EQ(folds.exit_code, 0) << folds.err;
+  fs::remove_all(dir);
+}
+
+// The model-stage count in messages and help follows the schedule's placement: zb-v and dualpipev cut the
+// model into 2 x pp stages whatever virtual_stages says, dualpipe into pp (two directions over them).
+TEST(Hardening, ModelStageCountsInMessagesFollowTheSchedule) {
+  const fs::path dir = TempDir("stages");
+  ExpectBadInput(RunBinary("predict --schedule=dualpipe --pp=4 --microbatches=8 --hidden=8x8 "
+                           "--layers_per_stage=2,2,2,2,1",
+                           dir),
+                 "--layers_per_stage: has 5 entries; expected one per model stage: 4 model stages (pp=4; dualpipe's "
+                 "two directions run over the same stages)",
+                 "dualpipe layers_per_stage");
+  ExpectBadInput(RunBinary("predict --schedule=dualpipe --pp=8 --microbatches=16 --hidden=8x3", dir),
+                 "--pp: 8 model stages (pp=8; dualpipe's two directions run over the same stages) but the model has "
+                 "only 4 layers",
+                 "dualpipe pp");
+  ExpectBadInput(RunBinary("predict --schedule=zb-v --pp=4 --hidden=8x3", dir),
+                 "--pp: 8 model stages (pp=4 x 2 chunks) but the model has only 4 layers", "zb-v pp");
+  ExpectBadInput(RunBinary("predict --schedule=zb-v --pp=2 --hidden=8x7 --layers_per_stage=4,4", dir),
+                 "expected one per model stage: 4 model stages (pp=2 x 2 chunks)", "zb-v layers_per_stage");
+  const Result help = RunBinary("predict --help", dir);
+  std::string words;  // the help as one line: it wraps its descriptions
+  for (const char c : help.out) {
+    if (c == '\n' || c == ' ') {
+      if (!words.empty() && words.back() != ' ') words += ' ';
+    } else {
+      words += c;
+    }
+  }
+  EXPECT_NE(words.find("(pp x virtual_stages counts; zb-v and dualpipev: 2 x pp; dualpipe: pp)"), std::string::npos)
+      << help.out;
+  fs::remove_all(dir);
+}
+
 // 4. Overflow: a config whose modeled times do not fit int64 nanoseconds is refused naming the field.
 TEST(Hardening, ModeledTimesThatDoNotFitAreRefusedNamingTheField) {
   const fs::path dir = TempDir("overflow");

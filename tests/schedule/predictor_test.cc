@@ -193,6 +193,39 @@ TEST(Predict, FoldedReplicasEqualTheFullSimulation) {
   }
 }
 
+// ReplicasFoldBlocker names the reason a plan's replicas are played one by one (the apps quote it when a
+// layout is too large to predict), and kNone exactly when Predict folds them.
+TEST(Predict, FoldBlockerNamesWhyReplicasAreNotFolded) {
+  const CostModel cost = CostModel::Uniform(
+      {.forward = FromMillis(1), .backward = FromMillis(2), .weight_grad = FromMillis(1)});
+  auto blocker = [&](const Program& prog, GridShape shape, Placement placement, const PredictOptions& opts,
+                     LinkSpec links = {}) {
+    absl::StatusOr<ExecutionPlan> plan = PlanOf(prog, cost, shape, placement, links);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return FoldBlocker::kNone;
+    EXPECT_EQ(ReplicasFold(*plan, opts), ReplicasFoldBlocker(*plan, opts) == FoldBlocker::kNone);
+    return ReplicasFoldBlocker(*plan, opts);
+  };
+  auto one = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 4, .gradient_bytes = 1 << 12});
+  auto dual = BuildDualPipe({.num_ranks = 2, .num_micro_batches = 4, .num_chunks = 2, .gradient_bytes = 1 << 12});
+  ASSERT_TRUE(one.ok() && dual.ok());
+  const GridShape two{.dp = 2, .pp = 2, .tp = 2};
+  const Placement whole_nodes{.devices_per_node = 4};  // each replica fills one node
+  EXPECT_EQ(blocker(*one, two, whole_nodes, {}), FoldBlocker::kNone);
+  EXPECT_EQ(blocker(*one, {.dp = 1, .pp = 2, .tp = 2}, whole_nodes, {}), FoldBlocker::kOneReplica);
+  EXPECT_EQ(blocker(*one, two, whole_nodes, {.fold_replicas = false}), FoldBlocker::kDisabled);
+  EXPECT_EQ(blocker(*dual, two, whole_nodes, {}), FoldBlocker::kTwoDirections);
+  std::vector<double> straggler(8, 1.0);
+  straggler[5] = 2.0;
+  EXPECT_EQ(blocker(*one, two, whole_nodes, {.compute_factor = straggler}), FoldBlocker::kStraggler);
+  // Replicas split across nodes of 2 with one NIC per node: they share it.
+  LinkSpec shared;
+  shared.nics_per_node = 1;
+  EXPECT_EQ(blocker(*one, {.dp = 2, .pp = 2}, {.order = {Dim::kDp, Dim::kPp, Dim::kTp}, .devices_per_node = 2}, {},
+                    shared),
+            FoldBlocker::kLayout);
+}
+
 TEST(Predict, StragglersSlowTheirDeviceAndPerOpFactorsReplaceThem) {
   auto prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 4});
   ASSERT_TRUE(prog.ok());
