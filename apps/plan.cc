@@ -49,8 +49,8 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   if (cfg.tp > 1) po.stage_tp_bytes = bytes.stage_tp;
   po.stage_gradient_bytes = bytes.stage_gradient;
   // The modeled stored activations are the real MLP's, stage by stage.
-  ex.cost.stage_stored_bytes = bytes.stage_stored;
-  ex.warm_stage_activation_bytes = bytes.stage_stored;
+  ex.cost.stage_stored = bytes.stage_stored;
+  ex.warm_stage_stored = bytes.stage_stored;
   auto at = [](const std::vector<double>& list, int s) { return list.size() == 1 ? list[0] : list[s]; };
   for (int s = 0; s < cfg.pp; ++s) {
     schedule::StageCost c;
@@ -91,7 +91,7 @@ absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   RP_ASSIGN_OR_RETURN(schedule::WorkloadBytes real,
                       schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, StageChunks(cfg), cfg.tp,
                                                  cfg.layers_per_stage, cfg.microbatch_size));
-  ex.warm_stage_activation_bytes = real.stage_stored;
+  ex.warm_stage_stored = real.stage_stored;
   description = absl::StrFormat(
       "flops: %d-layer transformer, hidden %d, seq %d, %d seq/micro-batch on %s (%.0f TFLOPS x %.2f): "
       "model stage 0 F %.3f ms, B %.3f ms per micro-batch",

@@ -32,6 +32,15 @@ struct StageCost {
   uint64_t activation_bytes = 0;  // stored activations of one micro-batch (whole device)
 };
 
+// Stored activations of one micro-batch of one model stage: what its F keeps for its backward, and
+// what a split backward (Bi, then W) keeps from its Bi until its W — the layer inputs and the
+// gradients of the layers' outputs, which W needs (the real MLP: its pre-activation gradients).
+struct StageStored {
+  uint64_t after_forward = 0;
+  uint64_t after_input_grad = 0;
+  friend bool operator==(const StageStored&, const StageStored&) = default;
+};
+
 struct StageFlops {
   double forward = 0;  // FLOPs of one micro-batch's forward on this rank
   double backward = 0;
@@ -53,7 +62,7 @@ struct CostModel {
   // Optional, one entry per model stage: the stored activations of one micro-batch of that stage.
   // When set, a rank's modeled activation peak is counted stage by stage over its program
   // (Validate), not as its peak in flight × its mean bytes per chunk.
-  std::vector<uint64_t> stage_stored_bytes;
+  std::vector<StageStored> stage_stored;
 
   static CostModel Uniform(StageCost c) {
     CostModel m;

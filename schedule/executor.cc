@@ -308,9 +308,9 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     // records (the 4th weights' worth, with 16 KiB).
     ctx.warm_heap_bytes.resize(static_cast<size_t>(world));
     std::vector<uint64_t> peak_activations;  // by pp rank
-    if (!o.warm_stage_activation_bytes.empty()) {
+    if (!o.warm_stage_stored.empty()) {
       RP_ASSIGN_OR_RETURN(ValidationReport v,
-                          Validate(o.program, {.stage_stored_bytes = o.warm_stage_activation_bytes}));
+                          Validate(o.program, {.stage_stored = o.warm_stage_stored}));
       peak_activations = std::move(v.peak_stored_bytes);
     }
     for (int r = 0; r < world; ++r) {

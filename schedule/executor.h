@@ -151,7 +151,7 @@ struct ExecutorOptions {
   // counted over its program as Validate's peak_stored_bytes. Empty: none. Not the cost model's
   // modeled sizes: under the FLOPs model those are the described transformer's, gigabytes the real
   // MLP never touches.
-  std::vector<uint64_t> warm_stage_activation_bytes;
+  std::vector<StageStored> warm_stage_stored;
 
   // --- Run ---
   int steps = 1;  // >= 1

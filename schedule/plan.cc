@@ -339,7 +339,7 @@ absl::Status CheckPlanOptions(const PlanOptions& o) {
   for (int s = 0; s < P; ++s) RP_RETURN_IF_ERROR(check(o.cost.Of(s), absl::StrCat("cost.stages[", s, "]")));
   const int K = o.program.num_model_stages();
   for (const auto& [field, size] : {std::pair{"cost.model_stages", o.cost.model_stages.size()},
-                                    std::pair{"cost.stage_stored_bytes", o.cost.stage_stored_bytes.size()}}) {
+                                    std::pair{"cost.stage_stored", o.cost.stage_stored.size()}}) {
     if (size != 0 && size != static_cast<size_t>(K)) {
       return Invalid(field, absl::StrCat("has ", size, " entries, expected one per model stage (", K, ")"));
     }

@@ -117,7 +117,7 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
     sim_of_rank[static_cast<size_t>(ranks[i])] = static_cast<int>(i);
   }
   RP_ASSIGN_OR_RETURN(const ValidationReport report,
-                      Validate(plan.options.program, {.stage_stored_bytes = plan.options.cost.stage_stored_bytes}));
+                      Validate(plan.options.program, {.stage_stored = plan.options.cost.stage_stored}));
   pred.devices.resize(static_cast<size_t>(world));
   pred.modeled_wire_bytes.resize(static_cast<size_t>(world));
   pred.peak_in_flight.resize(static_cast<size_t>(world));

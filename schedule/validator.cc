@@ -213,7 +213,7 @@ class DryRun {
     awaiting_.assign(p, 0);
     report_.num_buckets.assign(p, 0);
     held_.assign(p, 0);
-    if (!opts.stage_stored_bytes.empty()) {
+    if (!opts.stage_stored.empty()) {
       report_.peak_stored_bytes.assign(p, 0);
       held_bytes_.assign(p, 0);
     }
@@ -280,17 +280,22 @@ class DryRun {
     return Dep(local ? b_[Idx(k + 1, mb)] : grad_in_[Idx(k, mb)], s,
                local ? "B of the next model stage" : "receiving its gradient");
   }
-  // Stored activations of one micro-batch of rank s's chunk `chunk` are taken (+1) or freed (−1).
-  void Hold(int s, int chunk, int sign) {
-    held_[s] += sign;
+  // Stored activations of one micro-batch of rank s's chunk `chunk` change: `from` → `to` of
+  // kNone (not held), kForward (after F) and kInputGrad (after Bi).
+  enum Held { kNone, kForward, kInputGrad };
+  void Hold(int s, int chunk, Held from, Held to) {
+    held_[s] += (to != kNone) - (from != kNone);
     if (held_bytes_.empty()) return;
-    const uint64_t bytes = opts_.stage_stored_bytes[static_cast<size_t>(prog_.ModelStage(s, chunk))];
-    held_bytes_[s] = sign > 0 ? held_bytes_[s] + bytes : held_bytes_[s] - bytes;
+    const StageStored& st = opts_.stage_stored[static_cast<size_t>(prog_.ModelStage(s, chunk))];
+    const auto bytes = [&](Held h) {
+      return h == kNone ? uint64_t{0} : h == kForward ? st.after_forward : st.after_input_grad;
+    };
+    held_bytes_[s] = held_bytes_[s] - bytes(from) + bytes(to);
     report_.peak_stored_bytes[s] = std::max(report_.peak_stored_bytes[s], held_bytes_[s]);
   }
   void DoForward(int s, int chunk, int mb) {
     f_[Idx(prog_.ModelStage(s, chunk), mb)] = 1;
-    Hold(s, chunk, +1);
+    Hold(s, chunk, kNone, kForward);
     report_.peak_in_flight[s] = std::max(report_.peak_in_flight[s], held_[s]);
     report_.peak_awaiting_backward[s] = std::max(report_.peak_awaiting_backward[s], ++awaiting_[s]);
   }
@@ -303,8 +308,10 @@ class DryRun {
     b_[Idx(prog_.ModelStage(s, chunk), mb)] = 1;
     --awaiting_[s];
     if (whole) {
-      Hold(s, chunk, -1);
+      Hold(s, chunk, kForward, kNone);
       GradientFinal(s, chunk);
+    } else {
+      Hold(s, chunk, kForward, kInputGrad);
     }
   }
 
@@ -336,7 +343,7 @@ class DryRun {
         case OpKind::kWeightGrad:
           RP_RETURN_IF_ERROR(Dep(b_[Idx(k, mb)], s, "its Bi"));
           w_[Idx(k, mb)] = 1;
-          Hold(s, op.chunk, -1);
+          Hold(s, op.chunk, kInputGrad, kNone);
           GradientFinal(s, op.chunk);
           break;
         case OpKind::kSendAct:
@@ -421,7 +428,7 @@ class DryRun {
   std::vector<size_t> pc_;
   std::vector<char> blocked_;
   std::vector<int> held_;      // F done, last backward op not done
-  std::vector<uint64_t> held_bytes_;  // their stored bytes (with stage_stored_bytes)
+  std::vector<uint64_t> held_bytes_;  // their stored bytes (with stage_stored)
   std::vector<int> awaiting_;  // F done, B/Bi not done
   std::vector<std::deque<Message>> channels_;
   ValidationReport report_;
@@ -432,9 +439,8 @@ class DryRun {
 absl::StatusOr<ValidationReport> Validate(const Program& prog, const ValidateOptions& opts) {
   RP_RETURN_IF_ERROR(CheckStructure(prog));
   RP_RETURN_IF_ERROR(CheckExactlyOnce(prog));
-  if (!opts.stage_stored_bytes.empty() &&
-      opts.stage_stored_bytes.size() != static_cast<size_t>(prog.num_model_stages())) {
-    return absl::InvalidArgumentError(absl::StrCat("stage_stored_bytes has ", opts.stage_stored_bytes.size(),
+  if (!opts.stage_stored.empty() && opts.stage_stored.size() != static_cast<size_t>(prog.num_model_stages())) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_stored has ", opts.stage_stored.size(),
                                                    " entries, not one per model stage (", prog.num_model_stages(), ")"));
   }
   DryRun run(prog, opts);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "schedule/cost_model.h"
 #include "schedule/program.h"
 
 namespace rp::schedule {
@@ -38,8 +39,9 @@ namespace rp::schedule {
 struct ValidateOptions {
   bool rendezvous_sends = false;
   // Optional, one entry per model stage (Program::num_model_stages()): the stored activations of
-  // one micro-batch of that stage. When set, the report's peak_stored_bytes counts them.
-  std::vector<uint64_t> stage_stored_bytes;
+  // one micro-batch of that stage, after its F and (split backward) between its Bi and its W. When
+  // set, the report's peak_stored_bytes counts them.
+  std::vector<StageStored> stage_stored;
 };
 
 struct ValidationReport {
@@ -49,9 +51,10 @@ struct ValidationReport {
   // rank — 1F1B's peak (rank 0's) — since a rank keeps the activations of the weight gradients it
   // defers; ZB-H2 2p − 1; ZB-V 2p (m ≥ 2p − 1); DualPipeV 2p + 1; DualPipe p + 1.
   std::vector<int> peak_in_flight;
-  // Per pipeline rank, with ValidateOptions::stage_stored_bytes (else empty): the most stored
-  // activation bytes at once, held over the same intervals as peak_in_flight but each micro-batch
-  // counted with its own stage's bytes — exact where a rank's chunks differ in size (a V).
+  // Per pipeline rank, with ValidateOptions::stage_stored (else empty): the most stored activation
+  // bytes at once, held over the same intervals as peak_in_flight but each micro-batch counted with
+  // its own stage's bytes — after_forward from F to its B or Bi, after_input_grad from Bi to W —
+  // exact where a rank's chunks differ in size (a V) or a split backward keeps more than F did.
   std::vector<uint64_t> peak_stored_bytes;
   // Per pipeline rank: the most micro-batches whose F has run and whose B (or Bi) has not.
   // 1F1B and ZB-H1: min(p − s, m).

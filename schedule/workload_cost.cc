@@ -65,7 +65,9 @@ absl::StatusOr<TransformerCost> CostOfTransformer(const TransformerModel& f, int
       return absl::InvalidArgumentError("the described model's sizes do not fit 2^62 bytes");
     }
     sf.activation_bytes = static_cast<uint64_t>(stored);
-    out.bytes.stage_stored.push_back(sf.activation_bytes);
+    // Between Bi and W the same bytes (the zero-bubble paper's accounting: W needs the layer inputs
+    // and output gradients, about what F stored).
+    out.bytes.stage_stored.push_back({.after_forward = sf.activation_bytes, .after_input_grad = sf.activation_bytes});
     out.bytes.stage_gradient.push_back(static_cast<uint64_t>(layers) * layer_params / static_cast<uint64_t>(tp) * 4);
     out.bytes.stage_output.push_back(k + 1 < K ? tokens * hidden * 2 : 0);  // bf16
     // Two all-reduces of b·s·h bf16 values per layer each way, modeled in fp32 elements, so the
@@ -99,7 +101,7 @@ absl::StatusOr<TransformerCost> CostOfTransformer(const TransformerModel& f, int
   RP_ASSIGN_OR_RETURN(out.cost, CostModel::FromFlops(rank_flops, peak * f.efficiency));
   RP_ASSIGN_OR_RETURN(const CostModel per_stage, CostModel::FromFlops(stage_flops, peak * f.efficiency));
   out.cost.model_stages = per_stage.stages;
-  out.cost.stage_stored_bytes = out.bytes.stage_stored;
+  out.cost.stage_stored = out.bytes.stage_stored;
   out.bytes.activation_message = tokens * hidden * 2;  // bf16
   out.bytes.tp_allreduce = 0;
   for (const auto& [fwd, bwd] : out.bytes.stage_tp) out.bytes.tp_allreduce = std::max(out.bytes.tp_allreduce, fwd);
@@ -109,7 +111,7 @@ absl::StatusOr<TransformerCost> CostOfTransformer(const TransformerModel& f, int
 absl::Status PlaceStageCosts(const Program& program, CostModel& cost) {
   const int p = program.num_ranks, K = program.num_model_stages();
   for (const auto& [name, size] : {std::pair{"model_stages", cost.model_stages.size()},
-                                   std::pair{"stage_stored_bytes", cost.stage_stored_bytes.size()}}) {
+                                   std::pair{"stage_stored", cost.stage_stored.size()}}) {
     if (size != 0 && size != static_cast<size_t>(K)) {
       return absl::InvalidArgumentError(
           absl::StrCat("cost model: ", name, " has ", size, " entries, not one per model stage (", K, ")"));
@@ -119,7 +121,7 @@ absl::Status PlaceStageCosts(const Program& program, CostModel& cost) {
     return absl::InvalidArgumentError(
         absl::StrCat("cost model has ", cost.stages.size(), " stage entries, expected 1 or ", p));
   }
-  if (cost.model_stages.empty() && cost.stage_stored_bytes.empty()) return absl::OkStatus();
+  if (cost.model_stages.empty() && cost.stage_stored.empty()) return absl::OkStatus();
   if (cost.stages.size() == 1) cost.stages.assign(static_cast<size_t>(p), cost.stages[0]);
   const int64_t dirs = program.num_directions();
   for (int r = 0; r < p; ++r) {
@@ -133,14 +135,14 @@ absl::Status PlaceStageCosts(const Program& program, CostModel& cost) {
         sum.backward += cost.model_stages[k].backward;
         sum.weight_grad += cost.model_stages[k].weight_grad;
       }
-      if (!cost.stage_stored_bytes.empty()) stored += cost.stage_stored_bytes[k];
+      if (!cost.stage_stored.empty()) stored += cost.stage_stored[k].after_forward;
     }
     if (!cost.model_stages.empty()) {
       rc.forward = sum.forward / dirs;
       rc.backward = sum.backward / dirs;
       rc.weight_grad = sum.weight_grad / dirs;
     }
-    if (!cost.stage_stored_bytes.empty()) rc.activation_bytes = stored / static_cast<uint64_t>(dirs);
+    if (!cost.stage_stored.empty()) rc.activation_bytes = stored / static_cast<uint64_t>(dirs);
   }
   return absl::OkStatus();
 }
@@ -161,8 +163,13 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int
     b.stage_gradient.push_back(stage->params().size() * sizeof(float));
     Tensor x(microbatch_size, stage->input_dim());
     RP_RETURN_IF_ERROR(stage->Forward(0, x, identity).status());
-    b.stored[static_cast<size_t>(rank)] += static_cast<uint64_t>(stage->activation_bytes());
-    b.stage_stored.push_back(static_cast<uint64_t>(stage->activation_bytes()));
+    const uint64_t after_forward = static_cast<uint64_t>(stage->activation_bytes());
+    b.stored[static_cast<size_t>(rank)] += after_forward;
+    // What a split backward keeps from Bi until W: the input gradient of a zero output gradient.
+    const Tensor dy(microbatch_size, stage->output_dim());
+    RP_RETURN_IF_ERROR(stage->BackwardInput(0, dy, identity).status());
+    b.stage_stored.push_back(
+        {.after_forward = after_forward, .after_input_grad = static_cast<uint64_t>(stage->activation_bytes())});
     const uint64_t out = k + 1 < k_stages ? rows * stage->output_dim() * sizeof(float) : 0;
     b.stage_output.push_back(out);
     b.activation_message = std::max(b.activation_message, out);

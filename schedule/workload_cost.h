@@ -64,20 +64,20 @@ struct WorkloadBytes {
   std::vector<uint64_t> stage_output;
   std::vector<std::array<uint64_t, 2>> stage_tp;
   std::vector<uint64_t> stage_gradient;
-  std::vector<uint64_t> stage_stored;  // stored activations of one micro-batch of stage k
+  std::vector<StageStored> stage_stored;  // stored activations of one micro-batch of stage k
 };
 
-// Places a cost model's per-model-stage entries (CostModel::model_stages, stage_stored_bytes) on
+// Places a cost model's per-model-stage entries (CostModel::model_stages, stage_stored) on
 // `program`'s ranks: each rank's entry in `stages` becomes the sum over the chunks the program's
 // placement gives it (a V: stages r and 2p − 1 − r; two directions: both, ÷ 2, per direction as a
 // rank's cost counts) of the stage times (if model_stages is set) and stored bytes (if
-// stage_stored_bytes is); the optimizer time is kept. Nothing to do if neither is set.
+// stage_stored is: after F); the optimizer time is kept. Nothing to do if neither is set.
 // InvalidArgument if a per-stage list is not one entry per model stage or `stages` is not 1 or p.
 absl::Status PlaceStageCosts(const Program& program, CostModel& cost);
 
 struct TransformerCost {
   // One entry per pipeline rank (loop placement, optimizer 0), and per model stage (model_stages,
-  // stage_stored_bytes): PlaceStageCosts places them on another program.
+  // stage_stored): PlaceStageCosts places them on another program.
   CostModel cost;
   WorkloadBytes bytes;
   double peak_tflops = 0;

@@ -305,9 +305,9 @@ TEST(SchedulesGolden, UnequalPerStageCostsMatchAnIndependentListSimulation) {
   }
 }
 
-// Stored activations counted stage by stage (ValidateOptions::stage_stored_bytes): with every
-// stage the same size they are the peak in flight × that size; with sizes that differ, a rank's peak
-// lies between its peak in flight × its smallest and × its largest chunk.
+// Stored activations counted stage by stage (ValidateOptions::stage_stored): with every stage the
+// same size they are the peak in flight × that size; with sizes that differ, a rank's peak lies
+// between its peak in flight × its smallest and × its largest chunk.
 TEST(SchedulesGolden, PeakStoredBytesCountEachStagesOwnSize) {
   const std::vector<Sched> all = {kGPipe,          kOneFOneB,       kInterleaved2,  kH1,
                                   kH2,             kV,              kDualPipeVFused, kDualPipeVApart,
@@ -315,20 +315,21 @@ TEST(SchedulesGolden, PeakStoredBytesCountEachStagesOwnSize) {
   for (const Sched& s : all) {
     SCOPED_TRACE(s.name);
     const Program prog = MustBuild(s, 4, 8);
-    const int K = prog.num_model_stages();
-    auto same = Validate(prog, {.stage_stored_bytes = std::vector<uint64_t>(static_cast<size_t>(K), 1000)});
+    const size_t K = static_cast<size_t>(prog.num_model_stages());
+    auto same = Validate(prog, {.stage_stored = std::vector<StageStored>(K, {1000, 1000})});
     ASSERT_TRUE(same.ok()) << same.status();
-    std::vector<uint64_t> sizes, expected;
+    std::vector<uint64_t> expected;
     for (int r = 0; r < 4; ++r) expected.push_back(1000u * static_cast<uint64_t>(same->peak_in_flight[r]));
     EXPECT_EQ(same->peak_stored_bytes, expected);
-    for (int k = 0; k < K; ++k) sizes.push_back(100u << k);
-    auto differ = Validate(prog, {.stage_stored_bytes = sizes});
+    std::vector<StageStored> sizes;
+    for (size_t k = 0; k < K; ++k) sizes.push_back({100u << k, 100u << k});
+    auto differ = Validate(prog, {.stage_stored = sizes});
     ASSERT_TRUE(differ.ok()) << differ.status();
     for (int r = 0; r < 4; ++r) {
       uint64_t lo = ~uint64_t{0}, hi = 0;
       for (int c = 0; c < prog.num_chunks; ++c) {
-        lo = std::min(lo, sizes[static_cast<size_t>(prog.ModelStage(r, c))]);
-        hi = std::max(hi, sizes[static_cast<size_t>(prog.ModelStage(r, c))]);
+        lo = std::min(lo, sizes[static_cast<size_t>(prog.ModelStage(r, c))].after_forward);
+        hi = std::max(hi, sizes[static_cast<size_t>(prog.ModelStage(r, c))].after_forward);
       }
       const uint64_t n = static_cast<uint64_t>(differ->peak_in_flight[r]);
       EXPECT_GE(differ->peak_stored_bytes[r], n * lo) << "rank " << r;
@@ -338,8 +339,33 @@ TEST(SchedulesGolden, PeakStoredBytesCountEachStagesOwnSize) {
       }
     }
     sizes.pop_back();
-    EXPECT_EQ(Validate(prog, {.stage_stored_bytes = sizes}).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(Validate(prog, {.stage_stored = sizes}).status().code(), absl::StatusCode::kInvalidArgument);
   }
+}
+
+// A split backward keeps from its Bi until its W what W needs (after_input_grad), not what F stored.
+// ZB-H1 at p = 4, m = 8: rank 3 (the last) runs F, Bi, then defers its W's — by the golden table it
+// holds at most 4 micro-batches at once. With F storing 1 byte and Bi keeping 1000, its peak is
+// that of those held past their Bi; with no Bi-to-W bytes it is 1 × its peak in flight.
+TEST(SchedulesGolden, ASplitBackwardHoldsWhatItsWNeeds) {
+  const Program prog = MustBuild(kH1, 4, 8);
+  auto flat = Validate(prog, {.stage_stored = std::vector<StageStored>(4, {1, 1})});
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(flat->peak_stored_bytes, (std::vector<uint64_t>{4, 4, 4, 4}));
+  auto kept = Validate(prog, {.stage_stored = std::vector<StageStored>(4, {1, 1000})});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  auto dropped = Validate(prog, {.stage_stored = std::vector<StageStored>(4, {1, 0})});
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  for (int r = 0; r < 4; ++r) {
+    // Some micro-batch waits between its Bi and its W on every rank of ZB-H1: the peak counts it.
+    EXPECT_GE(kept->peak_stored_bytes[r], 1000u) << "rank " << r;
+    EXPECT_LE(kept->peak_stored_bytes[r], 1000u * 4) << "rank " << r;
+    EXPECT_LE(dropped->peak_stored_bytes[r], 4u) << "rank " << r;
+  }
+  // 1F1B has no split: the Bi-to-W bytes never count.
+  auto whole = Validate(MustBuild(kOneFOneB, 4, 8), {.stage_stored = std::vector<StageStored>(4, {1, 1000})});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->peak_stored_bytes, (std::vector<uint64_t>{4, 3, 2, 1}));
 }
 
 }  // namespace

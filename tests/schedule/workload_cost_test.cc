@@ -49,13 +49,13 @@ TEST(WorkloadCost, TransformerStagesKeepTheirOwnLayersAndFollowThePlacement) {
   auto c = CostOfTransformer(m, /*pp=*/4, /*virtual_stages=*/2, /*tp=*/1);
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->cost.model_stages.size(), 8u);
-  ASSERT_EQ(c->cost.stage_stored_bytes.size(), 8u);
+  ASSERT_EQ(c->cost.stage_stored.size(), 8u);
   const double layer_ns = TransformerLayerForwardFlops(m) / (312e12 * 0.5) * 1e9;
   const std::vector<int> layers = {2, 2, 2, 2, 2, 2, 1, 1};
   for (size_t k = 0; k < 8; ++k) {
     EXPECT_NEAR(static_cast<double>(c->cost.model_stages[k].forward.count()), layers[k] * layer_ns, 1) << k;
     EXPECT_EQ(c->bytes.stage_gradient[k], static_cast<uint64_t>(layers[k]) * (12ull * 1024 * 1024 + 13 * 1024) * 4);
-    EXPECT_EQ(c->cost.stage_stored_bytes[k], c->cost.stage_stored_bytes[7] * static_cast<uint64_t>(layers[k]));
+    EXPECT_EQ(c->cost.stage_stored[k].after_forward, c->cost.stage_stored[7].after_forward * static_cast<uint64_t>(layers[k]));
   }
   const double loop[] = {4, 4, 3, 3}, vee[] = {3, 3, 4, 4};
   for (int r = 0; r < 4; ++r) {
@@ -68,7 +68,7 @@ TEST(WorkloadCost, TransformerStagesKeepTheirOwnLayersAndFollowThePlacement) {
   for (int r = 0; r < 4; ++r) {
     EXPECT_NEAR(static_cast<double>(placed.stages[static_cast<size_t>(r)].forward.count()), vee[r] * layer_ns, 2) << r;
     EXPECT_EQ(placed.stages[static_cast<size_t>(r)].activation_bytes,
-              c->cost.stage_stored_bytes[7] * static_cast<uint64_t>(vee[r]));
+              c->cost.stage_stored[7].after_forward * static_cast<uint64_t>(vee[r]));
   }
   // Two directions count per direction: a DualPipe rank's two stages' mean.
   auto dual = CostOfTransformer(m, 4, 1, 1);
