@@ -65,8 +65,10 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   // Weights + gradients + optimizer state + 3 × gradients of all-reduce buffers + the optimizer's
   // commit backup of weights and state (a step's update is committed or rolled back whole), per
   // replica.
-  double model = cfg.dp * weights * 4 * (2 + states + 3 + 1 + states);
-  if (cfg.reference) model += weights * 4 * (2 + states);
+  const double per_replica = 2 + states + 3 + 1 + states;
+  double model = cfg.dp * weights * 4 * per_replica;
+  // The reference trainer: weights, gradients, optimizer state and its gradient totals.
+  if (cfg.reference) model += weights * 4 * (3 + states);
   // Virtual clock: the held-out evaluation's copy of replica 0 (weights + gradients).
   if (cfg.virtual_time) model += weights * 4 * 2;
   est.parts.push_back({"model", cfg.dp > 64 ? "dp" : "hidden", model});
@@ -78,6 +80,36 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   const double activations = static_cast<double>(cfg.dp) * in_flight * 3 * cfg.microbatch_size * widths * 4 *
                              std::max(1, cfg.tp);
   est.parts.push_back({"activations", "microbatch_size", activations});
+
+  // Mixture of experts (docs/model.md): a block's router (d × E) and experts (d → h → d each) are not in
+  // the dense count above. Every TP rank holds the router and its EP rank's E/ep experts (a block is
+  // never TP-sharded), so a replica holds tp copies; the reference trainer one full model (all E
+  // experts) per EP rank of a group; the evaluation copy one EP group's shards (all experts per TP
+  // rank). Stored per micro-batch in flight, on every device of a block's stage: the input, the
+  // router's probabilities and the combined rows, and on the experts' side up to ep × top_k × T rows of
+  // d + 2h (input, pre-activation, activation) — doubled for the exchange buffers and backward's
+  // temporaries; the evaluation's 512-row batches likewise, once.
+  if (mlp.moe.enabled()) {
+    const double E = mlp.moe.experts, k = mlp.moe.top_k, h = mlp.moe.expert_hidden, ep = cfg.ep;
+    const double tp = std::max(1, cfg.tp), T = cfg.microbatch_size;
+    constexpr double kEvalRows = 512;
+    double router = 0, expert_floats = 0, stored = 0, eval_stored = 0;
+    for (const int l : mlp.moe.layers) {
+      const double d = mlp.out_dim(l);
+      router += d * E;
+      expert_floats += E * (2 * d * h + h + d);
+      stored += T * (d + E) + k * T * d + ep * k * T * (d + 2 * h);
+      eval_stored = std::max(eval_stored, kEvalRows * (d + E) + k * kEvalRows * (2 * d + 2 * h));
+    }
+    const double shard = router + expert_floats / ep;  // one device's share of the blocks
+    double experts = cfg.dp * tp * shard * 4 * per_replica;
+    if (cfg.reference) experts += ep * (router + expert_floats) * 4 * (3 + states);
+    if (cfg.virtual_time) experts += ep * tp * shard * 4 * 2;
+    // Blame the factor furthest above its default (4 experts of hidden 64).
+    est.parts.push_back({"experts", E / 4 >= h / 64 ? "experts" : "expert_hidden", experts});
+    est.parts.push_back({"expert activations", "microbatch_size",
+                         (cfg.dp * tp * in_flight * stored + tp * ep * eval_stored) * 4 * 2});
+  }
 
   // Events a traced run records: a few per op, bounded by the tracer's cap (no --trace: none).
   if (!cfg.trace.empty()) {
@@ -100,7 +132,7 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
 double ModelBufferBytes(const RunConfig& cfg) {
   double bytes = 0;
   for (const MemoryEstimate::Part& p : EstimateRunMemory(cfg).parts) {
-    if (p.what == "data set" || p.what == "model") bytes += p.bytes;
+    if (p.what == "data set" || p.what == "model" || p.what == "experts") bytes += p.bytes;
   }
   return bytes;
 }

@@ -10,6 +10,12 @@
 //   activations   per device, the activations of the micro-batches in flight (GPipe: all of them;
 //                 other schedules: at most pp × virtual_stages), 3 tensors of microbatch_size rows
 //                 per layer and width;
+//   experts       (MoE) the blocks' routers and experts, which the dense count above misses: per
+//                 replica tp copies of each device's router and E/ep experts (a block is never
+//                 TP-sharded), the reference trainer's full model per EP rank, the evaluation copy;
+//   expert activations  (MoE) per micro-batch in flight and block, the router's and the combine's
+//                 tensors and up to ep × top_k × microbatch_size expert rows of d + 2h, doubled for
+//                 exchange buffers and backward temporaries; the held-out evaluation's batch once;
 //   trace         the tracer's event buffers at their cap (kMaxTraceEvents events), and the Chrome
 //                 JSON document when --trace is written;
 //   devices       a thread stack's resident part and the report entry per device.

@@ -111,7 +111,8 @@ struct Layout {
 };
 
 svg::BarClass ClassOf(const std::string& kind, const std::string& op) {
-  if (kind == "tp_allreduce" || kind == "ep_alltoall") return svg::BarClass::kTpComm;
+  if (kind == "tp_allreduce") return svg::BarClass::kTpComm;
+  if (kind == "ep_alltoall") return svg::BarClass::kEpComm;
   if (kind == "grad_allreduce") return svg::BarClass::kDpComm;
   if (kind == "wait") return svg::BarClass::kWait;
   if (op == "B") return svg::BarClass::kBackward;

@@ -295,6 +295,7 @@ const char* FillOf(BarClass c) {
     case BarClass::kTpComm: return "#f28e2b";
     case BarClass::kDpComm: return "#e15759";
     case BarClass::kWait: return "#ffd6d6";
+    case BarClass::kEpComm: return "#b07aa1";
   }
   return "#000000";
 }
@@ -311,6 +312,7 @@ const char* BarClassName(BarClass c) {
     case BarClass::kTpComm: return "TP all-reduce";
     case BarClass::kDpComm: return "gradient all-reduce (comm stream)";
     case BarClass::kWait: return "waiting on communication";
+    case BarClass::kEpComm: return "EP all-to-all";
   }
   return "?";
 }
@@ -329,7 +331,7 @@ std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>&
   const std::vector<double> ticks = NiceTicks(0, span, 10);
 
   // Which classes appear (legend).
-  bool used[8] = {};
+  bool used[kNumBarClasses] = {};
   double height = 40;
   for (const GanttPanel& p : panels) {
     height += kPanelTitle + kAxisH + kRowH * static_cast<double>(p.rows.size()) + 12;
@@ -383,7 +385,7 @@ std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>&
   absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"#eeeeee\"/>\n",
                   Text(lx + 18, ly, "idle", 11, "start"));
   lx += 18 + 6.2 * 4 + 16;
-  for (int c = 0; c < 8; ++c) {
+  for (int c = 0; c < kNumBarClasses; ++c) {
     if (!used[c]) continue;
     const std::string name = BarClassName(static_cast<BarClass>(c));
     absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"",

@@ -73,7 +73,9 @@ enum class BarClass {
   kTpComm,         // TP all-reduce (compute stream, blocking)
   kDpComm,         // gradient all-reduce (comm stream: drawn in the row's lower strip)
   kWait,           // waiting on a message / the gradients with nothing to compute (exposed comm)
+  kEpComm,         // EP all-to-all's transfer (a MoE dispatch or combine; compute stream, blocking)
 };
+inline constexpr int kNumBarClasses = 9;
 const char* BarClassName(BarClass c);  // legend text, e.g. "forward (F)"
 
 struct GanttBar {

@@ -39,8 +39,10 @@ absl::StatusOr<Nanos> DeviceRunner::EpAllToAll(int step, int op_index, const Op&
       .step = step};
   absl::StatusOr<comm::AllToAllV> a2a = comm::AllToAllV::Create(
       &ctx_->Ep(rank_).rank(index), x.send, send_elems, x.bins, &x.recv, &recv_elems, co, wire);
-  if (!a2a.ok()) return WithSite(a2a.status(), coord_, rank_, step, op, -1);
-  RP_RETURN_IF_ERROR(WithSite(a2a->Run(start), coord_, rank_, step, op, -1));
+  // Errors go back through the pass's kernel, which names the site (runner_ops.cc): naming it here
+  // too printed "rank R (...) step S op X: " twice.
+  if (!a2a.ok()) return a2a.status();
+  RP_RETURN_IF_ERROR(a2a->Run(start));
   const comm::CollectiveResult& r = a2a->result();
   x.recv_counts.resize(recv_elems.size());
   for (size_t i = 0; i < recv_elems.size(); ++i) x.recv_counts[i] = recv_elems[i] / width;

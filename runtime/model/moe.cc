@@ -117,7 +117,11 @@ MoeRouting RouteTokens(ConstMatrixView probs, int top_k, int64_t capacity) {
 int64_t ExpertCapacity(double capacity_factor, int top_k, int64_t tokens, int experts) {
   if (capacity_factor <= 0) return -1;
   const double exact = capacity_factor * top_k * static_cast<double>(tokens) / experts;
-  return static_cast<int64_t>(std::ceil(exact * (1.0 - 1e-12)));
+  const double capacity = std::ceil(exact * (1.0 - 1e-12));
+  // A huge C (any finite C >= 0 is valid) is beyond every token count: no limit. Converting a double
+  // outside int64's range is undefined behaviour (x86 gave INT64_MIN, other targets saturate).
+  if (!(capacity < 0x1p62)) return -1;
+  return static_cast<int64_t>(capacity);
 }
 
 void ExchangeLocally(EpExchange& exchange) {

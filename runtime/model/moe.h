@@ -79,7 +79,8 @@ struct MoeConfig {
 };
 
 // Kept (token, slot)s per expert and source: ⌈C·k·T/E⌉ (computed in double, ignoring a relative
-// excess below 1e-12 so that e.g. 1.1·10 gives 11), or -1 (no limit) when C == 0.
+// excess below 1e-12 so that e.g. 1.1·10 gives 11), or -1 (no limit) when C == 0 or ⌈C·k·T/E⌉ >= 2^62
+// (more than any source's slots; a huge C never converts out of int64's range).
 int64_t ExpertCapacity(double capacity_factor, int top_k, int64_t tokens, int experts);
 
 // How one source routes its T tokens (RouteTokens).

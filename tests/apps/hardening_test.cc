@@ -148,6 +148,12 @@ TEST(Hardening, RunsThatWouldNotFitInMemoryAreBadInputAndInvalidSweepPoints) {
                  "the run would allocate about", "many devices");
   ExpectBadInput(RunBinary("predict --dp=1048576 --pp=1 --tp=1", dir), "--dp: the run would allocate about",
                  "predict, 2^20 devices");
+  // Mixture-of-experts weights count: 16 experts of hidden 4096 over 2 replicas need about 460 MB (the
+  // dense layers alone are a few MB, which is all the estimate used to count).
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --dp=2 --pp=1 --tp=1 --hidden=64x3 --moe_layers=1 "
+                           "--experts=16 --expert_hidden=4096 --ep=2 --microbatches=2",
+                           dir),
+                 "--expert_hidden: the run would allocate about", "MoE experts");
   // A sweep point that would not fit is an invalid point; the others run.
   const fs::path out = dir / "out";
   const Result r = RunBinary("sweep --preset=s1 --steps=1 --reference=false --virtual_time --train_size=4096 "
@@ -162,12 +168,17 @@ TEST(Hardening, RunsThatWouldNotFitInMemoryAreBadInputAndInvalidSweepPoints) {
 
 // The up-front memory estimate is an upper bound of what a run adds (it refuses runs by it): checked
 // against the run's own growth of peak RSS, for small and model-heavy layouts (the optimizer's commit
-// backup and the allocator's arenas were missing: the estimate was 20-25 % under).
+// backup and the allocator's arenas were missing: the estimate was 20-25 % under) and MoE layouts (the
+// experts were missing: 8.6 MB estimated for 460 MB).
 TEST(Hardening, TheMemoryEstimateBoundsTheRunsGrowth) {
   const fs::path dir = TempDir("estimate");
   const fs::path report = dir / "r.json";
-  for (const std::string layout : {"--dp=2 --pp=2 --tp=2", "--dp=4 --pp=4 --tp=2",
-                                   "--dp=4 --pp=2 --tp=1 --hidden=512x5 --optimizer=adam"}) {
+  for (const std::string layout :
+       {"--dp=2 --pp=2 --tp=2", "--dp=4 --pp=4 --tp=2", "--dp=4 --pp=2 --tp=1 --hidden=512x5 --optimizer=adam",
+        // MoE: the experts (sharded over EP; repeated on every TP rank) dominate.
+        "--dp=2 --pp=1 --tp=1 --hidden=64x3 --moe_layers=1 --experts=16 --expert_hidden=4096 --ep=2 --microbatches=2",
+        "--dp=2 --pp=1 --tp=2 --hidden=64x3 --moe_layers=1 --experts=8 --expert_hidden=2048 --top_k=2 "
+        "--microbatches=2"}) {
     ::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "1000", 1);  // refused: the message says the estimate
     const Result refused = RunBinary("run --virtual_time --steps=2 " + layout, dir);
     ::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES");

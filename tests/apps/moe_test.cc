@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -273,6 +274,22 @@ TEST(MoeBinary, EpIsASweepAxis) {
       }
     }
   }
+  fs::remove_all(dir);
+}
+
+// A failing EP all-to-all names its site (rank, coordinates, step, op) once. Eight MoE blocks of 2
+// experts at top-2 diverge to NaN in step 2 (with ep = 1 too: the model, not EP); the NaN stops a DP
+// all-reduce, and the EP all-to-alls waiting on that replica fail — the first failure reported. Its
+// site was prefixed twice ("rank 5 (dp 2, pp 1, tp 0) step 2 op B3: rank 5 (dp 2, pp 1, tp 0) step 2
+// op B3: ...").
+TEST(MoeRun, AFailedEpAllToAllNamesItsSiteOnce) {
+  const fs::path dir = TempDir("ep_failure");
+  const Result r = RunBinary("run --virtual_time --steps=3 --dp=4 --pp=2 --tp=1 --moe_layers=all --ep=2 --experts=2 "
+                             "--top_k=2 --hidden=64x9", dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  ASSERT_NE(r.err.find("all-to-all-v"), std::string::npos) << r.err;  // an EP all-to-all failed
+  const std::regex twice(R"((rank \d+ \(dp \d+, pp \d+, tp \d+\) step \d+ op [^ ]+: )\1)");
+  EXPECT_FALSE(std::regex_search(r.err, twice)) << r.err;
   fs::remove_all(dir);
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "apps/report_reader.h"
 #include "gtest/gtest.h"
 #include "tests/apps/xml_check.h"
 
@@ -142,6 +143,30 @@ TEST(SvgGantt, DrawsEveryBarWithItsLabelAndALegendOfTheClassesUsed) {
   EXPECT_TRUE(HasText(doc, "gradient all-reduce (comm stream)"));
   EXPECT_FALSE(HasText(doc, "TP all-reduce"));  // not used: not in the legend
   EXPECT_TRUE(HasText(doc, "idle"));
+}
+
+// A report's EP all-to-alls (timeline kind "ep_alltoall") are their own class, named so in the tooltips
+// and the legend: they were drawn as "TP all-reduce" bars, also in layouts without TP.
+TEST(SvgGantt, DrawsEpAllToAllsAsTheirOwnClassNotAsTpAllReduces) {
+  const std::string report = R"({"schema": "ringpipe-report/2",
+    "layout": {"world": 2, "pp": 1, "tp": 1, "description": "DP=2 x PP=1 x TP=1"},
+    "schedule": {"name": "1f1b", "microbatches": 1},
+    "timeline": {"ranks": [0], "predicted": {"step_ms": 3, "devices": [{"rank": 0, "pp": 0, "tp": 0, "ops": [
+      {"kind": "compute", "op": "F", "start_ms": 0, "end_ms": 1, "mb": 0},
+      {"kind": "ep_alltoall", "op": "F", "start_ms": 1, "end_ms": 1.5, "mb": 0},
+      {"kind": "compute", "op": "F", "start_ms": 1.5, "end_ms": 3, "mb": 0}]}]}}})";
+  absl::StatusOr<apps::TimelineReport> t = apps::ReadTimelineReport(report);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->panels.size(), 1u);
+  ASSERT_EQ(t->panels[0].bars.size(), 3u);
+  EXPECT_EQ(t->panels[0].bars[1].cls, BarClass::kEpComm);
+  EXPECT_EQ(std::string(BarClassName(BarClass::kEpComm)), "EP all-to-all");
+  const std::string svg = RenderGantt(t->title, t->panels);
+  const XmlDoc doc = ParseXml(svg);
+  ASSERT_TRUE(doc.ok) << doc.error;
+  EXPECT_TRUE(HasText(doc, "EP all-to-all"));    // the legend
+  EXPECT_FALSE(HasText(doc, "TP all-reduce"));   // no TP in this layout
+  EXPECT_NE(svg.find("<title>EP all-to-all 0: 1.000 .. 1.500 ms</title>"), std::string::npos);
 }
 
 }  // namespace

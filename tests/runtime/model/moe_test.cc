@@ -61,6 +61,18 @@ TEST(ExpertCapacity, IsTheCeilingOfCkTOverE) {
   EXPECT_EQ(ExpertCapacity(0.5, 1, 3, 4), 1);
 }
 
+// Any finite C >= 0 is valid input (--capacity_factor=1e30 is accepted): a capacity beyond int64 is no
+// limit, not an out-of-range double -> int64 conversion (undefined; INT64_MIN on x86).
+TEST(ExpertCapacity, AHugeFactorIsNoLimit) {
+  EXPECT_EQ(ExpertCapacity(1e30, 2, 32, 4), -1);
+  EXPECT_EQ(ExpertCapacity(1.7e308, 2, 1 << 20, 1), -1);
+  EXPECT_EQ(ExpertCapacity(1e6, 1, 32, 4), 8000000);  // large but representable: kept
+  Tensor p(3, 2, {0.9f, 0.1f, 0.8f, 0.2f, 0.7f, 0.3f});
+  const MoeRouting r = RouteTokens(p, 1, ExpertCapacity(1e30, 1, 3, 2));
+  EXPECT_EQ(r.dropped, 0);
+  EXPECT_EQ(r.kept, (std::vector<int64_t>{3, 0}));
+}
+
 TEST(RouteTokens, TiesGoToTheLowestIndexAndSlotsAreDistinct) {
   // Token 0: all equal -> experts 0, 1. Token 1: 2 and 3 tie for first -> 2, then 3.
   Tensor p(2, 4, {0.25f, 0.25f, 0.25f, 0.25f, 0.1f, 0.1f, 0.4f, 0.4f});
