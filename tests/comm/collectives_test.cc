@@ -625,6 +625,27 @@ TEST(RingAllReduce, Fp16OverflowIsOutOfRange) {
   for (const auto& s : status) EXPECT_FALSE(s.ok());
 }
 
+// A finite value beyond INT8's largest magnitude (127 * 2^121) on the rank that owns its chunk:
+// the owner encodes it only for the all-gather, where it used to decode to infinity on every rank
+// with an OK status. Now the owner's encode fails, naming the element, and the group fails.
+TEST(RingAllReduce, Int8ValueBeyondItsRangeIsOutOfRangeNotASilentInfinity) {
+  auto comm = RankThreads::MakeComm(2);
+  std::vector<std::vector<float>> out(2, std::vector<float>(4, 0.0f));
+  auto status = RankThreads::Run(2, [&](int r) -> absl::Status {
+    std::vector<float> in = {1.0f, 2.0f, 3.0f, 4.0f};
+    if (r == 0) in[1] = 3.39e38f;  // chunk 0 = elements 0..1, owned by rank 0
+    return comm->rank(r).AllReduce(in, out[static_cast<size_t>(r)], {.codec = Codec::kInt8}).status();
+  });
+  const absl::Status first = comm->abort_status();
+  EXPECT_EQ(first.code(), absl::StatusCode::kOutOfRange) << first;
+  EXPECT_NE(first.message().find("element 1"), std::string::npos) << first;
+  EXPECT_NE(first.message().find("rank 0 (device 10)"), std::string::npos) << first;
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_FALSE(status[r].ok()) << "rank " << r;
+    for (float v : out[r]) EXPECT_FALSE(std::isinf(v)) << "rank " << r;
+  }
+}
+
 TEST(RingAllReduce, ErrorFeedbackKeepsReplicasIdenticalAndCarriesTheError) {
   const int n = 3;
   const size_t count = 2000;

@@ -2,6 +2,7 @@
 // The emulated ring equals the closed form of docs/collectives.md on an uncontended fabric, to the
 // nanosecond; contention, late peers and modeled sizes show up by themselves; results stay exact.
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -457,6 +458,29 @@ TEST(TimedRing, AMissingPeerTimesOutNamingIt) {
   ASSERT_EQ(res.status().code(), absl::StatusCode::kDeadlineExceeded) << res.status();
   EXPECT_NE(res.status().message().find("waiting for rank 1"), std::string::npos) << res.status();
   EXPECT_TRUE(fabric->aborted()) << "a failed timed group aborts its fabric";
+}
+
+// The timed ring (RingMachine) encodes through the same codec: a finite value beyond INT8's largest
+// magnitude on the rank that owns its chunk used to reach every rank as infinity with an OK status.
+TEST(TimedRing, Int8ValueBeyondItsRangeIsOutOfRangeNotASilentInfinity) {
+  auto fabric = MakeFabric(2, 8, Spec());
+  auto comm = MakeTimed(fabric.get(), {0, 1}, {0, 1});
+  std::vector<std::vector<float>> out(2, std::vector<float>(4, 0.0f));
+  auto st = RunThreads(2, [&](int r) -> absl::Status {
+    std::vector<float> in = {1.0f, 2.0f, 3.0f, 4.0f};
+    if (r == 0) in[1] = 3.39e38f;  // chunk 0 = elements 0..1, owned by rank 0
+    auto res = comm->rank(r).AllReduce(in, out[static_cast<size_t>(r)], {.codec = Codec::kInt8},
+                                       kStart);
+    fabric->Finish(r);
+    return res.status();
+  });
+  const absl::Status first = comm->abort_status();
+  EXPECT_EQ(first.code(), absl::StatusCode::kOutOfRange) << first;
+  EXPECT_NE(first.message().find("element 1"), std::string::npos) << first;
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_FALSE(st[r].ok()) << "rank " << r;
+    for (float v : out[r]) EXPECT_FALSE(std::isinf(v)) << "rank " << r;
+  }
 }
 
 }  // namespace
