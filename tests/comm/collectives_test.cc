@@ -678,7 +678,9 @@ TEST(RingAllReduce, LossyWireBuffersAreSizedByTheLargestSegmentNotSegmentBytes) 
           }
           return s;
         }();
-        if (codec == Codec::kFp16) EXPECT_EQ(out[static_cast<size_t>(r)], sum) << "rank " << r;
+        if (codec == Codec::kFp16) {  // small integers: exact in FP16
+          EXPECT_EQ(out[static_cast<size_t>(r)], sum) << "rank " << r;
+        }
       }
     }
   }

@@ -483,5 +483,40 @@ TEST(TimedRing, Int8ValueBeyondItsRangeIsOutOfRangeNotASilentInfinity) {
   }
 }
 
+// Segments are ints: a modeled chunk of 2^32 segments (2^33 elements in 4-byte segments on 2 ranks)
+// wrapped to 0 segments, and the all-reduce returned OK having sent nothing, its output untouched;
+// 2^31 + 3 segments wrapped negative (std::length_error). Create refuses both, naming the field.
+TEST(TimedRing, ModeledChunksOfMoreThanIntMaxSegmentsAreInvalidArgument) {
+  for (const uint64_t elements : {uint64_t{1} << 33, (uint64_t{1} << 32) + 6}) {
+    auto fabric = MakeFabric(2, 8, Spec());
+    auto comm = MakeTimed(fabric.get(), {0, 1}, {0, 1});
+    auto st = RunThreads(2, [&](int r) -> absl::Status {
+      std::vector<float> in(4, 1.0f), out(4, -7.0f);
+      auto res = comm->rank(r).AllReduce(in, out, {.segment_bytes = 4, .model = {.elements = elements}},
+                                         kStart);
+      fabric->Finish(r);
+      return res.status();
+    });
+    for (const absl::Status& s : st) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << elements << ": " << s;
+      EXPECT_NE(s.message().find("model.elements"), std::string::npos) << s;
+    }
+  }
+  // Just below the limit is accepted by Create (not run: 2^31 - 1 messages).
+  auto fabric = MakeFabric(2, 8, Spec());
+  auto comm = MakeTimed(fabric.get(), {0, 1}, {0, 1});
+  std::vector<float> v(4, 1.0f);
+  EXPECT_TRUE(RingAllReduce::Create(&comm->rank(0), v, v,
+                                    {.segment_bytes = 4, .model = {.elements = (uint64_t{1} << 32) - 2}})
+                  .ok());
+}
+
+// The modeled chunk is ceil(M / n) without overflow for any M (it wrapped to 0 near 2^64).
+TEST(TimedShape, RingChunkOfAHugeModeledCountDoesNotWrap) {
+  const uint64_t m = ~uint64_t{0} - 1;
+  const ring::TimedShape s = ring::TimedShape::Ring(3, m, 1 << 20, Codec::kFp32, 0);
+  EXPECT_EQ(s.chunk_elems, m / 3 + 1);
+}
+
 }  // namespace
 }  // namespace rp::comm
