@@ -286,6 +286,21 @@ TEST(AllToAll, LossyStagingIsSizedByTheLargestBlockNotSegmentBytes) {
   }
 }
 
+// send_counts are summed without overflow: 4 x 2^62 wrapped around to 0 = an empty send's size, and
+// Create accepted counts with which the exchange would read far outside `send`.
+TEST(AllToAllV, CountsThatOverflowTheirSumAreInvalidArgument) {
+  auto comm = MakeComm(4);
+  std::vector<float> send, recv;
+  std::vector<int64_t> recv_counts;
+  const std::vector<int64_t> counts(4, int64_t{1} << 62);
+  auto op = AllToAllV::Create(&comm->rank(0), send, counts, 1, &recv, &recv_counts, {});
+  EXPECT_EQ(op.status().code(), absl::StatusCode::kInvalidArgument) << op.status();
+  EXPECT_THAT(std::string(op.status().message()), HasSubstr("send_counts: sum to more than"));
+  std::vector<float> two(2, 1.0f);
+  op = AllToAllV::Create(&comm->rank(0), two, std::vector<int64_t>{1, 0, 0, 1}, 1, &recv, &recv_counts, {});
+  EXPECT_TRUE(op.ok()) << op.status();
+}
+
 // ---- Protocol under pressure ----
 
 // One-element segments through links of capacity 2 with every rank sending to every rank: the
