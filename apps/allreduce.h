@@ -58,6 +58,11 @@ struct Row {
   uint64_t wire_bytes_per_rank = 0;
 };
 
+// Bytes one rank of a row allocates at most: its input (out of place) and output, the lossy codecs'
+// wire buffers on the untimed ring (channel_capacity + 2, each sized for the largest segment:
+// comm/ring_runner.cc), and, timed, a copy of the whole buffer for its messages in flight (a bound).
+double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool timed);
+
 // The untimed (host-throughput) path.
 absl::StatusOr<Row> RunUntimed(const Settings& s, uint64_t bytes, uint64_t segment);
 // The timed path on a fabric of `spec` (rank r on device r).

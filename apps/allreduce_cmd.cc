@@ -58,6 +58,9 @@ int Run(const ParsedArgs& args) {
   c.run = [&s](uint64_t bytes, uint64_t segment, const LinkSpec* spec) {
     return spec != nullptr ? allreduce::RunTimed(s, bytes, segment, *spec) : allreduce::RunUntimed(s, bytes, segment);
   };
+  c.rank_bytes = [&s](uint64_t bytes, uint64_t segment, bool on_fabric) {
+    return allreduce::RankHostBytes(s, bytes, segment, on_fabric);
+  };
   return collective_bench::Run(s, c);
 }
 

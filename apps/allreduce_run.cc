@@ -104,6 +104,19 @@ absl::StatusOr<Row> Finish(const Settings& s, const Shared& sh, uint64_t count) 
 
 }  // namespace
 
+double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool timed) {
+  const uint64_t count = bytes / sizeof(float);
+  double total = static_cast<double>(bytes) * (s.in_place ? 1 : 2);
+  if (!timed && s.codec != comm::Codec::kFp32 && s.ranks > 1) {
+    const uint64_t n = static_cast<uint64_t>(s.ranks);
+    const uint64_t largest = std::min<uint64_t>(segment / sizeof(float), (count + n - 1) / n);
+    const uint64_t buffer = (comm::SegmentWireBytes(s.codec, largest) + 63) / 64 * 64;
+    total += static_cast<double>(comm::kDefaultChannelCapacity + 2) * static_cast<double>(buffer);
+  }
+  if (timed) total += static_cast<double>(bytes);
+  return total;
+}
+
 absl::StatusOr<Row> RunUntimed(const Settings& s, uint64_t bytes, uint64_t segment) {
   const uint64_t count = bytes / sizeof(float);
   comm::CommunicatorOptions co;

@@ -40,6 +40,10 @@ using Row = allreduce::Row;
 // Elements per rank for a size: bytes / 4 rounded down to a multiple of n, at least n.
 uint64_t CountFor(uint64_t bytes, int n);
 
+// Bytes one rank of a row allocates at most: its send and receive buffers, the lossy codecs' staging
+// buffer on the untimed path (every block but its own, a slot per message: comm/alltoall_runner.cc),
+// and, timed, a copy of every message it sends (each owns its bytes).
+double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool timed);
 absl::StatusOr<Row> RunUntimed(const Settings& s, uint64_t bytes, uint64_t segment);
 absl::StatusOr<Row> RunTimed(const Settings& s, uint64_t bytes, uint64_t segment, const LinkSpec& spec);
 

@@ -34,6 +34,9 @@ int Run(const ParsedArgs& args) {
   c.run = [&s](uint64_t bytes, uint64_t segment, const LinkSpec* spec) {
     return spec != nullptr ? alltoall::RunTimed(s, bytes, segment, *spec) : alltoall::RunUntimed(s, bytes, segment);
   };
+  c.rank_bytes = [&s](uint64_t bytes, uint64_t segment, bool on_fabric) {
+    return alltoall::RankHostBytes(s, bytes, segment, on_fabric);
+  };
   return collective_bench::Run(s, c);
 }
 

@@ -92,6 +92,20 @@ uint64_t CountFor(uint64_t bytes, int n) {
   return std::max(ranks, bytes / sizeof(float) / ranks * ranks);
 }
 
+double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool timed) {
+  const uint64_t count = CountFor(bytes, s.ranks), n = static_cast<uint64_t>(s.ranks);
+  const double buffer = static_cast<double>(count * sizeof(float));
+  double total = 2 * buffer;  // send, recv
+  if (!timed && s.codec != comm::Codec::kFp32 && n > 1) {
+    const uint64_t block = count / n, seg = std::max<uint64_t>(1, segment / sizeof(float));
+    const uint64_t messages = (n - 1) * std::max<uint64_t>(1, (block + seg - 1) / seg);
+    // Every other block's wire bytes, plus each slot's scale and 8-byte alignment.
+    total += static_cast<double>(comm::SegmentWireBytes(s.codec, (n - 1) * block)) + 12.0 * static_cast<double>(messages);
+  }
+  if (timed) total += buffer;
+  return total;
+}
+
 absl::StatusOr<Row> RunUntimed(const Settings& s, uint64_t bytes, uint64_t segment) {
   comm::CommunicatorOptions co;
   co.devices = Iota(s.ranks);

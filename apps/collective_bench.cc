@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "apps/config_fields.h"
 #include "apps/files.h"
+#include "apps/memory_estimate.h"
 #include "apps/shared_flags.h"
 #include "comm/codec.h"
 #include "runtime/link_models.h"
@@ -147,7 +148,15 @@ std::vector<uint64_t> Sizes(const Settings& s, uint64_t unit) {
   return sizes;
 }
 
+// A rank thread's resident stack, counted per rank (as `run`'s estimate does per device).
+constexpr double kRankThreadBytes = 256 << 10;
+
 }  // namespace
+
+double RowHostBytes(const Command& c, int ranks, uint64_t bytes, uint64_t segment, bool timed) {
+  const double per_rank = (c.rank_bytes ? c.rank_bytes(bytes, segment, timed) : 0) + kRankThreadBytes;
+  return static_cast<double>(ranks) * per_rank;
+}
 
 int Run(const Settings& s, const Command& c) {
   const std::vector<uint64_t> sizes = Sizes(s, c.unit_bytes);
@@ -156,6 +165,22 @@ int Run(const Settings& s, const Command& c) {
                 absl::StrCat("--max_bytes: no size in [", s.min_bytes, ", ", s.max_bytes, "] B (--min_bytes, "
                              "--max_bytes) is a multiple of ", c.unit_bytes, " B",
                              c.unit_bytes > 4 ? absl::StrCat(" (4 B x ", c.unit_bytes / 4, " ranks)") : ""));
+  }
+  if (c.rank_bytes) {
+    // Rows run one at a time, and each frees its buffers: the largest row must fit.
+    double largest = 0;
+    uint64_t largest_segment = 0;
+    for (const uint64_t segment : s.segments) {
+      const double b = RowHostBytes(c, s.ranks, sizes.back(), segment, s.link != "ideal");
+      if (b > largest) largest = b, largest_segment = segment;
+    }
+    if (const double available = AvailableMemoryBytes(); largest > available) {
+      return Fail(c, kExitBadInput,
+                  absl::StrFormat("--max_bytes: a row of %d B on %d ranks (segment %d B, codec %s) would allocate "
+                                  "about %.3g GB; this machine has %.3g GB available (MemAvailable)",
+                                  sizes.back(), s.ranks, largest_segment, comm::CodecName(s.codec), largest / 1e9,
+                                  available / 1e9));
+    }
   }
   OutputFiles outputs;
   if (absl::Status st = outputs.Declare("json", s.json); !st.ok() || !(st = outputs.CheckAll({})).ok()) {

@@ -3,8 +3,9 @@
 // header, the fastest segment per size, the #wrong total and the --json rows. Each command brings
 // its engine (apps/allreduce.h, apps/alltoall.h), its header notes and its extra flags.
 //
-// Exit codes: 2 for a bad flag or output path (one line naming it), 3 if an engine fails or any
-// element is wrong, else 0.
+// Exit codes: 2 for a bad flag or output path (one line naming it), or sizes whose buffers would not
+// fit in the memory available (MemAvailable, or RINGPIPE_MEMORY_LIMIT_BYTES; apps/memory_estimate.h),
+// 3 if an engine fails or any element is wrong, else 0.
 #pragma once
 
 #include <functional>
@@ -34,7 +35,14 @@ struct Command {
   uint64_t unit_bytes = 4;
   // One row; spec is null for --link=ideal (the untimed path).
   std::function<absl::StatusOr<Row>(uint64_t bytes, uint64_t segment, const LinkSpec* spec)> run;
+  // What one row allocates per rank at most (its buffers, lossy wire buffers, timed messages' copies),
+  // in bytes: Run refuses sizes whose rows would not fit in memory (exit 2, naming --max_bytes)
+  // instead of dying of std::bad_alloc or the OOM killer midway. Unset: not checked.
+  std::function<double(uint64_t bytes, uint64_t segment, bool timed)> rank_bytes;
 };
+
+// What a row of `ranks` ranks allocates: `rank_bytes` each, plus their threads' stacks.
+double RowHostBytes(const Command& c, int ranks, uint64_t bytes, uint64_t segment, bool timed);
 
 // The shared flags: ranks, sizes, segments, codec, iterations, link, json.
 std::vector<FlagSpec> Flags(const std::string& min_bytes_help, const std::string& max_bytes_help,

@@ -1,5 +1,6 @@
 // ValidateConfig: everything a run needs, checked before anything runs; the config is not changed.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <optional>
 
@@ -17,6 +18,14 @@
 
 namespace rp::apps {
 namespace {
+
+// A number as its shortest round-trip decimal ("1048576", "1048576.5"): absl::StrCat's 6 digits
+// print the bound 1048576 and the value 1048577 both as "1.04858e+06".
+std::string Exact(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), x);
+  return std::string(buf, r.ptr);
+}
 
 using budget::CheckCostModel;
 using budget::CheckMessages;
@@ -192,18 +201,19 @@ absl::Status CheckLinkOverrides(const RunConfig& cfg) {
 // DDP buckets, reduction, watchdog.
 absl::Status CheckCollectives(const RunConfig& cfg) {
   if (!(cfg.bucket_mb > 0) || cfg.bucket_mb > kMaxBucketMb) {
-    return FieldError("bucket_mb", absl::StrCat("must be in (0, ", kMaxBucketMb, "] MiB, got ", cfg.bucket_mb));
+    return FieldError("bucket_mb",
+                      absl::StrCat("must be in (0, ", Exact(kMaxBucketMb), "] MiB, got ", Exact(cfg.bucket_mb)));
   }
   if (cfg.bucket_mb * 1048576.0 < 4) {
-    return FieldError("bucket_mb", absl::StrCat(cfg.bucket_mb, " MiB is less than one fp32 gradient (4 bytes)"));
+    return FieldError("bucket_mb", absl::StrCat(Exact(cfg.bucket_mb), " MiB is less than one fp32 gradient (4 bytes)"));
   }
   if (!(cfg.reduce_gbps >= 0)) return FieldError("reduce_gbps", absl::StrCat("must be >= 0, got ", cfg.reduce_gbps));
   if (cfg.reduce_gbps != 0 && cfg.reduce_gbps < 1e-6) {
     return FieldError("reduce_gbps", absl::StrCat("must be 0 (free) or at least 1e-6 GB/s, got ", cfg.reduce_gbps));
   }
   if (!(cfg.watchdog_timeout > 0) || cfg.watchdog_timeout > kMaxWatchdogSeconds) {
-    return FieldError("watchdog_timeout", absl::StrCat("must be in (0, ", kMaxWatchdogSeconds, "] seconds, got ",
-                                                       cfg.watchdog_timeout));
+    return FieldError("watchdog_timeout", absl::StrCat("must be in (0, ", Exact(kMaxWatchdogSeconds),
+                                                       "] seconds, got ", Exact(cfg.watchdog_timeout)));
   }
   return absl::OkStatus();
 }

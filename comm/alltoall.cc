@@ -52,6 +52,36 @@ absl::Status CheckCommon(const RankComm* comm, const CollectiveOptions& options,
   return absl::OkStatus();
 }
 
+// Messages are numbered with ints: a block of more than kMaxBlockMessages segments, real or (timed)
+// modeled, is refused instead of wrapping (a wrapped count sent nothing, or threw), and so is a
+// modeled size that overflows 64 bits.
+constexpr uint64_t kMaxBlockMessages = 0x7fffffff;
+
+absl::Status CheckBlockMessages(RankComm* comm, const CollectiveOptions& options,
+                                const AllToAllWireModel& wire, uint64_t block, int peer) {
+  const std::string what = peer < 0 ? "each block" : absl::StrCat("the block for rank ", peer);
+  const uint64_t seg = options.segment_bytes / sizeof(float);
+  auto ceil_div = [](uint64_t a, uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); };
+  if (ceil_div(block, seg) > kMaxBlockMessages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "segment_bytes: ", options.segment_bytes, " B cuts ", what, " (", block,
+        " elements) into more than ", kMaxBlockMessages, " segments"));
+  }
+  if (comm->group().options().fabric == nullptr) return absl::OkStatus();
+  const uint64_t units = ceil_div(block, wire.unit_elements);
+  if (wire.modeled_unit_elements != 0 && units > ~uint64_t{0} / wire.modeled_unit_elements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wire.modeled_unit_elements: ", wire.modeled_unit_elements, " x ", units, " units (",
+        what, ") overflows 64 bits"));
+  }
+  if (ceil_div(units * wire.modeled_unit_elements, seg) > kMaxBlockMessages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wire.modeled_unit_elements: ", what, " is ", units * wire.modeled_unit_elements, " modeled elements, more than ", kMaxBlockMessages,
+        " segments of ", options.segment_bytes, " B"));
+  }
+  return absl::OkStatus();
+}
+
 bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto* pa = static_cast<const std::byte*>(a);
   const auto* pb = static_cast<const std::byte*>(b);
@@ -75,6 +105,7 @@ absl::StatusOr<AllToAll> AllToAll::Create(RankComm* comm, std::span<const float>
   if (Overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes())) {
     return absl::InvalidArgumentError("recv: overlaps send");
   }
+  RP_RETURN_IF_ERROR(CheckBlockMessages(comm, options, wire, send.size() / n, -1));
   return AllToAll(comm, send, recv, options, wire);
 }
 
@@ -107,15 +138,21 @@ absl::StatusOr<AllToAllV> AllToAllV::Create(RankComm* comm, std::span<const floa
                                                    " entries, expected ranks (", n, ") x bins (",
                                                    bins, ")"));
   }
-  int64_t total = 0;
+  uint64_t total = 0;
   for (size_t i = 0; i < send_counts.size(); ++i) {
     if (send_counts[i] < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("send_counts[", i, "]: ", send_counts[i], " is negative"));
     }
-    total += send_counts[i];
+    // Summed without overflow: counts that wrap around to send.size() (4 x 2^62 with an empty
+    // send) were accepted, and the exchange then read far outside `send`.
+    if (static_cast<uint64_t>(send_counts[i]) > send.size() - std::min<uint64_t>(total, send.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("send_counts: sum to more than send's ",
+                                                     send.size(), " elements (at entry ", i, ")"));
+    }
+    total += static_cast<uint64_t>(send_counts[i]);
   }
-  if (total != static_cast<int64_t>(send.size())) {
+  if (total != send.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("send_counts: sum to ", total, ", but send has ", send.size(), " elements"));
   }
@@ -127,6 +164,13 @@ absl::StatusOr<AllToAllV> AllToAllV::Create(RankComm* comm, std::span<const floa
   }
   if (!send_counts.empty() && recv_counts->data() == send_counts.data()) {
     return absl::InvalidArgumentError("recv_counts: is send_counts");
+  }
+  for (int p = 0; p < n; ++p) {
+    uint64_t block = 0;
+    for (int b = 0; b < bins; ++b) {
+      block += static_cast<uint64_t>(send_counts[static_cast<size_t>(p) * bins + b]);
+    }
+    RP_RETURN_IF_ERROR(CheckBlockMessages(comm, options, wire, block, p));
   }
   return AllToAllV(comm, send, send_counts, bins, recv, recv_counts, options, wire);
 }

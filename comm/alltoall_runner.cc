@@ -224,7 +224,14 @@ absl::Status AllToAllRunner::Check(const A2aMsg& w, int peer, int step, int32_t 
 void AllToAllRunner::PrepareStaging(std::span<const size_t> send_off, bool empty_block_message) {
   stage_off_.assign(static_cast<size_t>(n_), 0);
   if (codec_ == Codec::kFp32) return;
-  stride_ = (SegmentWireBytes(codec_, seg_) + 7) / 8 * 8;
+  // A slot holds the largest segment this call sends (at most its largest block), not segment_bytes:
+  // small blocks with 1 GiB segments must not stage 1 GiB per message.
+  size_t largest_block = 0;
+  for (int p = 0; p < n_; ++p) {
+    const size_t up = static_cast<size_t>(p);
+    if (p != r_) largest_block = std::max(largest_block, send_off[up + 1] - send_off[up]);
+  }
+  stride_ = (SegmentWireBytes(codec_, std::min(seg_, largest_block)) + 7) / 8 * 8;
   size_t bytes = 0;
   for (int p = 0; p < n_; ++p) {
     if (p == r_) continue;

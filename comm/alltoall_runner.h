@@ -93,7 +93,7 @@ class AllToAllRunner {
   bool finished_ = false;
   uint64_t op_id_ = 0;
   std::vector<size_t> stage_off_;  // per peer: byte offset of its block's slots in a2a_wire_
-  size_t stride_ = 0;              // bytes per slot (a full segment's wire bytes, 8-aligned)
+  size_t stride_ = 0;              // bytes per slot (the largest segment's wire bytes, 8-aligned)
   CollectiveResult result_;
 };
 

@@ -261,6 +261,11 @@ absl::Status EncodeInt8(const float* src, size_t n, std::byte* wire) {
     const size_t i = FirstNonFinite(src, n);
     return EncodeError(Codec::kInt8, i, src[i]);
   }
+  if (max_abs > kInt8MaxMagnitude) {
+    size_t i = 0;
+    while (!(std::fabs(src[i]) > kInt8MaxMagnitude)) ++i;
+    return EncodeError(Codec::kInt8, i, src[i]);
+  }
   const float scale = Int8Scale(max_abs);
   std::memcpy(wire, &scale, 4);
   auto* q = reinterpret_cast<int8_t*>(wire + kInt8ScaleBytes);
@@ -454,7 +459,8 @@ absl::Status Encode(Codec codec, const float* src, size_t n, std::byte* wire,
     const float v = src[i];
     const float a = std::fabs(v);
     const bool bad = !std::isfinite(v) || (codec == Codec::kFp16 && a >= 65520.0f) ||
-                     (codec == Codec::kBf16 && Bits(a) >= 0x7f7f8000u);
+                     (codec == Codec::kBf16 && Bits(a) >= 0x7f7f8000u) ||
+                     (codec == Codec::kInt8 && a > kInt8MaxMagnitude);
     if (bad) return EncodeError(codec, first_index + i, v);
   }
   return s;

@@ -6,16 +6,20 @@
 //   kInt8  1 byte per element + one 4-byte float scale per segment (a segment of 0 elements puts
 //          nothing on the wire). The scale is a power of two, 2^e with e the smallest integer
 //          >= -126 such that 127 * 2^e >= max|x|; q = round_to_nearest_even(x / 2^e) in [-127, 127].
+//          |x| > 127 * 2^121 (kInt8MaxMagnitude, ~3.3748e38) is an overflow: its scale would be 2^122,
+//          and 64 * 2^122 = 2^128 decodes to infinity.
 //
 // Guarantees (tested):
 //   * Encode(Decode(Encode(x))) == Encode(x) byte for byte, for every codec (idempotence). A ring
 //     that forwards a decoded value re-encodes exactly the bytes it received, which is how the
 //     all-gather "forwards the encoded bytes unchanged" without holding them.
 //   * Finite inputs never produce NaN/Inf: a value the codec cannot represent (FP16 beyond ±65504,
-//     BF16 rounding to infinity) or a non-finite input is an OutOfRange error naming the element;
+//     BF16 rounding to infinity, INT8 beyond ±kInt8MaxMagnitude) or a non-finite input is an
+//     OutOfRange error naming the element;
 //     the output is then unspecified. Sums in DecodeAdd that overflow FP32 are OutOfRange too.
 //   * Per-quantization error bounds (|decode(encode(x)) - x|): FP32 0; FP16 <= 2^-11 |x| (normal
-//     range) or 2^-25 (subnormal); BF16 <= 2^-8 |x|; INT8 <= 2^(e-1) < max|x| / 127 over the
+//     range) or 2^-25 (subnormal); BF16 <= 2^-8 |x| (or 2^-134 below 2^-126, where bfloat16 is
+//     subnormal); INT8 <= 2^(e-1) < max|x| / 127 over the
 //     segment (and <= 2^-127 absolutely when the segment's max is below 127 * 2^-126).
 //
 // Error feedback: EncodeWithFeedback adds a residual r to x before encoding and stores the new
@@ -51,6 +55,10 @@ absl::StatusOr<Codec> ParseCodec(std::string_view name);
 
 // Bytes of the INT8 per-segment scale.
 inline constexpr uint64_t kInt8ScaleBytes = 4;
+// The largest magnitude INT8 carries: q = 127 at the scale 2^121 (127 * 2^121). A segment whose max
+// is above it would need the scale 2^122, where that max rounds to q = 64, which decodes to
+// 64 * 2^122 = 2^128, infinity in FP32; Encode returns OutOfRange instead.
+inline constexpr float kInt8MaxMagnitude = 0x1.fcp+127f;  // ~3.3748e38
 
 // Bytes one segment of `elems` FP32 values occupies on the wire in `codec` (metadata included).
 constexpr uint64_t SegmentWireBytes(Codec codec, uint64_t elems) {

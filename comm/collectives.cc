@@ -46,6 +46,35 @@ absl::Status CheckComm(const RankComm* comm) {
   return absl::OkStatus();
 }
 
+// Segments are numbered with ints (and carried as int32 in messages): a chunk of more than
+// kMaxSegmentsPerChunk segments — real, or modeled on a timed communicator — is refused instead of
+// wrapping (a modeled all-reduce of 2^33 elements in 4-byte segments on 2 ranks had 2^32 segments per
+// chunk, which wrapped to 0: it returned OK without sending anything; 2^31 + 3 threw
+// std::length_error). `parts` is n for the ring's chunks, 1 for a broadcast's chain.
+constexpr uint64_t kMaxSegmentsPerChunk = 0x7fffffff;
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+absl::Status CheckSegmentCount(RankComm* comm, const CollectiveOptions& options, size_t count,
+                               int parts) {
+  const uint64_t seg = options.segment_bytes / sizeof(float);
+  const uint64_t p = static_cast<uint64_t>(parts < 1 ? 1 : parts);
+  if (CeilDiv(CeilDiv(count, p), seg) > kMaxSegmentsPerChunk) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "segment_bytes: ", options.segment_bytes, " B cuts a chunk of ", CeilDiv(count, p),
+        " elements into more than ", kMaxSegmentsPerChunk, " segments"));
+  }
+  if (comm->group().options().fabric != nullptr &&
+      options.model.elements != WireModel::kRealCount &&
+      CeilDiv(CeilDiv(options.model.elements, p), seg) > kMaxSegmentsPerChunk) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.elements: ", options.model.elements, " modeled elements in segments of ",
+        options.segment_bytes, " B give more than ", kMaxSegmentsPerChunk,
+        " segments per chunk"));
+  }
+  return absl::OkStatus();
+}
+
 void CopyIfDistinct(const float* src, float* dst, size_t n) {
   if (src != dst && n > 0) std::memcpy(dst, src, n * sizeof(float));
 }
@@ -64,6 +93,7 @@ absl::StatusOr<RingAllReduce> RingAllReduce::Create(RankComm* comm, std::span<co
                                                    " has ", in.size(), " input elements but ",
                                                    out.size(), " output elements"));
   }
+  RP_RETURN_IF_ERROR(CheckSegmentCount(comm, options, in.size(), comm->size()));
   return RingAllReduce(comm, in, out, options);
 }
 
@@ -101,6 +131,7 @@ absl::StatusOr<RingReduceScatter> RingReduceScatter::Create(RankComm* comm,
         "out: reduce-scatter of ", in.size(), " elements gives rank ", comm->rank(), " ",
         own.size, " elements, but out has ", out.size()));
   }
+  RP_RETURN_IF_ERROR(CheckSegmentCount(comm, options, in.size(), comm->size()));
   return RingReduceScatter(comm, in, out, options);
 }
 
@@ -143,6 +174,7 @@ absl::StatusOr<RingAllGather> RingAllGather::Create(RankComm* comm, std::span<co
         "in: all-gather of ", out.size(), " elements takes ", own.size, " elements from rank ",
         comm->rank(), ", but in has ", in.size()));
   }
+  RP_RETURN_IF_ERROR(CheckSegmentCount(comm, options, out.size(), comm->size()));
   return RingAllGather(comm, in, out, options);
 }
 
@@ -179,6 +211,7 @@ absl::StatusOr<RingBroadcast> RingBroadcast::Create(RankComm* comm, int root,
                                                    in.size(), " input elements but ", out.size(),
                                                    " output elements"));
   }
+  RP_RETURN_IF_ERROR(CheckSegmentCount(comm, options, out.size(), 1));
   return RingBroadcast(comm, root, in, out, options);
 }
 

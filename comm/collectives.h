@@ -5,8 +5,8 @@
 //   RingAllGather      out[chunk c] = rank c's in.
 //   RingBroadcast      a pipelined chain root -> root + 1 -> ... -> root - 1; out = root's in.
 //
-// Each class: static Create(...) validates (InvalidArgument naming the field) and returns the
-// operation; Run(start) executes it on the calling rank's thread and must be called on every rank
+// Each class: static Create(...) validates (InvalidArgument naming the field; also a chunk of more
+// than 2^31 - 1 segments, real or modeled) and returns the operation; Run(start) executes it on the calling rank's thread and must be called on every rank
 // of the group. Words (chunk, segment, step) as defined in comm/ring_steps.h.
 //
 // Pipelining: a rank sends segment k of its step-s chunk before it receives and reduces segment k

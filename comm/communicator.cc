@@ -230,6 +230,10 @@ uint64_t RankComm::residual_bytes() const {
   return bytes;
 }
 
+uint64_t RankComm::wire_buffer_bytes() const {
+  return static_cast<uint64_t>(pool_.size()) * pool_buffer_bytes_ + a2a_wire_.size();
+}
+
 std::span<float> RankComm::Residual(int slot, size_t count) {
   const size_t s = static_cast<size_t>(slot < 0 ? 0 : slot);
   if (residuals_.size() <= s) residuals_.resize(s + 1);

@@ -324,6 +324,11 @@ class RankComm {
   const WireStats& stats() const { return stats_; }
   // Bytes of error-feedback residual this rank holds.
   uint64_t residual_bytes() const;
+  // Bytes of wire buffers this rank holds for lossy codecs on untimed communicators: the ring's
+  // pool (channel_capacity + 2 buffers, each sized for the largest segment a call has sent, not for
+  // segment_bytes) and the all-to-all's staging buffer. They are kept for later calls and grow only
+  // when a call needs more.
+  uint64_t wire_buffer_bytes() const;
   Communicator& group() { return *group_; }
 
   // ---- For collectives driven by an event-driven comm stream (comm/comm_stream.h) ----

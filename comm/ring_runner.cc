@@ -53,10 +53,9 @@ absl::Status RingRunner::Begin() {
   if (feedback_) residual_ = rc_.Residual(feedback_slot_, count_).data();
   if (timed_) return absl::OkStatus();  // RunTimed does the rest
   // Chunk 0 is the largest chunk; a broadcast's segments span the whole buffer.
-  const size_t max_segments = static_cast<size_t>(
-      ring::NumSegments(
-                   kind_ == OpKind::kBroadcast ? count_ : ring::ChunkRange(count_, n_, 0).size,
-                   seg_));
+  const size_t max_chunk =
+      kind_ == OpKind::kBroadcast ? count_ : ring::ChunkRange(count_, n_, 0).size;
+  const size_t max_segments = static_cast<size_t>(ring::NumSegments(max_chunk, seg_));
   if (rc_.ready_.size() < max_segments) {
     rc_.ready_.resize(max_segments);
     rc_.fwd_.resize(max_segments);
@@ -66,7 +65,10 @@ absl::Status RingRunner::Begin() {
   forward_ = group_.options().forward_lends && codec_ == Codec::kFp32 && n_ > 2;
   stream_ = count_ * sizeof(float) * static_cast<size_t>(n_) >= group_.options().streaming_min_bytes;
   if (codec_ != Codec::kFp32 && n_ > 1) {
-    const size_t bytes = (SegmentWireBytes(codec_, seg_) + 63) / 64 * 64;
+    // Sized for the largest segment this call sends (a segment is at most one chunk), not for
+    // segment_bytes: a small all-reduce with 1 GiB segments must not allocate 1 GiB buffers.
+    const size_t largest = std::min(seg_, max_chunk);
+    const size_t bytes = (SegmentWireBytes(codec_, largest) + 63) / 64 * 64;
     const size_t buffers = group_.options().channel_capacity + 2;
     if (rc_.pool_buffer_bytes_ < bytes || rc_.pool_.size() < buffers) {
       RP_CHECK(rc_.in_flight_ == 0) << "wire buffers still in flight";

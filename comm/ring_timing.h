@@ -48,8 +48,8 @@ struct TimedShape {
   static TimedShape Ring(int n, uint64_t elements, uint64_t segment_elems, Codec codec,
                          double reduce_gbps) {
     const uint64_t un = static_cast<uint64_t>(n < 1 ? 1 : n);
-    return TimedShape{(elements + un - 1) / un, segment_elems < 1 ? 1 : segment_elems, codec,
-                      reduce_gbps};
+    return TimedShape{elements / un + (elements % un != 0 ? 1 : 0),  // ceil, without overflow
+                      segment_elems < 1 ? 1 : segment_elems, codec, reduce_gbps};
   }
   // A chain (broadcast) of `elements`: one chunk.
   static TimedShape Chain(uint64_t elements, uint64_t segment_elems, Codec codec) {

@@ -190,6 +190,21 @@ TEST(Config, ValidationNamesTheField) {
   }
 }
 
+// A bound and a value just past it are told apart: with 6 significant digits both read
+// "1.04858e+06" ("must be in (0, 1.04858e+06] MiB, got 1.04858e+06").
+TEST(Config, OutOfRangeBucketAndWatchdogNameTheExactBoundAndValue) {
+  auto cfg = Load({"--bucket_mb=1048577"});
+  EXPECT_THAT(std::string(cfg.status().message()),
+              HasSubstr("--bucket_mb: must be in (0, 1048576] MiB, got 1048577"));
+  cfg = Load({"--bucket_mb=1048576.5"});
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("got 1048576.5"));
+  cfg = Load({"--bucket_mb=1e-7"});
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("--bucket_mb: 1e-07 MiB is less than one fp32"));
+  cfg = Load({"--watchdog_timeout=86400.25"});
+  EXPECT_THAT(std::string(cfg.status().message()),
+              HasSubstr("--watchdog_timeout: must be in (0, 86400] seconds, got 86400.25"));
+}
+
 // `run` takes what the machine's thread limit allows (one thread per device on the virtual clock, two
 // on the real clock) and points larger layouts at `predict`.
 TEST(Config, RunTakesWhatTheThreadLimitAllowsAndPointsLargerLayoutsAtPredict) {

@@ -166,6 +166,32 @@ TEST(Hardening, RunsThatWouldNotFitInMemoryAreBadInputAndInvalidSweepPoints) {
   fs::remove_all(dir);
 }
 
+// `allreduce` and `alltoall` allocate ranks x their buffers per row: a row that would not fit is bad
+// input before anything is allocated or printed (it was std::bad_alloc, exit 134, or the OOM killer).
+TEST(Hardening, CollectiveBenchmarksThatWouldNotFitInMemoryAreBadInput) {
+  const fs::path dir = TempDir("bench-memory");
+  const std::string rows = (dir / "rows.json").string();
+  ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "200000000", 1), 0);
+  for (const std::string cmd : {"allreduce", "alltoall"}) {
+    // 4 ranks x (64 MiB in + 64 MiB out): 537 MB.
+    ExpectBadInput(RunBinary(cmd + " --ranks=4 --min_bytes=64M --max_bytes=64M --iters=1 --warmup=0 --json=" + rows,
+                             dir),
+                   "--max_bytes: a row of 67108864 B on 4 ranks", cmd);
+    ExpectBadInput(RunBinary(cmd + " --ranks=4 --min_bytes=64M --max_bytes=64M --iters=1 --warmup=0 "
+                             "--link=dgx-a100 --codec=bf16",
+                             dir),
+                   "would allocate about", cmd + " timed");
+    EXPECT_FALSE(fs::exists(rows)) << cmd;
+    // A small row with huge segments fits: lossy wire buffers are sized by the largest segment.
+    const Result r = RunBinary(cmd + " --ranks=2 --min_bytes=4K --max_bytes=4K --segment_bytes=1G --codec=fp16 "
+                               "--iters=1 --warmup=0",
+                               dir);
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+  }
+  ::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES");
+  fs::remove_all(dir);
+}
+
 // The up-front memory estimate is an upper bound of what a run adds (it refuses runs by it): checked
 // against the run's own growth of peak RSS, for small and model-heavy layouts (the optimizer's commit
 // backup and the allocator's arenas were missing: the estimate was 20-25 % under) and MoE layouts (the

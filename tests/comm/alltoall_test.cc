@@ -254,6 +254,53 @@ INSTANTIATE_TEST_SUITE_P(Grid, AllToAllGrid,
                                                CodecName(std::get<2>(p.param)));
                          });
 
+// Lossy codecs stage each message in a slot of the rank's staging buffer. Slots were sized for
+// segment_bytes whatever the blocks: 8-element BF16 blocks with 16 MiB segments staged 8 MiB per peer
+// (with 1 GiB segments, 512 MiB per peer and rank). A slot holds the largest segment a call sends.
+TEST(AllToAll, LossyStagingIsSizedByTheLargestBlockNotSegmentBytes) {
+  const int n = 4;
+  const size_t block = 8;
+  auto comm = MakeComm(n);
+  std::vector<std::vector<float>> send(n), recv(n);
+  for (int r = 0; r < n; ++r) {
+    send[r] = RandomValues(block * n, 300 + r);
+    recv[r].assign(send[r].size(), NAN);
+  }
+  ExpectAllOk(RunRanks(n, [&](int r) -> absl::Status {
+    RP_ASSIGN_OR_RETURN(auto op, AllToAll::Create(&comm->rank(r), send[r], recv[r],
+                                                  {.codec = Codec::kBf16,
+                                                   .segment_bytes = size_t{16} << 20}));
+    return op.Run();
+  }));
+  for (int r = 0; r < n; ++r) {
+    // One message per peer, each a slot of 2 x 8 bytes.
+    EXPECT_LE(comm->rank(r).wire_buffer_bytes(), static_cast<uint64_t>(n - 1) * 2 * block)
+        << "rank " << r;
+    std::vector<float> expect;
+    for (int s = 0; s < n; ++s) {
+      const auto b = OverTheWire(std::span<const float>(send[s]).subspan(r * block, block),
+                                 Codec::kBf16, block, s == r);
+      expect.insert(expect.end(), b.begin(), b.end());
+    }
+    EXPECT_EQ(Wrong(recv[r], expect), 0u) << "rank " << r;
+  }
+}
+
+// send_counts are summed without overflow: 4 x 2^62 wrapped around to 0 = an empty send's size, and
+// Create accepted counts with which the exchange would read far outside `send`.
+TEST(AllToAllV, CountsThatOverflowTheirSumAreInvalidArgument) {
+  auto comm = MakeComm(4);
+  std::vector<float> send, recv;
+  std::vector<int64_t> recv_counts;
+  const std::vector<int64_t> counts(4, int64_t{1} << 62);
+  auto op = AllToAllV::Create(&comm->rank(0), send, counts, 1, &recv, &recv_counts, {});
+  EXPECT_EQ(op.status().code(), absl::StatusCode::kInvalidArgument) << op.status();
+  EXPECT_THAT(std::string(op.status().message()), HasSubstr("send_counts: sum to more than"));
+  std::vector<float> two(2, 1.0f);
+  op = AllToAllV::Create(&comm->rank(0), two, std::vector<int64_t>{1, 0, 0, 1}, 1, &recv, &recv_counts, {});
+  EXPECT_TRUE(op.ok()) << op.status();
+}
+
 // ---- Protocol under pressure ----
 
 // One-element segments through links of capacity 2 with every rank sending to every rank: the

@@ -1,5 +1,6 @@
 #include "comm/codec.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -109,6 +110,35 @@ TEST(Codec, Fp16OverflowIsOutOfRange) {
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
   EXPECT_NE(s.message().find("element 2"), std::string::npos) << s;
   EXPECT_TRUE(Encode(Codec::kFp16, x, 2, wire).ok()) << "65504 is the largest fp16";
+}
+
+// INT8's largest scale that decodes finitely is 2^121 (q = 127 gives 127 * 2^121). A larger max
+// needs 2^122, where the max rounds to q = 64 and 64 * 2^122 = 2^128 is infinity: an overflow.
+TEST(Codec, Int8BeyondItsLargestMagnitudeIsOutOfRangeNotInfinity) {
+  ASSERT_EQ(double{kInt8MaxMagnitude}, 127.0 * std::ldexp(1.0, 121));
+  std::byte wire[8 + kInt8ScaleBytes];
+  float y[8];
+  // The largest magnitude itself round-trips exactly, with either sign.
+  const float edge[2] = {kInt8MaxMagnitude, -kInt8MaxMagnitude};
+  ASSERT_TRUE(Encode(Codec::kInt8, edge, 2, wire).ok());
+  Decode(Codec::kInt8, wire, 2, y);
+  EXPECT_EQ(y[0], kInt8MaxMagnitude);
+  EXPECT_EQ(y[1], -kInt8MaxMagnitude);
+  // Anything above it, up to FLT_MAX, used to encode "OK" and decode to +-inf.
+  for (const float big : {std::nextafter(kInt8MaxMagnitude, INFINITY), 3.39e38f, -3.39e38f, FLT_MAX,
+                          -FLT_MAX}) {
+    const float x[4] = {1.0f, kInt8MaxMagnitude, big, 2.0f};
+    absl::Status s = Encode(Codec::kInt8, x, 4, wire);
+    EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << big << ": " << s;
+    EXPECT_NE(s.message().find("element 2"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("outside the int8 range"), std::string::npos) << s;
+    s = Encode(Codec::kInt8, x, 4, wire, 100);  // named by its index in the whole buffer
+    EXPECT_NE(s.message().find("element 102"), std::string::npos) << s;
+    std::vector<float> residual(4, 0.0f);
+    s = EncodeWithFeedback(Codec::kInt8, x, 4, residual.data(), wire, 40);
+    EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+    EXPECT_NE(s.message().find("element 42"), std::string::npos) << s;
+  }
 }
 
 TEST(Codec, Fp32SumOverflowIsOutOfRange) {

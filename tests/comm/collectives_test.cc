@@ -625,6 +625,67 @@ TEST(RingAllReduce, Fp16OverflowIsOutOfRange) {
   for (const auto& s : status) EXPECT_FALSE(s.ok());
 }
 
+// A finite value beyond INT8's largest magnitude (127 * 2^121) on the rank that owns its chunk:
+// the owner encodes it only for the all-gather, where it used to decode to infinity on every rank
+// with an OK status. Now the owner's encode fails, naming the element, and the group fails.
+TEST(RingAllReduce, Int8ValueBeyondItsRangeIsOutOfRangeNotASilentInfinity) {
+  auto comm = RankThreads::MakeComm(2);
+  std::vector<std::vector<float>> out(2, std::vector<float>(4, 0.0f));
+  auto status = RankThreads::Run(2, [&](int r) -> absl::Status {
+    std::vector<float> in = {1.0f, 2.0f, 3.0f, 4.0f};
+    if (r == 0) in[1] = 3.39e38f;  // chunk 0 = elements 0..1, owned by rank 0
+    return comm->rank(r).AllReduce(in, out[static_cast<size_t>(r)], {.codec = Codec::kInt8}).status();
+  });
+  const absl::Status first = comm->abort_status();
+  EXPECT_EQ(first.code(), absl::StatusCode::kOutOfRange) << first;
+  EXPECT_NE(first.message().find("element 1"), std::string::npos) << first;
+  EXPECT_NE(first.message().find("rank 0 (device 10)"), std::string::npos) << first;
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_FALSE(status[r].ok()) << "rank " << r;
+    for (float v : out[r]) EXPECT_FALSE(std::isinf(v)) << "rank " << r;
+  }
+}
+
+// Lossy codecs encode into channel_capacity + 2 pool buffers per rank. They were sized for
+// segment_bytes whatever the count: a 1000-element FP16 all-reduce with 16 MiB segments held 10 x
+// 8 MiB per rank (with 1 GiB segments, 5 GiB per rank: std::bad_alloc or the OOM killer). They are
+// sized for the largest segment a call sends, and grow when a later call sends larger ones.
+TEST(RingAllReduce, LossyWireBuffersAreSizedByTheLargestSegmentNotSegmentBytes) {
+  const int n = 2;
+  for (const Codec codec : {Codec::kFp16, Codec::kInt8}) {
+    auto comm = RankThreads::MakeComm(n);  // buffers are kept across calls: one group per codec
+    const size_t capacity = comm->options().channel_capacity;
+    for (const size_t count : {size_t{1000}, size_t{9000}}) {
+      std::vector<std::vector<float>> out(n, std::vector<float>(count));
+      RankThreads::ExpectAllOk(RankThreads::Run(n, [&](int r) -> absl::Status {
+        const std::vector<float> in = IntegerInput(count, r);
+        return comm->rank(r)
+            .AllReduce(in, out[static_cast<size_t>(r)],
+                       {.codec = codec, .segment_bytes = size_t{16} << 20})
+            .status();
+      }));
+      // The largest segment is one chunk (count / 2 elements); buffers are 64-byte aligned sizes.
+      const uint64_t buffer = (SegmentWireBytes(codec, count / 2) + 63) / 64 * 64;
+      for (int r = 0; r < n; ++r) {
+        EXPECT_LE(comm->rank(r).wire_buffer_bytes(), (capacity + 2) * buffer)
+            << CodecName(codec) << " count " << count << " rank " << r;
+        EXPECT_GT(comm->rank(r).wire_buffer_bytes(), 0u) << CodecName(codec) << " rank " << r;
+        const std::vector<float> sum = [&] {
+          std::vector<float> s(count, 0.0f);
+          for (int q = 0; q < n; ++q) {
+            const std::vector<float> x = IntegerInput(count, q);
+            for (size_t i = 0; i < count; ++i) s[i] += x[i];
+          }
+          return s;
+        }();
+        if (codec == Codec::kFp16) {  // small integers: exact in FP16
+          EXPECT_EQ(out[static_cast<size_t>(r)], sum) << "rank " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(RingAllReduce, ErrorFeedbackKeepsReplicasIdenticalAndCarriesTheError) {
   const int n = 3;
   const size_t count = 2000;

@@ -371,5 +371,29 @@ TEST(TimedAllToAllV, UnevenAndEmptyBlocksArriveAsSent) {
   }
 }
 
+// Message counts are ints: a block modeled as 2^33 elements in 4-byte segments (2^32 messages)
+// wrapped to 0 messages, so the all-to-all returned OK having moved nothing. Create refuses it, and a
+// modeled size that overflows 64 bits, naming the field.
+TEST(TimedAllToAll, BlocksOfMoreThanIntMaxModeledMessagesAreInvalidArgument) {
+  auto fabric = MakeFabric(2, 8, Spec(8, 0));
+  auto comm = MakeTimed(fabric.get(), {0, 1}, {0, 1});
+  std::vector<float> send(2, 1.0f), recv(2, -7.0f);
+  for (const uint64_t modeled : {uint64_t{1} << 33, uint64_t{1} << 63}) {
+    auto op = AllToAll::Create(&comm->rank(0), send, recv, {.segment_bytes = 4},
+                               {.unit_elements = 1, .modeled_unit_elements = modeled});
+    EXPECT_EQ(op.status().code(), absl::StatusCode::kInvalidArgument) << modeled << ": " << op.status();
+    EXPECT_NE(op.status().message().find("wire.modeled_unit_elements"), std::string::npos) << op.status();
+    std::vector<float> v_recv;
+    std::vector<int64_t> v_counts;
+    auto v = AllToAllV::Create(&comm->rank(0), send, std::vector<int64_t>{1, 1}, 1, &v_recv, &v_counts,
+                               {.segment_bytes = 4}, {.unit_elements = 1, .modeled_unit_elements = modeled});
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << modeled << ": " << v.status();
+  }
+  // 2^31 - 1 messages per block is still accepted (not run).
+  EXPECT_TRUE(AllToAll::Create(&comm->rank(0), send, recv, {.segment_bytes = 4},
+                               {.unit_elements = 1, .modeled_unit_elements = (uint64_t{1} << 31) - 1})
+                  .ok());
+}
+
 }  // namespace
 }  // namespace rp::comm
