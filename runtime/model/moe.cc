@@ -35,14 +35,14 @@ std::vector<int64_t> BlockOffsets(std::span<const int64_t> counts) {
   return offsets;
 }
 
-Tensor GatherExpertRows(std::span<const float> rows, std::span<const int64_t> counts, int bins,
+Tensor GatherExpertRows(std::span<const float> rows, std::span<const int64_t> offsets, int bins,
                         int b, int64_t width) {
-  const std::vector<int64_t> offsets = BlockOffsets(counts);
+  const size_t blocks = offsets.size() - 1;
   int64_t total = 0;
-  for (size_t blk = static_cast<size_t>(b); blk < counts.size(); blk += bins) total += counts[blk];
+  for (size_t blk = static_cast<size_t>(b); blk < blocks; blk += bins) total += offsets[blk + 1] - offsets[blk];
   Tensor out(total, width);
   int64_t r = 0;
-  for (size_t blk = static_cast<size_t>(b); blk < counts.size(); blk += bins) {
+  for (size_t blk = static_cast<size_t>(b); blk < blocks; blk += bins) {
     for (int64_t i = offsets[blk]; i < offsets[blk + 1]; ++i) {
       CopyRow(rows.data() + i * width, width, out.data() + r++ * width);
     }
@@ -50,12 +50,11 @@ Tensor GatherExpertRows(std::span<const float> rows, std::span<const int64_t> co
   return out;
 }
 
-void ScatterExpertRows(ConstMatrixView expert_rows, std::span<const int64_t> counts, int bins,
+void ScatterExpertRows(ConstMatrixView expert_rows, std::span<const int64_t> offsets, int bins,
                        int b, float* rows) {
-  const std::vector<int64_t> offsets = BlockOffsets(counts);
   const int64_t width = expert_rows.cols;
   int64_t r = 0;
-  for (size_t blk = static_cast<size_t>(b); blk < counts.size(); blk += bins) {
+  for (size_t blk = static_cast<size_t>(b); blk < offsets.size() - 1; blk += bins) {
     for (int64_t i = offsets[blk]; i < offsets[blk + 1]; ++i) {
       CopyRow(expert_rows.data + r++ * width, width, rows + i * width);
     }
@@ -328,7 +327,7 @@ absl::Status MoeBlock::ForwardExperts(int key) {
   st.ex_pre.resize(static_cast<size_t>(B));
   st.ex_h.resize(static_cast<size_t>(B));
   for (int b = 0; b < B; ++b) {
-    Tensor xb = GatherExpertRows(ex.recv, ex.recv_counts, B, b, d);
+    Tensor xb = GatherExpertRows(ex.recv, offsets, B, b, d);
     const int64_t rows = xb.rows();
     const float* w = expert(b);
     Tensor pre(rows, h), act(rows, h), out(rows, d);
@@ -337,7 +336,7 @@ absl::Status MoeBlock::ForwardExperts(int key) {
     RP_RETURN_IF_ERROR(ActivationForward(activation_, pre, act));
     RP_RETURN_IF_ERROR(MatMul(act, ConstMatrixView(w + d * h + h, h, d), out));
     RP_RETURN_IF_ERROR(AddBias(out, std::span<const float>(w + d * h + h + h * d, d)));
-    ScatterExpertRows(out, ex.recv_counts, B, b, st.send.data());
+    ScatterExpertRows(out, offsets, B, b, st.send.data());
     if (st.store) {
       Keep(&st.ex_x[static_cast<size_t>(b)], std::move(xb));
       Keep(&st.ex_pre[static_cast<size_t>(b)], std::move(pre));

@@ -77,9 +77,10 @@ absl::Status MoeBlock::BackwardExperts(int key) {
   st.send = Tensor(static_cast<int64_t>(ex.recv.size()) / d, d);  // dx where dy arrived
   st.ex_dout.resize(static_cast<size_t>(B));
   st.ex_dpre.resize(static_cast<size_t>(B));
+  const std::vector<int64_t> offsets = moe_internal::BlockOffsets(ex.recv_counts);
   for (int b = 0; b < B; ++b) {
     const size_t ub = static_cast<size_t>(b);
-    Tensor dout = moe_internal::GatherExpertRows(ex.recv, ex.recv_counts, B, b, d);
+    Tensor dout = moe_internal::GatherExpertRows(ex.recv, offsets, B, b, d);
     const int64_t rows = dout.rows();
     const float* w = expert(b);
     Tensor dh(rows, h), dx(rows, d);
@@ -91,7 +92,7 @@ absl::Status MoeBlock::BackwardExperts(int key) {
     Keep(&st.ex_dout[ub], std::move(dout));
     Keep(&st.ex_dpre[ub], std::move(dh));
     if (st.fused) RP_RETURN_IF_ERROR(AccumulateExpertGrads(b, st));
-    moe_internal::ScatterExpertRows(dx, ex.recv_counts, B, b, st.send.data());
+    moe_internal::ScatterExpertRows(dx, offsets, B, b, st.send.data());
   }
   ex = moe_internal::SendSide(EpExchange::Kind::kCombine, d, 1, st.send.span(), st.send_counts);
   st.phase = 5;
