@@ -128,7 +128,8 @@ struct PlanOptions {
   CostModel cost;
   LinkSpec links;
   comm::Codec codec = comm::Codec::kFp32;
-  // Modeled bytes per ring message (TP and DP); 0 = one message per chunk.
+  // Modeled bytes per ring message (TP and DP); 0 = one message per chunk, up to comm's largest
+  // segment (1 GiB: a larger modeled chunk is cut into 1 GiB messages).
   uint64_t segment_bytes = 0;
   double reduce_gbps = 0;          // modeled reduction throughput (0 = free)
   uint64_t bucket_bytes = 25ull << 20;  // DDP bucket cap (modeled bytes); 0 = one bucket per chunk
