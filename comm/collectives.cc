@@ -3,6 +3,7 @@
 #include "comm/collectives.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -27,6 +28,10 @@ absl::Status ValidateCollectiveOptions(const CollectiveOptions& options) {
   if (options.feedback_slot < 0 || options.feedback_slot > (1 << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("feedback_slot: ", options.feedback_slot, " (must be in [0, 2^20])"));
+  }
+  if (!(options.model.reduce_gbps >= 0) || !std::isfinite(options.model.reduce_gbps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.reduce_gbps: ", options.model.reduce_gbps, " (must be finite and >= 0)"));
   }
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError(

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -757,6 +758,10 @@ TEST(Communicator, BadOptionsAreInvalidArgumentNamingTheField) {
   EXPECT_NE(bad({.segment_bytes = 6}).message().find("segment_bytes"), std::string::npos);
   EXPECT_NE(bad({.timeout = std::chrono::nanoseconds(0)}).message().find("timeout"),
             std::string::npos);
+  // A NaN or negative modeled reduction throughput (it made modeled times hit their maximum).
+  for (const double gbps : {std::nan(""), -1.0, std::numeric_limits<double>::infinity()}) {
+    EXPECT_NE(bad({.model = {.reduce_gbps = gbps}}).message().find("model.reduce_gbps"), std::string::npos) << gbps;
+  }
   EXPECT_NE(comm->rank(0).AllReduce(v, w, {}).status().message().find("out"), std::string::npos);
   EXPECT_EQ(comm->rank(0).Broadcast(5, v, v, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
