@@ -158,7 +158,11 @@ absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket,
   const int n = static_cast<int>(group.size());
   comm_waiting_ = {group[static_cast<size_t>((index + n - 1) % n)]};
   const int64_t w0 = dev_->WallNow();
-  const Nanos wall0 = WallNow();
+  // The bucket is handed over while the backward's real kernel runs, ahead of the clock, so this
+  // thread usually picks it up before its modeled start and the ring's first wait is a wait for
+  // the clock. Its measured start is the later of the pickup and the moment its start falls due
+  // (the pickup alone drew the all-reduce over the backward that launched it).
+  const Nanos wall0 = std::max(WallNow(), WallOf(start));
   const comm::CollectiveOptions co = BucketOptions(step, order, b);
   absl::StatusOr<comm::CollectiveResult> r =
       ctx_->Grad(ctx_->plan->BucketGroupId(rank_, chunk, b)).rank(index).AllReduce(g, g, co, start);
