@@ -94,15 +94,20 @@ int Run(const ParsedArgs& args) {
       };
       if (!cfg->virtual_time && cfg->time_scale_auto()) {
         if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
+        std::fprintf(stderr, "ringpipe timeline: time scale auto: measuring what this host keeps (short trial runs)...\n");
       }
       absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options);
       if (!clock.ok()) return fail(kExitFailed, std::string(clock.status().message()));
+      if (clock->mode == ClockChoice::Mode::kAuto) std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
       auto exec = schedule::Executor::Create(options);
       if (!exec.ok()) return create_failed(exec.status());
       std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan->grid.ToString().c_str(),
                    schedule::ScheduleName(cfg->schedule), cfg->steps);
       auto run = (*exec)->Run();
       if (!run.ok()) return fail(kExitFault, std::string(run.status().message()));
+      // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
+      const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host);
+      if (!verdict.trusted) std::fprintf(stderr, "ringpipe timeline: warning: %s\n", verdict.warning.c_str());
       report = BuildReport(*cfg, *plan, run->prediction, &*run);
     }
     if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");

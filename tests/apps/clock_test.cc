@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -91,6 +92,33 @@ TEST(Clock, ForcedScaleTheHostCannotKeepWarnsAndNamesASustainableScale) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.out.find("NOT TRUSTED"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// `timeline` runs as `run` does: the same forced scale warns there too (it drew the host's measured
+// step, 3.4x the modeled one at --time_scale=0.02 on a 2-core host, without a word).
+TEST(Clock, TimelineWarnsWhenTheHostDidNotKeepAForcedScale) {
+  const fs::path dir = TempDir("timeline_forced");
+  std::string cmd = kSmall;
+  cmd.replace(0, 3, "timeline");
+  const BinaryResult r =
+      RunBinary(cmd + " --time_scale=0.0001 --out=" + (dir / "t.svg").string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("ringpipe timeline: warning: the host did not keep time scale 0.0001"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::exists(dir / "t.svg"));
+  fs::remove_all(dir);
+}
+
+// ... and says which scale auto chose.
+TEST(Clock, TimelineSaysWhichScaleAutoChose) {
+  const fs::path dir = TempDir("timeline_auto");
+  std::string cmd = kSmall;
+  cmd.replace(0, 3, "timeline");
+  const BinaryResult r = RunBinary(cmd + " --out=" + (dir / "t.svg").string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("ringpipe timeline: time scale auto: measuring"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("ringpipe timeline: time scale [0-9.e+-]+: "))) << r.err;
   fs::remove_all(dir);
 }
 
