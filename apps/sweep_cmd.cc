@@ -33,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "apps/cli.h"
+#include "apps/clock_choice.h"
 #include "apps/config.h"
 #include "apps/files.h"
 #include "apps/presets.h"
@@ -224,6 +225,23 @@ int Run(const ParsedArgs& args) {
   std::printf("# wrote %s/{sweep.csv, sweep.json, overview.svg, step_time.svg, speedup.svg, bubble.svg, "
               "exposed_comm.svg, peak_memory.svg, wire_bytes.svg}\n",
               OneLine(out_dir).c_str());
+  // As `run` warns for its one run: points whose real clock the host did not keep.
+  std::vector<std::string> unkept;
+  size_t ran = 0;
+  for (const Point& p : *points) {
+    if (!std::isfinite(p.fidelity_host)) continue;
+    ++ran;
+    if (std::abs(p.fidelity_host) > kHostFidelityTarget) {
+      unkept.push_back(absl::StrFormat("%s (time scale %g: %+.1f %%)", p.label, p.time_scale, 100 * p.fidelity_host));
+    }
+  }
+  if (!unkept.empty()) {
+    std::fprintf(stderr,
+                 "ringpipe sweep: warning: the host did not keep the time scale at %zu of %zu points that ran "
+                 "(|fidelity.host| > %g %%): %s; their measured columns are the host's, not the model's (a larger "
+                 "--time_scale, or auto, keeps up)\n",
+                 unkept.size(), ran, 100 * kHostFidelityTarget, absl::StrJoin(unkept, ", ").c_str());
+  }
   if (failed > 0) {
     std::fprintf(stderr, "ringpipe sweep: %zu of %zu points invalid or failed (see the status and error columns)\n",
                  failed, total);
