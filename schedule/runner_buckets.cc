@@ -158,11 +158,20 @@ absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket,
   const int n = static_cast<int>(group.size());
   comm_waiting_ = {group[static_cast<size_t>((index + n - 1) % n)]};
   const int64_t w0 = dev_->WallNow();
-  // The bucket is handed over while the backward's real kernel runs, ahead of the clock, so this
-  // thread usually picks it up before its modeled start and the ring's first wait is a wait for
-  // the clock. Its measured start is the later of the pickup and the moment its start falls due
-  // (the pickup alone drew the all-reduce over the backward that launched it).
-  const Nanos wall0 = std::max(WallNow(), WallOf(start));
+  // The bucket is handed over while the backward's real kernel runs, ahead of the clock: on a real
+  // clock this thread first waits for the bucket's modeled start (its ring posts nothing earlier,
+  // as the promise to the fabric says), then stamps its measured start — read off the clock after
+  // the wait, as a compute op's is (the pickup stamp drew the all-reduce over the backward that
+  // launched it).
+  if (ctx_->real_clock != nullptr) {
+    ctx_->fabric->Advance(ExecutionPlan::CommLp(rank_), start);
+    ctx_->clock_sleepers.fetch_add(1, std::memory_order_relaxed);
+    const absl::Status waited =
+        dev_->WaitUntil(start, {.rank = rank_, .op = "gradient bucket", .step = step});
+    ctx_->clock_sleepers.fetch_sub(1, std::memory_order_relaxed);
+    RP_RETURN_IF_ERROR(waited);
+  }
+  const Nanos wall0 = WallNow();
   const comm::CollectiveOptions co = BucketOptions(step, order, b);
   absl::StatusOr<comm::CollectiveResult> r =
       ctx_->Grad(ctx_->plan->BucketGroupId(rank_, chunk, b)).rank(index).AllReduce(g, g, co, start);
