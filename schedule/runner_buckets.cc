@@ -157,7 +157,6 @@ absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket,
   const std::vector<int> group = ctx_->plan->BucketGroup(rank_, chunk, b, &index);
   const int n = static_cast<int>(group.size());
   comm_waiting_ = {group[static_cast<size_t>((index + n - 1) % n)]};
-  const int64_t w0 = dev_->WallNow();
   // The bucket is handed over while the backward's real kernel runs, ahead of the clock: on a real
   // clock this thread first waits for the bucket's modeled start (its ring posts nothing earlier,
   // as the promise to the fabric says), then stamps its measured start — read off the clock after
@@ -171,6 +170,7 @@ absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket,
     ctx_->clock_sleepers.fetch_sub(1, std::memory_order_relaxed);
     RP_RETURN_IF_ERROR(waited);
   }
+  const int64_t w0 = dev_->WallNow();  // the trace's wall stamp, after the wait too
   const Nanos wall0 = WallNow();
   const comm::CollectiveOptions co = BucketOptions(step, order, b);
   absl::StatusOr<comm::CollectiveResult> r =
