@@ -102,6 +102,9 @@ struct RunContext {
   std::vector<size_t> warm_heap_bytes;
   std::atomic<int64_t> ops_done{0};  // progress for the stall monitor
   std::atomic<int> clock_sleepers{0};  // device threads waiting on a real clock right now
+  // The executor's own host work at a step boundary (bookkeeping, held-out evaluation) runs
+  // right now: every device waits at the rendezvous for it, which is not a stall.
+  std::atomic<int> boundary_work{0};
   std::atomic<int64_t> fault_fired_ns{-1};  // steady_clock ns of the first injected OpFault
   Mutex errors_mu;
   std::vector<ErrorRecord> errors ABSL_GUARDED_BY(errors_mu);
