@@ -352,6 +352,49 @@ TEST(ExecutorFaults, StallOnRealClockNamesTheMissingPeer) {
   EXPECT_GT(f->steps[0].measured_ms, 0);
 }
 
+// DP 2 × PP 2 × TP 2 on a real clock; the last device (dp 1, pp 1, tp 1) stalls just before its
+// last backward of step 1. Its DP peer (rank 3) then waits on two streams: its comm stream in the
+// bucket's ring for rank 7, its compute stream in a TP all-reduce for rank 2, whose message stands
+// behind rank 7's bound. The wait chain went on through the compute stream's wait and ended at
+// healthy rank 2 ("missing peers: 2"); it must end at rank 7, the rank running without progress.
+TEST(ExecutorFaults, StallOnRealClockChainEndsAtTheStalledRankNotBehindItsBound) {
+  ExecutorOptions o = Small(2, /*dp=*/2, /*pp=*/2);
+  PipelineOptions po{.num_ranks = 2, .num_micro_batches = 4, .activation_bytes = 1 << 14,
+                     .gradient_bytes = 1 << 16};
+  absl::StatusOr<Program> prog = BuildOneFOneB(po);
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  o.program = *prog;
+  o.grid.tp = 2;
+  o.placement.devices_per_node = 4;
+  o.links.devices_per_node = 4;
+  o.model.hidden = {16, 16, 16, 16};
+  o.virtual_time = false;
+  o.time_scale = 0.5;
+  o.watchdog_timeout = std::chrono::milliseconds(300);
+  o.overlap_grad_allreduce = true;  // rank 3's last backward starts its bucket's ring
+  const auto& ops = o.program.ranks[1];
+  int last_b = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == OpKind::kBackward) last_b = static_cast<int>(i);
+  }
+  ASSERT_GT(last_b, 0);
+  const int stalled = 7;  // dp 1, pp 1, tp 1 (order tp, pp, dp)
+  o.faults.op_faults = {{.kind = OpFaultKind::kStall, .rank = stalled, .step = 1, .op = last_b}};
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  ASSERT_EQ((*ex)->grid().RankOf({1, 1, 1}), stalled);
+  absl::StatusOr<RunResult> r = (*ex)->Run();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  const std::string msg(r.status().message());
+  EXPECT_THAT(msg, HasSubstr("running without progress: rank 7 ")) << msg;
+  EXPECT_THAT(msg, HasSubstr("the wait chain ends at rank 7")) << msg;
+  const RunFailure* f = (*ex)->failure();
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->stuck_ranks, std::vector<int>{stalled}) << msg;
+  if (f->rank != stalled) EXPECT_EQ(f->missing_peers, std::vector<int>{stalled}) << msg;
+  EXPECT_EQ(f->committed_steps, 1);
+}
+
 // On a real clock a device asleep until its op's modeled end is progress: in a healthy run whose
 // devices wait longer than the watchdog timeout for their peers (the last stage's first receive
 // waits for two forwards upstream, the first stage's first gradient for four ops), nothing fires.
