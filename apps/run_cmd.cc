@@ -212,13 +212,30 @@ int Run(const ParsedArgs& args) {
   if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), options.faults); !st.ok()) {
     return Fail(kExitBadInput, st);
   }
+  // What the fault flags add to the slowest op beyond the config's own straggler (which the config's
+  // checks count already): the slowest rank's straggler factors (the config's and --straggler's,
+  // multiplied as the executor does) over the config's, times the largest --jitter draw. Values out
+  // of range are left to the executor's validation.
+  double op_factor = 1;
+  const char* op_field = "straggler";
   {
-    double op_factor = 1, link_factor = 1;
-    for (const Straggler& s : options.faults.stragglers) op_factor = std::max(op_factor, s.factor);
+    double slowest = 1;
+    for (double f : schedule::StragglerFactors(options.faults, cfg->world_size())) {
+      if (f > slowest) slowest = f;  // NaN never is
+    }
+    op_factor = std::max(1.0, slowest / cfg->straggler_factor);
+    const double jitter = options.faults.jitter.max_fraction;
+    if (jitter > 0 && jitter <= 10) {
+      op_factor *= 1 + jitter;
+      if (args.Text("straggler").empty()) op_field = "jitter";
+    }
+    double link_factor = 1;
     for (const OpFault& f : options.faults.op_faults) {
       if (f.kind == OpFaultKind::kSlowLink) link_factor = std::max(link_factor, f.factor);
     }
-    if (absl::Status st = CheckFaultFactors(*cfg, op_factor, link_factor); !st.ok()) return Fail(kExitBadInput, st);
+    if (absl::Status st = CheckFaultFactors(*cfg, op_factor, link_factor, op_field); !st.ok()) {
+      return Fail(kExitBadInput, st);
+    }
   }
   HostUsage host;
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
@@ -226,16 +243,27 @@ int Run(const ParsedArgs& args) {
   const auto create_failed = [](const absl::Status& st) {
     return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
   };
+  schedule::CalibrationOptions calibration;
   if (!cfg->virtual_time && cfg->time_scale_auto()) {
     // Validate before calibrating: a layout the executor refuses is bad input, whatever the clock.
     if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
+    // A trial at a scale whose longest op outlasts the watchdog would fail as a stall: the trials
+    // stay below that scale (with a margin for the host), and a layout whose ops outlast it at the
+    // first trial's scale is refused as a forced scale would be.
+    absl::StatusOr<double> limit = WatchdogTimeScaleLimit(*cfg, op_factor);
+    if (!limit.ok()) return Fail(kExitBadInput, limit.status());
+    if (*limit <= calibration.start) {
+      absl::Status st = CheckOpsFitTheWatchdog(*cfg, calibration.start, "watchdog_timeout", op_factor);
+      if (!st.ok()) return Fail(kExitBadInput, st);
+    }
+    calibration.max_scale = std::clamp(0.9 * *limit, calibration.start, calibration.max_scale);
     std::fprintf(stderr, "ringpipe run: time scale auto: measuring what this host keeps (short trial runs)...\n");
   }
-  absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options);
+  absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
   if (!clock.ok()) return Fail(kExitFailed, clock.status());
   if (clock->mode == ClockChoice::Mode::kAuto) {
     std::fprintf(stderr, "ringpipe run: %s\n", clock->reason.c_str());
-    if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout"); !st.ok()) {
+    if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout", op_factor); !st.ok()) {
       return Fail(kExitBadInput, st);
     }
   }
