@@ -50,11 +50,7 @@ int ProcessThreads() {
 absl::StatusOr<Nanos> Executor::Impl::OnStepBoundary(Nanos max_end) {
   // The stall monitor sees no progress while this runs (every device waits here): it is host
   // work of ours that ends, so it holds the monitor's timeout off (Monitor, executor.cc).
-  ctx.boundary_work.fetch_add(1, std::memory_order_relaxed);
-  struct Done {
-    std::atomic<int>& n;
-    ~Done() { n.fetch_sub(1, std::memory_order_relaxed); }
-  } done{ctx.boundary_work};
+  const HostWork work(&ctx.host_work);
   const int round = boundary_round++;
   // Every device thread waits at this boundary: a measured thread count no short run can miss.
   if (round == 0) threads_at_first_step = ProcessThreads();

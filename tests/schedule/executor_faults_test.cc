@@ -449,6 +449,28 @@ TEST(ExecutorFaults, SlowStepBoundaryIsNotAStall) {
   }
 }
 
+// On a virtual clock a compute kernel the host takes long over (wide layers, a large micro-batch,
+// a busy host) is host work, not a stall: nothing is committed meanwhile, yet the device runs. It
+// once failed a healthy run as "no device made progress" once a kernel outlasted the watchdog
+// (ringpipe run --virtual_time --dp=1 --pp=1 --tp=1 --hidden=1024x3 --microbatch_size=1024
+// --watchdog_timeout=0.05).
+TEST(ExecutorFaults, LongKernelIsNotAStallOnVirtualClock) {
+  ExecutorOptions o = Small(1, /*dp=*/1, /*pp=*/2);
+  o.model.hidden = {1024, 1024, 1024};
+  o.microbatch_size = 1024;
+  o.dataset.train_size = 2048;
+  o.watchdog_timeout = std::chrono::milliseconds(50);
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<RunResult> r = (*ex)->Run();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.ok()) << r.status();
+  // The case at hand: four passes of 1024 rows through layers of 1024 took several timeouts (the
+  // timeout plus the monitor's 20 ms period is 70 ms).
+  EXPECT_GT(seconds, 4 * 0.05);
+}
+
 // A link that drops to a tenth of its speed from step 1: the report lists it with its factor, the
 // modeled step grows, and the predictor plays the same slow link — on a virtual clock every step's
 // emulated time equals its prediction to the nanosecond.
