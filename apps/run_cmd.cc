@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
 #include "apps/cli.h"
 #include "apps/clock_choice.h"
 #include "apps/config.h"
@@ -49,11 +50,13 @@ absl::Status BadFault(const std::string& flag, const std::string& text, const st
 }
 
 // Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag).
-absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& plan) {
+absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, FaultPlan& plan) {
   const std::string fault = args.Text("fault");
   for (absl::string_view item : absl::StrSplit(fault, ';', absl::SkipWhitespace())) {
-    const std::string text(item);
-    const std::vector<std::string> kind_args = absl::StrSplit(text, absl::MaxSplits(':', 1));
+    // Spaces around items, kinds, keys and values are the writer's layout ("a; b", "rank = 1").
+    const std::string text(absl::StripAsciiWhitespace(item));
+    std::vector<std::string> kind_args = absl::StrSplit(text, absl::MaxSplits(':', 1));
+    absl::StripAsciiWhitespace(&kind_args[0]);
     OpFault f;
     if (kind_args[0] == "throw") {
       f.kind = OpFaultKind::kThrow;
@@ -67,8 +70,9 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& 
     std::map<std::string, std::string> kv;
     if (kind_args.size() > 1) {
       for (absl::string_view p : absl::StrSplit(kind_args[1], ',', absl::SkipWhitespace())) {
-        const std::vector<std::string> pair = absl::StrSplit(p, absl::MaxSplits('=', 1));
+        std::vector<std::string> pair = absl::StrSplit(p, absl::MaxSplits('=', 1));
         if (pair.size() != 2) return BadFault("fault", text, absl::StrCat("'", p, "' is not key=value"));
+        for (std::string& part : pair) absl::StripAsciiWhitespace(&part);
         if (!kv.emplace(pair[0], pair[1]).second) {
           return BadFault("fault", text, absl::StrCat(pair[0], " given twice"));
         }
@@ -105,13 +109,20 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& 
       if (it == kv.end() || !absl::SimpleAtod(it->second, &f.factor)) {
         return BadFault("fault", text, "needs factor=F (a number >= 1)");
       }
+      // +inf is left to CheckFaultFactors, which says what it does to the modeled times.
+      if (!(f.factor >= 1)) return BadFault("fault", text, "factor must be a number >= 1");
       RP_RETURN_IF_ERROR(check_rank("src", f.rank));
       RP_RETURN_IF_ERROR(check_rank("dst", f.dst));
+      if (f.dst == f.rank) return BadFault("fault", text, "src and dst must differ (a link joins two devices)");
     } else {
       RP_RETURN_IF_ERROR(get_int("rank", f.rank, true));
       RP_RETURN_IF_ERROR(get_int("step", f.step, true));
       RP_RETURN_IF_ERROR(get_int("op", f.op, true));
       RP_RETURN_IF_ERROR(check_rank("rank", f.rank));
+      if (f.op < 0) return BadFault("fault", text, absl::StrCat("op=", f.op, " is not an op index (>= 0)"));
+    }
+    if (f.step < 0 || f.step >= steps) {
+      return BadFault("fault", text, absl::StrCat("step=", f.step, " is not a step of the ", steps, " (--steps)"));
     }
     plan.op_faults.push_back(f);
   }
@@ -132,7 +143,9 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& 
       return BadFault("jitter", jitter, "expected FRACTION[:SEED]");
     }
   }
-  // Ranges (ranks, factors, steps, ops) are checked by Executor::Create (InvalidArgument "faults: ...").
+  // --fault ranges are checked here, naming the flag, but whether an op index exists in the rank's
+  // program; that and the --straggler / --jitter ranges are Executor::Create's (InvalidArgument
+  // "executor: faults: ...").
   return absl::OkStatus();
 }
 
@@ -209,7 +222,7 @@ int Run(const ParsedArgs& args) {
   // threads a lock, an allocation and a copy each (a 512-device virtual run: 325 MB peak RSS
   // with the tracer attached, 192 MB without).
   options.tracer = cfg->trace.empty() ? nullptr : &tracer;
-  if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), options.faults); !st.ok()) {
+  if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), cfg->steps, options.faults); !st.ok()) {
     return Fail(kExitBadInput, st);
   }
   // What the fault flags add to the slowest op beyond the config's own straggler (which the config's
