@@ -391,7 +391,9 @@ TEST(ExecutorFaults, StallOnRealClockChainEndsAtTheStalledRankNotBehindItsBound)
   const RunFailure* f = (*ex)->failure();
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->stuck_ranks, std::vector<int>{stalled}) << msg;
-  if (f->rank != stalled) EXPECT_EQ(f->missing_peers, std::vector<int>{stalled}) << msg;
+  if (f->rank != stalled) {
+    EXPECT_EQ(f->missing_peers, std::vector<int>{stalled}) << msg;
+  }
   EXPECT_EQ(f->committed_steps, 1);
 }
 
