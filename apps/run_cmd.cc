@@ -160,13 +160,10 @@ void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunF
                     const HostUsage& host, const Tracer& tracer, OutputFiles& outputs) {
   if (failure == nullptr || (cfg.report_json.empty() && cfg.trace.empty())) return;
   if (!cfg.report_json.empty()) {
-    absl::StatusOr<schedule::Prediction> pred = schedule::Predict(plan.execution, plan.predict);
-    if (!pred.ok()) {
-      std::fprintf(stderr, "ringpipe run: no report of the failed run: %s\n",
-                   std::string(pred.status().message()).c_str());
-      return;
-    }
-    outputs.Set("report_json", DumpJson(BuildFailedRunReport(cfg, plan, *pred, *failure, &host), 2) + "\n");
+    // The executor's prediction: with the fault flags' stragglers and links (plan.predict has
+    // only the config's).
+    outputs.Set("report_json",
+                DumpJson(BuildFailedRunReport(cfg, plan, failure->prediction, *failure, &host), 2) + "\n");
   }
   if (!cfg.trace.empty()) outputs.Set("trace", tracer.ToChromeJson());
   if (absl::Status st = outputs.Commit(); !st.ok()) {

@@ -389,6 +389,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   if (!run.ok()) {
     join_reference(/*cancel=*/true);
     const absl::Status failed = Fail(run);
+    failure->prediction = pred;
     // Each failed step's prediction: per step where the step's inputs are known without the run
     // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
     std::vector<Prediction> step_pred;
