@@ -393,6 +393,7 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
   const Nanos opt_wall0 = WallNow();
   absl::StatusOr<Nanos> end = dev_->Compute(info, plan.OptimizerCost(coord_.pp),
                                             ar_end, [&]() -> absl::Status {
+    const HostWork work(&ctx_->host_work);  // the update: host work of ours, not a stall
     // Commit protocol: keep the state before the update until the step is committed.
     backup_params_.resize(stages_.size());
     backup_opt_.resize(stages_.size());
