@@ -51,15 +51,23 @@ inline constexpr int kMaxJsonDepth = 64;
 // partition only in the fixed cost model (the message and activation sizes come from the real model).
 [[nodiscard]] absl::Status ValidateConfig(const RunConfig& cfg, bool for_run);
 
-// A real-clock run at `time_scale` (wall seconds per modeled second): every single op must take
-// less wall time than watchdog_timeout, else its planned wait would be reported as a stall.
+// A real-clock run at `time_scale` (wall seconds per modeled second): every single op, its modeled
+// time (the config's straggler included) × `op_factor` (what the fault flags add), must take less
+// wall time than watchdog_timeout, else its planned wait would be reported as a stall.
 // InvalidArgument "--FIELD: ..." (ValidateConfig checks a forced --time_scale; `run` the one auto chose).
-[[nodiscard]] absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, const std::string& field);
+[[nodiscard]] absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, const std::string& field,
+                                                  double op_factor = 1);
+// The time scale at which that longest op takes exactly watchdog_timeout of wall time (+inf without
+// ops): auto's calibration trials stay below it.
+[[nodiscard]] absl::StatusOr<double> WatchdogTimeScaleLimit(const RunConfig& cfg, double op_factor);
 
-// The run-time faults' factors (the largest --straggler factor on an op, the largest --fault
-// slow_link factor on a link) must keep the modeled times within the emulator's budget, and each op
-// within the watchdog on a forced real-clock scale. InvalidArgument "--fault: ..." or "--straggler: ...".
-[[nodiscard]] absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double link_factor);
+// The run-time faults' factors must keep the modeled times within the emulator's budget, and each op
+// within the watchdog on a forced real-clock scale: `op_factor`, the largest factor the fault flags
+// add to an op beyond the config's own straggler (--straggler, --jitter; `op_field` names the flag),
+// and `link_factor`, the largest --fault slow_link factor on a link. InvalidArgument "--fault: ...",
+// "--straggler: ..." or "--jitter: ...".
+[[nodiscard]] absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double link_factor,
+                                             const std::string& op_field);
 
 // An upper bound of the modeled messages one device puts on the fabric per step (ring segments of
 // its DP buckets and TP all-reduces, p2p messages), as ValidateConfig bounds them.

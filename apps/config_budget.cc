@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -215,13 +216,16 @@ absl::Status CheckMessages(const RunConfig& cfg, const ModeledSizes& sizes) {
 }
 
 absl::Status OpsFitTheWatchdog(const RunConfig& cfg, double longest_op_ns, double time_scale,
-                               const std::string& field) {
-  const double wall_s = longest_op_ns * time_scale / 1e9;
+                               const std::string& field, double op_factor) {
+  const double op_ns = longest_op_ns * op_factor;
+  const double wall_s = op_ns * time_scale / 1e9;
   if (wall_s >= cfg.watchdog_timeout) {
     return FieldError(field, absl::StrFormat(
-        "at time scale %g the longest op (%g ms modeled) takes %g s of wall time, not less than "
+        "at time scale %g the longest op (%g ms modeled%s) takes %g s of wall time, not less than "
         "watchdog_timeout (%g s), which would report it as a stall: lower the time scale or raise "
-        "watchdog_timeout", time_scale, longest_op_ns / 1e6, wall_s, cfg.watchdog_timeout));
+        "watchdog_timeout", time_scale, op_ns / 1e6,
+        op_factor == 1 ? "" : absl::StrFormat(", with the fault flags' factor of %g", op_factor), wall_s,
+        cfg.watchdog_timeout));
   }
   return absl::OkStatus();
 }
@@ -234,7 +238,8 @@ using budget::EstimateTraffic;
 using budget::ModeledSizes;
 using budget::OpsFitTheWatchdog;
 
-absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double link_factor) {
+absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double link_factor,
+                               const std::string& op_field) {
   std::string time_field;
   ModeledSizes sizes;
   double longest_op_ns = 0;
@@ -243,11 +248,11 @@ absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double li
   if (absl::Status st = CheckTimeBudget(cfg, links, op_ns * op_factor, time_field, sizes, link_factor); !st.ok()) {
     const std::string why(st.message());
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--%s: a factor of %g: %s", link_factor > 1 ? "fault" : "straggler", std::max(op_factor, link_factor),
+        "--%s: a factor of %g: %s", link_factor > 1 ? "fault" : op_field, std::max(op_factor, link_factor),
         why.substr(why.find(": ") + 2)));
   }
   if (!cfg.virtual_time && !cfg.time_scale_auto()) {
-    return CheckOpsFitTheWatchdog(cfg, cfg.time_scale * op_factor, op_factor > 1 ? "straggler" : "time_scale");
+    return CheckOpsFitTheWatchdog(cfg, cfg.time_scale, op_factor > 1 ? op_field : "time_scale", op_factor);
   }
   return absl::OkStatus();
 }
@@ -260,13 +265,24 @@ absl::StatusOr<double> ModeledMessagesPerDeviceStep(const RunConfig& cfg) {
   return EstimateTraffic(cfg, sizes).messages;
 }
 
-absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, const std::string& field) {
+absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, const std::string& field,
+                                    double op_factor) {
   std::string time_field;
   ModeledSizes sizes;
   double longest_op_ns = 0;
   RP_RETURN_IF_ERROR(CheckCostModel(cfg, time_field, sizes, longest_op_ns).status());
-  const absl::Status st = OpsFitTheWatchdog(cfg, longest_op_ns, time_scale, field);
+  const absl::Status st = OpsFitTheWatchdog(cfg, longest_op_ns, time_scale, field, op_factor);
   return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat("--", st.message()));
+}
+
+absl::StatusOr<double> WatchdogTimeScaleLimit(const RunConfig& cfg, double op_factor) {
+  std::string time_field;
+  ModeledSizes sizes;
+  double longest_op_ns = 0;
+  RP_RETURN_IF_ERROR(CheckCostModel(cfg, time_field, sizes, longest_op_ns).status());
+  const double op_ns = longest_op_ns * op_factor;
+  if (!(op_ns > 0)) return std::numeric_limits<double>::infinity();
+  return cfg.watchdog_timeout * 1e9 / op_ns;
 }
 
 }  // namespace rp::apps

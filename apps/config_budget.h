@@ -44,6 +44,6 @@ absl::Status CheckTimeBudget(const RunConfig& cfg, const LinkSpec& links, double
 absl::Status CheckMessages(const RunConfig& cfg, const ModeledSizes& sizes);
 // A real-clock op of `longest_op_ns` at `time_scale` within the watchdog (FieldError naming `field`).
 absl::Status OpsFitTheWatchdog(const RunConfig& cfg, double longest_op_ns, double time_scale,
-                               const std::string& field);
+                               const std::string& field, double op_factor = 1);
 
 }  // namespace rp::apps::budget

@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
 #include "apps/cli.h"
 #include "apps/clock_choice.h"
 #include "apps/config.h"
@@ -49,11 +50,13 @@ absl::Status BadFault(const std::string& flag, const std::string& text, const st
 }
 
 // Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag).
-absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& plan) {
+absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, FaultPlan& plan) {
   const std::string fault = args.Text("fault");
   for (absl::string_view item : absl::StrSplit(fault, ';', absl::SkipWhitespace())) {
-    const std::string text(item);
-    const std::vector<std::string> kind_args = absl::StrSplit(text, absl::MaxSplits(':', 1));
+    // Spaces around items, kinds, keys and values are the writer's layout ("a; b", "rank = 1").
+    const std::string text(absl::StripAsciiWhitespace(item));
+    std::vector<std::string> kind_args = absl::StrSplit(text, absl::MaxSplits(':', 1));
+    absl::StripAsciiWhitespace(&kind_args[0]);
     OpFault f;
     if (kind_args[0] == "throw") {
       f.kind = OpFaultKind::kThrow;
@@ -67,8 +70,9 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& 
     std::map<std::string, std::string> kv;
     if (kind_args.size() > 1) {
       for (absl::string_view p : absl::StrSplit(kind_args[1], ',', absl::SkipWhitespace())) {
-        const std::vector<std::string> pair = absl::StrSplit(p, absl::MaxSplits('=', 1));
+        std::vector<std::string> pair = absl::StrSplit(p, absl::MaxSplits('=', 1));
         if (pair.size() != 2) return BadFault("fault", text, absl::StrCat("'", p, "' is not key=value"));
+        for (std::string& part : pair) absl::StripAsciiWhitespace(&part);
         if (!kv.emplace(pair[0], pair[1]).second) {
           return BadFault("fault", text, absl::StrCat(pair[0], " given twice"));
         }
@@ -105,13 +109,20 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& 
       if (it == kv.end() || !absl::SimpleAtod(it->second, &f.factor)) {
         return BadFault("fault", text, "needs factor=F (a number >= 1)");
       }
+      // +inf is left to CheckFaultFactors, which says what it does to the modeled times.
+      if (!(f.factor >= 1)) return BadFault("fault", text, "factor must be a number >= 1");
       RP_RETURN_IF_ERROR(check_rank("src", f.rank));
       RP_RETURN_IF_ERROR(check_rank("dst", f.dst));
+      if (f.dst == f.rank) return BadFault("fault", text, "src and dst must differ (a link joins two devices)");
     } else {
       RP_RETURN_IF_ERROR(get_int("rank", f.rank, true));
       RP_RETURN_IF_ERROR(get_int("step", f.step, true));
       RP_RETURN_IF_ERROR(get_int("op", f.op, true));
       RP_RETURN_IF_ERROR(check_rank("rank", f.rank));
+      if (f.op < 0) return BadFault("fault", text, absl::StrCat("op=", f.op, " is not an op index (>= 0)"));
+    }
+    if (f.step < 0 || f.step >= steps) {
+      return BadFault("fault", text, absl::StrCat("step=", f.step, " is not a step of the ", steps, " (--steps)"));
     }
     plan.op_faults.push_back(f);
   }
@@ -132,7 +143,9 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, FaultPlan& 
       return BadFault("jitter", jitter, "expected FRACTION[:SEED]");
     }
   }
-  // Ranges (ranks, factors, steps, ops) are checked by Executor::Create (InvalidArgument "faults: ...").
+  // --fault ranges are checked here, naming the flag, but whether an op index exists in the rank's
+  // program; that and the --straggler / --jitter ranges are Executor::Create's (InvalidArgument
+  // "executor: faults: ...").
   return absl::OkStatus();
 }
 
@@ -147,13 +160,10 @@ void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunF
                     const HostUsage& host, const Tracer& tracer, OutputFiles& outputs) {
   if (failure == nullptr || (cfg.report_json.empty() && cfg.trace.empty())) return;
   if (!cfg.report_json.empty()) {
-    absl::StatusOr<schedule::Prediction> pred = schedule::Predict(plan.execution, plan.predict);
-    if (!pred.ok()) {
-      std::fprintf(stderr, "ringpipe run: no report of the failed run: %s\n",
-                   std::string(pred.status().message()).c_str());
-      return;
-    }
-    outputs.Set("report_json", DumpJson(BuildFailedRunReport(cfg, plan, *pred, *failure, &host), 2) + "\n");
+    // The executor's prediction: with the fault flags' stragglers and links (plan.predict has
+    // only the config's).
+    outputs.Set("report_json",
+                DumpJson(BuildFailedRunReport(cfg, plan, failure->prediction, *failure, &host), 2) + "\n");
   }
   if (!cfg.trace.empty()) outputs.Set("trace", tracer.ToChromeJson());
   if (absl::Status st = outputs.Commit(); !st.ok()) {
@@ -209,16 +219,33 @@ int Run(const ParsedArgs& args) {
   // threads a lock, an allocation and a copy each (a 512-device virtual run: 325 MB peak RSS
   // with the tracer attached, 192 MB without).
   options.tracer = cfg->trace.empty() ? nullptr : &tracer;
-  if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), options.faults); !st.ok()) {
+  if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), cfg->steps, options.faults); !st.ok()) {
     return Fail(kExitBadInput, st);
   }
+  // What the fault flags add to the slowest op beyond the config's own straggler (which the config's
+  // checks count already): the slowest rank's straggler factors (the config's and --straggler's,
+  // multiplied as the executor does) over the config's, times the largest --jitter draw. Values out
+  // of range are left to the executor's validation.
+  double op_factor = 1;
+  const char* op_field = "straggler";
   {
-    double op_factor = 1, link_factor = 1;
-    for (const Straggler& s : options.faults.stragglers) op_factor = std::max(op_factor, s.factor);
+    double slowest = 1;
+    for (double f : schedule::StragglerFactors(options.faults, cfg->world_size())) {
+      if (f > slowest) slowest = f;  // NaN never is
+    }
+    op_factor = std::max(1.0, slowest / cfg->straggler_factor);
+    const double jitter = options.faults.jitter.max_fraction;
+    if (jitter > 0 && jitter <= 10) {
+      op_factor *= 1 + jitter;
+      if (args.Text("straggler").empty()) op_field = "jitter";
+    }
+    double link_factor = 1;
     for (const OpFault& f : options.faults.op_faults) {
       if (f.kind == OpFaultKind::kSlowLink) link_factor = std::max(link_factor, f.factor);
     }
-    if (absl::Status st = CheckFaultFactors(*cfg, op_factor, link_factor); !st.ok()) return Fail(kExitBadInput, st);
+    if (absl::Status st = CheckFaultFactors(*cfg, op_factor, link_factor, op_field); !st.ok()) {
+      return Fail(kExitBadInput, st);
+    }
   }
   HostUsage host;
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
@@ -226,16 +253,27 @@ int Run(const ParsedArgs& args) {
   const auto create_failed = [](const absl::Status& st) {
     return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
   };
+  schedule::CalibrationOptions calibration;
   if (!cfg->virtual_time && cfg->time_scale_auto()) {
     // Validate before calibrating: a layout the executor refuses is bad input, whatever the clock.
     if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
+    // A trial at a scale whose longest op outlasts the watchdog would fail as a stall: the trials
+    // stay below that scale (with a margin for the host), and a layout whose ops outlast it at the
+    // first trial's scale is refused as a forced scale would be.
+    absl::StatusOr<double> limit = WatchdogTimeScaleLimit(*cfg, op_factor);
+    if (!limit.ok()) return Fail(kExitBadInput, limit.status());
+    if (*limit <= calibration.start) {
+      absl::Status st = CheckOpsFitTheWatchdog(*cfg, calibration.start, "watchdog_timeout", op_factor);
+      if (!st.ok()) return Fail(kExitBadInput, st);
+    }
+    calibration.max_scale = std::clamp(0.9 * *limit, calibration.start, calibration.max_scale);
     std::fprintf(stderr, "ringpipe run: time scale auto: measuring what this host keeps (short trial runs)...\n");
   }
-  absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options);
+  absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
   if (!clock.ok()) return Fail(kExitFailed, clock.status());
   if (clock->mode == ClockChoice::Mode::kAuto) {
     std::fprintf(stderr, "ringpipe run: %s\n", clock->reason.c_str());
-    if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout"); !st.ok()) {
+    if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout", op_factor); !st.ok()) {
       return Fail(kExitBadInput, st);
     }
   }

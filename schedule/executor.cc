@@ -259,7 +259,8 @@ absl::Status Executor::Impl::MakeCommunicators() {
 
 // The stall monitor's loop (its own thread, until `done`): a failure anywhere aborts every
 // communicator and the fabric, so no device stays blocked; no progress for the watchdog timeout
-// (while nobody sleeps on a real clock) is a stall, reported with who waits for whom.
+// (while nobody sleeps on a real clock and no host work of ours runs: a step boundary's
+// bookkeeping, a compute kernel) is a stall, reported with who waits for whom.
 void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
   uint64_t last = ~uint64_t{0};
   auto last_change = std::chrono::steady_clock::now();
@@ -275,7 +276,8 @@ void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
     const uint64_t progress =
         fabric->progress() + static_cast<uint64_t>(ctx.ops_done.load(std::memory_order_relaxed));
     const auto now = std::chrono::steady_clock::now();
-    if (progress != last || ctx.clock_sleepers.load(std::memory_order_relaxed) > 0) {
+    if (progress != last || ctx.clock_sleepers.load(std::memory_order_relaxed) > 0 ||
+        ctx.host_work.load(std::memory_order_relaxed) > 0) {
       last = progress;
       last_change = now;
     } else if (now - last_change >= o.watchdog_timeout) {
@@ -387,6 +389,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   if (!run.ok()) {
     join_reference(/*cancel=*/true);
     const absl::Status failed = Fail(run);
+    failure->prediction = pred;
     // Each failed step's prediction: per step where the step's inputs are known without the run
     // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
     std::vector<Prediction> step_pred;

@@ -316,6 +316,9 @@ struct RunFailure {
   // Wall seconds from the first injected OpFault firing (throw / stall) to Run() returning with
   // every thread joined; -1 if none fired.
   double seconds_after_fault = -1;
+  // The prediction of the run's plan with its faults (stragglers, degraded and slow links as of
+  // step 0): what a report of the failed run shows as predicted.
+  Prediction prediction;
 };
 
 class Executor {

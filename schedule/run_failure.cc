@@ -47,13 +47,19 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
     int rank, peer;
     const LpWait* wait;
   };
+  // A rank's two streams may wait for different peers (its compute stream in a TP all-reduce, its
+  // comm stream in a DP bucket's ring): its chain goes on through a wait on a running rank if one
+  // of them has it. Any other wait only stands behind the running rank's bound (the conservative
+  // rule), and following it named a healthy peer as the end of the chain.
   std::vector<Waiter> waiters;
   std::map<int, int> waits_for;
   for (const LpWait& w : waits) {
     const int rank = w.lp / 2;
     if (w.state != LpWait::State::kAwaitChannel || w.peer < 0 || runs(rank)) continue;
-    waiters.push_back({rank, w.peer / 2, &w});
-    if (!waits_for.contains(rank)) waits_for[rank] = w.peer / 2;
+    const int peer = w.peer / 2;
+    waiters.push_back({rank, peer, &w});
+    auto [it, inserted] = waits_for.emplace(rank, peer);
+    if (!inserted && runs(peer) && !runs(it->second)) it->second = peer;
   }
   std::stable_partition(waiters.begin(), waiters.end(), [&](const Waiter& x) { return runs(x.peer); });
   std::vector<std::string> lines;

@@ -71,6 +71,31 @@ struct DeviceStep {
   Nanos measured_end{0};              // wall ÷ scale of its last op's end, relative to the start
 };
 
+// Counts its holder in an atomic (RunContext::host_work) while active: host work of ours that ends
+// by itself, which the stall monitor takes for progress. Pause() around waits on peers, so a wait
+// for a stalled device is never counted. Not thread-safe: one holder thread.
+class HostWork {
+ public:
+  explicit HostWork(std::atomic<int>* count) : count_(count) { Resume(); }
+  ~HostWork() { Pause(); }
+  HostWork(const HostWork&) = delete;
+  HostWork& operator=(const HostWork&) = delete;
+  void Pause() {
+    if (!active_) return;
+    count_->fetch_sub(1, std::memory_order_relaxed);
+    active_ = false;
+  }
+  void Resume() {
+    if (active_) return;
+    count_->fetch_add(1, std::memory_order_relaxed);
+    active_ = true;
+  }
+
+ private:
+  std::atomic<int>* count_;
+  bool active_ = false;
+};
+
 // Shared by every runner of a run: the plan, the fabric, the communicators, the clock.
 struct RunContext {
   const ExecutorOptions* options = nullptr;
@@ -102,6 +127,10 @@ struct RunContext {
   std::vector<size_t> warm_heap_bytes;
   std::atomic<int64_t> ops_done{0};  // progress for the stall monitor
   std::atomic<int> clock_sleepers{0};  // device threads waiting on a real clock right now
+  // Host work of ours that runs right now and ends by itself: a step boundary's bookkeeping and
+  // held-out evaluation (every device waits at the rendezvous for it) and the devices' compute
+  // kernels (between their exchanges). No stall while it runs, however long the host takes.
+  std::atomic<int> host_work{0};
   std::atomic<int64_t> fault_fired_ns{-1};  // steady_clock ns of the first injected OpFault
   Mutex errors_mu;
   std::vector<ErrorRecord> errors ABSL_GUARDED_BY(errors_mu);

@@ -171,6 +171,9 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
     size_t si = 0;
     Nanos segment_start = cursor, segment_wall = WallNow();
     Nanos kernel_clock = clock_now();
+    // The kernel is host work of ours between its exchanges (the stall monitor's progress).
+    HostWork kernel_work(&ctx_->host_work);
+    kernel_work.Pause();
     absl::Status launch_error;
     auto close_segment = [&](Nanos wall_end) {
       Record({.kind = IntervalKind::kCompute, .op = op_index, .detail = part.detail,
@@ -204,12 +207,14 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
                                                 " its plan does not have"));
       }
       kernel_time += clock_now() - kernel_clock;
+      kernel_work.Pause();  // a wait on peers
       RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = what, .step = step}));
       const Nanos wall0 = WallNow();
       close_segment(wall0);
       return wall0;
     };
     auto leave = [&](Nanos end, Nanos wall1) {
+      kernel_work.Resume();
       cursor = end;
       ++si;
       segment_start = cursor;
@@ -254,7 +259,10 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
       return absl::OkStatus();
     };
     const LayerGradsDoneFn done = [&](int local_layer) { advance(local_layer); };
-    RP_RETURN_IF_ERROR(WithSite(part.kernel(tp, done, ep), coord_, rank_, step, op, -1));
+    kernel_work.Resume();
+    const absl::Status kernel = part.kernel(tp, done, ep);
+    kernel_work.Pause();
+    RP_RETURN_IF_ERROR(WithSite(kernel, coord_, rank_, step, op, -1));
     // An F&B's F stores its activations before its B frees its own: both are live in between.
     if (parts.size() > 1) AccountActivations();
     advance(-1);
@@ -385,6 +393,7 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
   const Nanos opt_wall0 = WallNow();
   absl::StatusOr<Nanos> end = dev_->Compute(info, plan.OptimizerCost(coord_.pp),
                                             ar_end, [&]() -> absl::Status {
+    const HostWork work(&ctx_->host_work);  // the update: host work of ours, not a stall
     // Commit protocol: keep the state before the update until the step is committed.
     backup_params_.resize(stages_.size());
     backup_opt_.resize(stages_.size());

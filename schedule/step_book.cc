@@ -48,6 +48,9 @@ int ProcessThreads() {
 }  // namespace
 
 absl::StatusOr<Nanos> Executor::Impl::OnStepBoundary(Nanos max_end) {
+  // The stall monitor sees no progress while this runs (every device waits here): it is host
+  // work of ours that ends, so it holds the monitor's timeout off (Monitor, executor.cc).
+  const HostWork work(&ctx.host_work);
   const int round = boundary_round++;
   // Every device thread waits at this boundary: a measured thread count no short run can miss.
   if (round == 0) threads_at_first_step = ProcessThreads();

@@ -181,5 +181,77 @@ TEST(Clock, RunThatFailsAtRunTimeStillWritesItsReportAndTrace) {
   fs::remove_all(dir);
 }
 
+// A failed run's report predicts the run that was asked for: with --straggler=1:3 its predicted
+// step is the healthy run's (it was the plan's without the fault flags, 30.6 ms against the
+// 73.6 ms its own steps' predicted_ms said).
+TEST(Clock, FailedRunReportPredictsWithTheFaultFlags) {
+  const fs::path dir = TempDir("failed_straggler");
+  const fs::path ok = dir / "ok.json", failed = dir / "failed.json";
+  const std::string run = "run --virtual_time --steps=3 --reference=false --straggler=1:3 ";
+  const BinaryResult healthy = RunBinary(run + "--report_json=" + ok.string(), dir);
+  ASSERT_EQ(healthy.exit_code, 0) << healthy.err;
+  const BinaryResult r =
+      RunBinary(run + "--fault=throw:rank=0,step=2,op=0 --report_json=" + failed.string(), dir);
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  const json a = ReadJson(ok), b = ReadJson(failed);
+  ASSERT_EQ(b["status"], "failed");
+  EXPECT_EQ(b["step_time_ms"]["predicted"], a["step_time_ms"]["predicted"]);
+  EXPECT_EQ(b["steps"][0]["predicted_ms"], b["step_time_ms"]["predicted"]);
+  EXPECT_EQ(b["devices"][1]["predicted"]["busy_ms"], a["devices"][1]["predicted"]["busy_ms"]);
+  fs::remove_all(dir);
+}
+
+// On a real clock an op's planned wait must end within the watchdog timeout, or it is reported as
+// a stall. Ops that the fault flags or the scale make that long are bad input — one line naming the
+// field, nothing run, nothing written — never a run that fails as stalled: --jitter (up to ×11) once
+// started and failed at its first op with "watchdog: rank 0 in op 'F' ... for more than 500 ms"
+// (exit 3), and auto's calibration trials at a scale whose ops outlast the timeout failed the same
+// way (exit 1, with or without a straggler).
+TEST(Clock, OpsThatOutlastTheWatchdogAreBadInputNotAStall) {
+  const fs::path dir = TempDir("watchdog");
+  const fs::path report = dir / "r.json";
+  const std::string pipe =
+      "run --dp=1 --pp=2 --tp=1 --microbatches=1 --steps=2 --reference=false --forward_ms=60 --backward_ms=120 ";
+  struct Case {
+    std::string args, field;
+  } cases[] = {
+      {"--time_scale=1 --watchdog_timeout=0.5 --jitter=10:3", "--jitter"},
+      {"--watchdog_timeout=1 --straggler=0:20", "--watchdog_timeout"},   // auto: 2.4 s ops at scale 1
+      {"--watchdog_timeout=1 --jitter=10", "--watchdog_timeout"},        // auto: 1.32 s at scale 1
+      {"--watchdog_timeout=0.1", "--watchdog_timeout"},                  // auto: 120 ms ops at scale 1
+  };
+  for (const Case& c : cases) {
+    const BinaryResult r = RunBinary(pipe + c.args + " --report_json=" + report.string(), dir);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe run: " + c.field + ": ", 0), 0u) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find("watchdog_timeout"), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(report)) << c.args;
+  }
+  fs::remove_all(dir);
+}
+
+// The config's own straggler (--straggler_factor) is in the longest op once: 4 ms × 10 = 40 ms fits
+// a 0.3 s watchdog at time scale 1. It was counted twice (0.4 s, "at time scale 10") and refused,
+// while the same straggler given as --straggler=0:10 ran.
+TEST(Clock, TheConfigStragglerIsCountedOnceAgainstTheWatchdog) {
+  const fs::path dir = TempDir("straggler");
+  const std::string pipe =
+      "run --dp=1 --pp=2 --tp=1 --microbatches=1 --steps=2 --reference=false --time_scale=1 "
+      "--watchdog_timeout=0.3 ";
+  for (const std::string& s : {std::string("--straggler_rank=0 --straggler_factor=10"), std::string("--straggler=0:10")}) {
+    const BinaryResult r = RunBinary(pipe + s, dir);
+    EXPECT_EQ(r.exit_code, 0) << s << ": " << r.err;
+  }
+  // Over it (400 ms), both are refused as bad input, in one line.
+  for (const std::string& s : {std::string("--straggler_rank=0 --straggler_factor=100"), std::string("--straggler=0:100")}) {
+    const BinaryResult r = RunBinary(pipe + s, dir);
+    EXPECT_EQ(r.exit_code, 2) << s << ": " << r.err;
+    EXPECT_NE(r.err.find("the longest op (400 ms modeled"), std::string::npos) << s << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << s << ": " << r.err;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps

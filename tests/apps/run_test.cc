@@ -60,6 +60,14 @@ TEST(RunCommand, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) {
       {"run --config=" + typed.string(), typed.string() + ":2: microbatches: expected an integer"},
       {"run --schedule=pipedream", "--schedule"},
       {"run --bogus=1", "--bogus"},
+      // A --fault out of range names the flag (a link from a device to itself and a factor below 1
+      // were reported as "executor: plan: links: link fault 0 -> 0: ...", a step past the run's as
+      // "executor: faults: ...").
+      {"run --fault=slow_link:src=0,dst=0,factor=2", "--fault: 'slow_link:src=0,dst=0,factor=2': src and dst"},
+      {"run --fault=slow_link:src=0,dst=1,factor=0.5", "--fault: 'slow_link:src=0,dst=1,factor=0.5': factor"},
+      {"run --steps=3 --fault=stall:rank=1,step=3,op=0", "--fault: 'stall:rank=1,step=3,op=0': step=3"},
+      {"run --fault=throw:rank=1,step=-1,op=0", "--fault: 'throw:rank=1,step=-1,op=0': step=-1"},
+      {"run --fault=throw:rank=1,step=0,op=-2", "--fault: 'throw:rank=1,step=0,op=-2': op=-2"},
       {"predict --microbatches=0", "--microbatches"},
       {"predict --pp=7", "--pp"},
       {"predict --trace=x.json", "--trace"},
@@ -77,6 +85,22 @@ TEST(RunCommand, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) {
     fs::remove(report);
     fs::remove(trace);
   }
+  fs::remove_all(dir);
+}
+
+// Spaces between --fault items, around kinds, keys and values are layout: "a; b" runs both faults
+// (it was "--fault: ' throw:...': kind must be throw, stall or slow_link", exit 2).
+TEST(RunCommand, FaultSpecsMayBeSpacedOut) {
+  const fs::path dir = TempDir("spaced");
+  const fs::path report = dir / "r.json";
+  const Result r = RunBinary("run --virtual_time --dp=1 --pp=2 --tp=1 --steps=3 --reference=false "
+                             "--fault='slow_link:src=0, dst=1, factor=2 ; throw: rank = 1, step = 1, op = 0' "
+                             "--report_json=" + report.string(), dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  ASSERT_TRUE(fs::exists(report)) << r.err;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["failure"]["rank"], 1) << r.err;
+  EXPECT_EQ(j["failure"]["step"], 1) << r.err;
   fs::remove_all(dir);
 }
 

@@ -352,6 +352,51 @@ TEST(ExecutorFaults, StallOnRealClockNamesTheMissingPeer) {
   EXPECT_GT(f->steps[0].measured_ms, 0);
 }
 
+// DP 2 × PP 2 × TP 2 on a real clock; the last device (dp 1, pp 1, tp 1) stalls just before its
+// last backward of step 1. Its DP peer (rank 3) then waits on two streams: its comm stream in the
+// bucket's ring for rank 7, its compute stream in a TP all-reduce for rank 2, whose message stands
+// behind rank 7's bound. The wait chain went on through the compute stream's wait and ended at
+// healthy rank 2 ("missing peers: 2"); it must end at rank 7, the rank running without progress.
+TEST(ExecutorFaults, StallOnRealClockChainEndsAtTheStalledRankNotBehindItsBound) {
+  ExecutorOptions o = Small(2, /*dp=*/2, /*pp=*/2);
+  PipelineOptions po{.num_ranks = 2, .num_micro_batches = 4, .activation_bytes = 1 << 14,
+                     .gradient_bytes = 1 << 16};
+  absl::StatusOr<Program> prog = BuildOneFOneB(po);
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  o.program = *prog;
+  o.grid.tp = 2;
+  o.placement.devices_per_node = 4;
+  o.links.devices_per_node = 4;
+  o.model.hidden = {16, 16, 16, 16};
+  o.virtual_time = false;
+  o.time_scale = 0.5;
+  o.watchdog_timeout = std::chrono::milliseconds(300);
+  o.overlap_grad_allreduce = true;  // rank 3's last backward starts its bucket's ring
+  const auto& ops = o.program.ranks[1];
+  int last_b = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == OpKind::kBackward) last_b = static_cast<int>(i);
+  }
+  ASSERT_GT(last_b, 0);
+  const int stalled = 7;  // dp 1, pp 1, tp 1 (order tp, pp, dp)
+  o.faults.op_faults = {{.kind = OpFaultKind::kStall, .rank = stalled, .step = 1, .op = last_b}};
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  ASSERT_EQ((*ex)->grid().RankOf({1, 1, 1}), stalled);
+  absl::StatusOr<RunResult> r = (*ex)->Run();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  const std::string msg(r.status().message());
+  EXPECT_THAT(msg, HasSubstr("running without progress: rank 7 ")) << msg;
+  EXPECT_THAT(msg, HasSubstr("the wait chain ends at rank 7")) << msg;
+  const RunFailure* f = (*ex)->failure();
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->stuck_ranks, std::vector<int>{stalled}) << msg;
+  if (f->rank != stalled) {
+    EXPECT_EQ(f->missing_peers, std::vector<int>{stalled}) << msg;
+  }
+  EXPECT_EQ(f->committed_steps, 1);
+}
+
 // On a real clock a device asleep until its op's modeled end is progress: in a healthy run whose
 // devices wait longer than the watchdog timeout for their peers (the last stage's first receive
 // waits for two forwards upstream, the first stage's first gradient for four ops), nothing fires.
@@ -377,6 +422,55 @@ TEST(ExecutorFaults, WaitsLongerThanTheTimeoutAreNotAStallOnRealClock) {
   // Some device waited longer than the watchdog's timeout (modeled: 90 ms, two timeouts; the wall
   // wait is what the watchdog sees and varies by the host's wake-up latency).
   EXPECT_GT(longest_wait_ms, 1.5 * 45.0);
+}
+
+// The step boundary's own host work (here the last step's held-out evaluation of a wide model
+// on a large held-out split) runs while every device waits at the rendezvous: nothing advances,
+// yet nothing is stalled. It once failed a healthy run as "no device made progress" whenever the
+// evaluation outlasted the watchdog timeout — on either clock (ringpipe run --virtual_time
+// --hidden=512x4 --test_size=65536 --eval_every=1 --watchdog_timeout=0.2).
+TEST(ExecutorFaults, SlowStepBoundaryIsNotAStall) {
+  for (const bool virtual_time : {true, false}) {
+    SCOPED_TRACE(virtual_time ? "virtual clock" : "real clock");
+    ExecutorOptions o = Small(1, /*dp=*/1, /*pp=*/2);
+    o.virtual_time = virtual_time;
+    o.time_scale = 1.0;
+    o.model.hidden = {512, 512, 512};
+    o.dataset.test_size = 16384;
+    o.eval_samples = 0;  // the whole held-out split
+    o.watchdog_timeout = std::chrono::milliseconds(50);
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(r.ok()) << r.status();
+    // The case at hand: the run (the evaluation, 16384 samples through 3 layers of 512) lasted
+    // longer than the timeout plus the monitor's 20 ms period, most of it inside the boundary.
+    EXPECT_GT(seconds, 4 * 0.05);
+  }
+}
+
+// On a virtual clock a compute kernel the host takes long over (wide layers, a large micro-batch,
+// a busy host) is host work, not a stall: nothing is committed meanwhile, yet the device runs. It
+// once failed a healthy run as "no device made progress" once a kernel outlasted the watchdog
+// (ringpipe run --virtual_time --dp=1 --pp=1 --tp=1 --hidden=1024x3 --microbatch_size=1024
+// --watchdog_timeout=0.05).
+TEST(ExecutorFaults, LongKernelIsNotAStallOnVirtualClock) {
+  ExecutorOptions o = Small(1, /*dp=*/1, /*pp=*/2);
+  o.model.hidden = {1024, 1024, 1024};
+  o.microbatch_size = 1024;
+  o.dataset.train_size = 2048;
+  o.watchdog_timeout = std::chrono::milliseconds(50);
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<RunResult> r = (*ex)->Run();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.ok()) << r.status();
+  // The case at hand: four passes of 1024 rows through layers of 1024 took several timeouts (the
+  // timeout plus the monitor's 20 ms period is 70 ms).
+  EXPECT_GT(seconds, 4 * 0.05);
 }
 
 // A link that drops to a tenth of its speed from step 1: the report lists it with its factor, the
