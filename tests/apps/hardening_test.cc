@@ -349,7 +349,7 @@ TEST(Hardening, ModeledTimesThatDoNotFitAreRefusedNamingTheField) {
                            dir),
                  "--time_scale: at time scale 1000 the longest op (11 ms modeled) takes 11 s", "op over watchdog");
   ExpectBadInput(RunBinary("run --time_scale=50 --steps=1 --forward_ms=4 --straggler=1:100", dir),
-                 "--straggler: at time scale 5000 the longest op (4 ms modeled) takes 20 s", "straggler over watchdog");
+                 "--straggler: at time scale 50 the longest op (400 ms modeled, with the fault flags' factor of 100) takes 20 s", "straggler over watchdog");
   EXPECT_FALSE(fs::exists(report));
   // At the edge: large but representable times give positive, finite figures.
   const Result r = RunBinary("predict --forward_ms=1e6 --backward_ms=1e6 --microbatches=64 --report_json=" +
