@@ -20,21 +20,28 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// S1 in modeled time: 1210 ms, T1 4160 ms.
-TEST(Executor, S1ModeledStepMatchesClosedForm) {
-  absl::StatusOr<Program> prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 8,
+// S1's layout: DP 2 × PP 2, 1F1B with `micro_batches`, F 50 / B 80 ms, replicas on separate nodes
+// joined by a 20 ms, infinitely fast link, one message per chunk (2 (n − 1) ring steps of 20 ms).
+ExecutorOptions S1Layout(int micro_batches) {
+  absl::StatusOr<Program> prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = micro_batches,
                                                 .activation_bytes = 4096, .gradient_bytes = 4096});
-  ASSERT_TRUE(prog.ok());
+  EXPECT_TRUE(prog.ok()) << prog.status();
   ExecutorOptions o;
   o.grid = {.dp = 2, .pp = 2, .tp = 1};
   o.placement.devices_per_node = 2;  // replicas on separate nodes
-  o.program = *prog;
+  if (prog.ok()) o.program = *prog;
   o.cost = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80)});
   o.links.inter_node = {.alpha = FromMillis(20), .bandwidth_gbps = 0};
-  o.segment_bytes = 0;  // one message per chunk: 2 (n − 1) ring steps of 20 ms
-  o.virtual_time = true;
+  o.segment_bytes = 0;
   o.steps = 2;
   o.run_reference = false;
+  return o;
+}
+
+// S1 in modeled time: 1210 ms, T1 4160 ms.
+TEST(Executor, S1ModeledStepMatchesClosedForm) {
+  ExecutorOptions o = S1Layout(8);
+  o.virtual_time = true;
   absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_DOUBLE_EQ(r->predicted_step_ms, 1210.0);
@@ -51,20 +58,9 @@ TEST(Executor, S1ModeledStepMatchesClosedForm) {
 // modeled start: it used to start at the pickup, so S1's 40 ms all-reduce was drawn over the whole
 // last backward (about 120 ms in the Gantt and the timeline SVG).
 TEST(Executor, RealClockGradientAllReduceStartsNoEarlierThanModeled) {
-  absl::StatusOr<Program> prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 4,
-                                                .activation_bytes = 4096, .gradient_bytes = 4096});
-  ASSERT_TRUE(prog.ok());
-  ExecutorOptions o;
-  o.grid = {.dp = 2, .pp = 2, .tp = 1};
-  o.placement.devices_per_node = 2;  // replicas on separate nodes
-  o.program = *prog;
-  o.cost = CostModel::Uniform({.forward = FromMillis(50), .backward = FromMillis(80)});
-  o.links.inter_node = {.alpha = FromMillis(20), .bandwidth_gbps = 0};
-  o.segment_bytes = 0;
+  ExecutorOptions o = S1Layout(4);
   o.virtual_time = false;
   o.time_scale = 0.05;  // a 690 ms modeled step in about 35 ms of wall time
-  o.steps = 2;
-  o.run_reference = false;
   absl::StatusOr<RunResult> r = CreateAndRun(o);
   ASSERT_TRUE(r.ok()) << r.status();
   int buckets = 0;
