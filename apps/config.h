@@ -20,7 +20,7 @@
 //
 // Example:
 //   RP_ASSIGN_OR_RETURN(RunConfig cfg, LoadConfig(args, /*for_run=*/true));  // validated
-//   RP_ASSIGN_OR_RETURN(Plan plan, BuildPlan(cfg));                           // apps/plan.h
+//   RP_ASSIGN_OR_RETURN(Plan plan, BuildPlan(cfg, /*for_run=*/true));          // apps/plan.h
 #pragma once
 
 #include <optional>

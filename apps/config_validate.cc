@@ -218,6 +218,31 @@ absl::Status CheckCollectives(const RunConfig& cfg) {
   return absl::OkStatus();
 }
 
+// The real MLP's partition over the model stages: the execution plan lays every schedule's passes,
+// TP all-reduces and DDP buckets out over its layers, under either cost model (schedule/plan.h).
+absl::Status CheckModelPartition(const RunConfig& cfg) {
+  const MlpConfig mlp = cfg.Mlp();
+  if (cfg.num_model_stages() > mlp.num_layers()) {
+    return FieldError("pp", absl::StrCat(cfg.ModelStagesText(), " but the model has only ", mlp.num_layers(),
+                                         " layers (--hidden has ", cfg.hidden.size(), " widths)"));
+  }
+  if (!cfg.layers_per_stage.empty() && cfg.layers_per_stage.size() != static_cast<size_t>(cfg.num_model_stages())) {
+    return FieldError("layers_per_stage", absl::StrCat("has ", cfg.layers_per_stage.size(),
+                                                       " entries; expected one per model stage: ",
+                                                       cfg.ModelStagesText()));
+  }
+  // Without TP the partition can fail only on layers_per_stage; with it, on a width TP must divide.
+  if (auto part = PartitionMlp(mlp, cfg.num_model_stages(), 1, cfg.layers_per_stage); !part.ok()) {
+    return FieldError("layers_per_stage", std::string(part.status().message()));
+  }
+  if (auto part = PartitionMlp(mlp, cfg.num_model_stages(), cfg.tp, cfg.layers_per_stage); !part.ok()) {
+    return FieldError("tp", std::string(part.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+// The real MLP's sizes, bounded where they are allocated: by `run`, and by `predict` under the fixed
+// cost model (its message sizes are measured on the real MLP).
 absl::Status CheckRealModel(const RunConfig& cfg) {
   const MlpConfig mlp = cfg.Mlp();
   // BuildPlan allocates the model's weights and one micro-batch's activations to size the messages:
@@ -235,22 +260,6 @@ absl::Status CheckRealModel(const RunConfig& cfg) {
     return FieldError("microbatch_size",
                       absl::StrFormat("%d rows x the widest layer (%.0f) = %.0f activations; at most %.0f (1 GiB of fp32)",
                                       cfg.microbatch_size, widest, widest * cfg.microbatch_size, kMaxModelFloats));
-  }
-  if (cfg.num_model_stages() > mlp.num_layers()) {
-    return FieldError("pp", absl::StrCat(cfg.ModelStagesText(), " but the model has only ", mlp.num_layers(),
-                                         " layers (--hidden has ", cfg.hidden.size(), " widths)"));
-  }
-  if (!cfg.layers_per_stage.empty() && cfg.layers_per_stage.size() != static_cast<size_t>(cfg.num_model_stages())) {
-    return FieldError("layers_per_stage", absl::StrCat("has ", cfg.layers_per_stage.size(),
-                                                       " entries; expected one per model stage: ",
-                                                       cfg.ModelStagesText()));
-  }
-  // Without TP the partition can fail only on layers_per_stage; with it, on a width TP must divide.
-  if (auto part = PartitionMlp(mlp, cfg.num_model_stages(), 1, cfg.layers_per_stage); !part.ok()) {
-    return FieldError("layers_per_stage", std::string(part.status().message()));
-  }
-  if (auto part = PartitionMlp(mlp, cfg.num_model_stages(), cfg.tp, cfg.layers_per_stage); !part.ok()) {
-    return FieldError("tp", std::string(part.status().message()));
   }
   if (cfg.train_size < cfg.microbatch_size) {
     return FieldError("train_size", absl::StrCat(cfg.train_size, " is smaller than one micro-batch (",
@@ -312,6 +321,7 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   }
   RP_RETURN_IF_ERROR(CheckTimeBudget(cfg, links, op_ns, time_field, sizes));
   // The real model: needed by `run`, and by `predict` in the fixed cost model (message sizes).
+  RP_RETURN_IF_ERROR(CheckModelPartition(cfg));
   if (for_run || cfg.cost_model == CostModelKind::kFixed) RP_RETURN_IF_ERROR(CheckRealModel(cfg));
   for (const ConfigField& f : Fields()) {
     if (f.grammar != Grammar::kString) continue;

@@ -74,8 +74,8 @@ absl::Status FixedCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
 }
 
 // The FLOPs cost model: times and sizes of the described transformer (schedule/workload_cost.h).
-absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, schedule::PipelineOptions& po,
-                        std::string& description) {
+absl::Status FlopsCosts(const RunConfig& cfg, bool for_run, schedule::ExecutorOptions& ex,
+                        schedule::PipelineOptions& po, std::string& description) {
   const FlopsModel& f = cfg.flops;
   RP_ASSIGN_OR_RETURN(schedule::TransformerCost t, schedule::CostOfTransformer(f, cfg.pp, StageChunks(cfg), cfg.tp));
   ex.cost = std::move(t.cost);
@@ -87,11 +87,14 @@ absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
   po.stage_activation_bytes = t.bytes.stage_output;
   if (cfg.tp > 1) po.stage_tp_bytes = t.bytes.stage_tp;
   po.stage_gradient_bytes = t.bytes.stage_gradient;
-  // The warm-up makes the real MLP's activations resident, not the described transformer's.
-  RP_ASSIGN_OR_RETURN(schedule::WorkloadBytes real,
-                      schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, StageChunks(cfg), cfg.tp,
-                                                 cfg.layers_per_stage, cfg.microbatch_size));
-  ex.warm_stage_stored = real.stage_stored;
+  // A run's warm-up makes the real MLP's activations resident, not the described transformer's.
+  // A prediction never builds the real MLP: LoadConfig did not validate it (apps/config_validate.cc).
+  if (for_run) {
+    RP_ASSIGN_OR_RETURN(schedule::WorkloadBytes real,
+                        schedule::MlpWorkloadBytes(cfg.Mlp(), cfg.pp, StageChunks(cfg), cfg.tp,
+                                                   cfg.layers_per_stage, cfg.microbatch_size));
+    ex.warm_stage_stored = real.stage_stored;
+  }
   description = absl::StrFormat(
       "flops: %d-layer transformer, hidden %d, seq %d, %d seq/micro-batch on %s (%.0f TFLOPS x %.2f): "
       "model stage 0 F %.3f ms, B %.3f ms per micro-batch",
@@ -102,8 +105,8 @@ absl::Status FlopsCosts(const RunConfig& cfg, schedule::ExecutorOptions& ex, sch
 
 
 // The executor's options for a config: layout, workload, links, collectives, clock, the program.
-absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cfg, const LinkSpec& links,
-                                                            std::string& cost_description) {
+absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cfg, bool for_run,
+                                                            const LinkSpec& links, std::string& cost_description) {
   schedule::ExecutorOptions ex;
   ex.grid = {.dp = cfg.dp, .pp = cfg.pp, .tp = cfg.tp};
   ex.placement.devices_per_node = cfg.devices_per_node;
@@ -144,7 +147,7 @@ absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cf
   if (cfg.cost_model == CostModelKind::kFixed) {
     RP_RETURN_IF_ERROR(FixedCosts(cfg, ex, po, cost_description));
   } else {
-    RP_RETURN_IF_ERROR(FlopsCosts(cfg, ex, po, cost_description));
+    RP_RETURN_IF_ERROR(FlopsCosts(cfg, for_run, ex, po, cost_description));
   }
   auto program = schedule::BuildSchedule(cfg.schedule, po);
   if (!program.ok()) return FieldError("schedule", std::string(program.status().message()));
@@ -164,10 +167,10 @@ std::chrono::nanoseconds WatchdogTimeout(double seconds) {
   return std::chrono::nanoseconds(static_cast<int64_t>(std::llround(seconds * 1e9)));
 }
 
-absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg) {
+absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg, bool for_run) {
   RP_ASSIGN_OR_RETURN(const LinkSpec links, ResolveLinks(cfg));
   std::string description;
-  RP_ASSIGN_OR_RETURN(schedule::ExecutorOptions ex, ExecutorOptionsFor(cfg, links, description));
+  RP_ASSIGN_OR_RETURN(schedule::ExecutorOptions ex, ExecutorOptionsFor(cfg, for_run, links, description));
   RP_ASSIGN_OR_RETURN(schedule::ParallelGrid grid, schedule::ParallelGrid::Create(ex.grid, ex.placement));
   RP_ASSIGN_OR_RETURN(schedule::ExecutionPlan execution, schedule::BuildPlan(schedule::PlanOptionsFor(ex)));
   schedule::PredictOptions predict = schedule::PredictOptionsFor(ex);

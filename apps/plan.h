@@ -11,7 +11,7 @@
 //
 // Example:
 //   RP_ASSIGN_OR_RETURN(RunConfig cfg, LoadConfig(args, /*for_run=*/false));
-//   RP_ASSIGN_OR_RETURN(Plan plan, BuildPlan(cfg));
+//   RP_ASSIGN_OR_RETURN(Plan plan, BuildPlan(cfg, /*for_run=*/false));
 //   RP_ASSIGN_OR_RETURN(schedule::Prediction pred, schedule::Predict(plan.execution, plan.predict));
 #pragma once
 
@@ -43,8 +43,11 @@ struct Plan {
   std::string modeled_sizes;
 };
 
-// `cfg` must have passed ValidateConfig (errors otherwise are the lower layers').
-[[nodiscard]] absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg);
+// `cfg` must have passed LoadConfig with the same `for_run` (errors otherwise are the lower layers').
+// `for_run`: the plan of a run, whose real MLP is computed (the executor's warm-up sizes). Without it
+// and under the FLOPs cost model nothing of the real MLP is built: `predict` neither needs nor
+// validates it (LoadConfig(args, /*for_run=*/false)).
+[[nodiscard]] absl::StatusOr<Plan> BuildPlan(const RunConfig& cfg, bool for_run);
 
 // A prediction alone (predict, --predict_only) must stay within seconds: when the plan's replicas do
 // not fold into one (schedule::ReplicasFold) the predictor plays every device's messages, which grow

@@ -32,7 +32,7 @@ int Run(const ParsedArgs& args) {
   OutputFiles outputs;
   if (absl::Status st = outputs.Declare("report_json", cfg->report_json); !st.ok()) return fail(kExitBadInput, st);
   if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) return fail(kExitBadInput, st);
-  auto plan = BuildPlan(*cfg);
+  auto plan = BuildPlan(*cfg, /*for_run=*/false);
   if (!plan.ok()) return fail(kExitBadInput, plan.status());
   if (absl::Status st = CheckPredictable(*cfg, *plan); !st.ok()) return fail(kExitBadInput, st);
   auto pred = schedule::Predict(plan->execution, plan->predict);

@@ -210,7 +210,7 @@ int Run(const ParsedArgs& args) {
     if (absl::Status st = outputs.Declare(flag, path); !st.ok()) return Fail(kExitBadInput, st);
   }
   if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) return Fail(kExitBadInput, st);
-  auto plan = BuildPlan(*cfg);
+  auto plan = BuildPlan(*cfg, /*for_run=*/true);
   if (!plan.ok()) return Fail(kExitBadInput, plan.status());
 
   Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents);

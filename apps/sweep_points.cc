@@ -159,7 +159,7 @@ Metrics FromRun(const schedule::RunResult& run, int steps, double& real_peak, do
 
 void RunPoint(Point& p, bool predict_only) {
   const auto start = std::chrono::steady_clock::now();
-  auto plan = BuildPlan(p.cfg);
+  auto plan = BuildPlan(p.cfg, /*for_run=*/!predict_only);
   if (!plan.ok()) {
     p.status = "invalid";
     p.error = std::string(plan.status().message());

@@ -78,7 +78,7 @@ int Run(const ParsedArgs& args) {
     if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) {
       return fail(kExitBadInput, std::string(st.message()));
     }
-    auto plan = BuildPlan(*cfg);
+    auto plan = BuildPlan(*cfg, /*for_run=*/!predict_only);
     if (!plan.ok()) return fail(kExitBadInput, std::string(plan.status().message()));
     json report;
     if (predict_only) {

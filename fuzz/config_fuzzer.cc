@@ -99,7 +99,7 @@ void LoadAndPlan(const std::string& path, const char* subcommand, bool for_run) 
     CheckRejection(cfg.status(), path);
     return;
   }
-  auto plan = rp::apps::BuildPlan(*cfg);
+  auto plan = rp::apps::BuildPlan(*cfg, for_run);
   if (!plan.ok()) Fail("BuildPlan rejected a config that LoadConfig accepted", plan.status());
 }
 

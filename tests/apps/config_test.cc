@@ -68,7 +68,7 @@ TEST(Config, EveryPresetIsValidAndBuildsAPlan) {
     auto cfg = PresetByName(name);
     ASSERT_TRUE(cfg.ok());
     ASSERT_TRUE(ValidateConfig(*cfg, /*for_run=*/true).ok()) << ValidateConfig(*cfg, true);
-    auto plan = BuildPlan(*cfg);
+    auto plan = BuildPlan(*cfg, /*for_run=*/true);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->grid.world_size(), cfg->world_size());
   }
@@ -232,10 +232,31 @@ TEST(Config, PredictAcceptsLayoutsTooLargeToRun) {
   EXPECT_EQ(cfg->world_size(), 16384);
 }
 
+// Under the FLOPs cost model a prediction lays its passes over the real MLP's layers but never
+// allocates that MLP: a 34-billion-weight --hidden (137 GB of fp32, refused by `run`) plans at once.
+// Only a run's plan measures the real MLP (its warm-up sizes).
+TEST(Config, FlopsPredictionNeverAllocatesTheRealMlp) {
+  const std::vector<std::string> args = {"--cost_model=flops", "--hidden=65536x8", "--tp=2", "--pp=2"};
+  auto refused = Load(args, /*for_run=*/true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(std::string(refused.status().message()).rfind("--hidden: the model has", 0), 0u) << refused.status();
+  auto cfg = Load(args, /*for_run=*/false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto plan = BuildPlan(*cfg, /*for_run=*/false);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->executor.warm_stage_stored.empty());
+  // A runnable FLOPs config: the run's plan does measure the real MLP, one entry per model stage.
+  auto small = Load({"--cost_model=flops", "--hidden=64x8", "--tp=2", "--pp=2"}, /*for_run=*/true);
+  ASSERT_TRUE(small.ok()) << small.status();
+  auto run_plan = BuildPlan(*small, /*for_run=*/true);
+  ASSERT_TRUE(run_plan.ok()) << run_plan.status();
+  EXPECT_EQ(run_plan->executor.warm_stage_stored.size(), 2u);
+}
+
 TEST(Config, S1PlanIsTheWriteUpsModel) {
   auto cfg = Load({"--preset=s1"});
   ASSERT_TRUE(cfg.ok()) << cfg.status();
-  auto plan = BuildPlan(*cfg);
+  auto plan = BuildPlan(*cfg, /*for_run=*/true);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->executor.cost.stages.size(), 2u);
   EXPECT_EQ(plan->executor.cost.stages[1].forward, FromMillis(50));
@@ -254,7 +275,7 @@ TEST(Config, NewFieldsReachTheExecutor) {
   auto cfg = Load({"--nics_per_node=1", "--bucket_mb=0.5", "--overlap=false", "--reduce_gbps=50",
                    "--segment_bytes=64K", "--inter_overhead_us=7", "--watchdog_timeout=2.5", "--link=dgx-h100"});
   ASSERT_TRUE(cfg.ok()) << cfg.status();
-  auto plan = BuildPlan(*cfg);
+  auto plan = BuildPlan(*cfg, /*for_run=*/true);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const schedule::ExecutorOptions& ex = plan->executor;
   EXPECT_EQ(ex.links.nics_per_node, 1);
@@ -268,7 +289,7 @@ TEST(Config, NewFieldsReachTheExecutor) {
   // Default: the presets' cited overheads, one NIC per device, 10 s watchdog.
   cfg = Load({});
   ASSERT_TRUE(cfg.ok()) << cfg.status();
-  plan = BuildPlan(*cfg);
+  plan = BuildPlan(*cfg, /*for_run=*/true);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->executor.links.inter_node.overhead, FromMicros(3));
   EXPECT_EQ(plan->executor.links.nics_per_node, 0);
@@ -281,7 +302,7 @@ TEST(Config, EverySchedulePlansWithItsOptions) {
     if (std::string(s) == "interleaved") args.push_back("--virtual_stages=2");
     auto cfg = Load(args, /*for_run=*/false);
     ASSERT_TRUE(cfg.ok()) << s << ": " << cfg.status();
-    auto plan = BuildPlan(*cfg);
+    auto plan = BuildPlan(*cfg, /*for_run=*/false);
     ASSERT_TRUE(plan.ok()) << s << ": " << plan.status();
     EXPECT_EQ(plan->executor.program.kind, cfg->schedule) << s;
     const bool two_chunks = std::string(s) == "zb-v" || std::string(s) == "dualpipev" ||
@@ -293,7 +314,7 @@ TEST(Config, EverySchedulePlansWithItsOptions) {
     auto cfg = Load({"--schedule=dualpipe", "--microbatches=8", "--tp=1", fused}, false);
     ASSERT_TRUE(cfg.ok()) << cfg.status();
     EXPECT_EQ(cfg->num_model_stages(), 2);
-    auto plan = BuildPlan(*cfg);
+    auto plan = BuildPlan(*cfg, /*for_run=*/false);
     ASSERT_TRUE(plan.ok()) << plan.status();
     bool any_fb = false;
     for (const auto& ops : plan->executor.program.ranks) {
@@ -305,11 +326,11 @@ TEST(Config, EverySchedulePlansWithItsOptions) {
   auto cfg = Load({"--schedule=interleaved", "--virtual_stages=2", "--microbatches=6", "--microbatch_group=3",
                    "--tp=1", "--hidden=64x7"}, false);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
-  EXPECT_TRUE(BuildPlan(*cfg).ok());
+  EXPECT_TRUE(BuildPlan(*cfg, /*for_run=*/false).ok());
   cfg = Load({"--schedule=interleaved", "--virtual_stages=2", "--microbatches=3", "--pytorch_rounds", "--tp=1",
               "--hidden=64x7"}, false);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
-  EXPECT_TRUE(BuildPlan(*cfg).ok());
+  EXPECT_TRUE(BuildPlan(*cfg, /*for_run=*/false).ok());
 }
 
 }  // namespace
