@@ -2,6 +2,7 @@
 #include "apps/config_budget.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -14,6 +15,13 @@
 
 namespace rp::apps {
 namespace budget {
+
+std::string Exact(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), x);
+  return std::string(buf, r.ptr);
+}
+
 namespace {
 
 absl::Status CheckPerStage(const char* field, const std::vector<double>& v, int pp, bool allow_empty) {
@@ -27,7 +35,7 @@ absl::Status CheckPerStage(const char* field, const std::vector<double>& v, int 
   }
   for (size_t i = 0; i < v.size(); ++i) {
     if (!(v[i] >= 0) || v[i] > kMaxOpNs / 1e6) {
-      return FieldError(field, absl::StrCat("value ", i, " (", v[i], ") must be in [0, 1e9] ms"));
+      return FieldError(field, absl::StrCat("value ", i, " (", Exact(v[i]), ") must be in [0, 1e9] ms"));
     }
   }
   return absl::OkStatus();
@@ -69,8 +77,8 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
     for (int s = 0; s < cfg.pp; ++s) {
       const double b = At(cfg.backward_ms, s);
       if (!cfg.weight_grad_ms.empty() && At(cfg.weight_grad_ms, s) > b) {
-        return FieldError("weight_grad_ms", absl::StrCat("stage ", s, ": ", At(cfg.weight_grad_ms, s),
-                                                         " ms is more than its whole backward (", b, " ms)"));
+        return FieldError("weight_grad_ms", absl::StrCat("stage ", s, ": ", Exact(At(cfg.weight_grad_ms, s)),
+                                                         " ms is more than its whole backward (", Exact(b), " ms)"));
       }
       max_f = std::max(max_f, At(cfg.forward_ms, s) * 1e6);
       max_b = std::max(max_b, b * 1e6);
@@ -83,7 +91,7 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
       return FieldError("flops_device", std::string(peak.status().message()));
     }
     if (!(cfg.flops.efficiency > 0 && cfg.flops.efficiency <= 1)) {
-      return FieldError("flops_efficiency", absl::StrCat("must be in (0, 1], got ", cfg.flops.efficiency));
+      return FieldError("flops_efficiency", absl::StrCat("must be in (0, 1], got ", Exact(cfg.flops.efficiency)));
     }
     if (cfg.flops.layers < cfg.num_model_stages()) {
       return FieldError("pp", absl::StrCat(cfg.ModelStagesText(), " but the described model has flops_layers=",
@@ -109,7 +117,7 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
     }
   }
   if (!(cfg.optimizer_ms >= 0) || cfg.optimizer_ms > kMaxOpNs / 1e6) {
-    return FieldError("optimizer_ms", absl::StrCat("must be in [0, 1e9] ms, got ", cfg.optimizer_ms));
+    return FieldError("optimizer_ms", absl::StrCat("must be in [0, 1e9] ms, got ", Exact(cfg.optimizer_ms)));
   }
   if (!(cfg.straggler_factor >= 1)) return FieldError("straggler_factor", "must be a finite number >= 1");
   if (cfg.straggler_factor * std::max(max_op, cfg.optimizer_ms * 1e6) > 2 * kMaxOpNs) {

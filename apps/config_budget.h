@@ -23,6 +23,10 @@ inline constexpr double kMaxTotalNs = 1e18;
 // run for hours (a few seconds of predictor time per device at this bound).
 inline constexpr double kMaxMessagesPerDeviceStep = double{1 << 22};
 
+// A number as its shortest round-trip decimal ("1048576", "1.0000001"), for range messages: absl::StrCat's
+// 6 significant digits print an out-of-range 1.0000001 as "1", which reads as inside (0, 1].
+std::string Exact(double x);
+
 // Upper bounds of the modeled sizes the fabric will time (schedule/workload_cost.h), for the budgets.
 struct ModeledSizes {
   double gradient_bytes = 0;    // fp32 gradients of the busiest device

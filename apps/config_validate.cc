@@ -19,16 +19,9 @@
 namespace rp::apps {
 namespace {
 
-// A number as its shortest round-trip decimal ("1048576", "1048576.5"): absl::StrCat's 6 digits
-// print the bound 1048576 and the value 1048577 both as "1.04858e+06".
-std::string Exact(double x) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), x);
-  return std::string(buf, r.ptr);
-}
-
 using budget::CheckCostModel;
 using budget::CheckMessages;
+using budget::Exact;
 using budget::CheckTimeBudget;
 using budget::kMaxOpNs;
 using budget::ModeledSizes;
@@ -60,14 +53,14 @@ absl::Status CheckUnusedFieldRanges(const RunConfig& cfg) {
     return FieldError("flops_device", std::string(peak.status().message()));
   }
   if (!(cfg.flops.efficiency > 0 && cfg.flops.efficiency <= 1)) {
-    return FieldError("flops_efficiency", absl::StrCat("must be in (0, 1], got ", cfg.flops.efficiency));
+    return FieldError("flops_efficiency", absl::StrCat("must be in (0, 1], got ", Exact(cfg.flops.efficiency)));
   }
   for (auto [field, list] : {std::pair{"forward_ms", &cfg.forward_ms}, {"backward_ms", &cfg.backward_ms},
                              {"weight_grad_ms", &cfg.weight_grad_ms}}) {
     for (size_t i = 0; i < list->size(); ++i) {
       const double v = (*list)[i];
       if (!(v >= 0) || v > kMaxOpNs / 1e6) {
-        return FieldError(field, absl::StrCat("value ", i, " (", v, ") must be in [0, 1e9] ms"));
+        return FieldError(field, absl::StrCat("value ", i, " (", Exact(v), ") must be in [0, 1e9] ms"));
       }
     }
   }
@@ -188,11 +181,11 @@ absl::Status CheckLinkOverrides(const RunConfig& cfg) {
                                 {"inter_overhead_us", cfg.inter_overhead_us, true}}) {
     if (!o.has_value()) continue;  // unset: the preset's
     const double v = *o;
-    if (!(v >= 0)) return FieldError(name, absl::StrCat("must be >= 0, got ", v));
+    if (!(v >= 0)) return FieldError(name, absl::StrCat("must be >= 0, got ", Exact(v)));
     // Each latency must fit the time base by itself; a tiny bandwidth makes every byte last long.
-    if (alpha && v > kMaxOpNs / 1e3) return FieldError(name, absl::StrCat("must be at most 1e12 us, got ", v));
+    if (alpha && v > kMaxOpNs / 1e3) return FieldError(name, absl::StrCat("must be at most 1e12 us, got ", Exact(v)));
     if (!alpha && v != 0 && v < 1e-6) {
-      return FieldError(name, absl::StrCat("must be 0 (infinite) or at least 1e-6 GB/s (1 kB/s), got ", v));
+      return FieldError(name, absl::StrCat("must be 0 (infinite) or at least 1e-6 GB/s (1 kB/s), got ", Exact(v)));
     }
   }
   return absl::OkStatus();
@@ -207,9 +200,9 @@ absl::Status CheckCollectives(const RunConfig& cfg) {
   if (cfg.bucket_mb * 1048576.0 < 4) {
     return FieldError("bucket_mb", absl::StrCat(Exact(cfg.bucket_mb), " MiB is less than one fp32 gradient (4 bytes)"));
   }
-  if (!(cfg.reduce_gbps >= 0)) return FieldError("reduce_gbps", absl::StrCat("must be >= 0, got ", cfg.reduce_gbps));
+  if (!(cfg.reduce_gbps >= 0)) return FieldError("reduce_gbps", absl::StrCat("must be >= 0, got ", Exact(cfg.reduce_gbps)));
   if (cfg.reduce_gbps != 0 && cfg.reduce_gbps < 1e-6) {
-    return FieldError("reduce_gbps", absl::StrCat("must be 0 (free) or at least 1e-6 GB/s, got ", cfg.reduce_gbps));
+    return FieldError("reduce_gbps", absl::StrCat("must be 0 (free) or at least 1e-6 GB/s, got ", Exact(cfg.reduce_gbps)));
   }
   if (!(cfg.watchdog_timeout > 0) || cfg.watchdog_timeout > kMaxWatchdogSeconds) {
     return FieldError("watchdog_timeout", absl::StrCat("must be in (0, ", Exact(kMaxWatchdogSeconds),
@@ -302,7 +295,7 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckLayout(cfg, for_run));
   RP_RETURN_IF_ERROR(CheckMoe(cfg));
   if (!cfg.time_scale_auto() && (!(cfg.time_scale > 0) || cfg.time_scale > 1000)) {
-    return FieldError("time_scale", absl::StrCat("must be in (0, 1000] or auto, got ", cfg.time_scale));
+    return FieldError("time_scale", absl::StrCat("must be in (0, 1000] or auto, got ", Exact(cfg.time_scale)));
   }
   // Exactly the range comm's collectives take (0 here: one message per chunk).
   if (cfg.segment_bytes != 0 &&

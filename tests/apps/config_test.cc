@@ -205,6 +205,32 @@ TEST(Config, OutOfRangeBucketAndWatchdogNameTheExactBoundAndValue) {
               HasSubstr("--watchdog_timeout: must be in (0, 86400] seconds, got 86400.25"));
 }
 
+// Every other range message prints the value as given too: with 6 significant digits a value just past
+// its bound read as the bound itself ("flops_efficiency: must be in (0, 1], got 1").
+TEST(Config, EveryRangeErrorPrintsTheExactValue) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"--flops_efficiency=1.0000001"}, "--flops_efficiency: must be in (0, 1], got 1.0000001"},
+      {{"--cost_model=flops", "--flops_efficiency=1.0000001"}, "got 1.0000001"},
+      {{"--time_scale=1000.0001"}, "--time_scale: must be in (0, 1000] or auto, got 1000.0001"},
+      {{"--forward_ms=1000000000.5"}, "--forward_ms: value 0 (1000000000.5) must be in [0, 1e9] ms"},
+      {{"--backward_ms=4,1000000000.5"}, "--backward_ms: value 1 (1000000000.5) must be in [0, 1e9] ms"},
+      {{"--backward_ms=4", "--weight_grad_ms=4.0000001"},
+       "--weight_grad_ms: stage 0: 4.0000001 ms is more than its whole backward (4 ms)"},
+      {{"--optimizer_ms=1000000000.1"}, "--optimizer_ms: must be in [0, 1e9] ms, got 1000000000.1"},
+      {{"--alpha_us=1000000000001"}, "--alpha_us: must be at most 1e12 us, got 1000000000001"},
+      {{"--inter_bandwidth_gbps=0.00000099999"}, "got 9.9999e-07"},
+      {{"--reduce_gbps=0.00000099999"}, "--reduce_gbps: must be 0 (free) or at least 1e-6 GB/s, got 9.9999e-07"},
+  };
+  for (const Case& c : cases) {
+    auto cfg = Load(c.args, /*for_run=*/false);
+    EXPECT_EQ(cfg.status().code(), absl::StatusCode::kInvalidArgument) << c.args[0];
+    EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(c.message)) << c.args[0];
+  }
+}
+
 // `run` takes what the machine's thread limit allows (one thread per device on the virtual clock, two
 // on the real clock) and points larger layouts at `predict`.
 TEST(Config, RunTakesWhatTheThreadLimitAllowsAndPointsLargerLayoutsAtPredict) {
