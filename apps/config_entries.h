@@ -5,6 +5,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -194,9 +195,10 @@ ConfigField OptionalNumberF(const char* name, M m, const char* help, const char*
           [=](const RunConfig& c) { return Member(m)(c).has_value() ? json(*Member(m)(c)) : json(nullptr); }};
 }
 
-// A number, or the JSON string / flag text "auto" stored as `auto_value` (outside the number's range).
+// A number, or the JSON string / flag text "auto" stored as `auto_value` (outside the number's range,
+// `range`, which validation checks and a number equal to `auto_value` is told in the same words).
 template <typename M>
-ConfigField NumberOrAutoF(const char* name, M m, double auto_value, const char* help) {
+ConfigField NumberOrAutoF(const char* name, M m, double auto_value, const char* range, const char* help) {
   return {name, Grammar::kNumberOrAuto, kEveryRun, 1, 0, help, "auto",
           [=](RunConfig& c, const json& v) -> absl::Status {
             if (v.is_string() && v.get_ref<const std::string&>() == "auto") {
@@ -205,7 +207,11 @@ ConfigField NumberOrAutoF(const char* name, M m, double auto_value, const char* 
             }
             if (!v.is_number()) return Bad(name, absl::StrCat("expected a number or auto, got ", ShortDump(v)));
             RP_ASSIGN_OR_RETURN(double d, AsDouble(name, v));
-            if (d == auto_value) return Bad(name, absl::StrCat("out of range, got ", ShortDump(v)));
+            if (d == auto_value) {
+              char buf[64];
+              const auto r = std::to_chars(buf, buf + sizeof(buf), d);
+              return Bad(name, absl::StrCat("must be in ", range, " or auto, got ", absl::string_view(buf, static_cast<size_t>(r.ptr - buf))));
+            }
             m(c) = d;
             return absl::OkStatus();
           },

@@ -38,8 +38,12 @@ absl::Status CheckRanges(const RunConfig& cfg) {
   for (const ConfigField& f : Fields()) {
     if (f.grammar != Grammar::kInt || f.lo > f.hi) continue;
     const nlohmann::json v = f.get(cfg);
-    const double x = v.get<double>();
-    if (x < static_cast<double>(f.lo) || x > static_cast<double>(f.hi)) {
+    // Compared as integers: as doubles, seed 2^63 equals the bound 2^63 - 1 and passed.
+    const bool out = v.is_number_unsigned()
+                         ? (f.lo > 0 && v.get<uint64_t>() < static_cast<uint64_t>(f.lo)) ||
+                               (f.hi < 0 || v.get<uint64_t>() > static_cast<uint64_t>(f.hi))
+                         : v.get<int64_t>() < f.lo || v.get<int64_t>() > f.hi;
+    if (out) {
       return FieldError(f.name, absl::StrCat("must be in ", f.lo, "..", f.hi, ", got ", ShortDump(v)));
     }
   }

@@ -205,6 +205,26 @@ TEST(Config, OutOfRangeBucketAndWatchdogNameTheExactBoundAndValue) {
               HasSubstr("--watchdog_timeout: must be in (0, 86400] seconds, got 86400.25"));
 }
 
+// time_scale's "auto" is stored as -1: a -1 given as a number is out of range in the same words as -2,
+// and seed's bound 2^63 - 1 is exact (as doubles, 2^63 equalled it and was taken).
+TEST(Config, TimeScaleMinusOneAndSeedTwoToThe63AreOutOfRangeInTheirFieldsWords) {
+  auto cfg = Load({"--time_scale=-1"}, /*for_run=*/false);
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("--time_scale: must be in (0, 1000] or auto, got -1"));
+  const fs::path file = WriteTemp("range.json", "{\n  \"time_scale\": -1\n}\n");
+  cfg = Load({"--config=" + file.string()}, /*for_run=*/false);
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(":2: time_scale: must be in (0, 1000] or auto, got -1"));
+  std::ofstream(file) << "{\"seed\": 9223372036854775808}";
+  cfg = Load({"--config=" + file.string()}, /*for_run=*/false);
+  EXPECT_EQ(cfg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(cfg.status().message()),
+              HasSubstr("seed: must be in 0..9223372036854775807, got 9223372036854775808"));
+  std::ofstream(file) << "{\"seed\": 9223372036854775807}";
+  cfg = Load({"--config=" + file.string()}, /*for_run=*/false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->seed, uint64_t{9223372036854775807});
+  fs::remove(file);
+}
+
 // Every other range message prints the value as given too: with 6 significant digits a value just past
 // its bound read as the bound itself ("flops_efficiency: must be in (0, 1], got 1").
 TEST(Config, EveryRangeErrorPrintsTheExactValue) {
