@@ -120,9 +120,14 @@ absl::StatusOr<double> CheckCostModel(const RunConfig& cfg, std::string& time_fi
     return FieldError("optimizer_ms", absl::StrCat("must be in [0, 1e9] ms, got ", Exact(cfg.optimizer_ms)));
   }
   if (!(cfg.straggler_factor >= 1)) return FieldError("straggler_factor", "must be a finite number >= 1");
+  // The straggler's F + B of a stage (a fused F&B pair is one op) and its optimizer step, each given at
+  // most 1e9 ms per op, may reach 2e9 ms together.
   if (cfg.straggler_factor * std::max(max_op, cfg.optimizer_ms * 1e6) > 2 * kMaxOpNs) {
+    const bool optimizer = cfg.optimizer_ms * 1e6 > max_op;
     return FieldError("straggler_factor",
-                      absl::StrFormat("%g x the slowest op (%g ms) exceeds 2e9 ms", cfg.straggler_factor, max_op / 1e6));
+                      absl::StrCat(Exact(cfg.straggler_factor), " x ",
+                                   optimizer ? "the optimizer step" : "the slowest stage's F + B", " (",
+                                   Exact(optimizer ? cfg.optimizer_ms : max_op / 1e6), " ms) exceeds 2e9 ms"));
   }
   longest_op = std::max(longest_op, cfg.optimizer_ms * 1e6) * cfg.straggler_factor;
   return max_op * cfg.straggler_factor + cfg.optimizer_ms * 1e6 * cfg.straggler_factor;

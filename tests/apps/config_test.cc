@@ -225,6 +225,26 @@ TEST(Config, TimeScaleMinusOneAndSeedTwoToThe63AreOutOfRangeInTheirFieldsWords) 
   fs::remove(file);
 }
 
+// The straggler's bound is on a stage's F + B (or the optimizer step) times the factor, 2e9 ms, and the
+// message says which and prints the factor as given (it said "1 x the slowest op" for 1.0000001).
+TEST(Config, StragglerFactorBoundNamesWhatItMultiplies) {
+  const std::vector<std::string> one_device = {"--dp=1", "--pp=1", "--tp=1", "--microbatches=1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), one_device.begin(), one_device.end());
+    return Load(extra, /*for_run=*/false);
+  };
+  // A 1e9 ms F and a 1e9 ms B (each within its field's bound) with a factor of 1: taken.
+  EXPECT_TRUE(with({"--forward_ms=1e9", "--backward_ms=1e9", "--optimizer_ms=0"}).ok());
+  // A 1e9 ms F alone times 2 is within the 2e9 ms: taken.
+  EXPECT_TRUE(with({"--forward_ms=1e9", "--backward_ms=0", "--optimizer_ms=0", "--straggler_factor=2"}).ok());
+  auto cfg = with({"--forward_ms=1e9", "--backward_ms=1e9", "--optimizer_ms=0", "--straggler_factor=1.0000001"});
+  EXPECT_THAT(std::string(cfg.status().message()),
+              HasSubstr("--straggler_factor: 1.0000001 x the slowest stage's F + B (2e+09 ms) exceeds 2e9 ms"));
+  cfg = with({"--forward_ms=1", "--backward_ms=1", "--optimizer_ms=1e9", "--straggler_factor=2.5"});
+  EXPECT_THAT(std::string(cfg.status().message()),
+              HasSubstr("--straggler_factor: 2.5 x the optimizer step (1e+09 ms) exceeds 2e9 ms"));
+}
+
 // Every other range message prints the value as given too: with 6 significant digits a value just past
 // its bound read as the bound itself ("flops_efficiency: must be in (0, 1], got 1").
 TEST(Config, EveryRangeErrorPrintsTheExactValue) {
