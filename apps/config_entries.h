@@ -164,6 +164,27 @@ ConfigField IntF(const char* name, M m, int64_t lo, int64_t hi, const char* help
           [=](const RunConfig& c) { return json(Member(m)(c)); }};
 }
 
+// A number as its shortest round-trip decimal ("1.0000001", "1e-50") for messages.
+inline std::string ExactText(double d) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), d);
+  return std::string(buf, r.ptr);
+}
+
+// A float member's value as JSON: the double of its shortest decimal (0.05f echoes as 0.05, not
+// 0.05000000074505806, and reads back as the same float).
+inline std::string FloatText(float f) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), f);
+  return std::string(buf, r.ptr);
+}
+inline json FloatJson(float f) {
+  const std::string text = FloatText(f);
+  double d = 0;
+  std::from_chars(text.data(), text.data() + text.size(), d);
+  return json(d);
+}
+
 template <typename M>
 ConfigField NumberF(const char* name, M m, const char* help, const char* unset = nullptr,
                     unsigned scope = kEveryRun) {
@@ -171,13 +192,28 @@ ConfigField NumberF(const char* name, M m, const char* help, const char* unset =
           [=](RunConfig& c, const json& v) -> absl::Status {
             RP_ASSIGN_OR_RETURN(double d, AsDouble(name, v));
             using T = std::remove_reference_t<decltype(m(c))>;
-            if (std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max())) {
-              return Bad(name, absl::StrCat("out of range, got ", ShortDump(v)));
+            if constexpr (std::is_same_v<T, float>) {
+              // A float member (the optimizer's): a value it cannot hold is told as given, not as the
+              // float it would become ("lr: must be > 0, got 0" for 1e-50).
+              if (std::fabs(d) > static_cast<double>(std::numeric_limits<float>::max())) {
+                return Bad(name, absl::StrCat("must be at most ", FloatText(std::numeric_limits<float>::max()),
+                                              " in magnitude (a 32-bit float), got ", ExactText(d)));
+              }
+              if (d != 0 && static_cast<float>(d) == 0) {
+                return Bad(name, absl::StrCat(ExactText(d), " is 0 as a 32-bit float (the smallest is ",
+                                              FloatText(std::numeric_limits<float>::denorm_min()), ")"));
+              }
             }
             m(c) = static_cast<T>(d);
             return absl::OkStatus();
           },
-          [=](const RunConfig& c) { return json(Member(m)(c)); }};
+          [=](const RunConfig& c) {
+            if constexpr (std::is_same_v<std::remove_cvref_t<decltype(Member(m)(c))>, float>) {
+              return FloatJson(Member(m)(c));
+            } else {
+              return json(Member(m)(c));
+            }
+          }};
 }
 
 // An optional number (a link override): unset is JSON null (the report's echo; a file may say null too).

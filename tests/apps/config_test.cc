@@ -245,6 +245,25 @@ TEST(Config, StragglerFactorBoundNamesWhatItMultiplies) {
               HasSubstr("--straggler_factor: 2.5 x the optimizer step (1e+09 ms) exceeds 2e9 ms"));
 }
 
+// lr, momentum and weight_decay are 32-bit floats: a value the float cannot hold is refused as given
+// (1e-50 was "lr: must be > 0, got 0", 1e39 "lr: out of range"), and the report's config echoes the
+// float as its shortest decimal (0.05, not 0.05000000074505806), which reads back as the same float.
+TEST(Config, FloatFieldsAreToldAndEchoedAsGiven) {
+  auto cfg = Load({"--lr=1e-50"}, /*for_run=*/false);
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("--lr: 1e-50 is 0 as a 32-bit float"));
+  cfg = Load({"--weight_decay=1e39"}, /*for_run=*/false);
+  EXPECT_THAT(std::string(cfg.status().message()),
+              HasSubstr("--weight_decay: must be at most 3.4028235e+38 in magnitude (a 32-bit float), got 1e+39"));
+  cfg = Load({"--lr=0.05", "--momentum=0.3"}, /*for_run=*/false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  const nlohmann::json echo = ConfigToJson(*cfg);
+  EXPECT_EQ(echo["lr"].get<double>(), 0.05);
+  EXPECT_EQ(echo["momentum"].get<double>(), 0.3);
+  RunConfig back = *cfg;
+  ASSERT_TRUE(SetField(back, "lr", echo["lr"]).ok());
+  EXPECT_EQ(back.optimizer.lr, cfg->optimizer.lr);
+}
+
 // Every other range message prints the value as given too: with 6 significant digits a value just past
 // its bound read as the bound itself ("flops_efficiency: must be in (0, 1], got 1").
 TEST(Config, EveryRangeErrorPrintsTheExactValue) {
