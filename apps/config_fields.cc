@@ -156,7 +156,8 @@ std::vector<FlagSpec> ConfigFlags(unsigned exclude, const RunConfig& defaults) {
     // says what 0 means (one message per chunk, one NIC per device).
     const bool unset = (v.is_string() && v.get_ref<const std::string&>().empty()) || (v.is_array() && v.empty()) ||
                        v.is_null() ||
-                       ((f.grammar == Grammar::kByteList || f.grammar == Grammar::kInt) && v == 0);
+                       ((f.grammar == Grammar::kByteList || f.grammar == Grammar::kBytes || f.grammar == Grammar::kInt) &&
+                        v == 0);
     out.push_back({f.name, f.grammar, unset && f.unset != nullptr ? f.unset : FlagText(v), f.help});
     out.back().path = (f.scope & kOutputFile) != 0 || absl::string_view(f.name) == "config";
   }

@@ -124,13 +124,13 @@ std::vector<ConfigField>* BuildFieldTable() {
                 },
                 [](const RunConfig& c) { return json(c.segment_bytes); }});
   f->push_back(NumberF("bucket_mb", RP_MEMBER(bucket_mb),
-                       "DDP gradient bucket cap, MiB of modeled gradients (PyTorch's bucket_cap_mb), > 0: buckets "
+                       "DDP gradient bucket cap, MiB of modeled gradients (PyTorch's bucket_cap_mb), in (0, 1048576]: buckets "
                        "form in reverse layer order and each starts its all-reduce when its last gradient is final."));
   f->push_back(BoolF("overlap", RP_MEMBER(overlap),
                      "DDP overlap: true starts each gradient bucket's all-reduce inside the last backward; false "
                      "starts them all at the optimizer step."));
   f->push_back(NumberF("reduce_gbps", RP_MEMBER(reduce_gbps),
-                       "Modeled reduction throughput of a ring all-reduce, GB/s of FP32 data, >= 0 (0: free)."));
+                       "Modeled reduction throughput of a ring all-reduce, GB/s of FP32 data: 0 (free) or at least 1e-6."));
   f->push_back(StringF("link", RP_MEMBER(link),
                        "Link model: ideal (free links) or a preset: dgx-a100, dgx-h100 (docs/runtime.md)."));
   f->push_back(IntF("devices_per_node", RP_MEMBER(devices_per_node), 1, kMaxDevices,
@@ -227,8 +227,8 @@ std::vector<ConfigField>* BuildFieldTable() {
                     "Expert parallelism: EP degree, carved out of DP (dp a multiple of ep), dividing experts; > 1 "
                     "needs moe_layers (not with dualpipe)."));
   f->push_back({"ep_row_bytes", Grammar::kBytes, kEveryRun, 1, 0,
-                "Modeled bytes one real token row stands for in the EP all-to-all (a multiple of 4; suffixes K, M, "
-                "G). 0: derived (fixed cost model: the real row; flops: the described model's tokens per real row, "
+                "Modeled bytes one real token row stands for in the EP all-to-all (a multiple of 4 up to 1G; "
+                "suffixes K, M, G). 0: derived (fixed cost model: the real row; flops: the described model's tokens per real row, "
                 "bf16).",
                 "0 (derived)",
                 [](RunConfig& c, const json& v) -> absl::Status {

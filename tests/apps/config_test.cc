@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -262,6 +263,26 @@ TEST(Config, FloatFieldsAreToldAndEchoedAsGiven) {
   RunConfig back = *cfg;
   ASSERT_TRUE(SetField(back, "lr", echo["lr"]).ok());
   EXPECT_EQ(back.optimizer.lr, cfg->optimizer.lr);
+}
+
+// --help states the bounds ValidateConfig enforces, and what a 0 default means for every field that has one.
+TEST(Config, HelpStatesTheEnforcedBoundsAndWhatZeroMeans) {
+  auto defaults = PresetByName("default");
+  ASSERT_TRUE(defaults.ok());
+  std::map<std::string, FlagSpec> flags;
+  for (const FlagSpec& f : ConfigFlags(0, *defaults)) flags.emplace(f.name, f);
+  EXPECT_EQ(flags.at("ep_row_bytes").default_text, "0 (derived)");
+  EXPECT_EQ(flags.at("segment_bytes").default_text, "0 (one message per chunk)");
+  EXPECT_THAT(flags.at("bucket_mb").help, HasSubstr("(0, 1048576]"));
+  EXPECT_THAT(flags.at("reduce_gbps").help, HasSubstr("0 (free) or at least 1e-6"));
+  EXPECT_THAT(flags.at("ep_row_bytes").help, HasSubstr("a multiple of 4 up to 1G"));
+  // Each bound as the help says it.
+  EXPECT_TRUE(Load({"--bucket_mb=1048576"}, false).ok());
+  EXPECT_FALSE(Load({"--bucket_mb=1048576.001"}, false).ok());
+  EXPECT_TRUE(Load({"--reduce_gbps=1e-6"}, false).ok());
+  EXPECT_FALSE(Load({"--reduce_gbps=0.9e-6"}, false).ok());
+  EXPECT_TRUE(Load({"--ep_row_bytes=1G"}, false).ok());
+  EXPECT_FALSE(Load({"--ep_row_bytes=1073741828"}, false).ok());
 }
 
 // Every other range message prints the value as given too: with 6 significant digits a value just past
