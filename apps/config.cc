@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -118,6 +119,29 @@ absl::Status Locate(const absl::Status& st, const std::map<std::string, FieldSou
           "--", msg, field ? absl::StrCat(" (value from preset '", OneLine(preset), "')") : ""));
   }
   return absl::FailedPreconditionError(msg);
+}
+
+// A link override of both classes given at one layer (file, flags, a sweep point) overrides the per-class
+// values of the layers before it — --alpha_us=0 on `--preset=s1`, whose intra_alpha_us and
+// inter_alpha_us are 20000, means 0 on both links — while a per-class value given at the same layer
+// still wins over it for its class (ResolveLinks applies the per-class values last).
+void OverridePerClassLinks(RunConfig& cfg, const std::set<std::string>& layer) {
+  using Override = std::optional<double> RunConfig::*;
+  struct Kind {
+    const char *both, *intra, *inter;
+    Override both_v, intra_v, inter_v;
+  };
+  for (const Kind& k : {Kind{"alpha_us", "intra_alpha_us", "inter_alpha_us", &RunConfig::alpha_us,
+                             &RunConfig::intra_alpha_us, &RunConfig::inter_alpha_us},
+                        Kind{"bandwidth_gbps", "intra_bandwidth_gbps", "inter_bandwidth_gbps",
+                             &RunConfig::bandwidth_gbps, &RunConfig::intra_bandwidth_gbps,
+                             &RunConfig::inter_bandwidth_gbps},
+                        Kind{"overhead_us", "intra_overhead_us", "inter_overhead_us", &RunConfig::overhead_us,
+                             &RunConfig::intra_overhead_us, &RunConfig::inter_overhead_us}}) {
+    if (layer.count(k.both) == 0 || !(cfg.*k.both_v).has_value()) continue;  // not given here, or null
+    if (layer.count(k.intra) == 0) (cfg.*k.intra_v).reset();
+    if (layer.count(k.inter) == 0) (cfg.*k.inter_v).reset();
+  }
 }
 
 }  // namespace
@@ -255,13 +279,22 @@ absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool f
   if (!file.empty()) {
     std::vector<std::pair<std::string, int>> lines;
     RP_RETURN_IF_ERROR(ApplyConfigText(cfg, file, text, &lines));
-    for (const auto& [key, line] : lines) sources[key] = {FieldSource::kFile, line};
+    std::set<std::string> layer;
+    for (const auto& [key, line] : lines) {
+      sources[key] = {FieldSource::kFile, line};
+      layer.insert(key);
+    }
+    OverridePerClassLinks(cfg, layer);
     cfg.config_file = file;
   }
+  std::set<std::string> flag_layer;
   for (const auto& [f, v] : given) {
     if (absl::Status st = f->set(cfg, v); !st.ok()) return absl::InvalidArgumentError(absl::StrCat("--", st.message()));
     sources[f->name] = {FieldSource::kFlag, 0};
+    flag_layer.insert(f->name);
   }
+  OverridePerClassLinks(cfg, flag_layer);
+  std::set<std::string> override_layer;
   for (const FieldOverride& o : overrides) {
     if (o.field == "preset") continue;
     if (o.field == "config") return absl::FailedPreconditionError("config: cannot be a sweep axis");
@@ -269,7 +302,9 @@ absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool f
       return absl::FailedPreconditionError(st.message());
     }
     sources[o.field] = {FieldSource::kOverride, 0};
+    override_layer.insert(o.field);
   }
+  OverridePerClassLinks(cfg, override_layer);
   cfg.preset = preset;
   if (absl::Status st = ValidateConfig(cfg, for_run); !st.ok()) return Locate(st, sources, file, preset);
   return cfg;

@@ -285,6 +285,44 @@ TEST(Config, HelpStatesTheEnforcedBoundsAndWhatZeroMeans) {
   EXPECT_FALSE(Load({"--ep_row_bytes=1073741828"}, false).ok());
 }
 
+// A link override of both classes overrides the per-class values of the layers before it, as every
+// layer overrides the one before: `--preset=s1 --alpha_us=0` was still 20 ms on both links (s1 sets
+// intra_alpha_us and inter_alpha_us, which won over alpha_us whatever its layer).
+TEST(Config, BothClassLinkOverrideBeatsAnEarlierLayersPerClassValues) {
+  auto cfg = Load({"--preset=s1", "--alpha_us=0"}, /*for_run=*/false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto links = ResolveLinks(*cfg);
+  ASSERT_TRUE(links.ok());
+  EXPECT_EQ(links->intra_node.alpha, FromMicros(0));
+  EXPECT_EQ(links->inter_node.alpha, FromMicros(0));
+  // s1 sets inter_bandwidth_gbps = 0 (infinite): --bandwidth_gbps reaches the inter-node links too.
+  cfg = Load({"--preset=s1", "--bandwidth_gbps=7"}, /*for_run=*/false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(ResolveLinks(*cfg)->inter_node.bandwidth_gbps, 7);
+  // A per-class value of the same layer still wins for its class.
+  cfg = Load({"--preset=s1", "--alpha_us=0", "--inter_alpha_us=7"}, /*for_run=*/false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(ResolveLinks(*cfg)->intra_node.alpha, FromMicros(0));
+  EXPECT_EQ(ResolveLinks(*cfg)->inter_node.alpha, FromMicros(7));
+  // The file's layer over the preset's, and the flags' per-class value over the file's both-class one.
+  const fs::path file = WriteTemp("links.json", R"({"preset": "s1", "alpha_us": 5})");
+  cfg = Load({"--config=" + file.string()}, /*for_run=*/false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(ResolveLinks(*cfg)->intra_node.alpha, FromMicros(5));
+  EXPECT_EQ(ResolveLinks(*cfg)->inter_node.alpha, FromMicros(5));
+  cfg = Load({"--config=" + file.string(), "--intra_alpha_us=1"}, /*for_run=*/false);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(ResolveLinks(*cfg)->intra_node.alpha, FromMicros(1));
+  EXPECT_EQ(ResolveLinks(*cfg)->inter_node.alpha, FromMicros(5));
+  // A sweep point's axis is a layer too.
+  auto args = ParseSubcommandArgs("predict", {"--preset=s1"});
+  ASSERT_TRUE(args.ok());
+  cfg = LoadConfigWithOverrides(*args, /*for_run=*/false, {{"alpha_us", 0.0}});
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(ResolveLinks(*cfg)->inter_node.alpha, FromMicros(0));
+  fs::remove(file);
+}
+
 // Every other range message prints the value as given too: with 6 significant digits a value just past
 // its bound read as the bound itself ("flops_efficiency: must be in (0, 1], got 1").
 TEST(Config, EveryRangeErrorPrintsTheExactValue) {
