@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "apps/config_budget.h"
 #include "apps/config_fields.h"
 #include "runtime/status_macros.h"
 
@@ -164,13 +165,6 @@ ConfigField IntF(const char* name, M m, int64_t lo, int64_t hi, const char* help
           [=](const RunConfig& c) { return json(Member(m)(c)); }};
 }
 
-// A number as its shortest round-trip decimal ("1.0000001", "1e-50") for messages.
-inline std::string ExactText(double d) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), d);
-  return std::string(buf, r.ptr);
-}
-
 // A float member's value as JSON: the double of its shortest decimal (0.05f echoes as 0.05, not
 // 0.05000000074505806, and reads back as the same float).
 inline std::string FloatText(float f) {
@@ -197,10 +191,10 @@ ConfigField NumberF(const char* name, M m, const char* help, const char* unset =
               // float it would become ("lr: must be > 0, got 0" for 1e-50).
               if (std::fabs(d) > static_cast<double>(std::numeric_limits<float>::max())) {
                 return Bad(name, absl::StrCat("must be at most ", FloatText(std::numeric_limits<float>::max()),
-                                              " in magnitude (a 32-bit float), got ", ExactText(d)));
+                                              " in magnitude (a 32-bit float), got ", budget::Exact(d)));
               }
               if (d != 0 && static_cast<float>(d) == 0) {
-                return Bad(name, absl::StrCat(ExactText(d), " is 0 as a 32-bit float (the smallest is ",
+                return Bad(name, absl::StrCat(budget::Exact(d), " is 0 as a 32-bit float (the smallest is ",
                                               FloatText(std::numeric_limits<float>::denorm_min()), ")"));
               }
             }
@@ -243,11 +237,7 @@ ConfigField NumberOrAutoF(const char* name, M m, double auto_value, const char* 
             }
             if (!v.is_number()) return Bad(name, absl::StrCat("expected a number or auto, got ", ShortDump(v)));
             RP_ASSIGN_OR_RETURN(double d, AsDouble(name, v));
-            if (d == auto_value) {
-              char buf[64];
-              const auto r = std::to_chars(buf, buf + sizeof(buf), d);
-              return Bad(name, absl::StrCat("must be in ", range, " or auto, got ", absl::string_view(buf, static_cast<size_t>(r.ptr - buf))));
-            }
+            if (d == auto_value) return Bad(name, absl::StrCat("must be in ", range, " or auto, got ", budget::Exact(d)));
             m(c) = d;
             return absl::OkStatus();
           },
