@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -48,7 +50,8 @@ absl::StatusOr<std::vector<std::string>> ExpandValues(const std::string& axis, c
         return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": '", part,
                                                        "' is not an integer range A..B with A <= B"));
       }
-      if (b - a >= static_cast<int64_t>(kMaxPoints)) {
+      // In unsigned arithmetic: b - a of two int64 overflows for ranges wider than 2^63.
+      if (static_cast<uint64_t>(b) - static_cast<uint64_t>(a) >= kMaxPoints) {
         return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": range '", part, "' is too long"));
       }
       for (int64_t x = a; x <= b; ++x) out.push_back(absl::StrCat(x));
