@@ -72,7 +72,12 @@ absl::StatusOr<Axis> ParseAxis(const std::string& spec) {
   Axis axis;
   axis.fields = absl::StrSplit(spec.substr(0, eq), ':');
   const std::string name = axis.name();
-  for (const std::string& f : axis.fields) {
+  for (size_t i = 0; i < axis.fields.size(); ++i) {
+    const std::string& f = axis.fields[i];
+    if (std::find(axis.fields.begin(), axis.fields.begin() + static_cast<std::ptrdiff_t>(i), f) !=
+        axis.fields.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return absl::InvalidArgumentError(absl::StrCat("--axis=", name, ": field '", f, "' is named twice"));
+    }
     const auto& names = ConfigFieldNames();
     const bool known = std::find(names.begin(), names.end(), f) != names.end();
     if (!known || f == "config" || f == "report_json" || f == "trace") {

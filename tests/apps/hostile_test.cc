@@ -68,5 +68,19 @@ TEST(HostileInput, SweepRangesWiderThanInt64AreRefusedAtOnce) {
   EXPECT_FALSE(sweep::ParseAxis("seed=0..4096").ok());
 }
 
+// A linked axis that names a field twice (`--axis=dp:dp=1:2`) set dp twice per point, the last value
+// winning silently under a label that showed both; it is bad input naming the field.
+TEST(HostileInput, ALinkedAxisNamesEachFieldOnce) {
+  absl::StatusOr<sweep::Axis> axis = sweep::ParseAxis("dp:dp=1:2,2:4");
+  ASSERT_FALSE(axis.ok());
+  EXPECT_EQ(axis.status().message(), "--axis=dp:dp: field 'dp' is named twice");
+  EXPECT_TRUE(sweep::ParseAxis("pp:dp=1:2,2:4").ok());
+  const fs::path dir = TempDir("linked");
+  ExpectBadInput(RunBinary("sweep --predict_only --axis=pp:forward_ms:pp=1:2:1 --out_dir=" + (dir / "o").string(), dir),
+                 "--axis=pp:forward_ms:pp: field 'pp' is named twice", "linked axis");
+  EXPECT_FALSE(fs::exists(dir / "o"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
