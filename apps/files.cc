@@ -82,11 +82,27 @@ std::string Identity(const std::string& path) {
   return absl::StrCat("path:", (ec ? dir : canon).string(), "/", p.filename().string());
 }
 
-// The nearest existing ancestor of `dir` (for an output directory created at commit time).
-fs::path ExistingAncestor(fs::path dir) {
-  std::error_code ec;
-  while (!dir.empty() && !fs::exists(dir, ec)) dir = dir.parent_path();
-  return dir.empty() ? fs::path(".") : dir;
+// The nearest existing ancestor of `dir` (for an output directory created at commit time), after
+// checking what commit will create on the way to it: each missing name fits the file system (255
+// bytes), and none is a dangling symbolic link (lstat finds it, stat does not; creating it would fail
+// with EEXIST after the work).
+absl::StatusOr<fs::path> ExistingAncestor(const std::string& flag, const std::string& path, fs::path dir) {
+  while (!dir.empty()) {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) return dir;
+    if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return Bad(flag, path, absl::StrCat("'", OneLine(dir.string()), "' is a symbolic link to nothing (dangling, or a loop)"));
+    }
+    const std::string name = dir.filename().string();
+    if (name.size() > 255) {
+      return Bad(flag, path, absl::StrCat("directory name longer than 255 bytes ('", OneLine(name.substr(0, 40)),
+                                          "...')"));
+    }
+    fs::path parent = dir.parent_path();  // "a/b/" -> "a/b" (an empty name), "a/b" -> "a"
+    if (parent == dir) break;
+    dir = std::move(parent);
+  }
+  return fs::path(".");
 }
 
 absl::Status CheckWritableDir(const std::string& flag, const std::string& path, const fs::path& dir) {
@@ -273,7 +289,8 @@ absl::Status OutputFiles::CheckAll(const std::vector<std::pair<std::string, std:
         RP_RETURN_IF_ERROR(CheckFileTarget(o.flag, (p / name).string(), inputs, ids));
       }
     } else {
-      RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, ExistingAncestor(p)));
+      RP_ASSIGN_OR_RETURN(const fs::path ancestor, ExistingAncestor(o.flag, o.path, p));
+      RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, ancestor));
     }
   }
   return absl::OkStatus();

@@ -82,5 +82,31 @@ TEST(HostileInput, ALinkedAxisNamesEachFieldOnce) {
   fs::remove_all(dir);
 }
 
+// An --out_dir that cannot be created — a dangling symbolic link, or a name longer than the file
+// system's 255 bytes, itself or on the way to it — was found out only when the outputs were
+// committed, after every point had run (exit 1). It is bad input, checked before the work.
+TEST(HostileInput, AnOutDirThatCannotBeCreatedIsBadInputBeforeTheWork) {
+  const fs::path dir = TempDir("out_dir");
+  fs::create_symlink(dir / "nowhere" / "x", dir / "dangling");
+  const std::string sweep = "sweep --predict_only --steps=1 --axis=dp=1,2 --out_dir=";
+  ExpectBadInput(RunBinary(sweep + (dir / "dangling").string(), dir), "dangling' is a symbolic link to nothing",
+                 "dangling out_dir");
+  ExpectBadInput(RunBinary(sweep + (dir / "dangling" / "sub").string(), dir),
+                 "dangling' is a symbolic link to nothing", "under a dangling link");
+  const std::string long_name(256, 'd');
+  ExpectBadInput(RunBinary(sweep + (dir / long_name).string(), dir), "name longer than 255 bytes", "long out_dir");
+  ExpectBadInput(RunBinary(sweep + (dir / long_name / "sub").string(), dir), "name longer than 255 bytes",
+                 "long ancestor");
+  // A directory made on the way (a, a/b) works, and so does a link to a directory.
+  ASSERT_EQ(RunBinary(sweep + (dir / "a" / "b").string(), dir).exit_code, 0);
+  EXPECT_TRUE(fs::is_regular_file(dir / "a" / "b" / "sweep.csv"));
+  fs::create_directory_symlink(dir / "a", dir / "to_a");
+  ASSERT_EQ(RunBinary(sweep + (dir / "to_a" / "c").string(), dir).exit_code, 0);
+  EXPECT_TRUE(fs::is_regular_file(dir / "a" / "c" / "sweep.csv"));
+  EXPECT_TRUE(fs::is_symlink(dir / "dangling"));
+  EXPECT_FALSE(fs::exists(dir / "nowhere"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
