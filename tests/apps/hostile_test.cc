@@ -108,5 +108,35 @@ TEST(HostileInput, AnOutDirThatCannotBeCreatedIsBadInputBeforeTheWork) {
   fs::remove_all(dir);
 }
 
+// A saved report's strings are cut to 120 bytes for the chart; the cut fell inside a UTF-8 sequence,
+// so the SVG of `timeline --from_report` held a broken sequence (not well-formed XML), and a long
+// wrong "schema" was quoted in the error line as bytes that are not UTF-8.
+TEST(HostileInput, StringsReadFromAReportAreCutOnCharacterBoundaries) {
+  std::string accents = "a";
+  for (int i = 0; i < 100; ++i) accents += "\xc3\xa9";  // é: the 120-byte cut falls inside one
+  const json report = {
+      {"schema", kReportSchemaRead},
+      {"layout", {{"world", 1}, {"pp", 1}, {"tp", 1}, {"description", accents}}},
+      {"schedule", {{"name", accents}, {"microbatches", 1}}},
+      {"timeline",
+       {{"predicted",
+         {{"step_ms", 1.0},
+          {"devices", json::array({{{"rank", 0}, {"ops", json::array({{{"start_ms", 0.0}, {"end_ms", 1.0}}})}}})}}}}}};
+  absl::StatusOr<TimelineReport> t = ReadTimelineReport(report.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(IsUtf8(t->title)) << t->title;
+  EXPECT_NE(t->title.find("a\xc3\xa9"), std::string::npos);
+  const std::string svg_text = svg::RenderGantt(t->title, t->panels);
+  EXPECT_TRUE(IsUtf8(svg_text));
+  EXPECT_TRUE(rp::apps::testing::ParseXml(svg_text).ok) << rp::apps::testing::ParseXml(svg_text).error;
+
+  json wrong = report;
+  wrong["schema"] = accents;
+  absl::StatusOr<TimelineReport> w = ReadTimelineReport(wrong.dump());
+  ASSERT_FALSE(w.ok());
+  EXPECT_TRUE(IsUtf8(std::string(w.status().message()))) << w.status().message();
+  EXPECT_NE(w.status().message().find("a\xc3\xa9\xc3\xa9"), absl::string_view::npos) << w.status().message();
+}
+
 }  // namespace
 }  // namespace rp::apps
