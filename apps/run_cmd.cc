@@ -49,6 +49,15 @@ absl::Status BadFault(const std::string& flag, const std::string& text, const st
   return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", text, "': ", why));
 }
 
+// A factor or fraction of the fault flags: decimal text, or inf / nan (their ranges are checked
+// later, naming them) — never a hexadecimal float, which absl::SimpleAtod alone reads
+// (--straggler=1:0x2 was a factor of 2).
+bool ReadReal(absl::string_view text, double* out) {
+  const std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  const bool word = t == "inf" || t == "+inf" || t == "-inf" || t == "infinity" || t == "nan";
+  return (word || IsDecimalText(t)) && absl::SimpleAtod(t, out);
+}
+
 // Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag).
 absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, FaultPlan& plan) {
   const std::string fault = args.Text("fault");
@@ -106,7 +115,7 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
       RP_RETURN_IF_ERROR(get_int("dst", f.dst, true));
       RP_RETURN_IF_ERROR(get_int("step", f.step, false));
       auto it = kv.find("factor");
-      if (it == kv.end() || !absl::SimpleAtod(it->second, &f.factor)) {
+      if (it == kv.end() || !ReadReal(it->second, &f.factor)) {
         return BadFault("fault", text, "needs factor=F (a number >= 1)");
       }
       // +inf is left to CheckFaultFactors, which says what it does to the modeled times.
@@ -130,7 +139,7 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
   for (absl::string_view item : absl::StrSplit(straggler, ',', absl::SkipWhitespace())) {
     const std::vector<std::string> rf = absl::StrSplit(item, ':');
     Straggler s;
-    if (rf.size() != 2 || !absl::SimpleAtoi(rf[0], &s.rank) || !absl::SimpleAtod(rf[1], &s.factor)) {
+    if (rf.size() != 2 || !absl::SimpleAtoi(rf[0], &s.rank) || !ReadReal(rf[1], &s.factor)) {
       return BadFault("straggler", std::string(item), "expected RANK:FACTOR");
     }
     plan.stragglers.push_back(s);
@@ -138,7 +147,7 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
   const std::string jitter = args.Text("jitter");
   if (!jitter.empty()) {
     const std::vector<std::string> fs = absl::StrSplit(jitter, ':');
-    if (fs.size() > 2 || !absl::SimpleAtod(fs[0], &plan.jitter.max_fraction) ||
+    if (fs.size() > 2 || !ReadReal(fs[0], &plan.jitter.max_fraction) ||
         (fs.size() == 2 && !absl::SimpleAtoi(fs[1], &plan.jitter.seed))) {
       return BadFault("jitter", jitter, "expected FRACTION[:SEED]");
     }

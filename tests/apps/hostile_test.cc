@@ -138,5 +138,34 @@ TEST(HostileInput, StringsReadFromAReportAreCutOnCharacterBoundaries) {
   EXPECT_NE(w.status().message().find("a\xc3\xa9\xc3\xa9"), absl::string_view::npos) << w.status().message();
 }
 
+// `--forward_ms=0x10` read as 16 ms (absl::SimpleAtod takes hexadecimal floats), though `--help` says
+// a number is decimal and `--dp=0x10` was refused: every number grammar is decimal.
+TEST(HostileInput, NumbersAreDecimalOnly) {
+  for (const std::string text : {"0x10", "0X1p3", "-0x1", "0x1.8p1", "1e", ".", "+-1", "1e+"}) {
+    EXPECT_FALSE(ParseNumber("--x", text).ok()) << text;
+    EXPECT_FALSE(ParseNumberList("--x", "1," + text).ok()) << text;
+    EXPECT_FALSE(CheckGrammar("--x", Grammar::kNumberOrAuto, text).ok()) << text;
+  }
+  for (const auto& [text, value] : std::vector<std::pair<std::string, double>>{
+           {"16", 16}, {"+2", 2}, {"-0", 0}, {" 2.5 ", 2.5}, {"1e-3", 1e-3}, {"1E3", 1000}, {".5", 0.5}, {"5.", 5}}) {
+    absl::StatusOr<double> v = ParseNumber("--x", text);
+    ASSERT_TRUE(v.ok()) << text << ": " << v.status();
+    EXPECT_EQ(*v, value) << text;
+  }
+  const fs::path dir = TempDir("hex");
+  ExpectBadInput(RunBinary("predict --forward_ms=0x10", dir), "--forward_ms: '0x10' is not a number", "hex list");
+  ExpectBadInput(RunBinary("predict --bucket_mb=0x1p3", dir), "--bucket_mb: expected a finite number, got '0x1p3'",
+                 "hex number");
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --straggler=1:0x2", dir),
+                 "--straggler: '1:0x2': expected RANK:FACTOR", "hex straggler factor");
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --jitter=0x0.1", dir), "--jitter: '0x0.1'", "hex jitter");
+  ExpectBadInput(RunBinary("run --virtual_time --steps=1 --fault=slow_link:src=0,dst=2,factor=0x10", dir),
+                 "needs factor=F (a number >= 1)", "hex slow-link factor");
+  const fs::path cfg = dir / "c.json";
+  std::ofstream(cfg) << R"({"bucket_mb": "0x8"})";
+  ExpectBadInput(RunBinary("predict --config=" + cfg.string(), dir), "bucket_mb", "hex in a config string");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
