@@ -49,7 +49,8 @@ int Run(const ParsedArgs& args) {
   OutputFiles outputs;
   absl::StatusOr<TimelineReport> timeline;
   if (args.Has("from_report")) {
-    for (const std::string& name : args.specified) {
+    // In command-line order: the first flag given is named (a hash set's order changes run to run).
+    for (const auto& [name, value] : args.occurrences) {
       if (name != "from_report" && name != "out" && name != "title") {
         return fail(kExitBadInput, absl::StrCat("--", name, ": cannot be combined with --from_report (the report "
                                                             "holds its own config)"));

@@ -167,5 +167,21 @@ TEST(HostileInput, NumbersAreDecimalOnly) {
   fs::remove_all(dir);
 }
 
+// `timeline --from_report` with config flags named one of them at random (the order of a hash set,
+// seeded per process); it names the first given.
+TEST(HostileInput, TimelineFromReportNamesTheFirstFlagItCannotTake) {
+  const fs::path dir = TempDir("from_report");
+  const fs::path report = dir / "r.json";
+  ASSERT_EQ(RunBinary("predict --steps=1 --report_json=" + report.string(), dir).exit_code, 0);
+  for (int i = 0; i < 8; ++i) {
+    ExpectBadInput(RunBinary("timeline --from_report=" + report.string() + " --out=" + (dir / "t.svg").string() +
+                                 " --seed=4 --dp=2 --pp=2 --steps=3 --tp=1 --microbatches=2",
+                             dir),
+                   "--seed: cannot be combined with --from_report", "run " + std::to_string(i));
+  }
+  EXPECT_FALSE(fs::exists(dir / "t.svg"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
