@@ -183,5 +183,24 @@ TEST(HostileInput, TimelineFromReportNamesTheFirstFlagItCannotTake) {
   fs::remove_all(dir);
 }
 
+// XML 1.0 has no U+FFFE or U+FFFF (valid UTF-8 all the same, so `--title` takes them): the charts
+// wrote them as they were, and the SVG was not well-formed.
+TEST(HostileInput, TitlesWithNoncharactersStillMakeWellFormedSvg) {
+  const std::string title = "a\xef\xbf\xbe" "b\xef\xbf\xbf" "c";
+  const std::string escaped = svg::Escape(title);
+  EXPECT_EQ(escaped, "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c");
+  const fs::path dir = TempDir("nonchar");
+  const fs::path report = dir / "r.json", out = dir / "t.svg";
+  ASSERT_EQ(RunBinary("predict --steps=1 --report_json=" + report.string(), dir).exit_code, 0);
+  const Result r = RunBinary("timeline --from_report=" + report.string() + " --out=" + out.string() +
+                                 " --title=$(printf 'x\\357\\277\\277y')",
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string svg_text = ReadFile(out);
+  EXPECT_EQ(svg_text.find("\xef\xbf\xbf"), std::string::npos);
+  EXPECT_NE(svg_text.find("x\xef\xbf\xbdy"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
