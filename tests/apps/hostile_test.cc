@@ -202,5 +202,22 @@ TEST(HostileInput, TitlesWithNoncharactersStillMakeWellFormedSvg) {
   fs::remove_all(dir);
 }
 
+// `timeline` on auto's real clock ran its calibration trials with ops longer than the watchdog: the
+// first trial failed as a stall and the command exited 1 with a watchdog message, where `run` with
+// the same flags refuses the layout as bad input naming --watchdog_timeout (1d4e929 fixed `run` only).
+TEST(HostileInput, TimelineOpsThatOutlastTheWatchdogAreBadInputAsInRun) {
+  const fs::path dir = TempDir("timeline_watchdog");
+  const std::string flags = " --steps=1 --forward_ms=60 --backward_ms=120 --watchdog_timeout=0.1";
+  const std::string why = "--watchdog_timeout: at time scale 1 the longest op (120 ms modeled) takes 0.12 s";
+  ExpectBadInput(RunBinary("run" + flags + " --report_json=" + (dir / "r.json").string(), dir), why, "run");
+  ExpectBadInput(RunBinary("timeline" + flags + " --out=" + (dir / "t.svg").string() + " --report_json=" +
+                               (dir / "r.json").string(),
+                           dir),
+                 why, "timeline");
+  EXPECT_FALSE(fs::exists(dir / "t.svg"));
+  EXPECT_FALSE(fs::exists(dir / "r.json"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
