@@ -82,6 +82,14 @@ std::string Identity(const std::string& path) {
   return absl::StrCat("path:", (ec ? dir : canon).string(), "/", p.filename().string());
 }
 
+// The identity of standard input when it is a regular file (`--config=- < c.json`), else "": an output
+// must not replace the file an input `-` reads.
+std::string StdinIdentity() {
+  struct stat st;
+  if (::fstat(STDIN_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  return absl::StrCat("inode:", st.st_dev, ":", st.st_ino);
+}
+
 // The nearest existing ancestor of `dir` (for an output directory created at commit time), after
 // checking what commit will create on the way to it: each missing name fits the file system (255
 // bytes), and none is a dangling symbolic link (lstat finds it, stat does not; creating it would fail
@@ -253,7 +261,11 @@ absl::Status CheckFileTarget(const std::string& flag, const std::string& path,
   RP_RETURN_IF_ERROR(CheckWritableDir(flag, path, p.parent_path().empty() ? fs::path(".") : p.parent_path()));
   const std::string id = Identity(path);
   for (const auto& [in_flag, in_path] : inputs) {
-    if (!in_path.empty() && in_path != "-" && Identity(in_path) == id) {
+    if (in_path == "-") {
+      if (const std::string in = StdinIdentity(); !in.empty() && in == id) {
+        return Bad(flag, path, absl::StrCat("is also the input --", in_flag, " (read from standard input)"));
+      }
+    } else if (!in_path.empty() && Identity(in_path) == id) {
       return Bad(flag, path, absl::StrCat("is also the input --", in_flag));
     }
   }

@@ -219,5 +219,39 @@ TEST(HostileInput, TimelineOpsThatOutlastTheWatchdogAreBadInputAsInRun) {
   fs::remove_all(dir);
 }
 
+// An input given as `-` (standard input) redirected from a file was not compared with the outputs:
+// `timeline --from_report=- --out=r.json < r.json` replaced the report with its SVG, and
+// `predict --config=- --report_json=c.json < c.json` the config with the report (exit 0), where the
+// same paths given by name are refused.
+TEST(HostileInput, AnOutputIsNotTheFileStandardInputReads) {
+  const fs::path dir = TempDir("stdin");
+  const fs::path report = dir / "r.json", cfg = dir / "c.json";
+  ASSERT_EQ(RunBinary("predict --steps=1 --report_json=" + report.string(), dir).exit_code, 0);
+  const std::string saved = ReadFile(report);
+  ExpectBadInput(RunBinary("timeline --from_report=- --out=" + report.string() + " < " + report.string(), dir),
+                 "--out: '" + report.string() + "': is also the input --from_report (read from standard input)",
+                 "timeline");
+  EXPECT_EQ(ReadFile(report), saved);
+  std::ofstream(cfg) << R"({"steps": 1})";
+  ExpectBadInput(RunBinary("predict --config=- --report_json=" + cfg.string() + " < " + cfg.string(), dir),
+                 "is also the input --config (read from standard input)", "predict");
+  EXPECT_EQ(ReadFile(cfg), R"({"steps": 1})");
+  fs::create_directories(dir / "sw");
+  std::ofstream(dir / "sw" / "sweep.json") << R"({"steps": 1})";
+  ExpectBadInput(RunBinary("sweep --predict_only --config=- --axis=dp=1,2 --out_dir=" + (dir / "sw").string() + " < " +
+                               (dir / "sw" / "sweep.json").string(),
+                           dir),
+                 "sweep.json': is also the input --config (read from standard input)", "sweep");
+  EXPECT_EQ(ReadFile(dir / "sw" / "sweep.json"), R"({"steps": 1})");
+  // Standard input from another file is fine.
+  EXPECT_EQ(RunBinary("timeline --from_report=- --out=" + (dir / "t.svg").string() + " < " + report.string(), dir)
+                .exit_code,
+            0);
+  EXPECT_EQ(RunBinary("predict --config=- --report_json=" + (dir / "p.json").string() + " < " + cfg.string(), dir)
+                .exit_code,
+            0);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
