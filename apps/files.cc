@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -125,6 +126,18 @@ absl::Status CheckWritableDir(const std::string& flag, const std::string& path, 
   return absl::OkStatus();
 }
 
+// The mkostemp template of `target`'s temporary file: beside it, with at most 200 bytes of its name
+// (the temporary name must fit where the target's 255 do).
+std::string TempTemplate(const std::string& target) {
+  const fs::path p(target);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  return (dir / absl::StrCat(".", p.filename().string().substr(0, 200), ".ringpipe-XXXXXX")).string();
+}
+
+// Longest path the system calls take (PATH_MAX, with its terminating NUL): a longer one fails with
+// ENAMETOOLONG even where every name fits.
+constexpr size_t kMaxPathBytes = 4095;
+
 // Writes `contents` to a new temporary file beside `target`; returns its path (registered).
 absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string& target,
                                       const std::string& contents, int& slot) {
@@ -133,11 +146,7 @@ absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string
     ::umask(m);
     return m;
   }();
-  const fs::path p(target);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  // At most 200 bytes of the name: the temporary name must fit where the target's (255) does.
-  std::string tmpl =
-      (dir / absl::StrCat(".", p.filename().string().substr(0, 200), ".ringpipe-XXXXXX")).string();
+  std::string tmpl = TempTemplate(target);
   const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never through a symlink
   if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create a temporary file: ", Errno(errno)));
   slot = RegisterTemp(tmpl);
@@ -239,6 +248,16 @@ OutputFiles::Output* OutputFiles::Find(const std::string& flag) {
 }
 
 namespace {
+// A file output's path and its temporary file's fit PATH_MAX; else the run would go ahead and its
+// commit fail (exit 1): creating the temporary file, or renaming it into place, with ENAMETOOLONG.
+absl::Status CheckPathLength(const std::string& flag, const std::string& path) {
+  const size_t temp = TempTemplate(path).size();
+  if (std::max(path.size(), temp) <= kMaxPathBytes) return absl::OkStatus();
+  return Bad(flag, path,
+             absl::StrCat("path too long: ", path.size(), " bytes, ", temp,
+                          " for its temporary file beside it; at most ", kMaxPathBytes));
+}
+
 // A file output's checks (CheckAll): `shown` is how errors name it, `ids` the identities of the
 // outputs checked before it (this one's is added).
 absl::Status CheckFileTarget(const std::string& flag, const std::string& path,
@@ -249,6 +268,7 @@ absl::Status CheckFileTarget(const std::string& flag, const std::string& path,
     return Bad(flag, path, "names a directory, not a file");
   }
   if (p.filename().string().size() > 255) return Bad(flag, path, "file name longer than 255 bytes");
+  RP_RETURN_IF_ERROR(CheckPathLength(flag, path));
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode)) {
@@ -303,6 +323,7 @@ absl::Status OutputFiles::CheckAll(const std::vector<std::pair<std::string, std:
     } else {
       RP_ASSIGN_OR_RETURN(const fs::path ancestor, ExistingAncestor(o.flag, o.path, p));
       RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, ancestor));
+      for (const std::string& name : o.entries) RP_RETURN_IF_ERROR(CheckPathLength(o.flag, (p / name).string()));
     }
   }
   return absl::OkStatus();

@@ -253,5 +253,34 @@ TEST(HostileInput, AnOutputIsNotTheFileStandardInputReads) {
   fs::remove_all(dir);
 }
 
+// A path whose names all fit 255 bytes but that is, with its temporary file's name, longer than
+// PATH_MAX passed the checks; the work ran and the commit failed with ENAMETOOLONG (exit 1): a 3900-byte
+// directory and a 180-byte name (the temporary file's path is 17 bytes longer), or a 250-byte name in
+// a 3852-byte directory (the target itself is over). Refused before the work, naming the lengths.
+TEST(HostileInput, PathsLongerThanPathMaxAreBadInputBeforeTheWork) {
+  const fs::path dir = TempDir("long_paths");
+  fs::path deep = dir;
+  while (deep.string().size() + 256 < 3852) deep /= std::string(255, 'd');
+  deep /= std::string(3852 - deep.string().size() - 1, 'e');
+  ASSERT_EQ(deep.string().size(), 3852u);
+  fs::create_directories(deep);
+  const fs::path deeper = deep / std::string(47, 'f');
+  fs::create_directories(deeper);
+  ExpectBadInput(RunBinary("predict --steps=1 --report_json=" + (deeper / std::string(180, 'r')).string(), dir),
+                 "path too long: 4081 bytes, 4098 for its temporary file beside it; at most 4095", "temporary file");
+  ExpectBadInput(RunBinary("run --steps=1 --report_json=" + (deep / std::string(250, 'r')).string(), dir),
+                 "path too long: 4103 bytes", "target");
+  ExpectBadInput(RunBinary("sweep --predict_only --steps=1 --axis=dp=1,2 --out_dir=" +
+                               (deeper / std::string(180, 'o')).string(),
+                           dir),
+                 "path too long", "a directory output's files");
+  EXPECT_TRUE(fs::is_empty(deeper));
+  // The longest that fit are written.
+  const fs::path fits = deep / std::string(200, 'r');  // 4053 bytes, its temporary file 4070
+  ASSERT_EQ(RunBinary("predict --steps=1 --report_json=" + fits.string(), dir).exit_code, 0);
+  EXPECT_TRUE(json::parse(ReadFile(fits)).is_object());
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
