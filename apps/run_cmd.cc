@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -142,6 +143,12 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
     if (rf.size() != 2 || !absl::SimpleAtoi(rf[0], &s.rank) || !ReadReal(rf[1], &s.factor)) {
       return BadFault("straggler", std::string(item), "expected RANK:FACTOR");
     }
+    if (s.rank < 0 || s.rank >= world_size) {
+      return BadFault("straggler", std::string(item),
+                      absl::StrCat("rank ", s.rank, " is not a rank of the ", world_size, " devices"));
+    }
+    // +inf is left to CheckFaultFactors, which says what it does to the modeled times.
+    if (!(s.factor >= 1)) return BadFault("straggler", std::string(item), "FACTOR must be a number >= 1");
     plan.stragglers.push_back(s);
   }
   const std::string jitter = args.Text("jitter");
@@ -151,10 +158,12 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
         (fs.size() == 2 && !absl::SimpleAtoi(fs[1], &plan.jitter.seed))) {
       return BadFault("jitter", jitter, "expected FRACTION[:SEED]");
     }
+    if (!(plan.jitter.max_fraction >= 0 && plan.jitter.max_fraction <= 10)) {
+      return BadFault("jitter", jitter, "FRACTION must be in [0, 10]");
+    }
   }
-  // --fault ranges are checked here, naming the flag, but whether an op index exists in the rank's
-  // program; that and the --straggler / --jitter ranges are Executor::Create's (InvalidArgument
-  // "executor: faults: ...").
+  // Every range is checked here, naming the flag, but whether an op index exists in the rank's
+  // program: Executor::Create's "executor: faults: op fault ...", which Run names --fault.
   return absl::OkStatus();
 }
 
@@ -260,6 +269,13 @@ int Run(const ParsedArgs& args) {
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
   host.model_buffer_bytes = ModelBufferBytes(*cfg);
   const auto create_failed = [](const absl::Status& st) {
+    // An op index past the rank's program is the one --fault range only the executor knows.
+    constexpr absl::string_view kFaults = "executor: faults: ";
+    if (st.code() == absl::StatusCode::kInvalidArgument && absl::StartsWith(st.message(), kFaults) &&
+        absl::StartsWith(st.message().substr(kFaults.size()), "op fault ")) {
+      return Fail(kExitBadInput,
+                  absl::InvalidArgumentError(absl::StrCat("--fault: ", st.message().substr(kFaults.size()))));
+    }
     return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
   };
   schedule::CalibrationOptions calibration;

@@ -282,5 +282,28 @@ TEST(HostileInput, PathsLongerThanPathMaxAreBadInputBeforeTheWork) {
   fs::remove_all(dir);
 }
 
+// The fault flags' ranges the executor checks were reported in its words, naming no flag: "executor:
+// faults: straggler: rank 99 out of range [0, 8)", "executor: faults: jitter.max_fraction must be in
+// [0, 10], got 11", "executor: faults: op fault throw rank 0: op 99999 out of range ...". Each names
+// its flag now, exit 2, nothing written.
+TEST(HostileInput, FaultFlagRangesNameTheirFlag) {
+  const fs::path dir = TempDir("fault_ranges");
+  const std::string run = "run --virtual_time --steps=1 --report_json=" + (dir / "r.json").string() + " ";
+  ExpectBadInput(RunBinary(run + "--straggler=99:2", dir), "--straggler: '99:2': rank 99 is not a rank of the 8 devices",
+                 "straggler rank");
+  ExpectBadInput(RunBinary(run + "--straggler=-1:2", dir), "--straggler: '-1:2': rank -1", "negative rank");
+  ExpectBadInput(RunBinary(run + "--straggler=0:0.5", dir), "--straggler: '0:0.5': FACTOR must be a number >= 1",
+                 "straggler factor");
+  ExpectBadInput(RunBinary(run + "--straggler=0:nan", dir), "--straggler: '0:nan': FACTOR", "nan factor");
+  ExpectBadInput(RunBinary(run + "--jitter=11", dir), "--jitter: '11': FRACTION must be in [0, 10]", "jitter");
+  ExpectBadInput(RunBinary(run + "--jitter=-0.5:3", dir), "--jitter: '-0.5:3': FRACTION", "negative jitter");
+  ExpectBadInput(RunBinary(run + "--fault=throw:rank=0,step=0,op=99999", dir),
+                 "--fault: op fault throw rank 0: op 99999 out of range", "op index");
+  EXPECT_FALSE(fs::exists(dir / "r.json"));
+  // In range, they run.
+  EXPECT_EQ(RunBinary(run + "--straggler=7:1 --jitter=0:1", dir).exit_code, 0);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
