@@ -54,8 +54,16 @@ absl::StatusOr<std::vector<std::string>> ExpandValues(const std::string& axis, c
       if (static_cast<uint64_t>(b) - static_cast<uint64_t>(a) >= kMaxPoints) {
         return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": range '", part, "' is too long"));
       }
+      // Checked before listing: many ranges in one axis (`0..4095,0..4095,...`) made millions of
+      // values, gigabytes, before ReadAxes counted the points.
+      if (static_cast<uint64_t>(b) - static_cast<uint64_t>(a) + 1 > kMaxPoints - out.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": more than ", kMaxPoints, " values"));
+      }
       for (int64_t x = a; x <= b; ++x) out.push_back(absl::StrCat(x));
     } else {
+      if (out.size() >= kMaxPoints) {
+        return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": more than ", kMaxPoints, " values"));
+      }
       out.emplace_back(part);
     }
   }
