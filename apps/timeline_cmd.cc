@@ -4,7 +4,8 @@
 // communication waits (their transfer part), and idle time — measured (the median step of an emulated
 // run, drawn from the wall stamps of the device threads ÷ time scale) above predicted.
 //
-//   ringpipe timeline --preset=s1 --out=timeline.svg            # run (same flags as `run`), then draw
+//   ringpipe timeline --preset=s1 --out=timeline.svg            # run (`run`'s flags but --trace and
+//                                                               # --fault, --straggler, --jitter), then draw
 //   ringpipe timeline --preset=s1 --predict_only --out=t.svg    # the predictor's step only
 //   ringpipe timeline --from_report=report.json --out=t.svg     # a saved `run`/`predict` report
 //
