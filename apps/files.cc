@@ -100,7 +100,8 @@ absl::StatusOr<fs::path> ExistingAncestor(const std::string& flag, const std::st
     struct stat st;
     if (::stat(dir.c_str(), &st) == 0) return dir;
     if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-      return Bad(flag, path, absl::StrCat("'", OneLine(dir.string()), "' is a symbolic link to nothing (dangling, or a loop)"));
+      return Bad(flag, path,
+                 absl::StrCat("'", OneLine(dir.string()), "' is a symbolic link to nothing (dangling, or a loop)"));
     }
     const std::string name = dir.filename().string();
     if (name.size() > 255) {

@@ -289,8 +289,8 @@ TEST(HostileInput, PathsLongerThanPathMaxAreBadInputBeforeTheWork) {
 TEST(HostileInput, FaultFlagRangesNameTheirFlag) {
   const fs::path dir = TempDir("fault_ranges");
   const std::string run = "run --virtual_time --steps=1 --report_json=" + (dir / "r.json").string() + " ";
-  ExpectBadInput(RunBinary(run + "--straggler=99:2", dir), "--straggler: '99:2': rank 99 is not a rank of the 8 devices",
-                 "straggler rank");
+  ExpectBadInput(RunBinary(run + "--straggler=99:2", dir),
+                 "--straggler: '99:2': rank 99 is not a rank of the 8 devices", "straggler rank");
   ExpectBadInput(RunBinary(run + "--straggler=-1:2", dir), "--straggler: '-1:2': rank -1", "negative rank");
   ExpectBadInput(RunBinary(run + "--straggler=0:0.5", dir), "--straggler: '0:0.5': FACTOR must be a number >= 1",
                  "straggler factor");
