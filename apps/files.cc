@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -203,6 +204,18 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& flag, const std::st
   if (!in && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
     ::close(fd);
     return Bad(flag, path, "is not a regular file");
+  }
+  // A file known to be too large is refused before it is read (the loop below still stops one that
+  // grows): a 2 GiB --from_report was read up to its 1 GiB limit first, 8 s and 1.1 GB of memory.
+  if (!in && static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return Bad(flag, path, absl::StrCat("larger than ", max_bytes, " bytes"));
+  }
+  if (in && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {  // `- < file`: what is left of the file
+    const off_t at = ::lseek(fd, 0, SEEK_CUR);
+    if (at >= 0 && st.st_size > at && static_cast<uint64_t>(st.st_size - at) > max_bytes) {
+      return Bad(flag, path, absl::StrCat("larger than ", max_bytes, " bytes"));
+    }
   }
   std::string text;
   std::array<char, 65536> buf;

@@ -2,8 +2,11 @@
 // hunt-harden): each test is a defect found that way, held to the contract of README/docs — bad input
 // prints one line naming the field and exits 2 before any work, without writing or damaging a file;
 // what is written is well-formed.
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -321,6 +324,37 @@ TEST(HostileInput, AnAxisOfManyRangesIsRefusedBeforeItIsListed) {
   absl::StatusOr<sweep::Axis> full = sweep::ParseAxis("seed=0..4094,7");
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_EQ(full->values.size(), sweep::kMaxPoints);
+}
+
+// An input larger than its limit was read up to the limit before it was refused: a 2 GiB sparse
+// `--from_report` took 8 s and 1.1 GB of memory to say "larger than 1073741824 bytes". A regular
+// file's size is checked first: under a 600 MB address-space limit the refusal still comes (the read
+// ran out of memory and aborted before the fix).
+TEST(HostileInput, AnInputKnownToBeTooLargeIsRefusedBeforeItIsRead) {
+  const fs::path dir = TempDir("large_input");
+  const fs::path big = dir / "big.json";
+  { std::ofstream(big) << ""; }
+  fs::resize_file(big, kMaxReportBytes + 1);  // sparse: no disk space
+  const fs::path err = dir / "err.txt";
+  const std::string cmd = "ulimit -v 600000; " + std::string(RINGPIPE_BIN) + " timeline --from_report=" +
+                          big.string() + " --out=" + (dir / "t.svg").string() + " 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), kExitBadInput) << ReadFile(err);
+  EXPECT_NE(ReadFile(err).find("--from_report: '" + big.string() + "': larger than 1073741824 bytes"),
+            std::string::npos)
+      << ReadFile(err);
+  // The same from standard input redirected from the file.
+  const int in_status = std::system(("ulimit -v 600000; " + std::string(RINGPIPE_BIN) +
+                                     " timeline --from_report=- --out=" + (dir / "t.svg").string() + " < " +
+                                     big.string() + " 2>" + err.string())
+                                        .c_str());
+  ASSERT_TRUE(WIFEXITED(in_status)) << in_status;
+  EXPECT_EQ(WEXITSTATUS(in_status), kExitBadInput) << ReadFile(err);
+  EXPECT_NE(ReadFile(err).find("--from_report: '-': larger than 1073741824 bytes"), std::string::npos)
+      << ReadFile(err);
+  EXPECT_FALSE(fs::exists(dir / "t.svg"));
+  fs::remove_all(dir);
 }
 
 }  // namespace
