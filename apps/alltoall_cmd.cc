@@ -7,7 +7,7 @@
 // modeled fabric from one common modeled start and the time is the emulated one, printed beside the
 // closed form of docs/collectives.md "All-to-all" ("formula"). algbw = bytes / time, busbw = algbw ×
 // (n−1)/n (nccl-tests). Every row checks every rank's received blocks against a serial reference
-// (#wrong); the exit code is 3 if any element is wrong.
+// (#wrong); the exit code is 1 if any element is wrong (a check failed, apps/cli.h).
 #include <string>
 #include <vector>
 

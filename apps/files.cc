@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -82,11 +84,36 @@ std::string Identity(const std::string& path) {
   return absl::StrCat("path:", (ec ? dir : canon).string(), "/", p.filename().string());
 }
 
-// The nearest existing ancestor of `dir` (for an output directory created at commit time).
-fs::path ExistingAncestor(fs::path dir) {
-  std::error_code ec;
-  while (!dir.empty() && !fs::exists(dir, ec)) dir = dir.parent_path();
-  return dir.empty() ? fs::path(".") : dir;
+// The identity of standard input when it is a regular file (`--config=- < c.json`), else "": an output
+// must not replace the file an input `-` reads.
+std::string StdinIdentity() {
+  struct stat st;
+  if (::fstat(STDIN_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  return absl::StrCat("inode:", st.st_dev, ":", st.st_ino);
+}
+
+// The nearest existing ancestor of `dir` (for an output directory created at commit time), after
+// checking what commit will create on the way to it: each missing name fits the file system (255
+// bytes), and none is a dangling symbolic link (lstat finds it, stat does not; creating it would fail
+// with EEXIST after the work).
+absl::StatusOr<fs::path> ExistingAncestor(const std::string& flag, const std::string& path, fs::path dir) {
+  while (!dir.empty()) {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) return dir;
+    if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return Bad(flag, path,
+                 absl::StrCat("'", OneLine(dir.string()), "' is a symbolic link to nothing (dangling, or a loop)"));
+    }
+    const std::string name = dir.filename().string();
+    if (name.size() > 255) {
+      return Bad(flag, path, absl::StrCat("directory name longer than 255 bytes ('", OneLine(name.substr(0, 40)),
+                                          "...')"));
+    }
+    fs::path parent = dir.parent_path();  // "a/b/" -> "a/b" (an empty name), "a/b" -> "a"
+    if (parent == dir) break;
+    dir = std::move(parent);
+  }
+  return fs::path(".");
 }
 
 absl::Status CheckWritableDir(const std::string& flag, const std::string& path, const fs::path& dir) {
@@ -101,6 +128,18 @@ absl::Status CheckWritableDir(const std::string& flag, const std::string& path, 
   return absl::OkStatus();
 }
 
+// The mkostemp template of `target`'s temporary file: beside it, with at most 200 bytes of its name
+// (the temporary name must fit where the target's 255 do).
+std::string TempTemplate(const std::string& target) {
+  const fs::path p(target);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  return (dir / absl::StrCat(".", p.filename().string().substr(0, 200), ".ringpipe-XXXXXX")).string();
+}
+
+// Longest path the system calls take (PATH_MAX, with its terminating NUL): a longer one fails with
+// ENAMETOOLONG even where every name fits.
+constexpr size_t kMaxPathBytes = 4095;
+
 // Writes `contents` to a new temporary file beside `target`; returns its path (registered).
 absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string& target,
                                       const std::string& contents, int& slot) {
@@ -109,11 +148,7 @@ absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string
     ::umask(m);
     return m;
   }();
-  const fs::path p(target);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  // At most 200 bytes of the name: the temporary name must fit where the target's (255) does.
-  std::string tmpl =
-      (dir / absl::StrCat(".", p.filename().string().substr(0, 200), ".ringpipe-XXXXXX")).string();
+  std::string tmpl = TempTemplate(target);
   const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never through a symlink
   if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create a temporary file: ", Errno(errno)));
   slot = RegisterTemp(tmpl);
@@ -170,6 +205,18 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& flag, const std::st
     ::close(fd);
     return Bad(flag, path, "is not a regular file");
   }
+  // A file known to be too large is refused before it is read (the loop below still stops one that
+  // grows): a 2 GiB --from_report was read up to its 1 GiB limit first, 8 s and 1.1 GB of memory.
+  if (!in && static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return Bad(flag, path, absl::StrCat("larger than ", max_bytes, " bytes"));
+  }
+  if (in && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {  // `- < file`: what is left of the file
+    const off_t at = ::lseek(fd, 0, SEEK_CUR);
+    if (at >= 0 && st.st_size > at && static_cast<uint64_t>(st.st_size - at) > max_bytes) {
+      return Bad(flag, path, absl::StrCat("larger than ", max_bytes, " bytes"));
+    }
+  }
   std::string text;
   std::array<char, 65536> buf;
   absl::Status status;
@@ -215,6 +262,16 @@ OutputFiles::Output* OutputFiles::Find(const std::string& flag) {
 }
 
 namespace {
+// A file output's path and its temporary file's fit PATH_MAX; else the run would go ahead and its
+// commit fail (exit 1): creating the temporary file, or renaming it into place, with ENAMETOOLONG.
+absl::Status CheckPathLength(const std::string& flag, const std::string& path) {
+  const size_t temp = TempTemplate(path).size();
+  if (std::max(path.size(), temp) <= kMaxPathBytes) return absl::OkStatus();
+  return Bad(flag, path,
+             absl::StrCat("path too long: ", path.size(), " bytes, ", temp,
+                          " for its temporary file beside it; at most ", kMaxPathBytes));
+}
+
 // A file output's checks (CheckAll): `shown` is how errors name it, `ids` the identities of the
 // outputs checked before it (this one's is added).
 absl::Status CheckFileTarget(const std::string& flag, const std::string& path,
@@ -225,6 +282,7 @@ absl::Status CheckFileTarget(const std::string& flag, const std::string& path,
     return Bad(flag, path, "names a directory, not a file");
   }
   if (p.filename().string().size() > 255) return Bad(flag, path, "file name longer than 255 bytes");
+  RP_RETURN_IF_ERROR(CheckPathLength(flag, path));
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode)) {
@@ -237,7 +295,11 @@ absl::Status CheckFileTarget(const std::string& flag, const std::string& path,
   RP_RETURN_IF_ERROR(CheckWritableDir(flag, path, p.parent_path().empty() ? fs::path(".") : p.parent_path()));
   const std::string id = Identity(path);
   for (const auto& [in_flag, in_path] : inputs) {
-    if (!in_path.empty() && in_path != "-" && Identity(in_path) == id) {
+    if (in_path == "-") {
+      if (const std::string in = StdinIdentity(); !in.empty() && in == id) {
+        return Bad(flag, path, absl::StrCat("is also the input --", in_flag, " (read from standard input)"));
+      }
+    } else if (!in_path.empty() && Identity(in_path) == id) {
       return Bad(flag, path, absl::StrCat("is also the input --", in_flag));
     }
   }
@@ -273,7 +335,9 @@ absl::Status OutputFiles::CheckAll(const std::vector<std::pair<std::string, std:
         RP_RETURN_IF_ERROR(CheckFileTarget(o.flag, (p / name).string(), inputs, ids));
       }
     } else {
-      RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, ExistingAncestor(p)));
+      RP_ASSIGN_OR_RETURN(const fs::path ancestor, ExistingAncestor(o.flag, o.path, p));
+      RP_RETURN_IF_ERROR(CheckWritableDir(o.flag, o.path, ancestor));
+      for (const std::string& name : o.entries) RP_RETURN_IF_ERROR(CheckPathLength(o.flag, (p / name).string()));
     }
   }
   return absl::OkStatus();

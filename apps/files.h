@@ -7,7 +7,10 @@
 // Outputs (OutputFiles): every output of a command is declared before the work starts (Declare), and
 // checked then (CheckAll): its directory exists and is writable, its name fits the file system (255
 // bytes), an existing target is a writable regular file (not a symlink, a device or a directory), no
-// output is also an input or another output — for a directory output, each file it will hold. At the end
+// output is also an input (an input `-` is standard input: the file it was redirected from) or another
+// output — for a directory output, each file it will hold; a
+// directory output that does not exist yet can be created (its missing names fit in 255 bytes, none is
+// a dangling symbolic link, and the nearest existing ancestor is a writable directory). At the end
 // Commit writes each file's contents to a fresh temporary file in the target's directory (created
 // with O_EXCL | O_NOFOLLOW: never through a symlink, never shared with a concurrent run), fsyncs
 // them all, and only then renames them into place and fsyncs the directories: a failure before the

@@ -100,9 +100,21 @@ absl::StatusOr<int64_t> ParseInt(absl::string_view what, absl::string_view text)
   return x;
 }
 
+bool IsDecimalText(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (text.empty()) return false;
+  for (const char c : text) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.' && c != 'e' &&
+        c != 'E') {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::StatusOr<double> ParseNumber(absl::string_view what, absl::string_view text) {
   double d;
-  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(text), &d) || !std::isfinite(d)) {
+  if (!IsDecimalText(text) || !absl::SimpleAtod(absl::StripAsciiWhitespace(text), &d) || !std::isfinite(d)) {
     return Bad(what, absl::StrCat("expected a finite number, got ", Quote(text)));
   }
   return d;
@@ -151,7 +163,7 @@ absl::StatusOr<std::vector<double>> ParseNumberList(absl::string_view what, absl
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     double d;
     if (out.size() >= kMaxListItems) return Bad(what, absl::StrCat("more than ", kMaxListItems, " values"));
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(part), &d) || !std::isfinite(d)) {
+    if (!IsDecimalText(part) || !absl::SimpleAtod(absl::StripAsciiWhitespace(part), &d) || !std::isfinite(d)) {
       return Bad(what, absl::StrCat(Quote(text), " is not a number or a comma list of numbers"));
     }
     out.push_back(d);

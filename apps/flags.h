@@ -37,7 +37,7 @@ namespace rp::apps {
 // How a flag's text reads. The same words name the grammar in `--help`.
 enum class Grammar {
   kInt,         // a decimal integer, e.g. -3, 4096
-  kNumber,      // a finite decimal number, e.g. 0.5, 1e-3
+  kNumber,      // a finite decimal number, e.g. 0.5, 1e-3 (not hexadecimal: 0x10 is refused)
   kBool,        // true|false|1|0|yes|no; a bare --flag is true, --noflag false
   kString,      // any text (UTF-8)
   kBytes,       // a byte count with an optional K, M or G suffix (KiB, MiB, GiB), e.g. 64K
@@ -64,6 +64,11 @@ struct FlagSpec {
 // Checks `text` against `grammar`. InvalidArgument "<what>: <reason>" otherwise (e.g. "--dp: expected
 // an integer, got 'x'"). Text that is not UTF-8 or has control characters is shown escaped.
 [[nodiscard]] absl::Status CheckGrammar(absl::string_view what, Grammar grammar, absl::string_view text);
+
+// True when `text` (surrounding spaces aside) is written in decimal — digits, signs, '.', 'e' — as the
+// number grammars require: absl::SimpleAtod alone also reads hexadecimal floats ("0x10" = 16,
+// "0x1p3" = 8), "inf" and "nan".
+bool IsDecimalText(absl::string_view text);
 
 // The grammar readers (each also used by the config file's string values). A list's empty text is
 // the empty list (e.g. `--weight_grad_ms=`: unset); whoever reads it decides whether that is valid.

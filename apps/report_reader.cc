@@ -51,10 +51,17 @@ int MaxDepth(const std::string& text) {
   return max_depth;
 }
 
-std::string ShortSchema(const json& v) {
-  std::string s = OneLine(v.get_ref<const std::string&>());
-  return s.size() > kMaxShown ? s.substr(0, kMaxShown) + "..." : s;
+// `text` as printable UTF-8 (OneLine), cut to at most kMaxShown bytes on a character boundary.
+std::string Shown(const std::string& text) {
+  std::string s = OneLine(text);
+  if (s.size() <= kMaxShown) return s;
+  size_t cut = kMaxShown;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;  // not inside a sequence
+  s.resize(cut);
+  return s + "...";
 }
+
+std::string ShortSchema(const json& v) { return Shown(v.get_ref<const std::string&>()); }
 
 const json& Get(const json& j, const char* key) {
   static const json kNull;
@@ -100,9 +107,7 @@ absl::StatusOr<std::string> Str(const json& j, const char* key, const std::strin
   const json& v = Get(j, key);
   if (v.is_null()) return std::string();
   if (!v.is_string()) return BadField(absl::StrCat(path, ".", key), absl::StrCat("expected a string, got ", ShortDump(v)));
-  std::string s = OneLine(v.get_ref<const std::string&>());
-  if (s.size() > kMaxShown) s = s.substr(0, kMaxShown) + "...";
-  return s;
+  return Shown(v.get_ref<const std::string&>());
 }
 
 // The report's layout sizes (each absent: the largest layout), bounding the device coordinates.

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -47,6 +48,15 @@ namespace {
 
 absl::Status BadFault(const std::string& flag, const std::string& text, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", text, "': ", why));
+}
+
+// A factor or fraction of the fault flags: decimal text, or inf / nan (their ranges are checked
+// later, naming them) — never a hexadecimal float, which absl::SimpleAtod alone reads
+// (--straggler=1:0x2 was a factor of 2).
+bool ReadReal(absl::string_view text, double* out) {
+  const std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  const bool word = t == "inf" || t == "+inf" || t == "-inf" || t == "infinity" || t == "nan";
+  return (word || IsDecimalText(t)) && absl::SimpleAtod(t, out);
 }
 
 // Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag).
@@ -106,7 +116,7 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
       RP_RETURN_IF_ERROR(get_int("dst", f.dst, true));
       RP_RETURN_IF_ERROR(get_int("step", f.step, false));
       auto it = kv.find("factor");
-      if (it == kv.end() || !absl::SimpleAtod(it->second, &f.factor)) {
+      if (it == kv.end() || !ReadReal(it->second, &f.factor)) {
         return BadFault("fault", text, "needs factor=F (a number >= 1)");
       }
       // +inf is left to CheckFaultFactors, which says what it does to the modeled times.
@@ -130,22 +140,30 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
   for (absl::string_view item : absl::StrSplit(straggler, ',', absl::SkipWhitespace())) {
     const std::vector<std::string> rf = absl::StrSplit(item, ':');
     Straggler s;
-    if (rf.size() != 2 || !absl::SimpleAtoi(rf[0], &s.rank) || !absl::SimpleAtod(rf[1], &s.factor)) {
+    if (rf.size() != 2 || !absl::SimpleAtoi(rf[0], &s.rank) || !ReadReal(rf[1], &s.factor)) {
       return BadFault("straggler", std::string(item), "expected RANK:FACTOR");
     }
+    if (s.rank < 0 || s.rank >= world_size) {
+      return BadFault("straggler", std::string(item),
+                      absl::StrCat("rank ", s.rank, " is not a rank of the ", world_size, " devices"));
+    }
+    // +inf is left to CheckFaultFactors, which says what it does to the modeled times.
+    if (!(s.factor >= 1)) return BadFault("straggler", std::string(item), "FACTOR must be a number >= 1");
     plan.stragglers.push_back(s);
   }
   const std::string jitter = args.Text("jitter");
   if (!jitter.empty()) {
     const std::vector<std::string> fs = absl::StrSplit(jitter, ':');
-    if (fs.size() > 2 || !absl::SimpleAtod(fs[0], &plan.jitter.max_fraction) ||
+    if (fs.size() > 2 || !ReadReal(fs[0], &plan.jitter.max_fraction) ||
         (fs.size() == 2 && !absl::SimpleAtoi(fs[1], &plan.jitter.seed))) {
       return BadFault("jitter", jitter, "expected FRACTION[:SEED]");
     }
+    if (!(plan.jitter.max_fraction >= 0 && plan.jitter.max_fraction <= 10)) {
+      return BadFault("jitter", jitter, "FRACTION must be in [0, 10]");
+    }
   }
-  // --fault ranges are checked here, naming the flag, but whether an op index exists in the rank's
-  // program; that and the --straggler / --jitter ranges are Executor::Create's (InvalidArgument
-  // "executor: faults: ...").
+  // Every range is checked here, naming the flag, but whether an op index exists in the rank's
+  // program: Executor::Create's "executor: faults: op fault ...", which Run names --fault.
   return absl::OkStatus();
 }
 
@@ -251,6 +269,13 @@ int Run(const ParsedArgs& args) {
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
   host.model_buffer_bytes = ModelBufferBytes(*cfg);
   const auto create_failed = [](const absl::Status& st) {
+    // An op index past the rank's program is the one --fault range only the executor knows.
+    constexpr absl::string_view kFaults = "executor: faults: ";
+    if (st.code() == absl::StatusCode::kInvalidArgument && absl::StartsWith(st.message(), kFaults) &&
+        absl::StartsWith(st.message().substr(kFaults.size()), "op fault ")) {
+      return Fail(kExitBadInput,
+                  absl::InvalidArgumentError(absl::StrCat("--fault: ", st.message().substr(kFaults.size()))));
+    }
     return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
   };
   schedule::CalibrationOptions calibration;

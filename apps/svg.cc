@@ -198,7 +198,15 @@ std::string ChartBody(const Chart& c, int width, int height) {
 std::string Escape(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (char ch : text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    // U+FFFE and U+FFFF are UTF-8 but not XML 1.0 characters: U+FFFD stands for them.
+    if (ch == '\xef' && i + 2 < text.size() && text[i + 1] == '\xbf' &&
+        (text[i + 2] == '\xbe' || text[i + 2] == '\xbf')) {
+      out += "\xef\xbf\xbd";
+      i += 2;
+      continue;
+    }
     switch (ch) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;

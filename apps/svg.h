@@ -29,7 +29,9 @@
 
 namespace rp::apps::svg {
 
-// `text` with & < > " ' replaced by XML entities (safe in text nodes and attribute values).
+// `text` with & < > " ' replaced by XML entities (safe in text nodes and attribute values), control
+// characters but tab, newline and carriage return by spaces, and U+FFFE / U+FFFF (UTF-8, not XML 1.0
+// characters) by U+FFFD. `text` must be UTF-8 (OneLine makes it so).
 std::string Escape(std::string_view text);
 
 // A qualitative palette (Tableau 10); Color(i) cycles through it.

@@ -1,4 +1,5 @@
-// `ringpipe sweep`: runs a grid of configurations — every `run` flag plus one or more
+// `ringpipe sweep`: runs a grid of configurations — `run`'s config flags (not --report_json, --trace or
+// the fault flags --fault, --straggler, --jitter) plus one or more
 // `--axis=NAME=V1,V2,...` — each point measured on the emulator and predicted by the predictor
 // (`--predict_only`: predictor only), and writes into `--out_dir`:
 //   sweep.csv   one row per point, the columns documented in docs/studies.md (stable order);

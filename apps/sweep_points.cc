@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -48,11 +50,20 @@ absl::StatusOr<std::vector<std::string>> ExpandValues(const std::string& axis, c
         return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": '", part,
                                                        "' is not an integer range A..B with A <= B"));
       }
-      if (b - a >= static_cast<int64_t>(kMaxPoints)) {
+      // In unsigned arithmetic: b - a of two int64 overflows for ranges wider than 2^63.
+      if (static_cast<uint64_t>(b) - static_cast<uint64_t>(a) >= kMaxPoints) {
         return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": range '", part, "' is too long"));
+      }
+      // Checked before listing: many ranges in one axis (`0..4095,0..4095,...`) made millions of
+      // values, gigabytes, before ReadAxes counted the points.
+      if (static_cast<uint64_t>(b) - static_cast<uint64_t>(a) + 1 > kMaxPoints - out.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": more than ", kMaxPoints, " values"));
       }
       for (int64_t x = a; x <= b; ++x) out.push_back(absl::StrCat(x));
     } else {
+      if (out.size() >= kMaxPoints) {
+        return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": more than ", kMaxPoints, " values"));
+      }
       out.emplace_back(part);
     }
   }
@@ -69,7 +80,12 @@ absl::StatusOr<Axis> ParseAxis(const std::string& spec) {
   Axis axis;
   axis.fields = absl::StrSplit(spec.substr(0, eq), ':');
   const std::string name = axis.name();
-  for (const std::string& f : axis.fields) {
+  for (size_t i = 0; i < axis.fields.size(); ++i) {
+    const std::string& f = axis.fields[i];
+    if (std::find(axis.fields.begin(), axis.fields.begin() + static_cast<std::ptrdiff_t>(i), f) !=
+        axis.fields.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return absl::InvalidArgumentError(absl::StrCat("--axis=", name, ": field '", f, "' is named twice"));
+    }
     const auto& names = ConfigFieldNames();
     const bool known = std::find(names.begin(), names.end(), f) != names.end();
     if (!known || f == "config" || f == "report_json" || f == "trace") {

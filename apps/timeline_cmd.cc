@@ -4,13 +4,15 @@
 // communication waits (their transfer part), and idle time — measured (the median step of an emulated
 // run, drawn from the wall stamps of the device threads ÷ time scale) above predicted.
 //
-//   ringpipe timeline --preset=s1 --out=timeline.svg            # run (same flags as `run`), then draw
+//   ringpipe timeline --preset=s1 --out=timeline.svg            # run (`run`'s flags but --trace and
+//                                                               # --fault, --straggler, --jitter), then draw
 //   ringpipe timeline --preset=s1 --predict_only --out=t.svg    # the predictor's step only
 //   ringpipe timeline --from_report=report.json --out=t.svg     # a saved `run`/`predict` report
 //
 // It draws the report's "timeline" section (docs/report.md; apps/report_reader.h reads it), so a saved
 // report gives the same chart. Exit codes: 0 ok; 2 bad input (nothing run, nothing written); 3 the
 // run failed at run time; 1 the file could not be written.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -49,7 +51,8 @@ int Run(const ParsedArgs& args) {
   OutputFiles outputs;
   absl::StatusOr<TimelineReport> timeline;
   if (args.Has("from_report")) {
-    for (const std::string& name : args.specified) {
+    // In command-line order: the first flag given is named (a hash set's order changes run to run).
+    for (const auto& [name, value] : args.occurrences) {
       if (name != "from_report" && name != "out" && name != "title") {
         return fail(kExitBadInput, absl::StrCat("--", name, ": cannot be combined with --from_report (the report "
                                                             "holds its own config)"));
@@ -92,13 +95,29 @@ int Run(const ParsedArgs& args) {
         return fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
                     std::string(st.message()));
       };
+      schedule::CalibrationOptions calibration{.target = kHostFidelityTarget};
       if (!cfg->virtual_time && cfg->time_scale_auto()) {
         if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
+        // As `run`: auto's trials stay below the scale at which the longest op outlasts the watchdog
+        // (a trial over it failed as a stall, exit 1), and ops that outlast it at the first trial's
+        // scale are bad input naming --watchdog_timeout.
+        absl::StatusOr<double> limit = WatchdogTimeScaleLimit(*cfg, 1);
+        if (!limit.ok()) return fail(kExitBadInput, std::string(limit.status().message()));
+        if (*limit <= calibration.start) {
+          absl::Status st = CheckOpsFitTheWatchdog(*cfg, calibration.start, "watchdog_timeout", 1);
+          if (!st.ok()) return fail(kExitBadInput, std::string(st.message()));
+        }
+        calibration.max_scale = std::clamp(0.9 * *limit, calibration.start, calibration.max_scale);
         std::fprintf(stderr, "ringpipe timeline: time scale auto: measuring what this host keeps (short trial runs)...\n");
       }
-      absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options);
+      absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
       if (!clock.ok()) return fail(kExitFailed, std::string(clock.status().message()));
-      if (clock->mode == ClockChoice::Mode::kAuto) std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
+      if (clock->mode == ClockChoice::Mode::kAuto) {
+        std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
+        if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout", 1); !st.ok()) {
+          return fail(kExitBadInput, std::string(st.message()));
+        }
+      }
       auto exec = schedule::Executor::Create(options);
       if (!exec.ok()) return create_failed(exec.status());
       std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan->grid.ToString().c_str(),
