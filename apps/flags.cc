@@ -140,8 +140,13 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view what, absl::string_view te
     if (mult != 1) item.remove_suffix(1);
   }
   uint64_t v = 0;
-  if (item.empty() || !absl::SimpleAtoi(item, &v) || v > (uint64_t{1} << 40)) {
+  if (item.empty() || !absl::SimpleAtoi(item, &v)) {
     return Bad(what, absl::StrCat(Quote(text), " is not a byte count (e.g. 4096, 64K, 1M)"));
+  }
+  // At most 2^40 bytes after the suffix: the product is checked before it is taken (17179869185G
+  // wrapped around 2^64 to 1 GiB and was accepted as that).
+  if (v > (uint64_t{1} << 40) / mult) {
+    return Bad(what, absl::StrCat(Quote(text), " is more than 2^40 bytes (1024G)"));
   }
   return v * mult;
 }
