@@ -77,15 +77,6 @@ json PipelineJson(const schedule::PipelineFigures& p) {
           {"span_bubble_ms", Ms(p.span_bubble)}};
 }
 
-// The pipeline figures of a run's kept step on the measured or emulated timeline.
-schedule::PipelineFigures RunPipeline(const schedule::RunResult& run, schedule::Timeline timeline) {
-  std::vector<schedule::DeviceMetrics> devices;
-  for (const auto& ivs : run.timelines) {
-    devices.push_back(schedule::ComputeDeviceMetrics(ivs, Nanos(0), timeline));
-  }
-  return schedule::ComputePipelineFigures(devices);
-}
-
 // One interval as a timeline entry (docs/report.md "timeline"), or null when it draws nothing:
 // compute ops, TP and gradient all-reduces, and the transfer part of waits (exposed communication).
 json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const schedule::OpInterval& iv,
@@ -162,10 +153,12 @@ json TimelineJson(const Plan& plan, const schedule::Prediction& pred, const sche
     auto of = [&](int rank) {
       return static_cast<size_t>(rank) < run->timelines.size() ? &run->timelines[static_cast<size_t>(rank)] : nullptr;
     };
-    t["measured"] = {{"step", run->timeline_step},
+    // The median step's intervals, or the last step's when the run did not keep every step's.
+    const bool median = run->timeline_step == run->median_step;
+    t["measured"] = {{"step", run->timeline_step}, {"median", median},
                      {"step_ms", rec != nullptr ? rec->measured_ms : 0.0},
                      {"devices", TimelineDevices(plan, rows, of, /*wall=*/true)}};
-    t["emulated"] = {{"step", run->timeline_step},
+    t["emulated"] = {{"step", run->timeline_step}, {"median", median},
                      {"step_ms", rec != nullptr ? rec->emulated_ms : 0.0},
                      {"devices", TimelineDevices(plan, rows, of, /*wall=*/false)}};
   }
@@ -257,8 +250,9 @@ void DescribeRun(const schedule::RunResult& run, const schedule::Prediction& pre
   r["speedup"] = {{"measured", Num(run.speedup)}, {"emulated", Num(emu.speedup)}, {"predicted", pre.speedup}};
   r["efficiency"] = {{"measured", Num(run.efficiency)}, {"emulated", Num(emu.efficiency)},
                      {"predicted", pre.efficiency}};
-  r["pipeline"] = {{"measured", PipelineJson(RunPipeline(run, schedule::Timeline::kMeasured))},
-                   {"emulated", PipelineJson(RunPipeline(run, schedule::Timeline::kEmulated))},
+  // The median step's, as every headline figure (run.timelines may hold the last step instead).
+  r["pipeline"] = {{"measured", PipelineJson(run.measured_pipeline)},
+                   {"emulated", PipelineJson(run.emulated_pipeline)},
                    {"predicted", PipelineJson({pred.makespan, pred.max_span, pred.makespan_bubble,
                                                pred.span_bubble})}};
   r["replica_divergence"] = run.max_replica_divergence;

@@ -233,10 +233,13 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) 
   size_t bars = 0;
   if (const json& m = Get(t, "measured"); !m.is_null()) {
     RP_ASSIGN_OR_RETURN(const int64_t step, Int(m, "step", "timeline.measured", 0, kMaxSteps, 0));
+    // "median": false when the run kept only the last step's intervals (docs/report.md).
+    const json& median = Get(m, "median");
+    const bool is_median = !median.is_boolean() || median.get<bool>();
     RP_ASSIGN_OR_RETURN(svg::GanttPanel panel,
-                        Panel(absl::StrFormat("measured — step %d (the median step): wall clock on the device "
+                        Panel(absl::StrFormat("measured — step %d (%s): wall clock on the device "
                                               "threads / time scale",
-                                              step),
+                                              step, is_median ? "the median step" : "the last step, not the median"),
                               m, "timeline.measured", layout, bars));
     out.panels.push_back(std::move(panel));
     out.measured_step_ms = out.panels.back().span_ms;
