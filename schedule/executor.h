@@ -202,6 +202,8 @@ struct TimelineFigures {
   double exposed_comm_ms = 0;
   double peer_wait_ms = 0;
   double overlap = 1;
+  double ep_exposed_comm_ms = 0;  // the EP all-to-alls' share of exposed_comm_ms
+  double ep_peer_wait_ms = 0;     // and of peer_wait_ms
 };
 TimelineFigures FiguresOf(const DeviceMetrics& m);
 

@@ -184,5 +184,31 @@ TEST(ReportAccounting, PipelineFiguresAreTheMedianStepsWhenOnlyTheLastStepWasKep
   fs::remove_all(dir);
 }
 
+// The EP all-to-alls' peer wait and exposed transfer are a share of the device's peer wait and
+// exposed communication — of the same step, the median one — even when the run kept only the last
+// step's intervals (world × steps > 8192). --jitter and a skewed router make the steps differ; with
+// seed 1 the last step's EP peer wait of rank 1 (0.233 ms) exceeds the median step's whole peer
+// wait (0.017 ms).
+TEST(ReportAccounting, EpWaitsAreAShareOfTheMedianStepsWaits) {
+  const json j = RunReport("ep_share",
+                           "run --virtual_time --dp=2 --pp=1 --tp=1 --microbatches=1 --hidden=64x4 --moe_layers=1"
+                           " --experts=2 --top_k=1 --ep=2 --router_skew=2 --steps=4097 --reference=false"
+                           " --jitter=0.5:1");
+  ASSERT_FALSE(j.is_null());
+  ASSERT_EQ(j["timeline"]["measured"]["median"], false) << "the test needs a run that kept only the last step's";
+  bool any_ep = false;
+  for (const json& d : j["devices"]) {
+    for (const json* f : {&d, &d["emulated"], &d["predicted"]}) {
+      const double ep_peer = (*f)["ep_peer_wait_ms"].get<double>();
+      const double ep_exposed = (*f)["ep_exposed_comm_ms"].get<double>();
+      EXPECT_LE(ep_peer, (*f)["peer_wait_ms"].get<double>() + 1e-9) << "rank " << d["rank"];
+      EXPECT_LE(ep_exposed, (*f)["exposed_comm_ms"].get<double>() + 1e-9) << "rank " << d["rank"];
+      any_ep = any_ep || ep_peer > 0 || ep_exposed > 0;
+    }
+    EXPECT_EQ(d["ep_peer_wait_ms"], d["emulated"]["ep_peer_wait_ms"]) << "virtual clock: measured = emulated";
+  }
+  EXPECT_TRUE(any_ep);
+}
+
 }  // namespace
 }  // namespace rp::apps
