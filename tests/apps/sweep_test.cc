@@ -333,6 +333,29 @@ TEST(TimelineCommand, DrawsTheRunAndTheSameChartFromItsSavedReport) {
   }
 }
 
+// The report `timeline --report_json` writes of its run has the host section `run` writes: the
+// clock's choice (whether the host kept the time scale: the measured figures' provenance), threads
+// and memory — it had only the executor's figures.
+TEST(TimelineCommand, ItsRunReportHasTheHostSectionOfRun) {
+  const fs::path dir = TempDir("timeline_host");
+  const fs::path svg = dir / "t.svg", report = dir / "r.json";
+  const Result r = RunBinary("timeline --virtual_time --steps=1 --reference=false --out=" + svg.string() +
+                                 " --report_json=" + report.string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json rep = json::parse(ReadFile(report));
+  const json& host = rep["host"];
+  ASSERT_TRUE(host.contains("time_scale_choice")) << host.dump();
+  EXPECT_EQ(host["time_scale_choice"]["mode"], "virtual");
+  EXPECT_EQ(host["time_scale_choice"]["host_fidelity_trusted"], true);
+  ASSERT_TRUE(host.contains("threads")) << host.dump();
+  EXPECT_GE(host["threads"].get<int>(), rep["layout"]["world"].get<int>() * host["threads_per_device"].get<int>());
+  ASSERT_TRUE(host.contains("peak_rss_bytes")) << host.dump();
+  EXPECT_GT(host["peak_rss_bytes"].get<double>(), 0);
+  EXPECT_GE(host["peak_rss_bytes"].get<double>(), host["rss_before_run_bytes"].get<double>());
+  EXPECT_GT(host["model_buffer_bytes"].get<double>(), 0);
+}
+
 TEST(TimelineCommand, BadInputExitsTwoAndWritesNothing) {
   const fs::path dir = TempDir("timeline_bad");
   const fs::path svg = dir / "t.svg", old_report = dir / "old.json";
