@@ -141,7 +141,9 @@ json TimelineJson(const Plan& plan, const schedule::Prediction& pred, const sche
     };
     // The median step's intervals, or the last step's when the run did not keep every step's.
     const bool median = run->timeline_step == run->median_step;
+    // On the virtual clock the measured rows are the emulated times (no thread reads a wall clock).
     t["measured"] = {{"step", run->timeline_step}, {"median", median},
+                     {"clock", run->virtual_time ? "virtual" : "real"},
                      {"step_ms", rec != nullptr ? rec->measured_ms : 0.0},
                      {"devices", TimelineDevices(plan, rows, of, /*wall=*/true)}};
     t["emulated"] = {{"step", run->timeline_step}, {"median", median},

@@ -158,11 +158,14 @@ std::string Timing(const json& r, bool run) {
   const json& st = Get(r, "step_time_ms");
   const int world = Get(r, "layout").value("world", 1);
   if (run) {
+    // On the virtual clock no thread reads a wall clock: measured is the emulated timeline.
+    const bool virtual_clock = Get(r, "host").value("virtual_time", false);
     absl::StrAppend(&out, "  step time   measured ", Fmt("%.3f", D(st, "measured")), "   emulated ",
                     Fmt("%.3f", D(st, "emulated")), "   predicted ", Fmt("%.3f", D(st, "predicted")),
-                    "  (the median step)\n",
-                    "              measured: wall clock on the device threads / time scale; emulated: the run's "
-                    "modeled timeline; predicted: the predictor\n");
+                    "  (the median step)\n", "              measured: ",
+                    virtual_clock ? "the virtual clock's modeled times (= emulated; no wall clock is read)"
+                                  : "wall clock on the device threads / time scale",
+                    "; emulated: the run's modeled timeline; predicted: the predictor\n");
     const json& f = Get(r, "fidelity");
     absl::StrAppend(&out, "  fidelity    host ", Fmt("%+.3f%%", 100 * D(f, "host")),
                     " (measured / emulated - 1)   model ", Fmt("%+.3f%%", 100 * D(f, "model")),
