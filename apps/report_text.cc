@@ -275,10 +275,16 @@ std::string Host(const json& r) {
                          " made resident in bulk before the first step")
           : std::string(),
       "\n");
-  absl::StrAppend(&out, "      overruns ", h.value("overruns", uint64_t{0}), " compute ops (",
-                  Fmt("%.3f", D(h, "overrun_ms")), " ms of real work beyond modeled time); wait lateness p50 ",
-                  Fmt("%.3f", D(l, "p50")), " p99 ", Fmt("%.3f", D(l, "p99")), " max ", Fmt("%.3f", D(l, "max")),
-                  " ms over ", l.value("count", uint64_t{0}), " waits\n");
+  if (h.value("virtual_time", false)) {
+    // Real work takes no virtual time and no clock wait sleeps: nothing was measured to report.
+    absl::StrAppend(&out, "      overruns and wait lateness: not measured on the virtual clock (real work takes no "
+                          "modeled time; no wait sleeps)\n");
+  } else {
+    absl::StrAppend(&out, "      overruns ", h.value("overruns", uint64_t{0}), " compute ops (",
+                    Fmt("%.3f", D(h, "overrun_ms")), " modeled ms of real work beyond modeled time); wait lateness p50 ",
+                    Fmt("%.3f", D(l, "p50")), " p99 ", Fmt("%.3f", D(l, "p99")), " max ", Fmt("%.3f", D(l, "max")),
+                    " modeled ms over ", l.value("count", uint64_t{0}), " waits\n");
+  }
   const json& cw = Get(h, "clock_waits");
   const double waits = D(cw, "total"), crowded = D(cw, "crowded");
   if (crowded > 0 && waits > 0) {

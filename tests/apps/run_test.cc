@@ -265,6 +265,22 @@ TEST(RunCommand, VirtualClockOutputsDoNotCallTheMeasuredTimelineAWallClock) {
   fs::remove_all(dir);
 }
 
+// The virtual clock measures neither overruns (real work takes no virtual time) nor wait lateness
+// (no wait sleeps): the host lines say so rather than print "overruns 0 compute ops", which reads
+// as a host that kept up. The real clock prints its counts, in modeled ms.
+TEST(RunCommand, VirtualClockHostLinesDoNotReportUnmeasuredOverrunsAsZero) {
+  const fs::path dir = TempDir("virtual_overruns");
+  const Result v = RunBinary("run --virtual_time --steps=1 --reference=false", dir);
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_EQ(v.out.find("overruns 0 compute ops"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("overruns and wait lateness: not measured on the virtual clock"), std::string::npos) << v.out;
+  const Result r = RunBinary("run --time_scale=2 --steps=1 --reference=false", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" compute ops ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" modeled ms over "), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
 // Before a real-clock run starts, its start line says how long the steps will take: steps ×
 // predicted step × time scale (a 256-device run at the scale auto picks here took 7 minutes
 // without a word). The virtual clock's line gives no such figure.
