@@ -160,6 +160,14 @@ TEST(SweepCommand, PointsWhoseTimeScaleTheHostDidNotKeepAreNamedInAWarning) {
   const Result v = RunBinary(small + "--virtual_time=true --out_dir=" + (dir / "virtual").string(), dir);
   EXPECT_EQ(v.exit_code, 0) << v.err;
   EXPECT_EQ(v.err.find("warning"), std::string::npos) << v.err;
+  // The CSV says which clock each point's measured columns come from: the scale a real-clock point
+  // ran at, "virtual" (measured = emulated) on the virtual clock — it said "auto" there.
+  const auto real = ReadCsv(dir / "real" / "sweep.csv");
+  const auto virt = ReadCsv(dir / "virtual" / "sweep.csv");
+  for (size_t row = 1; row <= 2; ++row) {
+    EXPECT_EQ(Cell(real, row, "time_scale"), "0.0001") << row;
+    EXPECT_EQ(Cell(virt, row, "time_scale"), "virtual") << row;
+  }
   fs::remove_all(dir);
 }
 
