@@ -261,7 +261,9 @@ json HostJson(const schedule::RunResult& run, const HostUsage* host) {
   const int world = static_cast<int>(std::max<size_t>(1, run.devices.size()));
   const ThreadLimit limit = MachineThreadLimit();
   json h = {{"clock", run.virtual_time ? "virtual" : "real"}, {"virtual_time", run.virtual_time},
-            {"time_scale", run.time_scale}, {"wall_seconds", run.wall_seconds}, {"device_ops", device_ops},
+            // No wall clock paces the virtual clock: no time scale (null).
+            {"time_scale", run.virtual_time ? json(nullptr) : json(run.time_scale)},
+            {"wall_seconds", run.wall_seconds}, {"device_ops", device_ops},
             {"device_ops_per_second", run.wall_seconds > 0 ? static_cast<double>(device_ops) / run.wall_seconds : 0.0},
             {"fabric_messages", run.fabric_messages},
             {"fabric_messages_per_second",

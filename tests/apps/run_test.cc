@@ -281,6 +281,29 @@ TEST(RunCommand, VirtualClockHostLinesDoNotReportUnmeasuredOverrunsAsZero) {
   fs::remove_all(dir);
 }
 
+// The virtual clock has no time scale — no wall clock paces it — so its report gives none: the
+// host's time_scale and the clock choice's scale and suggested scale are null (they said 1 and 0,
+// "wall = modeled x 1" and "a scale of 0 would keep up"). The real clock's are numbers.
+TEST(RunCommand, VirtualClockReportHasNoTimeScale) {
+  const fs::path dir = TempDir("virtual_scale");
+  const fs::path report = dir / "r.json";
+  const Result v = RunBinary("run --virtual_time --steps=1 --reference=false --report_json=" + report.string(), dir);
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  const json j = ReadJson(report);
+  EXPECT_TRUE(j["host"]["time_scale"].is_null()) << j["host"].dump();
+  const json& c = j["host"]["time_scale_choice"];
+  EXPECT_EQ(c["mode"], "virtual");
+  EXPECT_TRUE(c["scale"].is_null()) << c.dump();
+  EXPECT_TRUE(c["suggested_scale"].is_null()) << c.dump();
+  const Result r = RunBinary("run --time_scale=2 --steps=1 --reference=false --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json k = ReadJson(report);
+  EXPECT_EQ(k["host"]["time_scale"], 2.0);
+  EXPECT_EQ(k["host"]["time_scale_choice"]["scale"], 2.0);
+  EXPECT_TRUE(k["host"]["time_scale_choice"]["suggested_scale"].is_number());
+  fs::remove_all(dir);
+}
+
 // Before a real-clock run starts, its start line says how long the steps will take: steps ×
 // predicted step × time scale (a 256-device run at the scale auto picks here took 7 minutes
 // without a word). The virtual clock's line gives no such figure.
