@@ -61,13 +61,15 @@ nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict) {
   for (const schedule::TimeScaleTrial& t : clock.trials) {
     trials.push_back({{"scale", t.scale}, {"fidelity_host", t.fidelity_host}, {"wall_seconds", t.wall_seconds}});
   }
+  // The virtual clock has no time scale (no wall clock paces it): its scale and suggestion are null.
+  const bool virtual_clock = clock.mode == ClockChoice::Mode::kVirtual;
   return {{"mode", ClockModeName(clock.mode)},
-          {"scale", clock.scale},
+          {"scale", virtual_clock ? nlohmann::json(nullptr) : nlohmann::json(clock.scale)},
           {"sustained_in_calibration", clock.sustained},
           {"reason", clock.reason},
           {"calibration_trials", std::move(trials)},
           {"host_fidelity_trusted", verdict.trusted},
-          {"suggested_scale", verdict.suggested_scale}};
+          {"suggested_scale", virtual_clock ? nlohmann::json(nullptr) : nlohmann::json(verdict.suggested_scale)}};
 }
 
 }  // namespace rp::apps

@@ -38,7 +38,9 @@ json Figures(const schedule::TimelineFigures& f) {
   return {{"busy_ms", f.busy_ms},         {"bubble_total", f.bubble_total},
           {"bubble_ideal", f.bubble_ideal}, {"comm_ms", f.comm_ms},
           {"exposed_comm_ms", f.exposed_comm_ms}, {"peer_wait_ms", f.peer_wait_ms},
-          {"overlap", f.overlap}};
+          {"overlap", f.overlap},
+          // The EP all-to-alls' share of exposed_comm_ms and peer_wait_ms (the same step's).
+          {"ep_peer_wait_ms", f.ep_peer_wait_ms}, {"ep_exposed_comm_ms", f.ep_exposed_comm_ms}};
 }
 
 // Modeled bytes per step and modeled peak activations, added to a timeline's figures.
@@ -54,36 +56,11 @@ void AddModeledBytes(json& j, const ModeledBytes& b, uint64_t peak_act) {
   j["modeled_peak_activation_bytes"] = peak_act;
 }
 
-// The EP all-to-alls of one device's step (kEpAllToAll intervals): their peer wait (a busier EP
-// rank gating the group: the straggler) and their transfer (exposed communication), on the wall
-// stamps or the modeled times.
-void AddEpWaits(json& j, const std::vector<schedule::OpInterval>* ivs, bool wall) {
-  Nanos peer{0}, transfer{0};
-  if (ivs != nullptr) {
-    for (const schedule::OpInterval& iv : *ivs) {
-      if (iv.kind != schedule::IntervalKind::kEpAllToAll) continue;
-      peer += wall ? iv.wall_peer : iv.peer;
-      transfer += wall ? iv.wall_transfer : iv.transfer;
-    }
-  }
-  j["ep_peer_wait_ms"] = Ms(peer);
-  j["ep_exposed_comm_ms"] = Ms(transfer);
-}
-
 json PipelineJson(const schedule::PipelineFigures& p) {
   return {{"makespan_ms", Ms(p.makespan)},
           {"max_span_ms", Ms(p.max_span)},
           {"makespan_bubble_ms", Ms(p.makespan_bubble)},
           {"span_bubble_ms", Ms(p.span_bubble)}};
-}
-
-// The pipeline figures of a run's kept step on the measured or emulated timeline.
-schedule::PipelineFigures RunPipeline(const schedule::RunResult& run, schedule::Timeline timeline) {
-  std::vector<schedule::DeviceMetrics> devices;
-  for (const auto& ivs : run.timelines) {
-    devices.push_back(schedule::ComputeDeviceMetrics(ivs, Nanos(0), timeline));
-  }
-  return schedule::ComputePipelineFigures(devices);
 }
 
 // One interval as a timeline entry (docs/report.md "timeline"), or null when it draws nothing:
@@ -162,10 +139,14 @@ json TimelineJson(const Plan& plan, const schedule::Prediction& pred, const sche
     auto of = [&](int rank) {
       return static_cast<size_t>(rank) < run->timelines.size() ? &run->timelines[static_cast<size_t>(rank)] : nullptr;
     };
-    t["measured"] = {{"step", run->timeline_step},
+    // The median step's intervals, or the last step's when the run did not keep every step's.
+    const bool median = run->timeline_step == run->median_step;
+    // On the virtual clock the measured rows are the emulated times (no thread reads a wall clock).
+    t["measured"] = {{"step", run->timeline_step}, {"median", median},
+                     {"clock", run->virtual_time ? "virtual" : "real"},
                      {"step_ms", rec != nullptr ? rec->measured_ms : 0.0},
                      {"devices", TimelineDevices(plan, rows, of, /*wall=*/true)}};
-    t["emulated"] = {{"step", run->timeline_step},
+    t["emulated"] = {{"step", run->timeline_step}, {"median", median},
                      {"step_ms", rec != nullptr ? rec->emulated_ms : 0.0},
                      {"devices", TimelineDevices(plan, rows, of, /*wall=*/false)}};
   }
@@ -257,8 +238,9 @@ void DescribeRun(const schedule::RunResult& run, const schedule::Prediction& pre
   r["speedup"] = {{"measured", Num(run.speedup)}, {"emulated", Num(emu.speedup)}, {"predicted", pre.speedup}};
   r["efficiency"] = {{"measured", Num(run.efficiency)}, {"emulated", Num(emu.efficiency)},
                      {"predicted", pre.efficiency}};
-  r["pipeline"] = {{"measured", PipelineJson(RunPipeline(run, schedule::Timeline::kMeasured))},
-                   {"emulated", PipelineJson(RunPipeline(run, schedule::Timeline::kEmulated))},
+  // The median step's, as every headline figure (run.timelines may hold the last step instead).
+  r["pipeline"] = {{"measured", PipelineJson(run.measured_pipeline)},
+                   {"emulated", PipelineJson(run.emulated_pipeline)},
                    {"predicted", PipelineJson({pred.makespan, pred.max_span, pred.makespan_bubble,
                                                pred.span_bubble})}};
   r["replica_divergence"] = run.max_replica_divergence;
@@ -279,7 +261,9 @@ json HostJson(const schedule::RunResult& run, const HostUsage* host) {
   const int world = static_cast<int>(std::max<size_t>(1, run.devices.size()));
   const ThreadLimit limit = MachineThreadLimit();
   json h = {{"clock", run.virtual_time ? "virtual" : "real"}, {"virtual_time", run.virtual_time},
-            {"time_scale", run.time_scale}, {"wall_seconds", run.wall_seconds}, {"device_ops", device_ops},
+            // No wall clock paces the virtual clock: no time scale (null).
+            {"time_scale", run.virtual_time ? json(nullptr) : json(run.time_scale)},
+            {"wall_seconds", run.wall_seconds}, {"device_ops", device_ops},
             {"device_ops_per_second", run.wall_seconds > 0 ? static_cast<double>(device_ops) / run.wall_seconds : 0.0},
             {"fabric_messages", run.fabric_messages},
             {"fabric_messages_per_second",
@@ -320,15 +304,13 @@ json PredictedDevice(const Plan& plan, const schedule::Prediction& pred,
     b.ep = b.wire - w.total();
   }
   AddModeledBytes(p, b, r < pred.peak_activation_bytes.size() ? pred.peak_activation_bytes[r] : 0);
-  if (!pred.timelines.empty()) AddEpWaits(p, &pred.Timeline(plan.grid, rank), /*wall=*/false);
   if (r < pred.peak_in_flight.size()) p["peak_in_flight"] = pred.peak_in_flight[r];
   return p;
 }
 
-// A run's device: the measured figures, its emulated object, and its real buffers and host figures.
-// `timeline`: the device's intervals of the kept step (RunResult::timelines), or null.
-void AddRunDevice(const schedule::DeviceReport& m, uint64_t steps, const std::vector<schedule::OpInterval>* timeline,
-                  json& d) {
+// A run's device: the measured figures, its emulated object, and its real buffers and host figures
+// (the timing figures, the EP all-to-alls' share included, of the median step).
+void AddRunDevice(const schedule::DeviceReport& m, uint64_t steps, json& d) {
   const json measured = Figures(m.measured);
   for (auto it = measured.begin(); it != measured.end(); ++it) d[it.key()] = it.value();
   // Per step: p2p, TP and DP bytes are the same every step; the EP all-to-alls' follow the step's
@@ -340,10 +322,8 @@ void AddRunDevice(const schedule::DeviceReport& m, uint64_t steps, const std::ve
                        .ep = m.median_step_modeled_ep_bytes};
   // Bytes and memory do not depend on the clock: the measured figures are the run's fabric counts.
   AddModeledBytes(d, b, m.modeled_peak_activation_bytes);
-  AddEpWaits(d, timeline, /*wall=*/true);
   json emulated = Figures(m.emulated);
   AddModeledBytes(emulated, b, m.modeled_peak_activation_bytes);
-  AddEpWaits(emulated, timeline, /*wall=*/false);
   d["emulated"] = std::move(emulated);
   d["real"] = {{"wire_bytes", (m.wire_bytes - m.ep_bytes) / steps + m.median_step_ep_bytes},
                {"p2p_bytes", m.p2p_bytes / steps},
@@ -395,7 +375,7 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
               {"node", grid.NodeOf(rank)}};
     if (run != nullptr && static_cast<size_t>(rank) < run->devices.size()) {
       const size_t i = static_cast<size_t>(rank);
-      AddRunDevice(run->devices[i], steps, i < run->timelines.size() ? &run->timelines[i] : nullptr, d);
+      AddRunDevice(run->devices[i], steps, d);
     }
     d["predicted"] = PredictedDevice(plan, pred, wire, rank);
     devices.push_back(std::move(d));

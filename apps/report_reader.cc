@@ -238,10 +238,16 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) 
   size_t bars = 0;
   if (const json& m = Get(t, "measured"); !m.is_null()) {
     RP_ASSIGN_OR_RETURN(const int64_t step, Int(m, "step", "timeline.measured", 0, kMaxSteps, 0));
+    // "median": false when the run kept only the last step's intervals (docs/report.md).
+    const json& median = Get(m, "median");
+    const bool is_median = !median.is_boolean() || median.get<bool>();
+    // On the virtual clock the measured rows are the emulated times: no thread read a wall clock.
+    const bool virtual_clock = Get(m, "clock") == json("virtual");
     RP_ASSIGN_OR_RETURN(svg::GanttPanel panel,
-                        Panel(absl::StrFormat("measured — step %d (the median step): wall clock on the device "
-                                              "threads / time scale",
-                                              step),
+                        Panel(absl::StrFormat("measured — step %d (%s): %s", step,
+                                              is_median ? "the median step" : "the last step, not the median",
+                                              virtual_clock ? "the virtual clock's modeled times (= emulated)"
+                                                            : "wall clock on the device threads / time scale"),
                               m, "timeline.measured", layout, bars));
     out.panels.push_back(std::move(panel));
     out.measured_step_ms = out.panels.back().span_ms;

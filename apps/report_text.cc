@@ -158,11 +158,14 @@ std::string Timing(const json& r, bool run) {
   const json& st = Get(r, "step_time_ms");
   const int world = Get(r, "layout").value("world", 1);
   if (run) {
+    // On the virtual clock no thread reads a wall clock: measured is the emulated timeline.
+    const bool virtual_clock = Get(r, "host").value("virtual_time", false);
     absl::StrAppend(&out, "  step time   measured ", Fmt("%.3f", D(st, "measured")), "   emulated ",
                     Fmt("%.3f", D(st, "emulated")), "   predicted ", Fmt("%.3f", D(st, "predicted")),
-                    "  (the median step)\n",
-                    "              measured: wall clock on the device threads / time scale; emulated: the run's "
-                    "modeled timeline; predicted: the predictor\n");
+                    "  (the median step)\n", "              measured: ",
+                    virtual_clock ? "the virtual clock's modeled times (= emulated; no wall clock is read)"
+                                  : "wall clock on the device threads / time scale",
+                    "; emulated: the run's modeled timeline; predicted: the predictor\n");
     const json& f = Get(r, "fidelity");
     absl::StrAppend(&out, "  fidelity    host ", Fmt("%+.3f%%", 100 * D(f, "host")),
                     " (measured / emulated - 1)   model ", Fmt("%+.3f%%", 100 * D(f, "model")),
@@ -272,10 +275,16 @@ std::string Host(const json& r) {
                          " made resident in bulk before the first step")
           : std::string(),
       "\n");
-  absl::StrAppend(&out, "      overruns ", h.value("overruns", uint64_t{0}), " compute ops (",
-                  Fmt("%.3f", D(h, "overrun_ms")), " ms of real work beyond modeled time); wait lateness p50 ",
-                  Fmt("%.3f", D(l, "p50")), " p99 ", Fmt("%.3f", D(l, "p99")), " max ", Fmt("%.3f", D(l, "max")),
-                  " ms over ", l.value("count", uint64_t{0}), " waits\n");
+  if (h.value("virtual_time", false)) {
+    // Real work takes no virtual time and no clock wait sleeps: nothing was measured to report.
+    absl::StrAppend(&out, "      overruns and wait lateness: not measured on the virtual clock (real work takes no "
+                          "modeled time; no wait sleeps)\n");
+  } else {
+    absl::StrAppend(&out, "      overruns ", h.value("overruns", uint64_t{0}), " compute ops (",
+                    Fmt("%.3f", D(h, "overrun_ms")), " modeled ms of real work beyond modeled time); wait lateness p50 ",
+                    Fmt("%.3f", D(l, "p50")), " p99 ", Fmt("%.3f", D(l, "p99")), " max ", Fmt("%.3f", D(l, "max")),
+                    " modeled ms over ", l.value("count", uint64_t{0}), " waits\n");
+  }
   const json& cw = Get(h, "clock_waits");
   const double waits = D(cw, "total"), crowded = D(cw, "crowded");
   if (crowded > 0 && waits > 0) {

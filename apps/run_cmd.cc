@@ -198,9 +198,15 @@ std::string RunText(const RunConfig& cfg, const Plan& plan, const schedule::RunR
   const int rows = std::min(16, cfg.pp * cfg.tp);
   const std::string measured = RenderMeasuredGantt(plan, result, 96, rows);
   if (!measured.empty()) {
-    absl::StrAppend(&text, "\nmeasured step ", result.timeline_step,
-                    " (median), first replica: wall clock on the device threads / time scale (", kGanttLegend, ")\n",
-                    measured);
+    // The median step's intervals, unless the run kept only the last step's (world x steps > 8192).
+    const std::string which =
+        result.timeline_step == result.median_step
+            ? std::string("median")
+            : absl::StrCat("the last step: the run kept only its intervals; the median step is ", result.median_step);
+    absl::StrAppend(&text, "\nmeasured step ", result.timeline_step, " (", which, "), first replica: ",
+                    result.virtual_time ? "the virtual clock's modeled times (measured = emulated)"
+                                        : "wall clock on the device threads / time scale",
+                    " (", kGanttLegend, ")\n", measured);
   }
   absl::StrAppend(&text, "\npredicted step, first replica: the predictor\n",
                   RenderPredictedGantt(plan, result.prediction, 96, rows));

@@ -55,10 +55,12 @@ json MetricsJson(const Metrics& m) {
           {"modeled_wire_bytes", JNum(m.wire_bytes)}};
 }
 
-// The time scale a point ran at (auto: the one it measured); its config's when it did not run on a
-// real clock ("auto" if that was auto).
+// The time scale a point ran at (auto: the one it measured); "virtual" on the virtual clock (its
+// measured columns are then the emulated times: no wall clock was read); else its config's when it
+// did not run ("auto" if that was auto).
 std::string TimeScaleText(const Point& p) {
   if (std::isfinite(p.time_scale)) return absl::StrFormat("%g", p.time_scale);
+  if (p.cfg.virtual_time) return "virtual";
   return p.cfg.time_scale_auto() ? "auto" : absl::StrFormat("%g", p.cfg.time_scale);
 }
 

@@ -23,6 +23,8 @@
 #include "apps/cli.h"
 #include "apps/config.h"
 #include "apps/files.h"
+#include "apps/host.h"
+#include "apps/memory_estimate.h"
 #include "apps/plan.h"
 #include "apps/presets.h"
 #include "apps/report.h"
@@ -91,6 +93,10 @@ int Run(const ParsedArgs& args) {
       report = BuildReport(*cfg, *plan, *pred, nullptr);
     } else {
       schedule::ExecutorOptions options = plan->executor;
+      // The host section as `run` writes it (its clock choice and whether the host kept the scale).
+      HostUsage host;
+      host.rss_before_bytes = ReadProcStatus().rss_bytes;
+      host.model_buffer_bytes = ModelBufferBytes(*cfg);
       const auto create_failed = [&](const absl::Status& st) {
         return fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
                     std::string(st.message()));
@@ -122,12 +128,17 @@ int Run(const ParsedArgs& args) {
       if (!exec.ok()) return create_failed(exec.status());
       std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan->grid.ToString().c_str(),
                    schedule::ScheduleName(cfg->schedule), cfg->steps);
+      ThreadSampler sampler;
       auto run = (*exec)->Run();
+      host.threads = sampler.Stop();
+      host.peak_rss_bytes = ReadProcStatus().peak_rss_bytes;
       if (!run.ok()) return fail(kExitFault, std::string(run.status().message()));
+      host.threads = std::max(host.threads, run->threads_at_first_step - 1);
       // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
       const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host);
       if (!verdict.trusted) std::fprintf(stderr, "ringpipe timeline: warning: %s\n", verdict.warning.c_str());
-      report = BuildReport(*cfg, *plan, run->prediction, &*run);
+      host.time_scale_choice = ClockJson(*clock, verdict);
+      report = BuildReport(*cfg, *plan, run->prediction, &*run, &host);
     }
     if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
     timeline = ReadTimelineReport(report);

@@ -31,7 +31,8 @@ TimelineFigures FiguresOf(const DeviceMetrics& m) {
   return {.busy_ms = ToMillis(m.busy), .bubble_total = m.bubble_total,
           .bubble_ideal = m.bubble_ideal, .comm_ms = ToMillis(m.comm),
           .exposed_comm_ms = ToMillis(m.exposed_comm), .peer_wait_ms = ToMillis(m.peer_wait),
-          .overlap = m.overlap};
+          .overlap = m.overlap, .ep_exposed_comm_ms = ToMillis(m.ep_exposed_comm),
+          .ep_peer_wait_ms = ToMillis(m.ep_peer_wait)};
 }
 
 std::vector<double> StragglerFactors(const FaultPlan& faults, int world) {

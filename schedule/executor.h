@@ -202,6 +202,8 @@ struct TimelineFigures {
   double exposed_comm_ms = 0;
   double peer_wait_ms = 0;
   double overlap = 1;
+  double ep_exposed_comm_ms = 0;  // the EP all-to-alls' share of exposed_comm_ms
+  double ep_peer_wait_ms = 0;     // and of peer_wait_ms
 };
 TimelineFigures FiguresOf(const DeviceMetrics& m);
 
@@ -258,8 +260,13 @@ struct RunResult {
   // The median step's timelines by rank: each interval carries its emulated times (start, end)
   // and its measured wall stamps (wall_start, wall_end), relative to the step start, with its
   // program op index (OpInterval::op) — e.g. for Gantt charts of both.
+  // The step they are of: median_step when its intervals were kept (a run keeps every step's while
+  // world × steps <= 8192), else the last step.
   int timeline_step = 0;
   std::vector<std::vector<OpInterval>> timelines;
+  // The pipeline figures (makespan, largest per-rank span, their bubbles) of the median step on the
+  // measured and emulated timelines — from its per-device metrics, whichever step `timelines` holds.
+  PipelineFigures measured_pipeline, emulated_pipeline;
   // Host figures.
   LatenessStats lateness;  // merged over devices and streams (modeled ns)
   uint64_t overruns = 0;

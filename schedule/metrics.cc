@@ -71,9 +71,12 @@ DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_t
         break;
       }
       case IntervalKind::kOptimizer: m.busy += len; break;
+      case IntervalKind::kEpAllToAll:
+        m.ep_exposed_comm += wall ? op.wall_transfer : op.transfer;
+        m.ep_peer_wait += wall ? op.wall_peer : op.peer;
+        [[fallthrough]];
       case IntervalKind::kRecv:
       case IntervalKind::kTpAllReduce:
-      case IntervalKind::kEpAllToAll:
       case IntervalKind::kGradWait:
         m.exposed_comm += wall ? op.wall_transfer : op.transfer;
         m.peer_wait += wall ? op.wall_peer : op.peer;

@@ -94,6 +94,9 @@ struct DeviceMetrics {
   Nanos exposed_comm{0};
   Nanos peer_wait{0};
   double overlap = 1;
+  // The EP all-to-alls' share of exposed_comm and peer_wait (kEpAllToAll intervals).
+  Nanos ep_exposed_comm{0};
+  Nanos ep_peer_wait{0};
 };
 
 // The metrics of one device's step of length `step_time` on `timeline`.

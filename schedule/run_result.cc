@@ -86,6 +86,15 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   const size_t tl = kept[med].empty() ? kept.size() - 1 : med;
   res.timeline_step = static_cast<int>(tl);
   res.timelines = kept[tl];
+  {
+    std::vector<DeviceMetrics> measured, emulated;
+    for (const StepMetrics& m : metrics[med]) {
+      measured.push_back(m.measured);
+      emulated.push_back(m.emulated);
+    }
+    res.measured_pipeline = ComputePipelineFigures(measured);
+    res.emulated_pipeline = ComputePipelineFigures(emulated);
+  }
   res.prediction = step_pred.empty() ? pred : std::move(step_pred[med]);
   res.predicted_speedup = res.prediction.speedup;
   for (int r = 0; r < world; ++r) {

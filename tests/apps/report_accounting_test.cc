@@ -2,13 +2,16 @@
 // communication (comm_ms), not peer wait, against the closed form of docs/collectives.md; the
 // headline step is one actual step — the one the per-device figures, the timeline and the EP
 // bytes are of — on every timeline; the thread count of a run shorter than the sampling period.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/apps/binary_runner.h"
@@ -137,6 +140,74 @@ TEST(ReportAccounting, ShortRunReportsAtLeastItsDeviceThreads) {
   const int world = j["layout"]["world"].get<int>();
   ASSERT_GT(world, 1);
   EXPECT_GE(j["host"]["threads"].get<int>(), world * j["host"]["threads_per_device"].get<int>());
+}
+
+// A run of world × steps > 8192 keeps only the last step's intervals (schedule/step_book.cc): its
+// pipeline figures are still the median step's — the step of the headline times — and its
+// timeline and measured Gantt say which step they draw, never calling the last step the median.
+// --jitter makes the steps differ; seed 1 makes the last step's makespan (25.3 ms) longer than the
+// median step (23.9 ms), so figures of the last step under a median headline cannot pass.
+TEST(ReportAccounting, PipelineFiguresAreTheMedianStepsWhenOnlyTheLastStepWasKept) {
+  const fs::path dir = TempDir("last_kept");
+  const fs::path report = dir / "r.json";
+  const BinaryResult r = RunBinary(
+      "run --virtual_time --dp=2 --pp=2 --tp=1 --microbatches=2 --steps=2049 --reference=false --jitter=0.5:1"
+      " --report_json=" + report.string(),
+      dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream f(report);
+  const json j = json::parse(f);
+  const json& steps = j["steps"];
+  ASSERT_EQ(steps.size(), 2049u);
+  // The upper median by measured time, as run_result.cc picks it (stable order among equal times).
+  std::vector<size_t> idx(steps.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    return steps[a]["measured_ms"].get<double>() < steps[b]["measured_ms"].get<double>();
+  });
+  const size_t median = idx[idx.size() / 2];
+  ASSERT_EQ(j["step_time_ms"]["measured"], steps[median]["measured_ms"]);
+  for (const char* tl : {"measured", "emulated"}) {
+    const json& p = j["pipeline"][tl];
+    const double step = j["step_time_ms"][tl].get<double>();
+    EXPECT_LE(p["makespan_ms"].get<double>(), step) << tl << ": the makespan of another step";
+    EXPECT_LE(p["max_span_ms"].get<double>(), p["makespan_ms"].get<double>()) << tl;
+  }
+  const json& drawn = j["timeline"]["measured"];
+  const size_t drawn_step = drawn["step"].get<size_t>();
+  ASSERT_NE(drawn_step, median) << "the run must not have kept the median step's intervals for the test to mean anything";
+  ASSERT_TRUE(drawn.contains("median"));
+  EXPECT_EQ(drawn["median"], false);
+  EXPECT_EQ(j["timeline"]["emulated"]["median"], false);
+  EXPECT_EQ(r.out.find("(median)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(absl::StrCat("measured step ", drawn_step, " (the last step")), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
+// The EP all-to-alls' peer wait and exposed transfer are a share of the device's peer wait and
+// exposed communication — of the same step, the median one — even when the run kept only the last
+// step's intervals (world × steps > 8192). --jitter and a skewed router make the steps differ; with
+// seed 1 the last step's EP peer wait of rank 1 (0.233 ms) exceeds the median step's whole peer
+// wait (0.017 ms).
+TEST(ReportAccounting, EpWaitsAreAShareOfTheMedianStepsWaits) {
+  const json j = RunReport("ep_share",
+                           "run --virtual_time --dp=2 --pp=1 --tp=1 --microbatches=1 --hidden=64x4 --moe_layers=1"
+                           " --experts=2 --top_k=1 --ep=2 --router_skew=2 --steps=4097 --reference=false"
+                           " --jitter=0.5:1");
+  ASSERT_FALSE(j.is_null());
+  ASSERT_EQ(j["timeline"]["measured"]["median"], false) << "the test needs a run that kept only the last step's";
+  bool any_ep = false;
+  for (const json& d : j["devices"]) {
+    for (const json* f : {&d, &d["emulated"], &d["predicted"]}) {
+      const double ep_peer = (*f)["ep_peer_wait_ms"].get<double>();
+      const double ep_exposed = (*f)["ep_exposed_comm_ms"].get<double>();
+      EXPECT_LE(ep_peer, (*f)["peer_wait_ms"].get<double>() + 1e-9) << "rank " << d["rank"];
+      EXPECT_LE(ep_exposed, (*f)["exposed_comm_ms"].get<double>() + 1e-9) << "rank " << d["rank"];
+      any_ep = any_ep || ep_peer > 0 || ep_exposed > 0;
+    }
+    EXPECT_EQ(d["ep_peer_wait_ms"], d["emulated"]["ep_peer_wait_ms"]) << "virtual clock: measured = emulated";
+  }
+  EXPECT_TRUE(any_ep);
 }
 
 }  // namespace

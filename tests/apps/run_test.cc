@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -135,7 +136,7 @@ TEST(RunCommand, DefaultRunTrainsFarAboveChanceAndWritesEveryDocumentedKey) {
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   for (const char* text : {"step time   measured", "emulated", "predicted", "fidelity    host", "speedup",
                            "replica divergence", "held-out accuracy", "wait lateness", "rank 0 |", "device-ops/s",
-                           "peak RSS", "measured: wall clock on the device threads / time scale"}) {
+                           "peak RSS", "measured: the virtual clock's modeled times (= emulated"}) {
     EXPECT_NE(r.out.find(text), std::string::npos) << text;
   }
   const json j = ReadJson(report);
@@ -220,6 +221,7 @@ TEST(RunCommand, RealClockMeasuresFromTheWallClock) {
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   const json j = ReadJson(report);
   EXPECT_EQ(j["host"]["clock"], "real");
+  EXPECT_NE(r.out.find("measured: wall clock on the device threads / time scale"), std::string::npos) << r.out;
   EXPECT_EQ(j["host"]["threads_per_device"], 2);
   EXPECT_EQ(j["host"]["thread_policy"], "SCHED_OTHER");  // real clock: threads wake at deadlines
   int differ = 0;
@@ -233,6 +235,72 @@ TEST(RunCommand, RealClockMeasuresFromTheWallClock) {
   const double host = j["fidelity"]["host"].get<double>();
   // To the nanosecond the steps are rounded to (measured ms ÷ a time scale other than 1 has fractions).
   EXPECT_NEAR(host, j["step_time_ms"]["measured"].get<double>() / j["step_time_ms"]["emulated"].get<double>() - 1, 1e-6);
+  fs::remove_all(dir);
+}
+
+// On the virtual clock no thread reads a wall clock (the measured timeline is the emulated one):
+// the text report's legend, the measured Gantt's header and the timeline's measured panel say so
+// instead of "wall clock on the device threads / time scale", which the real clock keeps.
+TEST(RunCommand, VirtualClockOutputsDoNotCallTheMeasuredTimelineAWallClock) {
+  const fs::path dir = TempDir("virtual_labels");
+  const Result r = RunBinary("run --virtual_time --steps=1 --reference=false", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_EQ(r.out.find("wall clock on the device threads"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured: the virtual clock's modeled times (= emulated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(median), first replica: the virtual clock's modeled times"), std::string::npos) << r.out;
+  const fs::path svg = dir / "t.svg", report = dir / "r.json", again = dir / "again.svg";
+  const Result t = RunBinary("timeline --virtual_time --steps=1 --reference=false --out=" + svg.string() +
+                                 " --report_json=" + report.string(),
+                             dir);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  std::ifstream f(svg);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("wall clock on the device threads"), std::string::npos);
+  EXPECT_NE(text.find("the virtual clock&apos;s modeled times"), std::string::npos);
+  // A saved report draws the same title.
+  const Result from = RunBinary("timeline --from_report=" + report.string() + " --out=" + again.string(), dir);
+  ASSERT_EQ(from.exit_code, 0) << from.err;
+  std::ifstream g(again);
+  EXPECT_EQ(text, std::string((std::istreambuf_iterator<char>(g)), std::istreambuf_iterator<char>()));
+  fs::remove_all(dir);
+}
+
+// The virtual clock measures neither overruns (real work takes no virtual time) nor wait lateness
+// (no wait sleeps): the host lines say so rather than print "overruns 0 compute ops", which reads
+// as a host that kept up. The real clock prints its counts, in modeled ms.
+TEST(RunCommand, VirtualClockHostLinesDoNotReportUnmeasuredOverrunsAsZero) {
+  const fs::path dir = TempDir("virtual_overruns");
+  const Result v = RunBinary("run --virtual_time --steps=1 --reference=false", dir);
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_EQ(v.out.find("overruns 0 compute ops"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("overruns and wait lateness: not measured on the virtual clock"), std::string::npos) << v.out;
+  const Result r = RunBinary("run --time_scale=2 --steps=1 --reference=false", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" compute ops ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" modeled ms over "), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
+// The virtual clock has no time scale — no wall clock paces it — so its report gives none: the
+// host's time_scale and the clock choice's scale and suggested scale are null (they said 1 and 0,
+// "wall = modeled x 1" and "a scale of 0 would keep up"). The real clock's are numbers.
+TEST(RunCommand, VirtualClockReportHasNoTimeScale) {
+  const fs::path dir = TempDir("virtual_scale");
+  const fs::path report = dir / "r.json";
+  const Result v = RunBinary("run --virtual_time --steps=1 --reference=false --report_json=" + report.string(), dir);
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  const json j = ReadJson(report);
+  EXPECT_TRUE(j["host"]["time_scale"].is_null()) << j["host"].dump();
+  const json& c = j["host"]["time_scale_choice"];
+  EXPECT_EQ(c["mode"], "virtual");
+  EXPECT_TRUE(c["scale"].is_null()) << c.dump();
+  EXPECT_TRUE(c["suggested_scale"].is_null()) << c.dump();
+  const Result r = RunBinary("run --time_scale=2 --steps=1 --reference=false --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json k = ReadJson(report);
+  EXPECT_EQ(k["host"]["time_scale"], 2.0);
+  EXPECT_EQ(k["host"]["time_scale_choice"]["scale"], 2.0);
+  EXPECT_TRUE(k["host"]["time_scale_choice"]["suggested_scale"].is_number());
   fs::remove_all(dir);
 }
 

@@ -160,6 +160,14 @@ TEST(SweepCommand, PointsWhoseTimeScaleTheHostDidNotKeepAreNamedInAWarning) {
   const Result v = RunBinary(small + "--virtual_time=true --out_dir=" + (dir / "virtual").string(), dir);
   EXPECT_EQ(v.exit_code, 0) << v.err;
   EXPECT_EQ(v.err.find("warning"), std::string::npos) << v.err;
+  // The CSV says which clock each point's measured columns come from: the scale a real-clock point
+  // ran at, "virtual" (measured = emulated) on the virtual clock — it said "auto" there.
+  const auto real = ReadCsv(dir / "real" / "sweep.csv");
+  const auto virt = ReadCsv(dir / "virtual" / "sweep.csv");
+  for (size_t row = 1; row <= 2; ++row) {
+    EXPECT_EQ(Cell(real, row, "time_scale"), "0.0001") << row;
+    EXPECT_EQ(Cell(virt, row, "time_scale"), "virtual") << row;
+  }
   fs::remove_all(dir);
 }
 
@@ -331,6 +339,29 @@ TEST(TimelineCommand, DrawsTheRunAndTheSameChartFromItsSavedReport) {
     for (const std::string& t : doc.texts) found = found || t == label;
     EXPECT_TRUE(found) << label;
   }
+}
+
+// The report `timeline --report_json` writes of its run has the host section `run` writes: the
+// clock's choice (whether the host kept the time scale: the measured figures' provenance), threads
+// and memory — it had only the executor's figures.
+TEST(TimelineCommand, ItsRunReportHasTheHostSectionOfRun) {
+  const fs::path dir = TempDir("timeline_host");
+  const fs::path svg = dir / "t.svg", report = dir / "r.json";
+  const Result r = RunBinary("timeline --virtual_time --steps=1 --reference=false --out=" + svg.string() +
+                                 " --report_json=" + report.string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json rep = json::parse(ReadFile(report));
+  const json& host = rep["host"];
+  ASSERT_TRUE(host.contains("time_scale_choice")) << host.dump();
+  EXPECT_EQ(host["time_scale_choice"]["mode"], "virtual");
+  EXPECT_EQ(host["time_scale_choice"]["host_fidelity_trusted"], true);
+  ASSERT_TRUE(host.contains("threads")) << host.dump();
+  EXPECT_GE(host["threads"].get<int>(), rep["layout"]["world"].get<int>() * host["threads_per_device"].get<int>());
+  ASSERT_TRUE(host.contains("peak_rss_bytes")) << host.dump();
+  EXPECT_GT(host["peak_rss_bytes"].get<double>(), 0);
+  EXPECT_GE(host["peak_rss_bytes"].get<double>(), host["rss_before_run_bytes"].get<double>());
+  EXPECT_GT(host["model_buffer_bytes"].get<double>(), 0);
 }
 
 TEST(TimelineCommand, BadInputExitsTwoAndWritesNothing) {
