@@ -1,10 +1,13 @@
 #include "apps/clock_choice.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/status_macros.h"
+#include "schedule/plan.h"
+#include "schedule/predictor.h"
 
 namespace rp::apps {
 
@@ -68,6 +71,57 @@ nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict) {
           {"calibration_trials", std::move(trials)},
           {"host_fidelity_trusted", verdict.trusted},
           {"suggested_scale", verdict.suggested_scale}};
+}
+
+namespace {
+
+// The predicted longest transit of `options`' plan at its last step (every slow link acts by then).
+absl::StatusOr<schedule::Prediction> PredictLastStep(const schedule::ExecutorOptions& options) {
+  RP_ASSIGN_OR_RETURN(const schedule::ExecutionPlan plan,
+                      schedule::BuildPlan(schedule::PlanOptionsFor(options)));
+  schedule::PredictOptions popts = schedule::PredictOptionsFor(options);
+  popts.step = std::max(0, options.steps - 1);
+  return schedule::Predict(plan, popts);
+}
+
+}  // namespace
+
+absl::StatusOr<MessageWait> LongestMessageWait(const schedule::ExecutorOptions& options) {
+  MessageWait w;
+  RP_ASSIGN_OR_RETURN(const schedule::Prediction slowed, PredictLastStep(options));
+  w.transit_ns = static_cast<double>(slowed.longest_transit.count());
+  w.src = slowed.longest_transit_src;
+  w.dst = slowed.longest_transit_dst;
+  schedule::ExecutorOptions healthy = options;
+  std::erase_if(healthy.faults.op_faults, [](const OpFault& f) { return f.kind == OpFaultKind::kSlowLink; });
+  if (healthy.faults.op_faults.size() == options.faults.op_faults.size()) {
+    w.healthy_transit_ns = w.transit_ns;
+  } else {
+    RP_ASSIGN_OR_RETURN(const schedule::Prediction p, PredictLastStep(healthy));
+    w.healthy_transit_ns = static_cast<double>(p.longest_transit.count());
+  }
+  return w;
+}
+
+absl::Status CheckMessagesFitTheWatchdog(const RunConfig& cfg, const MessageWait& wait, double time_scale,
+                                         const std::string& field) {
+  const double wall_s = wait.transit_ns * time_scale / 1e9;
+  if (wall_s < cfg.watchdog_timeout) return absl::OkStatus();
+  const bool slowed = wait.healthy_transit_ns * time_scale / 1e9 < cfg.watchdog_timeout;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--%s: at time scale %g the longest wait for one message (rank %d -> rank %d, %g ms modeled from "
+      "ready to arrival%s) takes %g s of wall time, not less than watchdog_timeout (%g s), which would "
+      "report its receiver as stalled: %s",
+      slowed ? "fault" : field, time_scale, wait.src, wait.dst, wait.transit_ns / 1e6,
+      slowed ? absl::StrFormat(", %g ms without the slow links", wait.healthy_transit_ns / 1e6) : "", wall_s,
+      cfg.watchdog_timeout,
+      slowed ? "lower the slow link's factor or the time scale, or raise watchdog_timeout"
+             : "lower the time scale or raise watchdog_timeout"));
+}
+
+double MessageWaitTimeScaleLimit(const RunConfig& cfg, const MessageWait& wait) {
+  if (!(wait.transit_ns > 0)) return std::numeric_limits<double>::infinity();
+  return cfg.watchdog_timeout * 1e9 / wait.transit_ns;
 }
 
 }  // namespace rp::apps

@@ -59,4 +59,24 @@ HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host);
 // The report's host.time_scale_choice object (docs/report.md).
 nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict);
 
+// The longest a real-clock run of `options` may sleep for one message already sent: the predicted
+// arrival − ready of its slowest message (schedule::Prediction::longest_transit: its transfer and
+// latency, slowed by link faults, and the time it queued for busy ports), with the faults of
+// `options` (slow links from their step on) and without --fault's slow links. A receiver's wait
+// longer than the watchdog timeout is reported as a stall, as an op longer than it would be
+// (CheckOpsFitTheWatchdog), so such a run is bad input too.
+struct MessageWait {
+  double transit_ns = 0;          // with every fault of `options`
+  double healthy_transit_ns = 0;  // without the slow links of options.faults.op_faults
+  int src = -1, dst = -1;         // the slowest message's global ranks (-1: no messages)
+};
+[[nodiscard]] absl::StatusOr<MessageWait> LongestMessageWait(const schedule::ExecutorOptions& options);
+// InvalidArgument "--FIELD: ..." when the longest message wait takes watchdog_timeout or more of wall
+// time at `time_scale`; FIELD is `field` when the run's messages take that long without the slow
+// links, else "fault".
+[[nodiscard]] absl::Status CheckMessagesFitTheWatchdog(const RunConfig& cfg, const MessageWait& wait,
+                                                       double time_scale, const std::string& field);
+// The time scale at which that wait takes exactly watchdog_timeout (+inf without messages).
+double MessageWaitTimeScaleLimit(const RunConfig& cfg, const MessageWait& wait);
+
 }  // namespace rp::apps

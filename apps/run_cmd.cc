@@ -15,8 +15,10 @@
 // Ranks are global ranks; op is the index in the rank's op list (as `ringpipe predict` prints it).
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -247,6 +249,19 @@ int Run(const ParsedArgs& args) {
       return Fail(kExitBadInput, st);
     }
   }
+  // On a real clock a receiver sleeps until its message's modeled arrival: the longest such wait
+  // must fit the watchdog as the longest op must (a wait past it would be reported as a stall).
+  std::optional<MessageWait> message_wait;
+  if (!cfg->virtual_time) {
+    // A plan the predictor refuses is left to Executor::Create, which names what is wrong with it.
+    if (absl::StatusOr<MessageWait> w = LongestMessageWait(options); w.ok()) message_wait = *w;
+    if (message_wait && !cfg->time_scale_auto()) {
+      if (absl::Status st = CheckMessagesFitTheWatchdog(*cfg, *message_wait, cfg->time_scale, "time_scale");
+          !st.ok()) {
+        return Fail(kExitBadInput, st);
+      }
+    }
+  }
   HostUsage host;
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
   host.model_buffer_bytes = ModelBufferBytes(*cfg);
@@ -266,7 +281,15 @@ int Run(const ParsedArgs& args) {
       absl::Status st = CheckOpsFitTheWatchdog(*cfg, calibration.start, "watchdog_timeout", op_factor);
       if (!st.ok()) return Fail(kExitBadInput, st);
     }
-    calibration.max_scale = std::clamp(0.9 * *limit, calibration.start, calibration.max_scale);
+    // The run's longest message wait too (the trials have no faults: theirs is no longer).
+    const double message_limit =
+        message_wait ? MessageWaitTimeScaleLimit(*cfg, *message_wait) : std::numeric_limits<double>::infinity();
+    if (message_limit <= calibration.start) {
+      absl::Status st = CheckMessagesFitTheWatchdog(*cfg, *message_wait, calibration.start, "watchdog_timeout");
+      if (!st.ok()) return Fail(kExitBadInput, st);
+    }
+    calibration.max_scale =
+        std::clamp(0.9 * std::min(*limit, message_limit), calibration.start, calibration.max_scale);
     std::fprintf(stderr, "ringpipe run: time scale auto: measuring what this host keeps (short trial runs)...\n");
   }
   absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
@@ -275,6 +298,12 @@ int Run(const ParsedArgs& args) {
     std::fprintf(stderr, "ringpipe run: %s\n", clock->reason.c_str());
     if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout", op_factor); !st.ok()) {
       return Fail(kExitBadInput, st);
+    }
+    if (message_wait) {
+      if (absl::Status st = CheckMessagesFitTheWatchdog(*cfg, *message_wait, clock->scale, "watchdog_timeout");
+          !st.ok()) {
+        return Fail(kExitBadInput, st);
+      }
     }
   }
   auto exec = schedule::Executor::Create(options);

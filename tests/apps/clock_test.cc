@@ -253,5 +253,41 @@ TEST(Clock, TheConfigStragglerIsCountedOnceAgainstTheWatchdog) {
   fs::remove_all(dir);
 }
 
+// On a real clock a receiver sleeps until its message's modeled arrival. A slow link whose message
+// outlasts the watchdog at the run's scale was a false stall (exit 3 at once: "watchdog: rank 1 in
+// op 'RecvAct' waiting for peer 0 ... for more than 500 ms" for a healthy, slow run); it is bad
+// input, as an op longer than the watchdog is: one line naming --fault (or the time scale when the
+// run's messages take that long without the fault), nothing written.
+TEST(Clock, MessagesThatOutlastTheWatchdogAreBadInputNotAStall) {
+  const fs::path dir = TempDir("slow_link");
+  const fs::path report = dir / "r.json";
+  // One 8 KiB activation a micro-batch on an intra-node link: 3.4 us; × 200000 = 0.69 s.
+  const std::string pipe = "run --dp=1 --pp=2 --tp=1 --microbatches=1 --steps=2 --reference=false ";
+  const std::string slow = "--fault=slow_link:src=0,dst=1,factor=200000 ";
+  struct Case {
+    std::string args, field;
+  } cases[] = {
+      {slow + "--watchdog_timeout=0.5", "--fault"},                   // auto: at scale 1 already
+      {slow + "--watchdog_timeout=0.5 --time_scale=1", "--fault"},    // forced
+      {"--intra_alpha_us=600000 --watchdog_timeout=0.5 --time_scale=1", "--time_scale"},  // no fault
+  };
+  for (const Case& c : cases) {
+    const BinaryResult r = RunBinary(pipe + c.args + " --report_json=" + report.string(), dir);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe run: " + c.field + ": ", 0), 0u) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find("rank 0 -> rank 1"), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find("watchdog_timeout"), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(report)) << c.args;
+  }
+  // Within the watchdog the same slow link runs, on either kind of scale, and is reported.
+  for (const std::string& args : {slow + "--watchdog_timeout=2 --time_scale=1", slow + "--watchdog_timeout=2"}) {
+    const BinaryResult r = RunBinary(pipe + args, dir);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("slow link: rank 0 -> rank 1"), std::string::npos) << args << ": " << r.err;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
