@@ -1,5 +1,6 @@
 #include "apps/clock_choice.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -122,6 +123,43 @@ absl::Status CheckMessagesFitTheWatchdog(const RunConfig& cfg, const MessageWait
 double MessageWaitTimeScaleLimit(const RunConfig& cfg, const MessageWait& wait) {
   if (!(wait.transit_ns > 0)) return std::numeric_limits<double>::infinity();
   return cfg.watchdog_timeout * 1e9 / wait.transit_ns;
+}
+
+WatchdogFit WatchdogFitOf(const schedule::ExecutorOptions& options, double op_factor) {
+  WatchdogFit fit;
+  fit.op_factor = op_factor;
+  if (options.virtual_time) return fit;
+  if (absl::StatusOr<MessageWait> w = LongestMessageWait(options); w.ok()) fit.message_wait = *w;
+  return fit;
+}
+
+absl::Status FitTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
+                            schedule::CalibrationOptions& calibration) {
+  if (cfg.virtual_time) return absl::OkStatus();
+  if (!cfg.time_scale_auto()) {
+    return fit.message_wait ? CheckMessagesFitTheWatchdog(cfg, *fit.message_wait, cfg.time_scale, "time_scale")
+                            : absl::OkStatus();
+  }
+  RP_ASSIGN_OR_RETURN(const double op_limit, WatchdogTimeScaleLimit(cfg, fit.op_factor));
+  if (op_limit <= calibration.start) {
+    RP_RETURN_IF_ERROR(CheckOpsFitTheWatchdog(cfg, calibration.start, "watchdog_timeout", fit.op_factor));
+  }
+  // The run's longest message wait too (the trials have no faults: theirs is no longer).
+  const double message_limit = fit.message_wait ? MessageWaitTimeScaleLimit(cfg, *fit.message_wait)
+                                                : std::numeric_limits<double>::infinity();
+  if (message_limit <= calibration.start) {
+    RP_RETURN_IF_ERROR(
+        CheckMessagesFitTheWatchdog(cfg, *fit.message_wait, calibration.start, "watchdog_timeout"));
+  }
+  calibration.max_scale =
+      std::clamp(0.9 * std::min(op_limit, message_limit), calibration.start, calibration.max_scale);
+  return absl::OkStatus();
+}
+
+absl::Status CheckChosenScaleFitsTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit, double scale) {
+  RP_RETURN_IF_ERROR(CheckOpsFitTheWatchdog(cfg, scale, "watchdog_timeout", fit.op_factor));
+  return fit.message_wait ? CheckMessagesFitTheWatchdog(cfg, *fit.message_wait, scale, "watchdog_timeout")
+                          : absl::OkStatus();
 }
 
 }  // namespace rp::apps

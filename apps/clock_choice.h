@@ -18,6 +18,7 @@
 //   if (!v.trusted) warn(v.warning);
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,5 +79,24 @@ struct MessageWait {
                                                        double time_scale, const std::string& field);
 // The time scale at which that wait takes exactly watchdog_timeout (+inf without messages).
 double MessageWaitTimeScaleLimit(const RunConfig& cfg, const MessageWait& wait);
+
+// What a real-clock run of `options` (built from cfg, with the fault flags) must fit in the watchdog
+// timeout: its longest op × `op_factor` (what the fault flags add to it; ValidateConfig and
+// CheckFaultFactors check a forced scale's) and its longest wait for one message.
+struct WatchdogFit {
+  double op_factor = 1;
+  std::optional<MessageWait> message_wait;  // none: the predictor refused the plan (Create names why)
+};
+WatchdogFit WatchdogFitOf(const schedule::ExecutorOptions& options, double op_factor = 1);
+// Before choosing the clock of a real-clock run (nothing to do on the virtual clock): a forced
+// scale's message waits must fit (InvalidArgument "--time_scale: ..." or "--fault: ..."); with auto,
+// `calibration`'s trials stay below the scale the ops and the messages allow (with a margin for the
+// host), and a layout that outlasts the watchdog at the first trial's scale is refused naming
+// --watchdog_timeout (or --fault) — a trial would fail as stalled.
+[[nodiscard]] absl::Status FitTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
+                                          schedule::CalibrationOptions& calibration);
+// After auto chose `scale`: the same checks at it.
+[[nodiscard]] absl::Status CheckChosenScaleFitsTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
+                                                           double scale);
 
 }  // namespace rp::apps

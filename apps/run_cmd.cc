@@ -15,10 +15,8 @@
 // Ranks are global ranks; op is the index in the rank's op list (as `ringpipe predict` prints it).
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 #include <map>
 #include <numeric>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -249,61 +247,29 @@ int Run(const ParsedArgs& args) {
       return Fail(kExitBadInput, st);
     }
   }
-  // On a real clock a receiver sleeps until its message's modeled arrival: the longest such wait
-  // must fit the watchdog as the longest op must (a wait past it would be reported as a stall).
-  std::optional<MessageWait> message_wait;
-  if (!cfg->virtual_time) {
-    // A plan the predictor refuses is left to Executor::Create, which names what is wrong with it.
-    if (absl::StatusOr<MessageWait> w = LongestMessageWait(options); w.ok()) message_wait = *w;
-    if (message_wait && !cfg->time_scale_auto()) {
-      if (absl::Status st = CheckMessagesFitTheWatchdog(*cfg, *message_wait, cfg->time_scale, "time_scale");
-          !st.ok()) {
-        return Fail(kExitBadInput, st);
-      }
-    }
-  }
+  // On a real clock every op and every wait for one message must end within the watchdog timeout
+  // (a longer planned wait would be reported as a stall): a forced scale is checked here, auto's
+  // trials stay below the scale that allows.
+  const WatchdogFit fit = WatchdogFitOf(options, op_factor);
+  schedule::CalibrationOptions calibration;
+  if (absl::Status st = FitTheWatchdog(*cfg, fit, calibration); !st.ok()) return Fail(kExitBadInput, st);
   HostUsage host;
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
   host.model_buffer_bytes = ModelBufferBytes(*cfg);
   const auto create_failed = [](const absl::Status& st) {
     return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
   };
-  schedule::CalibrationOptions calibration;
   if (!cfg->virtual_time && cfg->time_scale_auto()) {
     // Validate before calibrating: a layout the executor refuses is bad input, whatever the clock.
     if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
-    // A trial at a scale whose longest op outlasts the watchdog would fail as a stall: the trials
-    // stay below that scale (with a margin for the host), and a layout whose ops outlast it at the
-    // first trial's scale is refused as a forced scale would be.
-    absl::StatusOr<double> limit = WatchdogTimeScaleLimit(*cfg, op_factor);
-    if (!limit.ok()) return Fail(kExitBadInput, limit.status());
-    if (*limit <= calibration.start) {
-      absl::Status st = CheckOpsFitTheWatchdog(*cfg, calibration.start, "watchdog_timeout", op_factor);
-      if (!st.ok()) return Fail(kExitBadInput, st);
-    }
-    // The run's longest message wait too (the trials have no faults: theirs is no longer).
-    const double message_limit =
-        message_wait ? MessageWaitTimeScaleLimit(*cfg, *message_wait) : std::numeric_limits<double>::infinity();
-    if (message_limit <= calibration.start) {
-      absl::Status st = CheckMessagesFitTheWatchdog(*cfg, *message_wait, calibration.start, "watchdog_timeout");
-      if (!st.ok()) return Fail(kExitBadInput, st);
-    }
-    calibration.max_scale =
-        std::clamp(0.9 * std::min(*limit, message_limit), calibration.start, calibration.max_scale);
     std::fprintf(stderr, "ringpipe run: time scale auto: measuring what this host keeps (short trial runs)...\n");
   }
   absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
   if (!clock.ok()) return Fail(kExitFailed, clock.status());
   if (clock->mode == ClockChoice::Mode::kAuto) {
     std::fprintf(stderr, "ringpipe run: %s\n", clock->reason.c_str());
-    if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout", op_factor); !st.ok()) {
+    if (absl::Status st = CheckChosenScaleFitsTheWatchdog(*cfg, fit, clock->scale); !st.ok()) {
       return Fail(kExitBadInput, st);
-    }
-    if (message_wait) {
-      if (absl::Status st = CheckMessagesFitTheWatchdog(*cfg, *message_wait, clock->scale, "watchdog_timeout");
-          !st.ok()) {
-        return Fail(kExitBadInput, st);
-      }
     }
   }
   auto exec = schedule::Executor::Create(options);

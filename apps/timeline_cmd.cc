@@ -92,13 +92,24 @@ int Run(const ParsedArgs& args) {
         return fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
                     std::string(st.message()));
       };
+      // As `run`: every op and every wait for one message within the watchdog on a real clock.
+      const WatchdogFit fit = WatchdogFitOf(options);
+      schedule::CalibrationOptions calibration{.target = kHostFidelityTarget};
+      if (absl::Status st = FitTheWatchdog(*cfg, fit, calibration); !st.ok()) {
+        return fail(kExitBadInput, std::string(st.message()));
+      }
       if (!cfg->virtual_time && cfg->time_scale_auto()) {
         if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
         std::fprintf(stderr, "ringpipe timeline: time scale auto: measuring what this host keeps (short trial runs)...\n");
       }
-      absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options);
+      absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
       if (!clock.ok()) return fail(kExitFailed, std::string(clock.status().message()));
-      if (clock->mode == ClockChoice::Mode::kAuto) std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
+      if (clock->mode == ClockChoice::Mode::kAuto) {
+        std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
+        if (absl::Status st = CheckChosenScaleFitsTheWatchdog(*cfg, fit, clock->scale); !st.ok()) {
+          return fail(kExitBadInput, std::string(st.message()));
+        }
+      }
       auto exec = schedule::Executor::Create(options);
       if (!exec.ok()) return create_failed(exec.status());
       std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan->grid.ToString().c_str(),
