@@ -24,6 +24,7 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Threads of this process (/proc/self/status "Threads:").
 int ThreadCount() {
@@ -395,6 +396,27 @@ TEST(ExecutorFaults, StallOnRealClockChainEndsAtTheStalledRankNotBehindItsBound)
     EXPECT_EQ(f->missing_peers, std::vector<int>{stalled}) << msg;
   }
   EXPECT_EQ(f->committed_steps, 1);
+}
+
+// The device running without progress is named with the op it runs. Stalled in op 0 of step 1, its
+// last wait site was the step barrier, and the report said "running without progress: rank 1 (dp 1,
+// pp 0, tp 0) (compute stream, last in 'step barrier', ...)": no op of the stall.
+TEST(ExecutorFaults, StallNamesTheOpTheStalledDeviceRuns) {
+  for (const bool virtual_time : {false, true}) {
+    ExecutorOptions o = Small(2, /*dp=*/2, /*pp=*/1);
+    o.virtual_time = virtual_time;
+    o.time_scale = 0.5;
+    o.faults.op_faults = {{.kind = OpFaultKind::kStall, .rank = 1, .step = 1, .op = 0}};
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+    const std::string msg(r.status().message());
+    const std::string op0 = ToString(o.program.ranks[0][0], 1);
+    EXPECT_THAT(msg, HasSubstr("running without progress: rank 1 (dp 1, pp 0, tp 0) (compute stream, in op 0 '" +
+                               op0 + "' at step 1, ")) << virtual_time << ": " << msg;
+    EXPECT_THAT(msg, Not(HasSubstr("last in 'step barrier'"))) << virtual_time << ": " << msg;
+  }
 }
 
 // On a real clock a device asleep until its op's modeled end is progress: in a healthy run whose
