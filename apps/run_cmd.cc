@@ -40,6 +40,7 @@
 #include "runtime/status_macros.h"
 #include "runtime/tracer.h"
 #include "schedule/executor.h"
+#include "schedule/plan.h"
 #include "schedule/predictor.h"
 
 namespace rp::apps {
@@ -189,14 +190,32 @@ std::string RunText(const RunConfig& cfg, const Plan& plan, const schedule::RunR
   return text;
 }
 
-// The clock of the start line; on the real clock with the wall time the steps will take (steps ×
-// predicted step × time scale), so a run that a large scale makes long says so before it starts.
-std::string ClockText(const RunConfig& cfg, const Plan& plan, const ClockChoice& clock) {
+// The clock of the start line; on the real clock with the wall time the steps will take (the
+// predicted steps of the run asked for — the fault flags' stragglers and slow links, each slow link
+// from its step on — × time scale), so a run that a large scale or a fault makes long says so before
+// it starts.
+std::string ClockText(const RunConfig& cfg, const schedule::ExecutorOptions& options, const ClockChoice& clock) {
   if (cfg.virtual_time) return "virtual clock";
   std::string text = absl::StrFormat("time scale %g", clock.scale);
-  absl::StatusOr<schedule::Prediction> pred = schedule::Predict(plan.execution, plan.predict);
-  if (!pred.ok()) return text;  // the run itself reports what is wrong with the plan
-  const double seconds = cfg.steps * ToMillis(pred->step_time) * 1e-3 * clock.scale;
+  absl::StatusOr<schedule::ExecutionPlan> plan = schedule::BuildPlan(schedule::PlanOptionsFor(options));
+  if (!plan.ok()) return text;  // the run itself reports what is wrong with the plan
+  // The steps at which the predicted step changes: 0 and each slow link's first step.
+  std::vector<int> from = {0};
+  for (const OpFault& f : options.faults.op_faults) {
+    if (f.kind == OpFaultKind::kSlowLink && f.step > 0 && f.step < cfg.steps) from.push_back(f.step);
+  }
+  std::sort(from.begin(), from.end());
+  from.erase(std::unique(from.begin(), from.end()), from.end());
+  double modeled_ms = 0;
+  for (size_t i = 0; i < from.size(); ++i) {
+    schedule::PredictOptions popts = schedule::PredictOptionsFor(options);
+    popts.step = from[i];
+    absl::StatusOr<schedule::Prediction> pred = schedule::Predict(*plan, popts);
+    if (!pred.ok()) return text;
+    const int until = i + 1 < from.size() ? from[i + 1] : cfg.steps;
+    modeled_ms += (until - from[i]) * ToMillis(pred->step_time);
+  }
+  const double seconds = modeled_ms * 1e-3 * clock.scale;
   absl::StrAppendFormat(&text, "; the steps take about %.3g s of wall time", seconds);
   if (seconds >= 120) absl::StrAppendFormat(&text, " (%.0f min)", seconds / 60);
   return text;
@@ -276,7 +295,7 @@ int Run(const ParsedArgs& args) {
   if (!exec.ok()) return create_failed(exec.status());
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",
                plan->grid.ToString().c_str(), schedule::ScheduleName(cfg->schedule), cfg->steps,
-               cfg->world_size(), ClockText(*cfg, *plan, *clock).c_str());
+               cfg->world_size(), ClockText(*cfg, options, *clock).c_str());
   ThreadSampler sampler;
   auto result = (*exec)->Run();
   host.threads = sampler.Stop();

@@ -289,5 +289,24 @@ TEST(Clock, MessagesThatOutlastTheWatchdogAreBadInputNotAStall) {
   fs::remove_all(dir);
 }
 
+// The start line announces the wall time of the run asked for: the steps as predicted with the fault
+// flags (its report's predicted step) × the scale. It predicted the config's steps alone, so a
+// straggler's run said "about 0.612 s" and took 2.8 s (run --steps=20 --straggler=1:5 --time_scale=1).
+TEST(Clock, TheStartLineAnnouncesTheWallTimeOfTheStepsWithTheFaultFlags) {
+  const fs::path dir = TempDir("start_line");
+  const fs::path report = dir / "r.json";
+  const BinaryResult r = RunBinary(
+      "run --dp=1 --pp=2 --tp=1 --microbatches=2 --steps=4 --reference=false --time_scale=2 --straggler=0:10 "
+      "--report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("the steps take about ([0-9.e+-]+) s of wall time"))) << r.err;
+  const double announced = std::stod(m[1].str());
+  const json j = ReadJson(report);
+  const double predicted_s = 4 * j["step_time_ms"]["predicted"].get<double>() * 2 / 1e3;
+  EXPECT_NEAR(announced, predicted_s, 0.01 * predicted_s) << r.err;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
