@@ -151,8 +151,13 @@ absl::Status FitTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
     RP_RETURN_IF_ERROR(
         CheckMessagesFitTheWatchdog(cfg, *fit.message_wait, calibration.start, "watchdog_timeout"));
   }
-  calibration.max_scale =
-      std::clamp(0.9 * std::min(op_limit, message_limit), calibration.start, calibration.max_scale);
+  const double limit = 0.9 * std::min(op_limit, message_limit);
+  if (limit < calibration.max_scale) {
+    calibration.max_scale = std::max(limit, calibration.start);
+    calibration.max_scale_why = absl::StrFormat(
+        "at which the longest %s takes 90 %% of watchdog_timeout (%g s)",
+        op_limit <= message_limit ? "op" : "wait for one message", cfg.watchdog_timeout);
+  }
   return absl::OkStatus();
 }
 

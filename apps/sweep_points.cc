@@ -183,7 +183,9 @@ void RunPoint(Point& p, bool predict_only) {
     // As `run`: every op and every wait for one message within the watchdog on a real clock; a
     // point that cannot is invalid, not a run that fails as stalled.
     const WatchdogFit fit = WatchdogFitOf(options);
-    schedule::CalibrationOptions calibration{.target = kHostFidelityTarget, .max_seconds = 20};
+    schedule::CalibrationOptions calibration;
+    calibration.target = kHostFidelityTarget;
+    calibration.max_seconds = 20;
     if (absl::Status st = FitTheWatchdog(p.cfg, fit, calibration); !st.ok()) {
       p.status = "invalid";
       p.error = std::string(st.message());

@@ -94,7 +94,8 @@ int Run(const ParsedArgs& args) {
       };
       // As `run`: every op and every wait for one message within the watchdog on a real clock.
       const WatchdogFit fit = WatchdogFitOf(options);
-      schedule::CalibrationOptions calibration{.target = kHostFidelityTarget};
+      schedule::CalibrationOptions calibration;
+      calibration.target = kHostFidelityTarget;
       if (absl::Status st = FitTheWatchdog(*cfg, fit, calibration); !st.ok()) {
         return fail(kExitBadInput, std::string(st.message()));
       }

@@ -54,6 +54,9 @@ struct CalibrationOptions {
   double target = 0.01;  // |fidelity.host| to reach
   double start = 1;      // first scale tried, > 0
   double max_scale = 4096;
+  // Why max_scale is what it is, for the reason when the search stops there (e.g. "the largest whose
+  // longest op stays within watchdog_timeout"); empty: the calibration's own limit.
+  std::string max_scale_why;
   int trial_steps = 2;   // per trial; the last step is judged (the first warms up)
   double max_seconds = 60;  // wall-time budget of all trials
   // After a miss the next scale is at most max_step × this one (rounded up to a readable scale):
