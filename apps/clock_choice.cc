@@ -136,6 +136,14 @@ WatchdogFit WatchdogFitOf(const schedule::ExecutorOptions& options, double op_fa
 absl::Status FitTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
                             schedule::CalibrationOptions& calibration) {
   if (cfg.virtual_time) return absl::OkStatus();
+  const double margin_s = static_cast<double>(schedule::StepStartWallMargin(cfg.world_size()).count()) / 1e9;
+  if (margin_s >= cfg.watchdog_timeout) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--watchdog_timeout: on a real clock every step starts %g ms of wall time after its boundary (1 ms "
+        "+ 5 us for each of the %d devices to wake), not less than watchdog_timeout (%g s), which would "
+        "report each step's start as a stall: raise watchdog_timeout",
+        margin_s * 1e3, cfg.world_size(), cfg.watchdog_timeout));
+  }
   if (!cfg.time_scale_auto()) {
     return fit.message_wait ? CheckMessagesFitTheWatchdog(cfg, *fit.message_wait, cfg.time_scale, "time_scale")
                             : absl::OkStatus();

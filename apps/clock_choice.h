@@ -88,7 +88,9 @@ struct WatchdogFit {
   std::optional<MessageWait> message_wait;  // none: the predictor refused the plan (Create names why)
 };
 WatchdogFit WatchdogFitOf(const schedule::ExecutorOptions& options, double op_factor = 1);
-// Before choosing the clock of a real-clock run (nothing to do on the virtual clock): a forced
+// Before choosing the clock of a real-clock run (nothing to do on the virtual clock): the watchdog
+// must outlast the wake-up margin each step starts with (schedule::StepStartWallMargin; else
+// "--watchdog_timeout: ..."); a forced
 // scale's message waits must fit (InvalidArgument "--time_scale: ..." or "--fault: ..."); with auto,
 // `calibration`'s trials stay below the scale the ops and the messages allow (with a margin for the
 // host), and a layout that outlasts the watchdog at the first trial's scale is refused naming

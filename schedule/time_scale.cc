@@ -161,4 +161,8 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const ExecutorOptions& options,
       [&](double scale) { return RunTrial(options, c.trial_steps, scale); }, c);
 }
 
+std::chrono::nanoseconds StepStartWallMargin(int world) {
+  return std::chrono::nanoseconds(1000000 + int64_t{5000} * world);
+}
+
 }  // namespace rp::schedule

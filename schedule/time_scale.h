@@ -27,6 +27,7 @@
 //   options.time_scale = c.scale;   // c.reason says why, c.trials what was measured
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -82,5 +83,11 @@ using TrialFn = std::function<absl::StatusOr<TimeScaleTrial>(double scale)>;
 // The scale at which a run measured `fidelity_host` at `scale` would have stayed within `target`
 // (the estimate above; `scale` when it already did).
 double SuggestTimeScale(double scale, double fidelity_host, double target = 0.01);
+
+// On a real clock each step starts at least this much wall time after its step boundary, to leave
+// every device thread time to wake: 1 ms plus 5 µs per device of the `world` (measured: below that,
+// large layouts start their first ops late). Every device sleeps that long at a step's start, so a
+// watchdog timeout not above it would report each step's start as a stall.
+std::chrono::nanoseconds StepStartWallMargin(int world);
 
 }  // namespace rp::schedule

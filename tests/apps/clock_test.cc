@@ -308,5 +308,26 @@ TEST(Clock, TheStartLineAnnouncesTheWallTimeOfTheStepsWithTheFaultFlags) {
   fs::remove_all(dir);
 }
 
+// Every real-clock step starts 1 ms + 5 us per device of wall time after its boundary (the devices'
+// wake-up margin), and the devices sleep until then: a watchdog not above it failed the run at its
+// first step's start (16 devices, 1.08 ms: "watchdog: rank 0 in op 'step start' at step 0 for more
+// than 1 ms", exit 3 with a forced scale, exit 1 from auto's first trial). Bad input instead.
+TEST(Clock, AWatchdogShorterThanTheStepStartIsBadInput) {
+  const fs::path dir = TempDir("wake");
+  const fs::path report = dir / "r.json";
+  const std::string pipe =
+      "run --dp=4 --pp=2 --tp=2 --microbatches=8 --forward_ms=0.1 --backward_ms=0.1 --optimizer_ms=0.1 "
+      "--steps=2 --reference=false --watchdog_timeout=0.001 --report_json=" + report.string();
+  for (const std::string& clock : {std::string(" --time_scale=1"), std::string()}) {
+    const BinaryResult r = RunBinary(pipe + clock, dir);
+    EXPECT_EQ(r.exit_code, 2) << clock << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe run: --watchdog_timeout: on a real clock every step starts 1.08 ms", 0), 0u)
+        << clock << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << clock << ": " << r.err;
+    EXPECT_FALSE(fs::exists(report)) << clock;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
