@@ -390,6 +390,16 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     join_reference(/*cancel=*/true);
     const absl::Status failed = Fail(run);
     failure->prediction = pred;
+    if (o.tracer != nullptr) {
+      // The trace says that the run failed, and where: an instant event on the first failing rank
+      // (every device thread has been joined: nobody else records), modeled at its step's start.
+      const int64_t now = o.tracer->WallNow();
+      o.tracer->Record({.wall_start_ns = now, .wall_end_ns = now, .model_start_ns = step_start.count(),
+                        .model_end_ns = step_start.count(), .name = "run failed",
+                        .detail = "its failure: the report's 'failure', run's last line",
+                        .rank = std::max(0, failure->rank), .step = failure->step,
+                        .kind = rp::OpKind::kFault});
+    }
     // Each failed step's prediction: per step where the step's inputs are known without the run
     // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
     std::vector<Prediction> step_pred;

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/faults.h"
+#include "runtime/tracer.h"
 #include "schedule/executor.h"
 #include "schedule/generators.h"
 
@@ -416,6 +417,35 @@ TEST(ExecutorFaults, StallNamesTheOpTheStalledDeviceRuns) {
     EXPECT_THAT(msg, HasSubstr("running without progress: rank 1 (dp 1, pp 0, tp 0) (compute stream, in op 0 '" +
                                op0 + "' at step 1, ")) << virtual_time << ": " << msg;
     EXPECT_THAT(msg, Not(HasSubstr("last in 'step barrier'"))) << virtual_time << ": " << msg;
+  }
+}
+
+// A failed run's trace says so: an instant "run failed" event on the first failing rank at its step
+// (the trace of a run that threw or stalled held the devices' ops and, for an injected fault, a
+// "fault: ..." event, but nothing that marked the run as failed).
+TEST(ExecutorFaults, AFailedRunsTraceMarksTheFailure) {
+  for (const bool virtual_time : {true, false}) {
+    ExecutorOptions o = Small(3, /*dp=*/2, /*pp=*/2);
+    o.virtual_time = virtual_time;
+    o.time_scale = 0.5;
+    Tracer tracer(4, 2);
+    o.tracer = &tracer;
+    o.faults.op_faults = {{.kind = OpFaultKind::kThrow, .rank = 2, .step = 1, .op = 0}};
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    ASSERT_FALSE((*ex)->Run().ok());
+    const RunFailure* f = (*ex)->failure();
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(f->rank, 2);
+    int marks = 0;
+    for (const TraceEvent& e : tracer.Events()) {
+      if (e.kind != rp::OpKind::kFault || std::string(e.name) != "run failed") continue;
+      ++marks;
+      EXPECT_EQ(e.rank, f->rank) << virtual_time;
+      EXPECT_EQ(e.step, f->step) << virtual_time;
+    }
+    EXPECT_EQ(marks, 1) << virtual_time;
+    EXPECT_NE(tracer.ToChromeJson().find("\"run failed\""), std::string::npos) << virtual_time;
   }
 }
 
