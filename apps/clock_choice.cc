@@ -45,17 +45,25 @@ absl::StatusOr<ClockChoice> ChooseClock(const RunConfig& cfg, schedule::Executor
   return out;
 }
 
-HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host) {
+HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host, double watchdog_timeout_s,
+                              double watchdog_scale_limit) {
   HostVerdict v;
   if (clock.mode == ClockChoice::Mode::kVirtual) return v;
   v.suggested_scale = schedule::SuggestTimeScale(clock.scale, fidelity_host, kHostFidelityTarget);
   if (std::isfinite(fidelity_host) && std::abs(fidelity_host) <= kHostFidelityTarget) return v;
   v.trusted = false;
+  // A scale whose longest op or message wait outlasts the watchdog is refused: say what it needs.
+  const std::string watchdog =
+      v.suggested_scale >= watchdog_scale_limit
+          ? absl::StrFormat(" with watchdog_timeout raised above %g s (its longest op or wait for one message "
+                            "takes that long at that scale)",
+                            watchdog_timeout_s * v.suggested_scale / watchdog_scale_limit)
+          : "";
   v.warning = absl::StrFormat(
       "the host did not keep time scale %g: measured step differs from emulated by %+.1f %% (target "
       "within %g %%), so measured figures are the host's, not the model's; time scale %g would likely "
-      "keep up%s",
-      clock.scale, 100 * fidelity_host, 100 * kHostFidelityTarget, v.suggested_scale,
+      "keep up%s%s",
+      clock.scale, 100 * fidelity_host, 100 * kHostFidelityTarget, v.suggested_scale, watchdog,
       clock.mode == ClockChoice::Mode::kForced ? " (or omit --time_scale: auto measures one)" : "");
   return v;
 }
@@ -167,6 +175,12 @@ absl::Status FitTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
         op_limit <= message_limit ? "op" : "wait for one message", cfg.watchdog_timeout);
   }
   return absl::OkStatus();
+}
+
+double WatchdogScaleLimit(const RunConfig& cfg, const WatchdogFit& fit) {
+  absl::StatusOr<double> ops = WatchdogTimeScaleLimit(cfg, fit.op_factor);
+  const double op_limit = ops.ok() ? *ops : std::numeric_limits<double>::infinity();
+  return fit.message_wait ? std::min(op_limit, MessageWaitTimeScaleLimit(cfg, *fit.message_wait)) : op_limit;
 }
 
 absl::Status CheckChosenScaleFitsTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit, double scale) {

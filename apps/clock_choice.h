@@ -18,6 +18,7 @@
 //   if (!v.trusted) warn(v.warning);
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,7 +56,11 @@ struct HostVerdict {
   double suggested_scale = 0;  // a scale that would have been kept (the run's when trusted)
   std::string warning;         // empty when trusted: one line naming a sustainable scale
 };
-HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host);
+// `watchdog_scale_limit` (WatchdogScaleLimit): a suggested scale at or above it would have its
+// longest op or message wait outlast `watchdog_timeout_s`, and the warning says how long a watchdog
+// it needs.
+HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host, double watchdog_timeout_s = 0,
+                              double watchdog_scale_limit = std::numeric_limits<double>::infinity());
 
 // The report's host.time_scale_choice object (docs/report.md).
 nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict);
@@ -97,6 +102,9 @@ WatchdogFit WatchdogFitOf(const schedule::ExecutorOptions& options, double op_fa
 // --watchdog_timeout (or --fault) — a trial would fail as stalled.
 [[nodiscard]] absl::Status FitTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
                                           schedule::CalibrationOptions& calibration);
+// The largest time scale at which the longest op and the longest wait for one message of `fit` stay
+// within cfg.watchdog_timeout (+inf when nothing bounds it).
+double WatchdogScaleLimit(const RunConfig& cfg, const WatchdogFit& fit);
 // After auto chose `scale`: the same checks at it.
 [[nodiscard]] absl::Status CheckChosenScaleFitsTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
                                                            double scale);

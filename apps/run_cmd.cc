@@ -312,7 +312,8 @@ int Run(const ParsedArgs& args) {
   // The sampler's period can miss a run of a few ms; the executor's reading at the first step
   // boundary was taken while every device thread was alive (and the sampler's, not counted).
   host.threads = std::max(host.threads, result->threads_at_first_step - 1);
-  const HostVerdict verdict = JudgeHostFidelity(*clock, result->fidelity_host);
+  const HostVerdict verdict = JudgeHostFidelity(*clock, result->fidelity_host, cfg->watchdog_timeout,
+                                                WatchdogScaleLimit(*cfg, fit));
   if (!verdict.trusted) std::fprintf(stderr, "ringpipe run: warning: %s\n", verdict.warning.c_str());
   host.time_scale_choice = ClockJson(*clock, verdict);
   for (const schedule::RunResult::SlowLink& l : result->slow_links) {

@@ -118,7 +118,8 @@ int Run(const ParsedArgs& args) {
       auto run = (*exec)->Run();
       if (!run.ok()) return fail(kExitFault, std::string(run.status().message()));
       // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
-      const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host);
+      const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host, cfg->watchdog_timeout,
+                                                    WatchdogScaleLimit(*cfg, fit));
       if (!verdict.trusted) std::fprintf(stderr, "ringpipe timeline: warning: %s\n", verdict.warning.c_str());
       report = BuildReport(*cfg, *plan, run->prediction, &*run);
     }

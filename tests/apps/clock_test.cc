@@ -6,12 +6,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "apps/clock_choice.h"
 #include "tests/apps/binary_runner.h"
 
 namespace rp::apps {
@@ -327,6 +329,30 @@ TEST(Clock, AWatchdogShorterThanTheStepStartIsBadInput) {
     EXPECT_FALSE(fs::exists(report)) << clock;
   }
   fs::remove_all(dir);
+}
+
+// A forced scale the host did not keep gets a warning naming a scale it would keep; when that scale
+// would make the longest op (or message wait) outlast the watchdog, the run refuses it, so the
+// warning says which watchdog it needs (run --steps=3 --time_scale=0.05 --watchdog_timeout=0.005 said
+// "time scale 4 would likely keep up", and run --time_scale=4 --watchdog_timeout=0.005 exits 2: its
+// 4 ms op takes 0.016 s).
+TEST(Clock, ASuggestedScaleOverTheWatchdogSaysWhichWatchdogItNeeds) {
+  ClockChoice forced;
+  forced.mode = ClockChoice::Mode::kForced;
+  forced.scale = 0.05;
+  const HostVerdict v = JudgeHostFidelity(forced, 0.735, 0.005, /*watchdog_scale_limit=*/1.25);
+  EXPECT_FALSE(v.trusted);
+  EXPECT_EQ(v.suggested_scale, 4);
+  EXPECT_NE(v.warning.find("time scale 4 would likely keep up with watchdog_timeout raised above 0.016 s"),
+            std::string::npos)
+      << v.warning;
+  // Below the limit (or without one) the suggestion stands alone.
+  for (const double limit : {4.5, std::numeric_limits<double>::infinity()}) {
+    const HostVerdict w = JudgeHostFidelity(forced, 0.735, 0.005, limit);
+    EXPECT_EQ(w.warning.find("watchdog_timeout"), std::string::npos) << w.warning;
+    EXPECT_NE(w.warning.find("time scale 4 would likely keep up (or omit --time_scale"), std::string::npos)
+        << w.warning;
+  }
 }
 
 }  // namespace
