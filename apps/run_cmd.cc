@@ -320,6 +320,18 @@ int Run(const ParsedArgs& args) {
     std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d took %gx its link class's time from step %d\n",
                  l.src, l.dst, l.factor, l.first_step);
   }
+  // A --fault slow link that no message crossed slowed nothing (the layout sends nothing that way).
+  for (const OpFault& f : options.faults.op_faults) {
+    if (f.kind != OpFaultKind::kSlowLink) continue;
+    const bool crossed = std::any_of(result->slow_links.begin(), result->slow_links.end(),
+                                     [&](const schedule::RunResult::SlowLink& l) {
+                                       return l.src == f.rank && l.dst == f.dst && l.factor == f.factor;
+                                     });
+    if (!crossed) {
+      std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d (x%g from step %d) carried no message: this "
+                   "layout sends nothing from rank %d to rank %d\n", f.rank, f.dst, f.factor, f.step, f.rank, f.dst);
+    }
+  }
   const nlohmann::json report = BuildReport(*cfg, *plan, result->prediction, &*result, &host);
   const std::string text = RunText(*cfg, *plan, *result, report);
   if (tracer.capped() > 0) {

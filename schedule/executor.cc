@@ -97,9 +97,18 @@ absl::Status Executor::Impl::MakeFabric(int world) {
                    .faults = plan->link_faults,
                    .tie_rank = plan->tie_rank,
                    .on_commit = {}};
-  if (Tracer* tracer = o.tracer; tracer != nullptr) {
-    // Port occupancy tracks: each committed message on its egress and ingress ports.
-    fo.on_commit = [tracer](const FabricMessage& m, const MessageTiming& t) {
+  link_fault_seen.assign(plan->link_faults.size(), -1);
+  if (Tracer* tracer = o.tracer; tracer != nullptr || !plan->link_faults.empty()) {
+    // Port occupancy tracks: each committed message on its egress and ingress ports. And which link
+    // faults a message crossed (a slow link that carries nothing slowed nothing: not reported).
+    fo.on_commit = [this, tracer](const FabricMessage& m, const MessageTiming& t) {
+      for (size_t i = 0; i < plan->link_faults.size(); ++i) {
+        const LinkFault& f = plan->link_faults[i];
+        if (link_fault_seen[i] < 0 && m.src == f.src && m.dst == f.dst && m.step >= f.from_step) {
+          link_fault_seen[i] = m.step;
+        }
+      }
+      if (tracer == nullptr) return;
       for (int port : {t.egress_port, t.ingress_port}) {
         if (port < 0) continue;
         tracer->RecordPort({.port = port, .src = m.src, .dst = m.dst, .bytes = m.bytes,

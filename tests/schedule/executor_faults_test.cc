@@ -549,6 +549,21 @@ TEST(ExecutorFaults, SlowLinkIsEmulatedAndPredicted) {
   EXPECT_EQ(r.max_replica_divergence, 0.0);
 }
 
+// A slow link that no message crosses slowed nothing and is not reported: rank 0 (dp 0, pp 0) sends
+// to rank 1 (its next stage) and rank 2 (its DP ring), never to rank 3 (dp 1, pp 1). It was listed,
+// and `run` said "slow link: rank 0 -> rank 3 took 1e+06x its link class's time from step 0".
+TEST(ExecutorFaults, ASlowLinkThatCarriesNoMessageIsNotReported) {
+  ExecutorOptions o = Small(3);
+  o.faults.op_faults = {{.kind = OpFaultKind::kSlowLink, .rank = 0, .step = 0, .dst = 3, .factor = 1000},
+                        {.kind = OpFaultKind::kSlowLink, .rank = 0, .step = 1, .dst = 1, .factor = 10}};
+  const RunResult r = RunHealthy(o).result;
+  ASSERT_EQ(r.slow_links.size(), 1u);
+  EXPECT_EQ(r.slow_links[0].src, 0);
+  EXPECT_EQ(r.slow_links[0].dst, 1);
+  EXPECT_EQ(r.slow_links[0].first_step, 1);
+  EXPECT_EQ(r.slow_links[0].factor, 10.0);
+}
+
 // A degraded link (from the start) is a factor on a pair of ports for emulator and predictor
 // alike: the timelines are equal interval by interval.
 TEST(ExecutorFaults, DegradedLinkIsEmulatedAndPredicted) {
