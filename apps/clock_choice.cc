@@ -1,10 +1,14 @@
 #include "apps/clock_choice.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/status_macros.h"
+#include "schedule/plan.h"
+#include "schedule/predictor.h"
 
 namespace rp::apps {
 
@@ -41,17 +45,25 @@ absl::StatusOr<ClockChoice> ChooseClock(const RunConfig& cfg, schedule::Executor
   return out;
 }
 
-HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host) {
+HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host, double watchdog_timeout_s,
+                              double watchdog_scale_limit) {
   HostVerdict v;
   if (clock.mode == ClockChoice::Mode::kVirtual) return v;
   v.suggested_scale = schedule::SuggestTimeScale(clock.scale, fidelity_host, kHostFidelityTarget);
   if (std::isfinite(fidelity_host) && std::abs(fidelity_host) <= kHostFidelityTarget) return v;
   v.trusted = false;
+  // A scale whose longest op or message wait outlasts the watchdog is refused: say what it needs.
+  const std::string watchdog =
+      v.suggested_scale >= watchdog_scale_limit
+          ? absl::StrFormat(" with watchdog_timeout raised above %g s (its longest op or wait for one message "
+                            "takes that long at that scale)",
+                            watchdog_timeout_s * v.suggested_scale / watchdog_scale_limit)
+          : "";
   v.warning = absl::StrFormat(
       "the host did not keep time scale %g: measured step differs from emulated by %+.1f %% (target "
       "within %g %%), so measured figures are the host's, not the model's; time scale %g would likely "
-      "keep up%s",
-      clock.scale, 100 * fidelity_host, 100 * kHostFidelityTarget, v.suggested_scale,
+      "keep up%s%s",
+      clock.scale, 100 * fidelity_host, 100 * kHostFidelityTarget, v.suggested_scale, watchdog,
       clock.mode == ClockChoice::Mode::kForced ? " (or omit --time_scale: auto measures one)" : "");
   return v;
 }
@@ -70,6 +82,113 @@ nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict) {
           {"calibration_trials", std::move(trials)},
           {"host_fidelity_trusted", verdict.trusted},
           {"suggested_scale", virtual_clock ? nlohmann::json(nullptr) : nlohmann::json(verdict.suggested_scale)}};
+}
+
+namespace {
+
+// The predicted longest transit of `options`' plan at its last step (every slow link acts by then).
+absl::StatusOr<schedule::Prediction> PredictLastStep(const schedule::ExecutorOptions& options) {
+  RP_ASSIGN_OR_RETURN(const schedule::ExecutionPlan plan,
+                      schedule::BuildPlan(schedule::PlanOptionsFor(options)));
+  schedule::PredictOptions popts = schedule::PredictOptionsFor(options);
+  popts.step = std::max(0, options.steps - 1);
+  return schedule::Predict(plan, popts);
+}
+
+}  // namespace
+
+absl::StatusOr<MessageWait> LongestMessageWait(const schedule::ExecutorOptions& options) {
+  MessageWait w;
+  RP_ASSIGN_OR_RETURN(const schedule::Prediction slowed, PredictLastStep(options));
+  w.transit_ns = static_cast<double>(slowed.longest_transit.count());
+  w.src = slowed.longest_transit_src;
+  w.dst = slowed.longest_transit_dst;
+  schedule::ExecutorOptions healthy = options;
+  std::erase_if(healthy.faults.op_faults, [](const OpFault& f) { return f.kind == OpFaultKind::kSlowLink; });
+  if (healthy.faults.op_faults.size() == options.faults.op_faults.size()) {
+    w.healthy_transit_ns = w.transit_ns;
+  } else {
+    RP_ASSIGN_OR_RETURN(const schedule::Prediction p, PredictLastStep(healthy));
+    w.healthy_transit_ns = static_cast<double>(p.longest_transit.count());
+  }
+  return w;
+}
+
+absl::Status CheckMessagesFitTheWatchdog(const RunConfig& cfg, const MessageWait& wait, double time_scale,
+                                         const std::string& field) {
+  const double wall_s = wait.transit_ns * time_scale / 1e9;
+  if (wall_s < cfg.watchdog_timeout) return absl::OkStatus();
+  const bool slowed = wait.healthy_transit_ns * time_scale / 1e9 < cfg.watchdog_timeout;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--%s: at time scale %g the longest wait for one message (rank %d -> rank %d, %g ms modeled from "
+      "ready to arrival%s) takes %g s of wall time, not less than watchdog_timeout (%g s), which would "
+      "report its receiver as stalled: %s",
+      slowed ? "fault" : field, time_scale, wait.src, wait.dst, wait.transit_ns / 1e6,
+      slowed ? absl::StrFormat(", %g ms without the slow links", wait.healthy_transit_ns / 1e6) : "", wall_s,
+      cfg.watchdog_timeout,
+      slowed ? "lower the slow link's factor or the time scale, or raise watchdog_timeout"
+             : "lower the time scale or raise watchdog_timeout"));
+}
+
+double MessageWaitTimeScaleLimit(const RunConfig& cfg, const MessageWait& wait) {
+  if (!(wait.transit_ns > 0)) return std::numeric_limits<double>::infinity();
+  return cfg.watchdog_timeout * 1e9 / wait.transit_ns;
+}
+
+WatchdogFit WatchdogFitOf(const schedule::ExecutorOptions& options, double op_factor) {
+  WatchdogFit fit;
+  fit.op_factor = op_factor;
+  if (options.virtual_time) return fit;
+  if (absl::StatusOr<MessageWait> w = LongestMessageWait(options); w.ok()) fit.message_wait = *w;
+  return fit;
+}
+
+absl::Status FitTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
+                            schedule::CalibrationOptions& calibration) {
+  if (cfg.virtual_time) return absl::OkStatus();
+  const double margin_s = static_cast<double>(schedule::StepStartWallMargin(cfg.world_size()).count()) / 1e9;
+  if (margin_s >= cfg.watchdog_timeout) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--watchdog_timeout: on a real clock every step starts %g ms of wall time after its boundary (1 ms "
+        "+ 5 us for each of the %d devices to wake), not less than watchdog_timeout (%g s), which would "
+        "report each step's start as a stall: raise watchdog_timeout",
+        margin_s * 1e3, cfg.world_size(), cfg.watchdog_timeout));
+  }
+  if (!cfg.time_scale_auto()) {
+    return fit.message_wait ? CheckMessagesFitTheWatchdog(cfg, *fit.message_wait, cfg.time_scale, "time_scale")
+                            : absl::OkStatus();
+  }
+  RP_ASSIGN_OR_RETURN(const double op_limit, WatchdogTimeScaleLimit(cfg, fit.op_factor));
+  if (op_limit <= calibration.start) {
+    RP_RETURN_IF_ERROR(CheckOpsFitTheWatchdog(cfg, calibration.start, "watchdog_timeout", fit.op_factor));
+  }
+  // The run's longest message wait too (the trials have no faults: theirs is no longer).
+  const double message_limit = fit.message_wait ? MessageWaitTimeScaleLimit(cfg, *fit.message_wait)
+                                                : std::numeric_limits<double>::infinity();
+  if (message_limit <= calibration.start) {
+    RP_RETURN_IF_ERROR(
+        CheckMessagesFitTheWatchdog(cfg, *fit.message_wait, calibration.start, "watchdog_timeout"));
+  }
+  const double limit = 0.9 * std::min(op_limit, message_limit);
+  if (limit < calibration.max_scale) {
+    calibration.max_scale = std::max(limit, calibration.start);
+    calibration.max_scale_why = absl::StrFormat(
+        "at which the longest %s takes 90 %% of watchdog_timeout (%g s)",
+        op_limit <= message_limit ? "op" : "wait for one message", cfg.watchdog_timeout);
+  }
+  return absl::OkStatus();
+}
+
+double WatchdogScaleLimit(const RunConfig& cfg, const WatchdogFit& fit) {
+  absl::StatusOr<double> ops = WatchdogTimeScaleLimit(cfg, fit.op_factor);
+  const double op_limit = ops.ok() ? *ops : std::numeric_limits<double>::infinity();
+  return fit.message_wait ? std::min(op_limit, MessageWaitTimeScaleLimit(cfg, *fit.message_wait)) : op_limit;
+}
+
+absl::Status CheckChosenScaleFitsTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit, double scale) {
+  RP_RETURN_IF_ERROR(CheckOpsFitTheWatchdog(cfg, scale, "watchdog_timeout", fit.op_factor));
+  return fit.message_wait ? CheckMessagesFitTheWatchdog(cfg, *fit.message_wait, scale, "watchdog_timeout")
+                          : absl::OkStatus();
 }
 
 }  // namespace rp::apps

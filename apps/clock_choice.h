@@ -18,6 +18,8 @@
 //   if (!v.trusted) warn(v.warning);
 #pragma once
 
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,9 +56,57 @@ struct HostVerdict {
   double suggested_scale = 0;  // a scale that would have been kept (the run's when trusted)
   std::string warning;         // empty when trusted: one line naming a sustainable scale
 };
-HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host);
+// `watchdog_scale_limit` (WatchdogScaleLimit): a suggested scale at or above it would have its
+// longest op or message wait outlast `watchdog_timeout_s`, and the warning says how long a watchdog
+// it needs.
+HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host, double watchdog_timeout_s = 0,
+                              double watchdog_scale_limit = std::numeric_limits<double>::infinity());
 
 // The report's host.time_scale_choice object (docs/report.md).
 nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict);
+
+// The longest a real-clock run of `options` may sleep for one message already sent: the predicted
+// arrival − ready of its slowest message (schedule::Prediction::longest_transit: its transfer and
+// latency, slowed by link faults, and the time it queued for busy ports), with the faults of
+// `options` (slow links from their step on) and without --fault's slow links. A receiver's wait
+// longer than the watchdog timeout is reported as a stall, as an op longer than it would be
+// (CheckOpsFitTheWatchdog), so such a run is bad input too.
+struct MessageWait {
+  double transit_ns = 0;          // with every fault of `options`
+  double healthy_transit_ns = 0;  // without the slow links of options.faults.op_faults
+  int src = -1, dst = -1;         // the slowest message's global ranks (-1: no messages)
+};
+[[nodiscard]] absl::StatusOr<MessageWait> LongestMessageWait(const schedule::ExecutorOptions& options);
+// InvalidArgument "--FIELD: ..." when the longest message wait takes watchdog_timeout or more of wall
+// time at `time_scale`; FIELD is `field` when the run's messages take that long without the slow
+// links, else "fault".
+[[nodiscard]] absl::Status CheckMessagesFitTheWatchdog(const RunConfig& cfg, const MessageWait& wait,
+                                                       double time_scale, const std::string& field);
+// The time scale at which that wait takes exactly watchdog_timeout (+inf without messages).
+double MessageWaitTimeScaleLimit(const RunConfig& cfg, const MessageWait& wait);
+
+// What a real-clock run of `options` (built from cfg, with the fault flags) must fit in the watchdog
+// timeout: its longest op × `op_factor` (what the fault flags add to it; ValidateConfig and
+// CheckFaultFactors check a forced scale's) and its longest wait for one message.
+struct WatchdogFit {
+  double op_factor = 1;
+  std::optional<MessageWait> message_wait;  // none: the predictor refused the plan (Create names why)
+};
+WatchdogFit WatchdogFitOf(const schedule::ExecutorOptions& options, double op_factor = 1);
+// Before choosing the clock of a real-clock run (nothing to do on the virtual clock): the watchdog
+// must outlast the wake-up margin each step starts with (schedule::StepStartWallMargin; else
+// "--watchdog_timeout: ..."); a forced
+// scale's message waits must fit (InvalidArgument "--time_scale: ..." or "--fault: ..."); with auto,
+// `calibration`'s trials stay below the scale the ops and the messages allow (with a margin for the
+// host), and a layout that outlasts the watchdog at the first trial's scale is refused naming
+// --watchdog_timeout (or --fault) — a trial would fail as stalled.
+[[nodiscard]] absl::Status FitTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
+                                          schedule::CalibrationOptions& calibration);
+// The largest time scale at which the longest op and the longest wait for one message of `fit` stay
+// within cfg.watchdog_timeout (+inf when nothing bounds it).
+double WatchdogScaleLimit(const RunConfig& cfg, const WatchdogFit& fit);
+// After auto chose `scale`: the same checks at it.
+[[nodiscard]] absl::Status CheckChosenScaleFitsTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
+                                                           double scale);
 
 }  // namespace rp::apps

@@ -41,6 +41,7 @@
 #include "runtime/status_macros.h"
 #include "runtime/tracer.h"
 #include "schedule/executor.h"
+#include "schedule/plan.h"
 #include "schedule/predictor.h"
 
 namespace rp::apps {
@@ -213,14 +214,32 @@ std::string RunText(const RunConfig& cfg, const Plan& plan, const schedule::RunR
   return text;
 }
 
-// The clock of the start line; on the real clock with the wall time the steps will take (steps ×
-// predicted step × time scale), so a run that a large scale makes long says so before it starts.
-std::string ClockText(const RunConfig& cfg, const Plan& plan, const ClockChoice& clock) {
+// The clock of the start line; on the real clock with the wall time the steps will take (the
+// predicted steps of the run asked for — the fault flags' stragglers and slow links, each slow link
+// from its step on — × time scale), so a run that a large scale or a fault makes long says so before
+// it starts.
+std::string ClockText(const RunConfig& cfg, const schedule::ExecutorOptions& options, const ClockChoice& clock) {
   if (cfg.virtual_time) return "virtual clock";
   std::string text = absl::StrFormat("time scale %g", clock.scale);
-  absl::StatusOr<schedule::Prediction> pred = schedule::Predict(plan.execution, plan.predict);
-  if (!pred.ok()) return text;  // the run itself reports what is wrong with the plan
-  const double seconds = cfg.steps * ToMillis(pred->step_time) * 1e-3 * clock.scale;
+  absl::StatusOr<schedule::ExecutionPlan> plan = schedule::BuildPlan(schedule::PlanOptionsFor(options));
+  if (!plan.ok()) return text;  // the run itself reports what is wrong with the plan
+  // The steps at which the predicted step changes: 0 and each slow link's first step.
+  std::vector<int> from = {0};
+  for (const OpFault& f : options.faults.op_faults) {
+    if (f.kind == OpFaultKind::kSlowLink && f.step > 0 && f.step < cfg.steps) from.push_back(f.step);
+  }
+  std::sort(from.begin(), from.end());
+  from.erase(std::unique(from.begin(), from.end()), from.end());
+  double modeled_ms = 0;
+  for (size_t i = 0; i < from.size(); ++i) {
+    schedule::PredictOptions popts = schedule::PredictOptionsFor(options);
+    popts.step = from[i];
+    absl::StatusOr<schedule::Prediction> pred = schedule::Predict(*plan, popts);
+    if (!pred.ok()) return text;
+    const int until = i + 1 < from.size() ? from[i + 1] : cfg.steps;
+    modeled_ms += (until - from[i]) * ToMillis(pred->step_time);
+  }
+  const double seconds = modeled_ms * 1e-3 * clock.scale;
   absl::StrAppendFormat(&text, "; the steps take about %.3g s of wall time", seconds);
   if (seconds >= 120) absl::StrAppendFormat(&text, " (%.0f min)", seconds / 60);
   return text;
@@ -271,6 +290,12 @@ int Run(const ParsedArgs& args) {
       return Fail(kExitBadInput, st);
     }
   }
+  // On a real clock every op and every wait for one message must end within the watchdog timeout
+  // (a longer planned wait would be reported as a stall): a forced scale is checked here, auto's
+  // trials stay below the scale that allows.
+  const WatchdogFit fit = WatchdogFitOf(options, op_factor);
+  schedule::CalibrationOptions calibration;
+  if (absl::Status st = FitTheWatchdog(*cfg, fit, calibration); !st.ok()) return Fail(kExitBadInput, st);
   HostUsage host;
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
   host.model_buffer_bytes = ModelBufferBytes(*cfg);
@@ -284,27 +309,16 @@ int Run(const ParsedArgs& args) {
     }
     return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
   };
-  schedule::CalibrationOptions calibration;
   if (!cfg->virtual_time && cfg->time_scale_auto()) {
     // Validate before calibrating: a layout the executor refuses is bad input, whatever the clock.
     if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
-    // A trial at a scale whose longest op outlasts the watchdog would fail as a stall: the trials
-    // stay below that scale (with a margin for the host), and a layout whose ops outlast it at the
-    // first trial's scale is refused as a forced scale would be.
-    absl::StatusOr<double> limit = WatchdogTimeScaleLimit(*cfg, op_factor);
-    if (!limit.ok()) return Fail(kExitBadInput, limit.status());
-    if (*limit <= calibration.start) {
-      absl::Status st = CheckOpsFitTheWatchdog(*cfg, calibration.start, "watchdog_timeout", op_factor);
-      if (!st.ok()) return Fail(kExitBadInput, st);
-    }
-    calibration.max_scale = std::clamp(0.9 * *limit, calibration.start, calibration.max_scale);
     std::fprintf(stderr, "ringpipe run: time scale auto: measuring what this host keeps (short trial runs)...\n");
   }
   absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
   if (!clock.ok()) return Fail(kExitFailed, clock.status());
   if (clock->mode == ClockChoice::Mode::kAuto) {
     std::fprintf(stderr, "ringpipe run: %s\n", clock->reason.c_str());
-    if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout", op_factor); !st.ok()) {
+    if (absl::Status st = CheckChosenScaleFitsTheWatchdog(*cfg, fit, clock->scale); !st.ok()) {
       return Fail(kExitBadInput, st);
     }
   }
@@ -312,7 +326,7 @@ int Run(const ParsedArgs& args) {
   if (!exec.ok()) return create_failed(exec.status());
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",
                plan->grid.ToString().c_str(), schedule::ScheduleName(cfg->schedule), cfg->steps,
-               cfg->world_size(), ClockText(*cfg, *plan, *clock).c_str());
+               cfg->world_size(), ClockText(*cfg, options, *clock).c_str());
   ThreadSampler sampler;
   auto result = (*exec)->Run();
   host.threads = sampler.Stop();
@@ -329,12 +343,25 @@ int Run(const ParsedArgs& args) {
   // The sampler's period can miss a run of a few ms; the executor's reading at the first step
   // boundary was taken while every device thread was alive (and the sampler's, not counted).
   host.threads = std::max(host.threads, result->threads_at_first_step - 1);
-  const HostVerdict verdict = JudgeHostFidelity(*clock, result->fidelity_host);
+  const HostVerdict verdict = JudgeHostFidelity(*clock, result->fidelity_host, cfg->watchdog_timeout,
+                                                WatchdogScaleLimit(*cfg, fit));
   if (!verdict.trusted) std::fprintf(stderr, "ringpipe run: warning: %s\n", verdict.warning.c_str());
   host.time_scale_choice = ClockJson(*clock, verdict);
   for (const schedule::RunResult::SlowLink& l : result->slow_links) {
     std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d took %gx its link class's time from step %d\n",
                  l.src, l.dst, l.factor, l.first_step);
+  }
+  // A --fault slow link that no message crossed slowed nothing (the layout sends nothing that way).
+  for (const OpFault& f : options.faults.op_faults) {
+    if (f.kind != OpFaultKind::kSlowLink) continue;
+    const bool crossed = std::any_of(result->slow_links.begin(), result->slow_links.end(),
+                                     [&](const schedule::RunResult::SlowLink& l) {
+                                       return l.src == f.rank && l.dst == f.dst && l.factor == f.factor;
+                                     });
+    if (!crossed) {
+      std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d (x%g from step %d) carried no message: this "
+                   "layout sends nothing from rank %d to rank %d\n", f.rank, f.dst, f.factor, f.step, f.rank, f.dst);
+    }
   }
   const nlohmann::json report = BuildReport(*cfg, *plan, result->prediction, &*result, &host);
   const std::string text = RunText(*cfg, *plan, *result, report);

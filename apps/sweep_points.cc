@@ -196,9 +196,26 @@ void RunPoint(Point& p, bool predict_only) {
   p.t1_ms = ToMillis(pred->single_device_time);
   if (!predict_only) {
     schedule::ExecutorOptions options = plan->executor;
+    // As `run`: every op and every wait for one message within the watchdog on a real clock; a
+    // point that cannot is invalid, not a run that fails as stalled.
+    const WatchdogFit fit = WatchdogFitOf(options);
+    schedule::CalibrationOptions calibration;
+    calibration.target = kHostFidelityTarget;
+    calibration.max_seconds = 20;
+    if (absl::Status st = FitTheWatchdog(p.cfg, fit, calibration); !st.ok()) {
+      p.status = "invalid";
+      p.error = std::string(st.message());
+      return;
+    }
     // time_scale auto: each point measures its own (a shorter calibration budget than run's).
-    absl::StatusOr<ClockChoice> clock =
-        ChooseClock(p.cfg, &options, {.target = kHostFidelityTarget, .max_seconds = 20});
+    absl::StatusOr<ClockChoice> clock = ChooseClock(p.cfg, &options, calibration);
+    if (clock.ok() && clock->mode == ClockChoice::Mode::kAuto) {
+      if (absl::Status st = CheckChosenScaleFitsTheWatchdog(p.cfg, fit, clock->scale); !st.ok()) {
+        p.status = "invalid";
+        p.error = std::string(st.message());
+        return;
+      }
+    }
     if (clock.ok() && clock->mode != ClockChoice::Mode::kVirtual) p.time_scale = clock->scale;
     auto exec = clock.ok() ? schedule::Executor::Create(options)
                            : absl::StatusOr<std::unique_ptr<schedule::Executor>>(clock.status());

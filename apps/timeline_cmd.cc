@@ -101,26 +101,22 @@ int Run(const ParsedArgs& args) {
         return fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
                     std::string(st.message()));
       };
-      schedule::CalibrationOptions calibration{.target = kHostFidelityTarget};
+      // As `run`: every op and every wait for one message within the watchdog on a real clock.
+      const WatchdogFit fit = WatchdogFitOf(options);
+      schedule::CalibrationOptions calibration;
+      calibration.target = kHostFidelityTarget;
+      if (absl::Status st = FitTheWatchdog(*cfg, fit, calibration); !st.ok()) {
+        return fail(kExitBadInput, std::string(st.message()));
+      }
       if (!cfg->virtual_time && cfg->time_scale_auto()) {
         if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
-        // As `run`: auto's trials stay below the scale at which the longest op outlasts the watchdog
-        // (a trial over it failed as a stall, exit 1), and ops that outlast it at the first trial's
-        // scale are bad input naming --watchdog_timeout.
-        absl::StatusOr<double> limit = WatchdogTimeScaleLimit(*cfg, 1);
-        if (!limit.ok()) return fail(kExitBadInput, std::string(limit.status().message()));
-        if (*limit <= calibration.start) {
-          absl::Status st = CheckOpsFitTheWatchdog(*cfg, calibration.start, "watchdog_timeout", 1);
-          if (!st.ok()) return fail(kExitBadInput, std::string(st.message()));
-        }
-        calibration.max_scale = std::clamp(0.9 * *limit, calibration.start, calibration.max_scale);
         std::fprintf(stderr, "ringpipe timeline: time scale auto: measuring what this host keeps (short trial runs)...\n");
       }
       absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
       if (!clock.ok()) return fail(kExitFailed, std::string(clock.status().message()));
       if (clock->mode == ClockChoice::Mode::kAuto) {
         std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
-        if (absl::Status st = CheckOpsFitTheWatchdog(*cfg, clock->scale, "watchdog_timeout", 1); !st.ok()) {
+        if (absl::Status st = CheckChosenScaleFitsTheWatchdog(*cfg, fit, clock->scale); !st.ok()) {
           return fail(kExitBadInput, std::string(st.message()));
         }
       }
@@ -135,7 +131,8 @@ int Run(const ParsedArgs& args) {
       if (!run.ok()) return fail(kExitFault, std::string(run.status().message()));
       host.threads = std::max(host.threads, run->threads_at_first_step - 1);
       // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
-      const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host);
+      const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host, cfg->watchdog_timeout,
+                                                    WatchdogScaleLimit(*cfg, fit));
       if (!verdict.trusted) std::fprintf(stderr, "ringpipe timeline: warning: %s\n", verdict.warning.c_str());
       host.time_scale_choice = ClockJson(*clock, verdict);
       report = BuildReport(*cfg, *plan, run->prediction, &*run, &host);

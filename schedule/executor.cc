@@ -98,9 +98,18 @@ absl::Status Executor::Impl::MakeFabric(int world) {
                    .faults = plan->link_faults,
                    .tie_rank = plan->tie_rank,
                    .on_commit = {}};
-  if (Tracer* tracer = o.tracer; tracer != nullptr) {
-    // Port occupancy tracks: each committed message on its egress and ingress ports.
-    fo.on_commit = [tracer](const FabricMessage& m, const MessageTiming& t) {
+  link_fault_seen.assign(plan->link_faults.size(), -1);
+  if (Tracer* tracer = o.tracer; tracer != nullptr || !plan->link_faults.empty()) {
+    // Port occupancy tracks: each committed message on its egress and ingress ports. And which link
+    // faults a message crossed (a slow link that carries nothing slowed nothing: not reported).
+    fo.on_commit = [this, tracer](const FabricMessage& m, const MessageTiming& t) {
+      for (size_t i = 0; i < plan->link_faults.size(); ++i) {
+        const LinkFault& f = plan->link_faults[i];
+        if (link_fault_seen[i] < 0 && m.src == f.src && m.dst == f.dst && m.step >= f.from_step) {
+          link_fault_seen[i] = m.step;
+        }
+      }
+      if (tracer == nullptr) return;
       for (int port : {t.egress_port, t.ingress_port}) {
         if (port < 0) continue;
         tracer->RecordPort({.port = port, .src = m.src, .dst = m.dst, .bytes = m.bytes,
@@ -391,6 +400,16 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     join_reference(/*cancel=*/true);
     const absl::Status failed = Fail(run);
     failure->prediction = pred;
+    if (o.tracer != nullptr) {
+      // The trace says that the run failed, and where: an instant event on the first failing rank
+      // (every device thread has been joined: nobody else records), modeled at its step's start.
+      const int64_t now = o.tracer->WallNow();
+      o.tracer->Record({.wall_start_ns = now, .wall_end_ns = now, .model_start_ns = step_start.count(),
+                        .model_end_ns = step_start.count(), .name = "run failed",
+                        .detail = "its failure: the report's 'failure', run's last line",
+                        .rank = std::max(0, failure->rank), .step = failure->step,
+                        .kind = rp::OpKind::kFault});
+    }
     // Each failed step's prediction: per step where the step's inputs are known without the run
     // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
     std::vector<Prediction> step_pred;

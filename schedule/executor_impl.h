@@ -57,6 +57,9 @@ class Executor::Impl {
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ep_bytes_after;  // [step][rank]
   int boundary_round = 0;
   Nanos step_start{0};
+  // Per plan->link_faults entry: the first step, from its from_step on, in which a message crossed
+  // its directed pair (-1: none). Written in the fabric's on_commit (under its lock); read after Run.
+  std::vector<int> link_fault_seen;
   int threads_at_first_step = 0;  // /proc/self/status Threads at the first boundary
 
   absl::Status Build();

@@ -103,6 +103,11 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
   pred.tp = shape.tp;
   pred.folded = fold;
   pred.balanced_routing_assumed = sim.balanced_routing_assumed();
+  pred.longest_transit = sim.longest_transit();
+  if (const FabricMessage& m = sim.longest_transit_message(); m.src >= 0) {
+    pred.longest_transit_src = plan.grid.RankAtDevice(m.src);
+    pred.longest_transit_dst = plan.grid.RankAtDevice(m.dst);
+  }
   const int classes = fold ? 1 : shape.dp;
   pred.class_of_replica.resize(static_cast<size_t>(shape.dp));
   for (int d = 0; d < shape.dp; ++d) pred.class_of_replica[static_cast<size_t>(d)] = fold ? 0 : d;

@@ -85,6 +85,12 @@ struct Prediction {
   // EP exchanges were sized by balanced routing (no StepRouting given): an assumption, not the
   // routing of a run.
   bool balanced_routing_assumed = false;
+  // The longest a message took from ready to arrival — its transfer and latency, slowed by link
+  // faults, and the time it queued for busy ports — and its sender and receiver (global ranks; -1
+  // without messages). On a real clock a receiver may sleep that long for a message already sent.
+  Nanos longest_transit{0};
+  int longest_transit_src = -1;
+  int longest_transit_dst = -1;
 
   const std::vector<OpInterval>& Timeline(const ParallelGrid& grid, int rank) const {
     const Coord c = grid.CoordOf(rank);

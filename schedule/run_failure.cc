@@ -34,8 +34,16 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
     }
     running.push_back(rank);
     if (running_detail.empty()) {
-      running_detail = absl::StrCat(" (", w.lp % 2 == 0 ? "compute" : "comm", " stream, last in '",
-                                    w.site.op, "', modeled time ", ToMillis(w.bound), " ms)");
+      // A compute stream names the op its device runs (its last wait site may be long past: a
+      // device stalled in op 0 of a step said "last in 'step barrier'").
+      const DeviceRunner::Position at = runners[static_cast<size_t>(rank)]->position();
+      const auto& ops = o.program.ranks[static_cast<size_t>(g.CoordOf(rank).pp)];
+      running_detail =
+          w.lp % 2 == 0 && at.op >= 0 && static_cast<size_t>(at.op) < ops.size()
+              ? absl::StrCat(" (compute stream, in op ", at.op, " '", ToString(ops[static_cast<size_t>(at.op)], plan->v),
+                             "' at step ", at.step, ", modeled time ", ToMillis(w.bound), " ms)")
+              : absl::StrCat(" (", w.lp % 2 == 0 ? "compute" : "comm", " stream, last in '", w.site.op,
+                             "', modeled time ", ToMillis(w.bound), " ms)");
     }
   }
   const auto runs = [&](int rank) {

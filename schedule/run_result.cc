@@ -48,9 +48,11 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   res.thread_policy = cluster.thread_policy_name();
   for (const auto& r : runners) res.first_step_populated_bytes += r->populated_bytes();
   res.faults = cluster.faults().Describe();
-  for (const LinkFault& f : plan->link_faults) {
+  for (size_t i = 0; i < plan->link_faults.size(); ++i) {
+    const LinkFault& f = plan->link_faults[i];
+    if (link_fault_seen[i] < 0) continue;  // no message crossed it: it slowed nothing
     res.slow_links.push_back({.src = g.RankAtDevice(f.src), .dst = g.RankAtDevice(f.dst),
-                              .first_step = f.from_step, .factor = f.factor});
+                              .first_step = link_fault_seen[i], .factor = f.factor});
   }
   for (size_t k = 0; k < res.steps.size(); ++k) {
     StepRecord& r = res.steps[k];

@@ -68,6 +68,17 @@ Nanos DeviceRunner::WallNow() const {
                     ctx_->real_clock->time_scale());
 }
 
+void DeviceRunner::SetPosition(int step, int op) {
+  position_.store(static_cast<uint64_t>(static_cast<uint32_t>(step + 1)) << 32 |
+                      static_cast<uint32_t>(op + 1),
+                  std::memory_order_relaxed);
+}
+
+DeviceRunner::Position DeviceRunner::position() const {
+  const uint64_t p = position_.load(std::memory_order_relaxed);
+  return {.step = static_cast<int>(p >> 32) - 1, .op = static_cast<int>(p & 0xffffffffu) - 1};
+}
+
 Nanos DeviceRunner::WallOf(Nanos modeled) const { return modeled - step_start_; }
 
 absl::Status DeviceRunner::Sleep(Nanos until, const WaitSite& site) {
@@ -111,6 +122,7 @@ absl::Status DeviceRunner::Body(Device& dev,
   for (int step = 0; step <= o.steps; ++step) {
     cur_step_ = step;
     cur_op_ = -1;
+    SetPosition(step, -1);
     waiting_.clear();
     const WaitSite site{.rank = rank_, .op = "step barrier", .step = step};
     // Before the first step (every device at once): resident heap for that step's first touches,
@@ -164,6 +176,7 @@ absl::Status DeviceRunner::RunOp(int step, int op_index) {
   const Op& op = ctx_->options->program.ranks[static_cast<size_t>(coord_.pp)]
                                             [static_cast<size_t>(op_index)];
   cur_op_ = op_index;
+  SetPosition(step, op_index);
   waiting_.clear();
   const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
   // A throw fires inside the kernel of a compute op (as a failing kernel would), else here.

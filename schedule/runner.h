@@ -174,6 +174,13 @@ class DeviceRunner {
   int cur_step() const { return cur_step_; }
   int cur_op() const { return cur_op_; }
   const std::vector<int>& waiting() const { return waiting_; }
+  // The same step and op, readable from any thread while the run goes on (the stall monitor names
+  // the op a device runs without progress): a relaxed snapshot, for words only.
+  struct Position {
+    int step = -1;
+    int op = -1;  // -1: between ops (the step barrier, the step's start)
+  };
+  Position position() const;
   // Commit protocol: the state before this device's last optimizer update and its step.
   int backup_step() const { return backup_step_; }
   // Bytes of its first-step block the kernel made resident (RunContext::warm_heap_bytes).
@@ -274,6 +281,9 @@ class DeviceRunner {
   std::vector<int> comm_waiting_;      // comm stream only: whom its current bucket waits for
   // Failure bookkeeping.
   int cur_step_ = -1, cur_op_ = -1;
+  // (cur_step_ + 1) << 32 | (cur_op_ + 1), stored relaxed by the compute thread (SetPosition).
+  std::atomic<uint64_t> position_{0};
+  void SetPosition(int step, int op);
   std::vector<int> waiting_;
   int backup_step_ = -1;
   std::vector<std::vector<float>> backup_params_;

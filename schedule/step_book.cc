@@ -21,6 +21,7 @@
 #include "runtime/status_macros.h"
 #include "runtime/thread.h"
 #include "schedule/executor_impl.h"
+#include "schedule/time_scale.h"
 
 namespace rp::schedule {
 namespace {
@@ -29,10 +30,10 @@ namespace {
 // step only (bounded memory for thousands of devices; see RunResult::timeline_step).
 constexpr int64_t kKeepAllIntervals = 8192;
 
-// Host time to leave every device thread to wake before a real-clock step starts: 1 ms plus 5 µs
-// per device (measured: below that, large layouts start their first ops late).
+// Host time to leave every device thread to wake before a real-clock step starts, in modeled time
+// (StepStartWallMargin, schedule/time_scale.h).
 Nanos WakeMargin(int world, double time_scale) {
-  return Nanos(static_cast<int64_t>((1e6 + 5e3 * world) / time_scale));
+  return Nanos(static_cast<int64_t>(static_cast<double>(StepStartWallMargin(world).count()) / time_scale));
 }
 
 // The process's thread count from /proc/self/status ("Threads:"), 0 if unreadable.

@@ -104,6 +104,7 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
   TimeScaleChoice out;
   double spent = 0;
   double scale = c.start;
+  bool at_max_scale = false;  // the search stopped at max_scale (not for the budget)
   while (true) {
     RP_ASSIGN_OR_RETURN(TimeScaleTrial t, trial(scale));
     out.trials.push_back(t);
@@ -131,7 +132,8 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
     // The next trial: at most this one's wall time (setup, host-limited steps) plus its steps at
     // the next scale (the modeled part grows with the scale).
     const double next_cost = t.wall_seconds + c.trial_steps * next * t.emulated_step_ms * 1e-3;
-    if (next <= scale || spent + next_cost > c.max_seconds) break;
+    at_max_scale = next <= scale;
+    if (at_max_scale || spent + next_cost > c.max_seconds) break;
     scale = next;
   }
   const auto best = std::min_element(out.trials.begin(), out.trials.end(),
@@ -140,10 +142,16 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
                                      });
   out.scale = best->scale;
   out.sustained = false;
+  // Where the search stopped: at the largest scale it may try (and why that is the largest), or at
+  // the wall-time budget — the remedies differ.
+  const std::string limit =
+      at_max_scale ? absl::StrFormat("up to %g, the largest %s,", scale,
+                                     c.max_scale_why.empty() ? "the calibration tries" : c.max_scale_why)
+                   : absl::StrFormat("up to %g within the %g s calibration budget", scale, c.max_seconds);
   out.reason = absl::StrFormat(
-      "time scale %g: no scale up to %g within the %g s calibration budget kept |fidelity.host| "
-      "<= %g %%; the best trial is used and the host figures are not trustworthy (trials: %s)",
-      out.scale, scale, c.max_seconds, 100 * c.target, Describe(out.trials));
+      "time scale %g: no scale %s kept |fidelity.host| <= %g %%; the best trial is used and the host "
+      "figures are not trustworthy (trials: %s)",
+      out.scale, limit, 100 * c.target, Describe(out.trials));
   return out;
 }
 
@@ -151,6 +159,10 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const ExecutorOptions& options,
                                                 const CalibrationOptions& c) {
   return ChooseTimeScale(
       [&](double scale) { return RunTrial(options, c.trial_steps, scale); }, c);
+}
+
+std::chrono::nanoseconds StepStartWallMargin(int world) {
+  return std::chrono::nanoseconds(1000000 + int64_t{5000} * world);
 }
 
 }  // namespace rp::schedule

@@ -27,6 +27,7 @@
 //   options.time_scale = c.scale;   // c.reason says why, c.trials what was measured
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -54,6 +55,9 @@ struct CalibrationOptions {
   double target = 0.01;  // |fidelity.host| to reach
   double start = 1;      // first scale tried, > 0
   double max_scale = 4096;
+  // Why max_scale is what it is, for the reason when the search stops there (e.g. "the largest whose
+  // longest op stays within watchdog_timeout"); empty: the calibration's own limit.
+  std::string max_scale_why;
   int trial_steps = 2;   // per trial; the last step is judged (the first warms up)
   double max_seconds = 60;  // wall-time budget of all trials
   // After a miss the next scale is at most max_step × this one (rounded up to a readable scale):
@@ -79,5 +83,11 @@ using TrialFn = std::function<absl::StatusOr<TimeScaleTrial>(double scale)>;
 // The scale at which a run measured `fidelity_host` at `scale` would have stayed within `target`
 // (the estimate above; `scale` when it already did).
 double SuggestTimeScale(double scale, double fidelity_host, double target = 0.01);
+
+// On a real clock each step starts at least this much wall time after its step boundary, to leave
+// every device thread time to wake: 1 ms plus 5 µs per device of the `world` (measured: below that,
+// large layouts start their first ops late). Every device sleeps that long at a step's start, so a
+// watchdog timeout not above it would report each step's start as a stall.
+std::chrono::nanoseconds StepStartWallMargin(int world);
 
 }  // namespace rp::schedule

@@ -6,12 +6,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "apps/clock_choice.h"
 #include "tests/apps/binary_runner.h"
 
 namespace rp::apps {
@@ -251,6 +253,106 @@ TEST(Clock, TheConfigStragglerIsCountedOnceAgainstTheWatchdog) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << s << ": " << r.err;
   }
   fs::remove_all(dir);
+}
+
+// On a real clock a receiver sleeps until its message's modeled arrival. A slow link whose message
+// outlasts the watchdog at the run's scale was a false stall (exit 3 at once: "watchdog: rank 1 in
+// op 'RecvAct' waiting for peer 0 ... for more than 500 ms" for a healthy, slow run); it is bad
+// input, as an op longer than the watchdog is: one line naming --fault (or the time scale when the
+// run's messages take that long without the fault), nothing written.
+TEST(Clock, MessagesThatOutlastTheWatchdogAreBadInputNotAStall) {
+  const fs::path dir = TempDir("slow_link");
+  const fs::path report = dir / "r.json";
+  // One 8 KiB activation a micro-batch on an intra-node link: 3.4 us; × 200000 = 0.69 s.
+  const std::string pipe = "run --dp=1 --pp=2 --tp=1 --microbatches=1 --steps=2 --reference=false ";
+  const std::string slow = "--fault=slow_link:src=0,dst=1,factor=200000 ";
+  struct Case {
+    std::string args, field;
+  } cases[] = {
+      {slow + "--watchdog_timeout=0.5", "--fault"},                   // auto: at scale 1 already
+      {slow + "--watchdog_timeout=0.5 --time_scale=1", "--fault"},    // forced
+      {"--intra_alpha_us=600000 --watchdog_timeout=0.5 --time_scale=1", "--time_scale"},  // no fault
+  };
+  for (const Case& c : cases) {
+    const BinaryResult r = RunBinary(pipe + c.args + " --report_json=" + report.string(), dir);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe run: " + c.field + ": ", 0), 0u) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find("rank 0 -> rank 1"), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find("watchdog_timeout"), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(report)) << c.args;
+  }
+  // Within the watchdog the same slow link runs, on either kind of scale, and is reported.
+  for (const std::string& args : {slow + "--watchdog_timeout=2 --time_scale=1", slow + "--watchdog_timeout=2"}) {
+    const BinaryResult r = RunBinary(pipe + args, dir);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("slow link: rank 0 -> rank 1"), std::string::npos) << args << ": " << r.err;
+  }
+  fs::remove_all(dir);
+}
+
+// The start line announces the wall time of the run asked for: the steps as predicted with the fault
+// flags (its report's predicted step) × the scale. It predicted the config's steps alone, so a
+// straggler's run said "about 0.612 s" and took 2.8 s (run --steps=20 --straggler=1:5 --time_scale=1).
+TEST(Clock, TheStartLineAnnouncesTheWallTimeOfTheStepsWithTheFaultFlags) {
+  const fs::path dir = TempDir("start_line");
+  const fs::path report = dir / "r.json";
+  const BinaryResult r = RunBinary(
+      "run --dp=1 --pp=2 --tp=1 --microbatches=2 --steps=4 --reference=false --time_scale=2 --straggler=0:10 "
+      "--report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("the steps take about ([0-9.e+-]+) s of wall time"))) << r.err;
+  const double announced = std::stod(m[1].str());
+  const json j = ReadJson(report);
+  const double predicted_s = 4 * j["step_time_ms"]["predicted"].get<double>() * 2 / 1e3;
+  EXPECT_NEAR(announced, predicted_s, 0.01 * predicted_s) << r.err;
+  fs::remove_all(dir);
+}
+
+// Every real-clock step starts 1 ms + 5 us per device of wall time after its boundary (the devices'
+// wake-up margin), and the devices sleep until then: a watchdog not above it failed the run at its
+// first step's start (16 devices, 1.08 ms: "watchdog: rank 0 in op 'step start' at step 0 for more
+// than 1 ms", exit 3 with a forced scale, exit 1 from auto's first trial). Bad input instead.
+TEST(Clock, AWatchdogShorterThanTheStepStartIsBadInput) {
+  const fs::path dir = TempDir("wake");
+  const fs::path report = dir / "r.json";
+  const std::string pipe =
+      "run --dp=4 --pp=2 --tp=2 --microbatches=8 --forward_ms=0.1 --backward_ms=0.1 --optimizer_ms=0.1 "
+      "--steps=2 --reference=false --watchdog_timeout=0.001 --report_json=" + report.string();
+  for (const std::string& clock : {std::string(" --time_scale=1"), std::string()}) {
+    const BinaryResult r = RunBinary(pipe + clock, dir);
+    EXPECT_EQ(r.exit_code, 2) << clock << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe run: --watchdog_timeout: on a real clock every step starts 1.08 ms", 0), 0u)
+        << clock << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << clock << ": " << r.err;
+    EXPECT_FALSE(fs::exists(report)) << clock;
+  }
+  fs::remove_all(dir);
+}
+
+// A forced scale the host did not keep gets a warning naming a scale it would keep; when that scale
+// would make the longest op (or message wait) outlast the watchdog, the run refuses it, so the
+// warning says which watchdog it needs (run --steps=3 --time_scale=0.05 --watchdog_timeout=0.005 said
+// "time scale 4 would likely keep up", and run --time_scale=4 --watchdog_timeout=0.005 exits 2: its
+// 4 ms op takes 0.016 s).
+TEST(Clock, ASuggestedScaleOverTheWatchdogSaysWhichWatchdogItNeeds) {
+  ClockChoice forced;
+  forced.mode = ClockChoice::Mode::kForced;
+  forced.scale = 0.05;
+  const HostVerdict v = JudgeHostFidelity(forced, 0.735, 0.005, /*watchdog_scale_limit=*/1.25);
+  EXPECT_FALSE(v.trusted);
+  EXPECT_EQ(v.suggested_scale, 4);
+  EXPECT_NE(v.warning.find("time scale 4 would likely keep up with watchdog_timeout raised above 0.016 s"),
+            std::string::npos)
+      << v.warning;
+  // Below the limit (or without one) the suggestion stands alone.
+  for (const double limit : {4.5, std::numeric_limits<double>::infinity()}) {
+    const HostVerdict w = JudgeHostFidelity(forced, 0.735, 0.005, limit);
+    EXPECT_EQ(w.warning.find("watchdog_timeout"), std::string::npos) << w.warning;
+    EXPECT_NE(w.warning.find("time scale 4 would likely keep up (or omit --time_scale"), std::string::npos)
+        << w.warning;
+  }
 }
 
 }  // namespace

@@ -385,5 +385,41 @@ TEST(TimelineCommand, BadInputExitsTwoAndWritesNothing) {
       << old.err;
 }
 
+// On a real clock an op or a wait for one message longer than the watchdog would be reported as a
+// stall: `timeline` refuses it as `run` does (exit 2, one line naming the field, nothing written) —
+// its auto calibration's trial failed as stalled (exit 1, "watchdog: rank 1 in op 'B' at step 0 for
+// more than 100 ms") and a forced scale's message wait failed the run at once (exit 3, "watchdog:
+// rank 1 in op 'RecvAct' ..."); a sweep point is invalid, not a run that failed as stalled.
+TEST(TimelineCommand, OpsAndMessagesThatOutlastTheWatchdogAreBadInputNotAStall) {
+  const fs::path dir = TempDir("timeline_watchdog");
+  const fs::path svg = dir / "t.svg";
+  const std::string pipe = "--dp=1 --pp=2 --tp=1 --microbatches=1 --steps=2 --reference=false ";
+  struct Case {
+    std::string args, field;
+  } cases[] = {
+      {"--forward_ms=60 --backward_ms=120 --watchdog_timeout=0.1", "--watchdog_timeout"},  // auto
+      {"--intra_alpha_us=600000 --watchdog_timeout=0.5 --time_scale=1", "--time_scale"},
+      {"--intra_alpha_us=600000 --watchdog_timeout=0.5", "--watchdog_timeout"},             // auto
+  };
+  for (const Case& c : cases) {
+    const Result r = RunBinary("timeline " + pipe + c.args + " --out=" + svg.string(), dir);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe timeline: " + c.field + ": ", 0), 0u) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find("watchdog_timeout ("), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(svg)) << c.args;
+  }
+  const fs::path out = dir / "out";
+  const Result r = RunBinary("sweep " + pipe + "--watchdog_timeout=0.5 --time_scale=1 --axis=intra_alpha_us=0,600000 "
+                             "--out_dir=" + out.string(), dir);
+  EXPECT_EQ(r.exit_code, rp::apps::kExitSomePointsFailed) << r.err;
+  const auto csv = ReadCsv(out / "sweep.csv");
+  ASSERT_EQ(csv.size(), 3u);
+  EXPECT_EQ(Cell(csv, 1, "status"), "ok");
+  EXPECT_EQ(Cell(csv, 2, "status"), "invalid");
+  EXPECT_NE(Cell(csv, 2, "error").find("longest wait for one message"), std::string::npos) << Cell(csv, 2, "error");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps

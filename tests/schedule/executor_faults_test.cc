@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/faults.h"
+#include "runtime/tracer.h"
 #include "schedule/executor.h"
 #include "schedule/generators.h"
 
@@ -24,6 +25,7 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Threads of this process (/proc/self/status "Threads:").
 int ThreadCount() {
@@ -397,6 +399,56 @@ TEST(ExecutorFaults, StallOnRealClockChainEndsAtTheStalledRankNotBehindItsBound)
   EXPECT_EQ(f->committed_steps, 1);
 }
 
+// The device running without progress is named with the op it runs. Stalled in op 0 of step 1, its
+// last wait site was the step barrier, and the report said "running without progress: rank 1 (dp 1,
+// pp 0, tp 0) (compute stream, last in 'step barrier', ...)": no op of the stall.
+TEST(ExecutorFaults, StallNamesTheOpTheStalledDeviceRuns) {
+  for (const bool virtual_time : {false, true}) {
+    ExecutorOptions o = Small(2, /*dp=*/2, /*pp=*/1);
+    o.virtual_time = virtual_time;
+    o.time_scale = 0.5;
+    o.faults.op_faults = {{.kind = OpFaultKind::kStall, .rank = 1, .step = 1, .op = 0}};
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+    const std::string msg(r.status().message());
+    const std::string op0 = ToString(o.program.ranks[0][0], 1);
+    EXPECT_THAT(msg, HasSubstr("running without progress: rank 1 (dp 1, pp 0, tp 0) (compute stream, in op 0 '" +
+                               op0 + "' at step 1, ")) << virtual_time << ": " << msg;
+    EXPECT_THAT(msg, Not(HasSubstr("last in 'step barrier'"))) << virtual_time << ": " << msg;
+  }
+}
+
+// A failed run's trace says so: an instant "run failed" event on the first failing rank at its step
+// (the trace of a run that threw or stalled held the devices' ops and, for an injected fault, a
+// "fault: ..." event, but nothing that marked the run as failed).
+TEST(ExecutorFaults, AFailedRunsTraceMarksTheFailure) {
+  for (const bool virtual_time : {true, false}) {
+    ExecutorOptions o = Small(3, /*dp=*/2, /*pp=*/2);
+    o.virtual_time = virtual_time;
+    o.time_scale = 0.5;
+    Tracer tracer(4, 2);
+    o.tracer = &tracer;
+    o.faults.op_faults = {{.kind = OpFaultKind::kThrow, .rank = 2, .step = 1, .op = 0}};
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    ASSERT_FALSE((*ex)->Run().ok());
+    const RunFailure* f = (*ex)->failure();
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(f->rank, 2);
+    int marks = 0;
+    for (const TraceEvent& e : tracer.Events()) {
+      if (e.kind != rp::OpKind::kFault || std::string(e.name) != "run failed") continue;
+      ++marks;
+      EXPECT_EQ(e.rank, f->rank) << virtual_time;
+      EXPECT_EQ(e.step, f->step) << virtual_time;
+    }
+    EXPECT_EQ(marks, 1) << virtual_time;
+    EXPECT_NE(tracer.ToChromeJson().find("\"run failed\""), std::string::npos) << virtual_time;
+  }
+}
+
 // On a real clock a device asleep until its op's modeled end is progress: in a healthy run whose
 // devices wait longer than the watchdog timeout for their peers (the last stage's first receive
 // waits for two forwards upstream, the first stage's first gradient for four ops), nothing fires.
@@ -495,6 +547,21 @@ TEST(ExecutorFaults, SlowLinkIsEmulatedAndPredicted) {
   }
   EXPECT_GT(r.steps[1].predicted_ms, r.steps[0].predicted_ms);
   EXPECT_EQ(r.max_replica_divergence, 0.0);
+}
+
+// A slow link that no message crosses slowed nothing and is not reported: rank 0 (dp 0, pp 0) sends
+// to rank 1 (its next stage) and rank 2 (its DP ring), never to rank 3 (dp 1, pp 1). It was listed,
+// and `run` said "slow link: rank 0 -> rank 3 took 1e+06x its link class's time from step 0".
+TEST(ExecutorFaults, ASlowLinkThatCarriesNoMessageIsNotReported) {
+  ExecutorOptions o = Small(3);
+  o.faults.op_faults = {{.kind = OpFaultKind::kSlowLink, .rank = 0, .step = 0, .dst = 3, .factor = 1000},
+                        {.kind = OpFaultKind::kSlowLink, .rank = 0, .step = 1, .dst = 1, .factor = 10}};
+  const RunResult r = RunHealthy(o).result;
+  ASSERT_EQ(r.slow_links.size(), 1u);
+  EXPECT_EQ(r.slow_links[0].src, 0);
+  EXPECT_EQ(r.slow_links[0].dst, 1);
+  EXPECT_EQ(r.slow_links[0].first_step, 1);
+  EXPECT_EQ(r.slow_links[0].factor, 10.0);
 }
 
 // A degraded link (from the start) is a factor on a pair of ports for emulator and predictor

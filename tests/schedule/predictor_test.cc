@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "runtime/faults.h"
 #include "runtime/timing.h"
 #include "schedule/generators.h"
 #include "tests/schedule/predict_helpers.h"
@@ -159,6 +160,38 @@ TEST(Predict, PipelineAndDataParallelTrafficContendOnASharedNic) {
   const Prediction again = MustPredict(*prog, grid, cost, {}, links);
   EXPECT_EQ(again.step_time, shared.step_time);
   for (size_t r = 0; r < 4; ++r) EXPECT_EQ(again.devices[r].exposed_comm, shared.devices[r].exposed_comm);
+}
+
+// The longest arrival − ready of any message, and its ranks (what a receiver on a real clock may
+// sleep for one message): p = 2, m = 2, α = 1 ms, no port time. A slow link 1 → 0 (the gradients)
+// with factor 5 from step 1 takes f·α = 5 ms from that step on; before it every message takes α
+// and the first of equals (the first activation, 0 → 1) is named.
+TEST(Predict, LongestTransitIsTheSlowestMessageFromReadyToArrival) {
+  auto prog = BuildOneFOneB({.num_ranks = 2, .num_micro_batches = 2, .activation_bytes = 4096,
+                             .gradient_bytes = 4096});
+  ASSERT_TRUE(prog.ok());
+  LinkSpec links;
+  links.intra_node = {.alpha = FromMillis(1)};
+  absl::StatusOr<ExecutionPlan> plan = PlanOf(*prog, CostModel::Uniform({.forward = kF, .backward = kB}),
+                                              {.pp = 2}, {}, links);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  PlanOptions po = plan->options;
+  po.faults.op_faults = {{.kind = OpFaultKind::kSlowLink, .rank = 1, .step = 1, .dst = 0, .factor = 5}};
+  absl::StatusOr<ExecutionPlan> slowed = BuildPlan(po);
+  ASSERT_TRUE(slowed.ok()) << slowed.status();
+  for (int step : {0, 1}) {
+    absl::StatusOr<Prediction> pred = Predict(*slowed, {.step = step});
+    ASSERT_TRUE(pred.ok()) << pred.status();
+    EXPECT_EQ(pred->longest_transit, FromMillis(step == 0 ? 1 : 5)) << step;
+    EXPECT_EQ(pred->longest_transit_src, step == 0 ? 0 : 1) << step;
+    EXPECT_EQ(pred->longest_transit_dst, step == 0 ? 1 : 0) << step;
+  }
+  // No messages: one device.
+  auto alone = BuildOneFOneB({.num_ranks = 1, .num_micro_batches = 2});
+  ASSERT_TRUE(alone.ok());
+  const Prediction one = MustPredict(*alone, Grid({}), CostModel::Uniform({.forward = kF, .backward = kB}));
+  EXPECT_EQ(one.longest_transit, Nanos(0));
+  EXPECT_EQ(one.longest_transit_src, -1);
 }
 
 TEST(Predict, FoldedReplicasEqualTheFullSimulation) {

@@ -112,6 +112,28 @@ TEST(TimeScale, TheBudgetStopsTheSearchAndSaysTheHostFiguresAreNotTrustworthy) {
   EXPECT_FALSE(c->sustained);
   EXPECT_EQ(c->scale, tried.back());  // the best (largest) tried
   EXPECT_NE(c->reason.find("not trustworthy"), std::string::npos) << c->reason;
+  EXPECT_NE(c->reason.find("within the 30 s calibration budget"), std::string::npos) << c->reason;
+}
+
+// A search that stopped at max_scale says so, and why max_scale is what it is: `run` caps it where
+// the longest op takes 90 % of the watchdog, and the reason blamed "the 60 s calibration budget"
+// (run --dp=4 --pp=2 --tp=2 --microbatches=8 --forward_ms=0.2 --backward_ms=0.4
+// --watchdog_timeout=0.002: trials 1 → +33 %, 3.6 → +4.2 %, after 1.3 s) — the remedy is a longer
+// watchdog, not a longer budget.
+TEST(TimeScale, ASearchStoppedAtTheLargestScaleSaysWhy) {
+  std::vector<double> tried;
+  CalibrationOptions c;
+  c.max_scale = 3.6;
+  c.max_scale_why = "at which the longest op takes 90 % of watchdog_timeout (0.002 s)";
+  auto r = ChooseTimeScale(FakeHost(30, 100, &tried), c);  // +30 % at 1, +8.3 % at 3.6
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->sustained);
+  EXPECT_EQ(tried, (std::vector<double>{1, 3.6}));
+  EXPECT_NE(r->reason.find("no scale up to 3.6, the largest at which the longest op takes 90 % of "
+                           "watchdog_timeout (0.002 s), kept"),
+            std::string::npos)
+      << r->reason;
+  EXPECT_EQ(r->reason.find("budget"), std::string::npos) << r->reason;
 }
 
 // A host-limited first trial (400 ms of host work per 67 ms modeled step, as 256 devices on two
