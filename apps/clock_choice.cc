@@ -53,11 +53,14 @@ HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host, do
   if (std::isfinite(fidelity_host) && std::abs(fidelity_host) <= kHostFidelityTarget) return v;
   v.trusted = false;
   // A scale whose longest op or message wait outlasts the watchdog is refused: say what it needs.
+  if (v.suggested_scale >= watchdog_scale_limit) {
+    v.suggested_watchdog_s = watchdog_timeout_s * v.suggested_scale / watchdog_scale_limit;
+  }
   const std::string watchdog =
-      v.suggested_scale >= watchdog_scale_limit
+      v.suggested_watchdog_s > 0
           ? absl::StrFormat(" with watchdog_timeout raised above %g s (its longest op or wait for one message "
                             "takes that long at that scale)",
-                            watchdog_timeout_s * v.suggested_scale / watchdog_scale_limit)
+                            v.suggested_watchdog_s)
           : "";
   v.warning = absl::StrFormat(
       "the host did not keep time scale %g: measured step differs from emulated by %+.1f %% (target "
@@ -81,7 +84,10 @@ nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict) {
           {"reason", clock.reason},
           {"calibration_trials", std::move(trials)},
           {"host_fidelity_trusted", verdict.trusted},
-          {"suggested_scale", virtual_clock ? nlohmann::json(nullptr) : nlohmann::json(verdict.suggested_scale)}};
+          {"suggested_scale", virtual_clock ? nlohmann::json(nullptr) : nlohmann::json(verdict.suggested_scale)},
+          {"suggested_watchdog_timeout", verdict.suggested_watchdog_s > 0
+                                             ? nlohmann::json(verdict.suggested_watchdog_s)
+                                             : nlohmann::json(nullptr)}};
 }
 
 namespace {

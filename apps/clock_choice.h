@@ -55,6 +55,9 @@ struct HostVerdict {
   bool trusted = true;         // |fidelity.host| within the target (always on the virtual clock)
   double suggested_scale = 0;  // a scale that would have been kept (the run's when trusted)
   std::string warning;         // empty when trusted: one line naming a sustainable scale
+  // When suggested_scale would make the longest op or message wait outlast the watchdog (the run
+  // refuses such a scale): the watchdog_timeout it needs, s; else 0.
+  double suggested_watchdog_s = 0;
 };
 // `watchdog_scale_limit` (WatchdogScaleLimit): a suggested scale at or above it would have its
 // longest op or message wait outlast `watchdog_timeout_s`, and the warning says how long a watchdog

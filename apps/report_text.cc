@@ -119,8 +119,13 @@ std::string Setup(const json& r, bool run) {
     if (const json& c = Get(h, "time_scale_choice"); c.is_object() && c.value("mode", "") != "virtual") {
       absl::StrAppend(&out, "  time scale ", c.value("mode", ""), ": ", OneLine(c.value("reason", "")), "\n");
       if (!c.value("host_fidelity_trusted", true)) {
+        const json& watchdog = Get(c, "suggested_watchdog_timeout");
         absl::StrAppend(&out, "  host       NOT TRUSTED: the host did not keep this scale (|fidelity.host| > 1 %); "
-                              "time scale ", Fmt("%g", D(c, "suggested_scale")), " would likely keep up\n");
+                              "time scale ", Fmt("%g", D(c, "suggested_scale")), " would likely keep up",
+                        watchdog.is_number()
+                            ? absl::StrCat(" with watchdog_timeout raised above ", Fmt("%g", watchdog.get<double>()), " s")
+                            : std::string(),
+                        "\n");
       }
     }
   }

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "apps/clock_choice.h"
+#include "apps/report.h"
 #include "tests/apps/binary_runner.h"
 
 namespace rp::apps {
@@ -94,6 +95,14 @@ TEST(Clock, ForcedScaleTheHostCannotKeepWarnsAndNamesASustainableScale) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.out.find("NOT TRUSTED"), std::string::npos);
+  // The text report's host line gives the watchdog a suggested scale needs, when the report has one.
+  json k = j;
+  const std::string text = RenderReport(k);
+  EXPECT_NE(text.find("would likely keep up\n"), std::string::npos) << text;
+  k["host"]["time_scale_choice"]["suggested_watchdog_timeout"] = 0.016;
+  const std::string needs = RenderReport(k);
+  EXPECT_NE(needs.find("would likely keep up with watchdog_timeout raised above 0.016 s\n"), std::string::npos)
+      << needs;
   fs::remove_all(dir);
 }
 
@@ -346,10 +355,13 @@ TEST(Clock, ASuggestedScaleOverTheWatchdogSaysWhichWatchdogItNeeds) {
   EXPECT_NE(v.warning.find("time scale 4 would likely keep up with watchdog_timeout raised above 0.016 s"),
             std::string::npos)
       << v.warning;
+  EXPECT_DOUBLE_EQ(v.suggested_watchdog_s, 0.016);
+  EXPECT_DOUBLE_EQ(ClockJson(forced, v)["suggested_watchdog_timeout"].get<double>(), 0.016);
   // Below the limit (or without one) the suggestion stands alone.
   for (const double limit : {4.5, std::numeric_limits<double>::infinity()}) {
     const HostVerdict w = JudgeHostFidelity(forced, 0.735, 0.005, limit);
     EXPECT_EQ(w.warning.find("watchdog_timeout"), std::string::npos) << w.warning;
+    EXPECT_TRUE(ClockJson(forced, w)["suggested_watchdog_timeout"].is_null());
     EXPECT_NE(w.warning.find("time scale 4 would likely keep up (or omit --time_scale"), std::string::npos)
         << w.warning;
   }
