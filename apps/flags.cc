@@ -112,9 +112,22 @@ bool IsDecimalText(absl::string_view text) {
   return true;
 }
 
+namespace {
+
+// Decimal text that reads as a finite double, and not as 0 when its digits are not all 0: SimpleAtod
+// reads 1e-400 as 0, which a range check then told as "got 0".
+bool ReadsAsFiniteDecimal(absl::string_view text, double* d) {
+  text = absl::StripAsciiWhitespace(text);
+  if (!IsDecimalText(text) || !absl::SimpleAtod(text, d) || !std::isfinite(*d)) return false;
+  const absl::string_view mantissa = text.substr(0, text.find_first_of("eE"));
+  return *d != 0 || mantissa.find_first_of("123456789") == absl::string_view::npos;
+}
+
+}  // namespace
+
 absl::StatusOr<double> ParseNumber(absl::string_view what, absl::string_view text) {
   double d;
-  if (!IsDecimalText(text) || !absl::SimpleAtod(absl::StripAsciiWhitespace(text), &d) || !std::isfinite(d)) {
+  if (!ReadsAsFiniteDecimal(text, &d)) {
     return Bad(what, absl::StrCat("expected a finite number, got ", Quote(text)));
   }
   return d;
@@ -168,7 +181,7 @@ absl::StatusOr<std::vector<double>> ParseNumberList(absl::string_view what, absl
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     double d;
     if (out.size() >= kMaxListItems) return Bad(what, absl::StrCat("more than ", kMaxListItems, " values"));
-    if (!IsDecimalText(part) || !absl::SimpleAtod(absl::StripAsciiWhitespace(part), &d) || !std::isfinite(d)) {
+    if (!ReadsAsFiniteDecimal(part, &d)) {
       return Bad(what, absl::StrCat(Quote(text), " is not a number or a comma list of numbers"));
     }
     out.push_back(d);

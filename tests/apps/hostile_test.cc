@@ -170,6 +170,26 @@ TEST(HostileInput, NumbersAreDecimalOnly) {
   fs::remove_all(dir);
 }
 
+// A number too small for a double is refused as given: SimpleAtod reads 1e-400 as 0, and
+// --bucket_mb=1e-400 was told "must be in (0, 1048576] MiB, got 0" (found by the hardening hunt).
+// Zero written any way, and the smallest subnormal, still read as themselves.
+TEST(HostileInput, NumbersThatUnderflowAreRefusedNotReadAsZero) {
+  for (const std::string text : {"1e-400", "-2.5e-999", "0.0000001e-330"}) {
+    EXPECT_FALSE(ParseNumber("--x", text).ok()) << text;
+    EXPECT_FALSE(ParseNumberList("--x", "1," + text).ok()) << text;
+  }
+  for (const std::string text : {"0", "-0", "0.000", "0e-400", "00.0E5"}) {
+    absl::StatusOr<double> v = ParseNumber("--x", text);
+    ASSERT_TRUE(v.ok()) << text << ": " << v.status();
+    EXPECT_EQ(*v, 0) << text;
+  }
+  EXPECT_GT(ParseNumber("--x", "5e-324").value(), 0);
+  const fs::path dir = TempDir("underflow");
+  ExpectBadInput(RunBinary("predict --bucket_mb=1e-400", dir), "--bucket_mb: expected a finite number, got '1e-400'",
+                 "underflow");
+  fs::remove_all(dir);
+}
+
 // `timeline --from_report` with config flags named one of them at random (the order of a hash set,
 // seeded per process); it names the first given.
 TEST(HostileInput, TimelineFromReportNamesTheFirstFlagItCannotTake) {
