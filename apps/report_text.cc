@@ -270,8 +270,8 @@ std::string Host(const json& r) {
   std::string out = absl::StrCat(
       "\nhost  wall ", Fmt("%.2f", D(h, "wall_seconds")), " s on the ", h.value("clock", ""), " clock; ",
       Fmt("%.0f", D(h, "device_ops_per_second")), " device-ops/s, ", Fmt("%.0f", D(h, "fabric_messages_per_second")),
-      " messages/s; ", Fmt("%.0f", D(h, "threads")), " threads (",
-      h.value("threads_per_device", 1), " per device",
+      " messages/s; ", Fmt("%.0f", D(h, "threads")), " threads at peak (each device runs ",
+      h.value("threads_per_device", 1),
       h.value("thread_policy", std::string()).empty() ? "" : ", ", h.value("thread_policy", std::string()),
       "); peak RSS ", Bytes(D(h, "peak_rss_bytes")), ", ",
       Bytes(D(h, "rss_per_device_bytes")), " per device beyond the model buffers",
