@@ -35,6 +35,7 @@
 // 2 bad flags.
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -69,6 +70,16 @@ int Stress(const ParsedArgs& args) {
                    static_cast<long long>(hi), static_cast<long long>(value));
       return kExitBadInput;
     }
+  }
+  // Every configuration's seed must be one the replay line can name (--seed takes 0..2^63 - 1).
+  if (configs - 1 > std::numeric_limits<int64_t>::max() - seed_flag) {
+    std::fprintf(stderr,
+                 "ringpipe stress: --configs: %lld configurations from --seed=%lld run seeds past %lld, the largest "
+                 "--seed a replay line can name; at most %lld from this seed\n",
+                 static_cast<long long>(configs), static_cast<long long>(seed_flag),
+                 static_cast<long long>(std::numeric_limits<int64_t>::max()),
+                 static_cast<long long>(std::numeric_limits<int64_t>::max() - seed_flag + 1));
+    return kExitBadInput;
   }
   const bool list = args.Bool("list", false);
   const auto t0 = std::chrono::steady_clock::now();

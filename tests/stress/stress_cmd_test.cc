@@ -36,6 +36,18 @@ TEST(StressCommand, BadFlagsExitTwo) {
   EXPECT_EQ(RunBinary("stress --max_devices=100").exit_code, 2);
 }
 
+// Configuration i runs seed --seed + i, and a failure prints "replay: ringpipe stress --seed=S": every
+// seed run must be one --seed accepts (0..2^63 - 1), so the last seed's configurations are refused.
+TEST(StressCommand, EverySeedItRunsCanBeReplayed) {
+  const Result past = RunBinary("stress --seed=9223372036854775807 --configs=2 --fault_every=0 --max_devices=1");
+  EXPECT_EQ(past.exit_code, 2) << past.out;
+  EXPECT_THAT(past.out, HasSubstr("at most 1 from this seed"));
+  EXPECT_EQ(RunBinary("stress --seed=9223372036854775808 --configs=1").exit_code, 2);  // what it would replay
+  const Result last = RunBinary("stress --seed=9223372036854775807 --configs=1 --fault_every=0 --max_devices=1");
+  EXPECT_EQ(last.exit_code, 0) << last.out;
+  EXPECT_THAT(last.out, HasSubstr("(seeds 9223372036854775807..9223372036854775807), 0 failed"));
+}
+
 // dp 2 x pp 1 (two replicas joined by the DP all-reduce), 2 steps on the virtual clock; `injected` is
 // the fault the run gets, `claimed` the one the checker is told of (what a configuration drew).
 rp::apps::stress::Drawn FaultConfig(const rp::OpFault& injected, const rp::OpFault& claimed) {
