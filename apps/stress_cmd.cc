@@ -143,8 +143,8 @@ std::vector<FlagSpec> Flags() {
       {"max_devices", Grammar::kInt, "8", "Largest DP x PP x TP drawn, 1..64."},
       {"list", Grammar::kBool, "false", "Print one line per configuration."},
       {"comm_empty", Grammar::kBool, "true",
-       "Let the comm check draw 0-element all-reduces (false: 1 element instead; a workaround while comm's "
-       "Decode(nullptr, 0) UBSan report is open, docs/reliability.md)."},
+       "Let the comm check draw 0-element all-reduces (false: 1 element instead; the switch kept from comm's "
+       "Decode(nullptr, 0) UBSan report, fixed since: docs/reliability.md)."},
   };
 }
 

@@ -15,6 +15,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using Result = rp::apps::testing::BinaryResult;
 inline Result RunBinary(const std::string& args) {
@@ -34,6 +35,14 @@ TEST(StressCommand, BadFlagsExitTwo) {
   EXPECT_EQ(RunBinary("stress --configs=0").exit_code, 2);
   EXPECT_EQ(RunBinary("stress --seed=abc").exit_code, 2);
   EXPECT_EQ(RunBinary("stress --max_devices=100").exit_code, 2);
+}
+
+// --help does not call a fixed report open (docs/reliability.md: Decode of 0 elements was fixed).
+TEST(StressCommand, HelpDoesNotCallTheFixedCodecReportOpen) {
+  const Result r = RunBinary("stress --help");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--comm_empty"));
+  EXPECT_THAT(r.out, Not(HasSubstr("report is open")));
 }
 
 // Configuration i runs seed --seed + i, and a failure prints "replay: ringpipe stress --seed=S": every
