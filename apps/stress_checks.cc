@@ -218,8 +218,7 @@ void CheckFigures(const schedule::ExecutorOptions& o, const schedule::RunResult&
       return ck.Fail("step %d: virtual clock, measured %.6f ms != emulated %.6f ms", s.step, s.measured_ms,
                      s.emulated_ms);
     }
-    if (o.faults.jitter.max_fraction == 0 &&
-        std::fabs(s.emulated_ms - s.predicted_ms) > 1e-6 * std::max(1.0, s.predicted_ms)) {
+    if (s.emulated_ms != s.predicted_ms) {
       return ck.Fail("step %d: virtual-clock step %.6f ms, predicted %.6f ms", s.step, s.emulated_ms, s.predicted_ms);
     }
   }

@@ -20,7 +20,8 @@
 //     (each chunk in the modeled chunk's K segments, comm/ring_timing.h);
 //   * on every timeline, overlap in [0, 1] and no negative busy, exposed or peer-wait time;
 //   * FP32: the loss curve follows the single-device reference (relative difference < 1e-4);
-//   * virtual clock: measured = emulated every step; without jitter emulated = predicted;
+//   * virtual clock: measured = emulated every step, and emulated = predicted to the nanosecond (jitter
+//     included: each step is predicted with its own draws);
 //   * comm directly: an all-reduce of a random count with a random segment size and codec over a
 //     random number of rank threads leaves every rank the same bits; FP32 on exactly-summable data
 //     gives the exact sum; each rank's wire bytes equal the formula; on a DGX A100 fabric the
