@@ -20,7 +20,8 @@
 //     (each chunk in the modeled chunk's K segments, comm/ring_timing.h);
 //   * on every timeline, overlap in [0, 1] and no negative busy, exposed or peer-wait time;
 //   * FP32: the loss curve follows the single-device reference (relative difference < 1e-4);
-//   * virtual clock: measured = emulated every step; without jitter emulated = predicted;
+//   * virtual clock: measured = emulated every step, and emulated = predicted to the nanosecond (jitter
+//     included: each step is predicted with its own draws);
 //   * comm directly: an all-reduce of a random count with a random segment size and codec over a
 //     random number of rank threads leaves every rank the same bits; FP32 on exactly-summable data
 //     gives the exact sum; each rank's wire bytes equal the formula; on a DGX A100 fabric the
@@ -35,6 +36,7 @@
 // 2 bad flags.
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -69,6 +71,16 @@ int Stress(const ParsedArgs& args) {
                    static_cast<long long>(hi), static_cast<long long>(value));
       return kExitBadInput;
     }
+  }
+  // Every configuration's seed must be one the replay line can name (--seed takes 0..2^63 - 1).
+  if (configs - 1 > std::numeric_limits<int64_t>::max() - seed_flag) {
+    std::fprintf(stderr,
+                 "ringpipe stress: --configs: %lld configurations from --seed=%lld run seeds past %lld, the largest "
+                 "--seed a replay line can name; at most %lld from this seed\n",
+                 static_cast<long long>(configs), static_cast<long long>(seed_flag),
+                 static_cast<long long>(std::numeric_limits<int64_t>::max()),
+                 static_cast<long long>(std::numeric_limits<int64_t>::max() - seed_flag + 1));
+    return kExitBadInput;
   }
   const bool list = args.Bool("list", false);
   const auto t0 = std::chrono::steady_clock::now();
@@ -132,8 +144,8 @@ std::vector<FlagSpec> Flags() {
       {"max_devices", Grammar::kInt, "8", "Largest DP x PP x TP drawn, 1..64."},
       {"list", Grammar::kBool, "false", "Print one line per configuration."},
       {"comm_empty", Grammar::kBool, "true",
-       "Let the comm check draw 0-element all-reduces (false: 1 element instead; a workaround while comm's "
-       "Decode(nullptr, 0) UBSan report is open, docs/reliability.md)."},
+       "Let the comm check draw 0-element all-reduces (false: 1 element instead; the switch kept from comm's "
+       "Decode(nullptr, 0) UBSan report, fixed since: docs/reliability.md)."},
   };
 }
 

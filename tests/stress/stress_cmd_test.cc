@@ -6,13 +6,16 @@
 #include <cstdio>
 #include <string>
 
+#include "apps/stress.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "schedule/generators.h"
 #include "tests/apps/binary_runner.h"
 
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using Result = rp::apps::testing::BinaryResult;
 inline Result RunBinary(const std::string& args) {
@@ -32,6 +35,76 @@ TEST(StressCommand, BadFlagsExitTwo) {
   EXPECT_EQ(RunBinary("stress --configs=0").exit_code, 2);
   EXPECT_EQ(RunBinary("stress --seed=abc").exit_code, 2);
   EXPECT_EQ(RunBinary("stress --max_devices=100").exit_code, 2);
+}
+
+// --help does not call a fixed report open (docs/reliability.md: Decode of 0 elements was fixed).
+TEST(StressCommand, HelpDoesNotCallTheFixedCodecReportOpen) {
+  const Result r = RunBinary("stress --help");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--comm_empty"));
+  EXPECT_THAT(r.out, Not(HasSubstr("report is open")));
+}
+
+// Configuration i runs seed --seed + i, and a failure prints "replay: ringpipe stress --seed=S": every
+// seed run must be one --seed accepts (0..2^63 - 1), so the last seed's configurations are refused.
+TEST(StressCommand, EverySeedItRunsCanBeReplayed) {
+  const Result past = RunBinary("stress --seed=9223372036854775807 --configs=2 --fault_every=0 --max_devices=1");
+  EXPECT_EQ(past.exit_code, 2) << past.out;
+  EXPECT_THAT(past.out, HasSubstr("at most 1 from this seed"));
+  EXPECT_EQ(RunBinary("stress --seed=9223372036854775808 --configs=1").exit_code, 2);  // what it would replay
+  const Result last = RunBinary("stress --seed=9223372036854775807 --configs=1 --fault_every=0 --max_devices=1");
+  EXPECT_EQ(last.exit_code, 0) << last.out;
+  EXPECT_THAT(last.out, HasSubstr("(seeds 9223372036854775807..9223372036854775807), 0 failed"));
+}
+
+// dp 2 x pp 1 (two replicas joined by the DP all-reduce), 2 steps on the virtual clock; `injected` is
+// the fault the run gets, `claimed` the one the checker is told of (what a configuration drew).
+rp::apps::stress::Drawn FaultConfig(const rp::OpFault& injected, const rp::OpFault& claimed) {
+  rp::apps::stress::Drawn c;
+  rp::schedule::ExecutorOptions& o = c.options;
+  absl::StatusOr<rp::schedule::Program> prog =
+      rp::schedule::BuildOneFOneB({.num_ranks = 1, .num_micro_batches = 2, .gradient_bytes = 1 << 12});
+  EXPECT_TRUE(prog.ok()) << prog.status();
+  o.grid = {.dp = 2, .pp = 1, .tp = 1};
+  o.program = *prog;
+  o.model.hidden = {16, 16};
+  o.cost = rp::schedule::CostModel::Uniform({.forward = rp::FromMillis(1), .backward = rp::FromMillis(2)});
+  o.microbatch_size = 4;
+  o.dataset.train_size = 64;
+  o.dataset.test_size = 16;
+  o.eval_samples = 16;
+  o.run_reference = false;
+  o.virtual_time = true;
+  o.steps = 2;
+  o.watchdog_timeout = std::chrono::milliseconds(300);
+  o.faults.op_faults = {injected};
+  c.fault = claimed;
+  return c;
+}
+
+// A stall whose report names neither the stalled rank nor the end of the wait chains is detected but
+// not attributed, and that fails the configuration as a misattributed throw does (the summary line's
+// counts alone would let `stress` exit 0). Here the run's failure names rank 1 alone (it threw) while
+// the configuration stalled rank 0.
+TEST(StressChecks, AStallBlamedOnAnotherRankFailsTheConfiguration) {
+  const rp::OpFault thrown{.kind = rp::OpFaultKind::kThrow, .rank = 1, .step = 1, .op = 0};
+  rp::OpFault claimed = thrown;
+  claimed.kind = rp::OpFaultKind::kStall;
+  claimed.rank = 0;
+  rp::apps::stress::Checker ck;
+  rp::apps::stress::FaultTally tally;
+  rp::apps::stress::CheckFault(FaultConfig(thrown, claimed), ck, tally);
+  EXPECT_EQ(tally.injected, 1);
+  EXPECT_EQ(tally.detected, 1);
+  EXPECT_EQ(tally.attributed, 0);
+  ASSERT_EQ(ck.failures.size(), 1u);
+  EXPECT_THAT(ck.failures[0], HasSubstr("stall fault at rank 0 step 1 op 0 reported as rank 1"));
+  // The same stall where it was injected: detected, attributed, no failure.
+  const rp::OpFault stall{.kind = rp::OpFaultKind::kStall, .rank = 1, .step = 1, .op = 0};
+  rp::apps::stress::Checker ok;
+  rp::apps::stress::CheckFault(FaultConfig(stall, stall), ok, tally);
+  EXPECT_TRUE(ok.failures.empty()) << ok.failures[0];
+  EXPECT_EQ(tally.attributed, 1);
 }
 
 constexpr const char* kSmallRun =
