@@ -385,7 +385,8 @@ std::vector<FlagSpec> Flags() {
   flags.push_back({"straggler", Grammar::kString, "",
                    "Slow devices: RANK:FACTOR[,RANK:FACTOR] multiplies their compute time."});
   flags.push_back({"jitter", Grammar::kString, "",
-                   "Compute jitter: FRACTION[:SEED], each compute op takes (1 + u) x, u in [0, FRACTION)."});
+                   "Compute jitter: FRACTION[:SEED], each compute op takes (1 + u) x, u in [0, FRACTION) drawn from SEED "
+                   "(default 0, independent of --seed)."});
   return flags;
 }
 
