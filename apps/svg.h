@@ -7,8 +7,9 @@
 //   * measured series are solid (lines with filled markers, filled bars), predicted series dashed
 //     (dashed lines with hollow markers, outlined bars with a light fill) — Series::dashed;
 //   * a series value of NaN is "no point" (a failed sweep point): lines break there, no bar is drawn;
-//   * x positions are the chart's x_values (numeric, optionally log2-spaced) or, if none are given,
-//     evenly spaced categories; ticks sit at the data positions and carry x_labels;
+//   * x positions are the chart's x_values (numeric, optionally log2-spaced; in any order: a line
+//     joins its points left to right) or, if none are given, evenly spaced categories; ticks sit at
+//     the data positions and carry x_labels;
 //   * y axis: "nice" 1-2-5 ticks from 0 (linear), or decades (log_y; non-positive values are skipped);
 //     y_bytes formats tick labels as B / kB / MB / GB.
 //

@@ -3,10 +3,13 @@
 // decade ticks on a log axis, a legend entry per series, Gantt bars with their labels.
 #include "apps/svg.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "apps/report_reader.h"
 #include "gtest/gtest.h"
 #include "tests/apps/xml_check.h"
@@ -71,6 +74,25 @@ TEST(SvgChart, AMissingPointBreaksTheLineAndDrawsNoMarker) {
   ASSERT_TRUE(doc.ok) << doc.error;
   EXPECT_EQ(doc.elements.at("polyline"), 2);
   EXPECT_EQ(doc.elements.at("circle"), 4);
+}
+
+// An axis given out of order (`--axis=microbatches=16,2,8,4`) is drawn left to right: the line joins
+// the points in the order of their x, not of the axis values — it zig-zagged 16 -> 2 -> 8 -> 4.
+TEST(SvgChart, ALineJoinsItsPointsInTheOrderOfTheirX) {
+  Chart c{.title = "t", .x_values = {16, 2, 8, 4}, .x_labels = {"16", "2", "8", "4"}, .log_x = true};
+  c.series.push_back({.name = "predicted", .y = {2290, 470, 1370, 770}, .dashed = true});
+  const XmlDoc doc = ParseXml(RenderChart(c));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  const std::vector<std::string> lines = AttributeValues(doc, "points");
+  ASSERT_EQ(lines.size(), 1u);
+  std::vector<double> xs;
+  for (absl::string_view pt : absl::StrSplit(lines[0], ' ')) {
+    double x = 0;
+    ASSERT_TRUE(absl::SimpleAtod(pt.substr(0, pt.find(',')), &x)) << pt;
+    xs.push_back(x);
+  }
+  ASSERT_EQ(xs.size(), 4u);
+  EXPECT_TRUE(std::is_sorted(xs.begin(), xs.end())) << lines[0];
 }
 
 TEST(SvgChart, CategoricalBarsDrawOneBarPerFiniteValue) {
