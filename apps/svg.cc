@@ -349,7 +349,31 @@ std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>&
     height += kPanelTitle + kAxisH + kRowH * static_cast<double>(p.rows.size()) + 12;
     for (const GanttBar& b : p.bars) used[static_cast<int>(b.cls)] = true;
   }
-  height += 50;
+  // The legend's entries (idle first), laid out left to right and wrapped within the chart: every
+  // class in one line is about 1350 px wide.
+  struct LegendEntry {
+    std::string name;
+    const char* fill;
+    double x = 0;
+    int line = 0;
+  };
+  std::vector<LegendEntry> legend = {{"idle", "#eeeeee"}};
+  for (int c = 0; c < kNumBarClasses; ++c) {
+    if (used[c]) legend.push_back({BarClassName(static_cast<BarClass>(c)), FillOf(static_cast<BarClass>(c))});
+  }
+  constexpr double kLegendLine = 18, kLegendChar = 6.5;  // 11 px DejaVu Sans: at most 6.5 px a character
+  int legend_lines = 1;
+  for (double lx = 14; LegendEntry& e : legend) {
+    const double w = 18 + kLegendChar * static_cast<double>(e.name.size());
+    if (lx > 14 && lx + w > width - 8) {
+      lx = 14;
+      ++legend_lines;
+    }
+    e.x = lx;
+    e.line = legend_lines - 1;
+    lx += w + 16;
+  }
+  height += 50 + kLegendLine * (legend_lines - 1);
   std::string out = Header(width, static_cast<int>(height));
   absl::StrAppend(&out, Text(width / 2.0, 24, title, 16, "middle", " font-weight=\"bold\""));
   double y = 40;
@@ -392,17 +416,10 @@ std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>&
     y += kRowH * static_cast<double>(p.rows.size()) + 12;
   }
   // Legend.
-  double lx = 14;
-  const double ly = y + 18;
-  absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"#eeeeee\"/>\n",
-                  Text(lx + 18, ly, "idle", 11, "start"));
-  lx += 18 + 6.2 * 4 + 16;
-  for (int c = 0; c < kNumBarClasses; ++c) {
-    if (!used[c]) continue;
-    const std::string name = BarClassName(static_cast<BarClass>(c));
-    absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"",
-                    FillOf(static_cast<BarClass>(c)), "\"/>\n", Text(lx + 18, ly, name, 11, "start"));
-    lx += 18 + 6.2 * static_cast<double>(name.size()) + 16;
+  for (const LegendEntry& e : legend) {
+    const double ly = y + 18 + kLegendLine * e.line;
+    absl::StrAppend(&out, "<rect x=\"", Num(e.x), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"",
+                    e.fill, "\"/>\n", Text(e.x + 18, ly, e.name, 11, "start"));
   }
   absl::StrAppend(&out, "</svg>\n");
   return out;

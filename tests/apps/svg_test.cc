@@ -167,6 +167,34 @@ TEST(SvgGantt, DrawsEveryBarWithItsLabelAndALegendOfTheClassesUsed) {
   EXPECT_TRUE(HasText(doc, "idle"));
 }
 
+// The legend wraps within the chart: with every class used (a zero-bubble schedule with TP, EP and an
+// optimizer) its one line was about 1350 px wide in a 1100 px chart, cutting "EP all-to-all" off.
+TEST(SvgGantt, TheLegendOfEveryClassStaysInsideTheChart) {
+  GanttPanel p{.title = "predicted", .rows = {"rank 0"}, .span_ms = 90};
+  for (int c = 0; c < kNumBarClasses; ++c) {
+    p.bars.push_back({.row = 0, .start_ms = 10.0 * c, .end_ms = 10.0 * c + 9, .cls = static_cast<BarClass>(c)});
+  }
+  const int width = 1100;
+  const std::string svg = RenderGantt("every class", {p}, width);
+  const XmlDoc doc = ParseXml(svg);
+  ASSERT_TRUE(doc.ok) << doc.error;
+  int height = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(AttributeValues(doc, "height")[0], &height));
+  for (int c = 0; c < kNumBarClasses; ++c) {
+    const std::string name = BarClassName(static_cast<BarClass>(c));
+    const size_t at = svg.find("\">" + name + "</text>");
+    ASSERT_NE(at, std::string::npos) << name;
+    const size_t tag = svg.rfind("<text x=\"", at);
+    double x = 0, y = 0;
+    ASSERT_TRUE(absl::SimpleAtod(svg.substr(tag + 9, svg.find('"', tag + 9) - tag - 9), &x)) << name;
+    const size_t ya = svg.find("y=\"", tag) + 3;
+    ASSERT_TRUE(absl::SimpleAtod(svg.substr(ya, svg.find('"', ya) - ya), &y)) << name;
+    // 11 px DejaVu Sans: at most 6.5 px a character.
+    EXPECT_LE(x + 6.5 * static_cast<double>(name.size()), width) << name;
+    EXPECT_LE(y, height - 4) << name;
+  }
+}
+
 // A report's EP all-to-alls (timeline kind "ep_alltoall") are their own class, named so in the tooltips
 // and the legend: they were drawn as "TP all-reduce" bars, also in layouts without TP.
 TEST(SvgGantt, DrawsEpAllToAllsAsTheirOwnClassNotAsTpAllReduces) {
