@@ -36,6 +36,26 @@ std::string Line(double x1, double y1, double x2, double y2, const char* stroke,
 
 bool Finite(double v) { return std::isfinite(v); }
 
+// A bold title centred at `x` on a line `width` px wide: its font (at most `size` px) shrinks so that
+// the text fits (DejaVu Sans Bold: at most 0.66 em a character on average), down to 8 px; a title
+// still too long is cut with "...".
+std::string Title(double x, double y, std::string_view text, int size, double width) {
+  constexpr double kEm = 0.66;
+  constexpr int kMinSize = 8;
+  const double avail = std::max(1.0, width - 16);
+  const double chars = static_cast<double>(std::max<size_t>(1, text.size()));
+  int fit = std::min(size, static_cast<int>(std::floor(avail / (kEm * chars))));
+  std::string shown(text);
+  if (fit < kMinSize) {
+    fit = kMinSize;
+    size_t keep = static_cast<size_t>(avail / (kEm * kMinSize));
+    keep = keep > 3 ? keep - 3 : 0;
+    while (keep > 0 && (static_cast<unsigned char>(shown[keep]) & 0xc0) == 0x80) --keep;  // not inside a character
+    shown = shown.substr(0, keep) + "...";
+  }
+  return Text(x, y, shown, fit, "middle", " font-weight=\"bold\"");
+}
+
 // The body of one chart (no <svg> wrapper), drawn in [0, width] × [0, height].
 std::string ChartBody(const Chart& c, int width, int height) {
   std::string out;
@@ -49,7 +69,7 @@ std::string ChartBody(const Chart& c, int width, int height) {
   const double legend_w = legend_below ? 0 : std::min(220.0, 40.0 + 6.2 * static_cast<double>(longest));
   const double left = 68, right = width - legend_w - 12, top = 34;
   const double bottom = height - 46 - 17.0 * static_cast<double>(legend_rows);
-  absl::StrAppend(&out, Text(width / 2.0, 20, c.title, 15, "middle", " font-weight=\"bold\""));
+  absl::StrAppend(&out, Title(width / 2.0, 20, c.title, 15, width));
 
   // --- x positions ---
   const bool numeric = !c.x_values.empty();
@@ -283,7 +303,7 @@ std::string RenderFigure(const std::string& title, const std::vector<Chart>& cha
   const int title_h = title.empty() ? 0 : 34;
   const int W = columns * width, H = title_h + std::max(rows, 1) * height;
   std::string out = Header(W, H);
-  if (!title.empty()) absl::StrAppend(&out, Text(W / 2.0, 24, title, 17, "middle", " font-weight=\"bold\""));
+  if (!title.empty()) absl::StrAppend(&out, Title(W / 2.0, 24, title, 17, W));
   for (size_t i = 0; i < charts.size(); ++i) {
     const int cx = static_cast<int>(i) % columns, cy = static_cast<int>(i) / columns;
     absl::StrAppend(&out, "<g transform=\"translate(", cx * width, ",", title_h + cy * height, ")\">\n",
@@ -375,7 +395,7 @@ std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>&
   }
   height += 50 + kLegendLine * (legend_lines - 1);
   std::string out = Header(width, static_cast<int>(height));
-  absl::StrAppend(&out, Text(width / 2.0, 24, title, 16, "middle", " font-weight=\"bold\""));
+  absl::StrAppend(&out, Title(width / 2.0, 24, title, 16, width));
   double y = 40;
   for (const GanttPanel& p : panels) {
     absl::StrAppend(&out, Text(14, y + 18, p.title, 13, "start", " font-weight=\"bold\""));

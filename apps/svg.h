@@ -10,6 +10,7 @@
 //   * x positions are the chart's x_values (numeric, optionally log2-spaced; in any order: a line
 //     joins its points left to right) or, if none are given, evenly spaced categories; ticks sit at
 //     the data positions and carry x_labels;
+//   * titles fit their width: the font shrinks (down to 8 px; a longer title is cut with "...");
 //   * y axis: "nice" 1-2-5 ticks from 0 (linear), or decades (log_y; non-positive values are skipped);
 //     y_bytes formats tick labels as B / kB / MB / GB.
 //

@@ -95,6 +95,27 @@ TEST(SvgChart, ALineJoinsItsPointsInTheOrderOfTheirX) {
   EXPECT_TRUE(std::is_sorted(xs.begin(), xs.end())) << lines[0];
 }
 
+// A chart's title fits its width: a sweep's chart title is "<sweep title>: <metric>", and `sweep
+// --axis=microbatches=... --axis=dp=...`'s exposed_comm.svg title (80 characters at 15 px bold, about
+// 790 px) was cut at both edges of its 640 px chart. The title's font shrinks to fit.
+TEST(SvgChart, ALongTitleFitsTheChartsWidth) {
+  const std::string title =
+      "ringpipe sweep over microbatches x dp: exposed communication (mean over devices)";
+  Chart c{.title = title, .x_values = {1, 2}};
+  c.series.push_back({.name = "predicted", .y = {1, 2}, .dashed = true});
+  const int width = 640;
+  const std::string svg = RenderChart(c, width, 380);
+  ASSERT_TRUE(ParseXml(svg).ok);
+  const size_t at = svg.find(">" + title + "</text>");
+  ASSERT_NE(at, std::string::npos);
+  const size_t size_at = svg.rfind("font-size=\"", at) + 11;
+  double size = 0;
+  ASSERT_TRUE(absl::SimpleAtod(svg.substr(size_at, svg.find('"', size_at) - size_at), &size));
+  // DejaVu Sans Bold: at most 0.66 em a character on average.
+  EXPECT_LE(0.66 * size * static_cast<double>(title.size()), width) << size;
+  EXPECT_GE(size, 8);
+}
+
 TEST(SvgChart, CategoricalBarsDrawOneBarPerFiniteValue) {
   Chart c{.title = "schedules", .x_labels = {"gpipe", "1f1b", "interleaved", "zb-h1"}, .bars = true};
   c.series.push_back({.name = "measured", .y = {10, 8, kNaN, 7}});
