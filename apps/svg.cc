@@ -63,11 +63,19 @@ std::string ChartBody(const Chart& c, int width, int height) {
   // Legend column on the right; its width follows the longest name.
   size_t longest = 0;
   for (const Series& s : c.series) longest = std::max(longest, s.name.size());
-  // Long names (several series groups) go in two columns under the plot instead.
-  const bool legend_below = longest > 22;
-  const size_t legend_rows = legend_below ? (c.series.size() + 1) / 2 : 0;
+  // Long names (several series groups), or more entries than the column holds even 13 px apart, go in
+  // columns under the plot instead (as many as their names allow, 2 to 4).
+  const double top = 34;
+  const size_t ns_legend = c.series.size();
+  const double right_room = height - 10 - (top + 8);  // from the first entry's baseline to the last's
+  const double right_step =
+      ns_legend <= 1 ? 18.0 : std::min(18.0, right_room / static_cast<double>(ns_legend - 1));
+  const bool legend_below = longest > 22 || right_step < 13;
+  const size_t legend_cols =
+      std::clamp<size_t>(static_cast<size_t>((width - 24) / (40.0 + 6.5 * static_cast<double>(longest))), 2, 4);
+  const size_t legend_rows = legend_below ? (ns_legend + legend_cols - 1) / legend_cols : 0;
   const double legend_w = legend_below ? 0 : std::min(220.0, 40.0 + 6.2 * static_cast<double>(longest));
-  const double left = 68, right = width - legend_w - 12, top = 34;
+  const double left = 68, right = width - legend_w - 12;
   const double bottom = height - 46 - 17.0 * static_cast<double>(legend_rows);
   absl::StrAppend(&out, Title(width / 2.0, 20, c.title, 15, width));
 
@@ -202,9 +210,11 @@ std::string ChartBody(const Chart& c, int width, int height) {
   // --- legend ---
   for (size_t k = 0; k < ns; ++k) {
     const Series& s = c.series[k];
-    const double lx = legend_below ? 24 + (k % 2) * (width - 24) / 2.0 : width - legend_w;
-    const double ly = legend_below ? bottom + 52 + 17.0 * static_cast<double>(k / 2)
-                                   : top + 8 + 18.0 * static_cast<double>(k);
+    const double lx = legend_below ? 24 + static_cast<double>(k % legend_cols) * (width - 24) /
+                                              static_cast<double>(legend_cols)
+                                   : width - legend_w;
+    const double ly = legend_below ? bottom + 52 + 17.0 * static_cast<double>(k / legend_cols)
+                                   : top + 8 + right_step * static_cast<double>(k);
     if (c.bars) {
       absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 6), "\" width=\"22\" height=\"11\" fill=\"",
                       s.color, "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,

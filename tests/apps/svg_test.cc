@@ -116,6 +116,35 @@ TEST(SvgChart, ALongTitleFitsTheChartsWidth) {
   EXPECT_GE(size, 8);
 }
 
+// Every legend entry is inside the chart, however many series a grid gives: `sweep --axis=microbatches=2,4
+// --axis=dp=1..10` has 20 series (measured and predicted per dp) and 40 with dp=1..20; the legend column
+// on the right ran 18 px an entry past the chart's bottom (the last entries at y = 388 and 730 of 380).
+TEST(SvgChart, EveryLegendEntryOfAManySeriesGridIsInsideTheChart) {
+  for (int groups : {10, 20}) {
+    Chart c{.title = "t", .x_values = {2, 4}};
+    for (int g = 1; g <= groups; ++g) {
+      for (bool dashed : {false, true}) {
+        c.series.push_back({.name = (dashed ? "predicted (dp=" : "measured (dp=") + std::to_string(g) + ")",
+                            .y = {1.0 * g, 2.0 * g}, .color = Color(static_cast<size_t>(g)), .dashed = dashed});
+      }
+    }
+    const int width = 640, height = 380;
+    const std::string svg = RenderChart(c, width, height);
+    ASSERT_TRUE(ParseXml(svg).ok);
+    for (const Series& s : c.series) {
+      const size_t at = svg.find(">" + s.name + "</text>");
+      ASSERT_NE(at, std::string::npos) << s.name;
+      const size_t tag = svg.rfind("<text x=\"", at);
+      double x = 0, y = 0;
+      ASSERT_TRUE(absl::SimpleAtod(svg.substr(tag + 9, svg.find('"', tag + 9) - tag - 9), &x)) << s.name;
+      const size_t ya = svg.find("y=\"", tag) + 3;
+      ASSERT_TRUE(absl::SimpleAtod(svg.substr(ya, svg.find('"', ya) - ya), &y)) << s.name;
+      EXPECT_LE(x + 6.5 * static_cast<double>(s.name.size()), width) << groups << " " << s.name;
+      EXPECT_LE(y, height - 2) << groups << " " << s.name;
+    }
+  }
+}
+
 TEST(SvgChart, CategoricalBarsDrawOneBarPerFiniteValue) {
   Chart c{.title = "schedules", .x_labels = {"gpipe", "1f1b", "interleaved", "zb-h1"}, .bars = true};
   c.series.push_back({.name = "measured", .y = {10, 8, kNaN, 7}});
