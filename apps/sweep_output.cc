@@ -120,7 +120,17 @@ json BuildJson(const std::vector<Axis>& axes, const std::vector<Point>& points, 
       e["emulated_step_ms"] = JNum(p.emulated_step_ms);
       e["real"] = {{"peak_activation_bytes", JNum(p.real_peak_bytes)}, {"wire_bytes", JNum(p.real_wire_bytes)}};
     }
-    if (p.status != "invalid") e["config"] = ConfigToJson(p.cfg);
+    // The CSV's world and time_scale (the scale the point ran at; the config echo keeps "auto").
+    if (p.status != "invalid") {
+      e["world"] = p.cfg.world_size();
+      double scale = 0;
+      const std::string ts = TimeScaleText(p);
+      e["time_scale"] = absl::SimpleAtod(ts, &scale) ? json(scale) : json(ts);
+      e["config"] = ConfigToJson(p.cfg);
+    } else {
+      e["world"] = nullptr;
+      e["time_scale"] = nullptr;
+    }
     pts.push_back(std::move(e));
   }
   j["points"] = pts;

@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "apps/cli.h"
 #include "gtest/gtest.h"
@@ -102,6 +104,62 @@ TEST(SweepCommand, CsvHeaderIsTheDocumentedColumnList) {
   // Predict-only: the measured columns are empty, the predicted ones are the S1 preset's numbers.
   EXPECT_EQ(Cell(csv, 1, "step_ms_measured"), "");
   EXPECT_EQ(Cell(csv, 2, "step_ms_predicted"), "770");  // m = 4: 5 x 130 + 3 transfers of 20 + 40
+}
+
+// Every CSV column has its value in sweep.json (docs/studies.md: the JSON holds "the same"): the
+// point's world and the time scale it ran at were in the CSV only — the JSON's config echo says
+// "auto" for a point whose CSV time_scale is the scale it measured, or "virtual".
+TEST(SweepCommand, EveryCsvColumnIsInTheJsonWithTheSameValue) {
+  const fs::path dir = TempDir("csv_json");
+  const Result r = RunBinary("sweep --preset=s1 --hidden=64x3 --steps=1 --reference=false --virtual_time=true "
+                             "--axis=pp=1,99 --out_dir=" + dir.string(), dir);
+  ASSERT_EQ(r.exit_code, rp::apps::kExitSomePointsFailed) << r.err;
+  const auto csv = ReadCsv(dir / "sweep.csv");
+  const json j = json::parse(ReadFile(dir / "sweep.json"));
+  ASSERT_EQ(csv.size(), 3u);
+  ASSERT_EQ(j["points"].size(), 2u);
+  const std::map<std::string, std::string> config_key = {
+      {"preset", "preset"}, {"dp", "dp"}, {"pp", "pp"}, {"tp", "tp"}, {"ep", "ep"},
+      {"microbatches", "microbatches"}, {"schedule", "schedule"}, {"virtual_stages", "virtual_stages"},
+      {"codec", "codec"}, {"segment_bytes", "segment_bytes"}, {"bucket_mb", "bucket_mb"}, {"link", "link"}};
+  for (size_t row = 1; row <= 2; ++row) {
+    const json& p = j["points"][row - 1];
+    for (const std::string& col : csv[0]) {
+      json v;  // the JSON value of this column
+      if (col == "point" || col == "label" || col == "status" || col == "error" || col == "world" ||
+          col == "time_scale" || col == "t1_ms" || col == "wall_seconds") {
+        v = p.value(col, json("<absent>"));
+      } else if (col == "step_ms_emulated") {
+        v = p["emulated_step_ms"];
+      } else if (col == "fidelity_host" || col == "fidelity_model") {
+        v = p["fidelity"][col.substr(9)];
+      } else if (col == "real_peak_activation_bytes" || col == "real_wire_bytes") {
+        v = p["real"][col.substr(5)];
+      } else if (config_key.count(col) > 0) {
+        v = p.contains("config") ? p["config"][config_key.at(col)] : json(nullptr);
+      } else {
+        const size_t cut = col.rfind('_');
+        const std::string side = col.substr(cut + 1), key = col.substr(0, cut);
+        v = p[side][key == "step_ms" || key == "speedup" || key == "efficiency" || key == "bubble" ||
+                            key == "exposed_comm_ms" || key == "peer_wait_ms" || key == "modeled_peak_activation_bytes" ||
+                            key == "modeled_wire_bytes"
+                        ? key
+                        : "<unknown " + key + ">"];
+      }
+      const std::string cell = Cell(csv, row, col);
+      std::string as_text = v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump();
+      if (v.is_number()) {
+        double a = 0;
+        ASSERT_TRUE(absl::SimpleAtod(cell, &a)) << row << " " << col << ": '" << cell << "' vs " << as_text;
+        EXPECT_NEAR(a, v.get<double>(), 1e-9 * std::max(1.0, std::abs(a))) << row << " " << col;
+      } else {
+        EXPECT_EQ(cell, as_text) << row << " " << col;
+      }
+    }
+  }
+  EXPECT_EQ(j["points"][0]["time_scale"], "virtual");
+  EXPECT_EQ(j["points"][0]["world"], 2);
+  fs::remove_all(dir);
 }
 
 TEST(SweepCommand, AnImpossiblePointIsReportedAndTheSweepGoesOn) {
