@@ -163,6 +163,13 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
       numeric = false;
     }
   }
+  // Numbers place points only when they tell them apart: a linked axis may repeat its first field's
+  // value (`pp:forward_ms=2:50,2:25`), whose points are then categories.
+  if (numeric) {
+    std::vector<double> sorted = xs;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) numeric = false;
+  }
   if (!numeric) xs.clear();
   if (x.fields.size() > 1) {  // linked: label by the first field when its values tell the points apart
     std::vector<std::string> firsts;

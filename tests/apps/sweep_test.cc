@@ -310,6 +310,29 @@ TEST(SweepCommand, GridOfLinkedAxesGivesTheClosedFormPipeline) {
   EXPECT_EQ(series[1], "predicted (dp=2)");
 }
 
+// A linked axis whose first field repeats a value (`pp:forward_ms=2:50,2:25,1:100`) cannot place its
+// points by that number: both pp=2 points were drawn at x = 2, one tick label on the other and the
+// line running straight up. Such an axis is drawn as categories, one position per value.
+TEST(SweepCommand, ALinkedAxisWhoseFirstFieldRepeatsIsDrawnAsCategories) {
+  const fs::path dir = TempDir("repeat_x");
+  const Result r = RunBinary("sweep --preset=s1 --predict_only --axis=pp:forward_ms=2:50,2:25,1:100 --out_dir=" +
+                                 dir.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string svg = ReadFile(dir / "step_time.svg");
+  ASSERT_TRUE(ParseXml(svg).ok);
+  std::vector<std::string> xs;
+  for (const char* label : {"2:50", "2:25", "1:100"}) {
+    const size_t at = svg.find(std::string(">") + label + "</text>");
+    ASSERT_NE(at, std::string::npos) << label;
+    const size_t tag = svg.rfind("<text x=\"", at) + 9;
+    xs.push_back(svg.substr(tag, svg.find('"', tag) - tag));
+  }
+  EXPECT_NE(xs[0], xs[1]);
+  EXPECT_NE(xs[0], xs[2]);
+  EXPECT_NE(xs[1], xs[2]);
+  fs::remove_all(dir);
+}
+
 TEST(SweepCommand, StragglerFactorAxisSlowsMeasuredAndPredictedAlike) {
   const fs::path dir = TempDir("straggler");
   // One replica, one stage, free links: 8 micro-batches x (50 + 80) ms = 1040 ms; the only device
