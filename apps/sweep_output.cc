@@ -190,6 +190,33 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
     if (g.empty()) g.assign(nx, nullptr);
     g[p.coord[0]] = &p;
   }
+  // Points that did not run are marked, not only left out: an x position where no point ran says so in
+  // its tick label ("99 (invalid)"), and a series whose other points ran names the ones that did not in
+  // its legend entry. Their errors are in the CSV, the JSON and the table.
+  const std::vector<std::string> value_labels = labels;
+  auto not_ok = [](const Point* p) { return p == nullptr || p->status != "ok"; };
+  std::vector<bool> none_ran(nx, true);
+  for (size_t i = 0; i < nx; ++i) {
+    std::string word;
+    for (const auto& [rest, pts] : groups) {
+      if (!not_ok(pts[i])) none_ran[i] = false;
+      const std::string status = pts[i] == nullptr ? "missing" : pts[i]->status;
+      word = word.empty() || word == status ? status : "invalid or failed";
+    }
+    if (none_ran[i]) labels[i] = absl::StrCat(labels[i], " (", word, ")");
+  }
+  std::map<std::vector<size_t>, std::string> group_notes;
+  for (const auto& [rest, pts] : groups) {
+    std::map<std::string, std::vector<std::string>> by_status;
+    for (size_t i = 0; i < nx; ++i) {
+      if (!none_ran[i] && not_ok(pts[i])) by_status[pts[i] == nullptr ? "missing" : pts[i]->status].push_back(value_labels[i]);
+    }
+    std::string note;
+    for (const auto& [status, at] : by_status) {
+      absl::StrAppend(&note, note.empty() ? " — " : "; ", status, " at ", x.fields[0], "=", absl::StrJoin(at, ","));
+    }
+    group_notes[rest] = note;
+  }
   std::vector<svg::Chart> charts;
   for (const ChartSpec& spec : kCharts) {
     svg::Chart c;
@@ -210,6 +237,7 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
                         absl::StrJoin(axes[a].values[rest[a - 1]], ":"));
       }
       if (!suffix.empty()) suffix += ")";
+      suffix += group_notes[rest];
       svg::Series meas{.name = absl::StrCat("measured", suffix), .y = {}, .color = svg::Color(gi)};
       svg::Series pred{.name = absl::StrCat("predicted", suffix), .y = {}, .color = svg::Color(gi), .dashed = true};
       for (size_t i = 0; i < nx; ++i) {

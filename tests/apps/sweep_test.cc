@@ -333,6 +333,25 @@ TEST(SweepCommand, ALinkedAxisWhoseFirstFieldRepeatsIsDrawnAsCategories) {
   fs::remove_all(dir);
 }
 
+// The charts mark the points that did not run instead of leaving a silent gap: an x position where no
+// point ran says why in its tick label, a series missing some points names them in its legend entry.
+TEST(SweepCommand, ChartsMarkThePointsThatDidNotRun) {
+  const fs::path dir = TempDir("marked");
+  const Result r = RunBinary("sweep --preset=s1 --predict_only --hidden=64x3 --axis=pp=1,2,99 "
+                             "--axis=microbatches=4,0 --out_dir=" + dir.string(), dir);
+  ASSERT_EQ(r.exit_code, rp::apps::kExitSomePointsFailed) << r.err;
+  for (const char* name : {"step_time.svg", "overview.svg"}) {
+    const XmlDoc doc = ParseXml(ReadFile(dir / name));
+    ASSERT_TRUE(doc.ok) << name << ": " << doc.error;
+    EXPECT_NE(std::find(doc.texts.begin(), doc.texts.end(), "99 (invalid)"), doc.texts.end()) << name;
+    EXPECT_NE(std::find(doc.texts.begin(), doc.texts.end(), "predicted (microbatches=0) — invalid at pp=1,2"),
+              doc.texts.end())
+        << name;
+    EXPECT_NE(std::find(doc.texts.begin(), doc.texts.end(), "predicted (microbatches=4)"), doc.texts.end()) << name;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(SweepCommand, StragglerFactorAxisSlowsMeasuredAndPredictedAlike) {
   const fs::path dir = TempDir("straggler");
   // One replica, one stage, free links: 8 micro-batches x (50 + 80) ms = 1040 ms; the only device
