@@ -264,10 +264,16 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
 }
 
 std::string Table(const std::vector<Axis>& axes, const std::vector<Point>& points, bool predict_only) {
-  std::string out = "#";
-  for (const Axis& a : axes) absl::StrAppendFormat(&out, " %12s", a.name());
-  absl::StrAppendFormat(&out, " %8s %23s %17s %15s %21s %21s %21s\n", "status", "step ms (meas / pred)",
-                        "speedup", "bubble", "exposed comm ms", "modeled peak act", "modeled wire B");
+  // Cells first, then each column as wide as its widest cell (axis names such as
+  // "pp:forward_ms:backward_ms" and pairs such as "0.07898 / 0.07556" outgrow any fixed width).
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header;
+  for (const Axis& a : axes) header.push_back(a.name());
+  for (const char* h : {"status", "step ms (meas / pred)", "speedup", "bubble", "exposed comm ms", "modeled peak act",
+                        "modeled wire B"}) {
+    header.emplace_back(h);
+  }
+  rows.push_back(std::move(header));
   auto pair = [&](double m, double p) {
     auto f = [&](double v) {
       if (!std::isfinite(v)) return std::string("-");
@@ -276,19 +282,31 @@ std::string Table(const std::vector<Axis>& axes, const std::vector<Point>& point
     return predict_only ? f(p) : absl::StrCat(f(m), " / ", f(p));
   };
   for (const Point& p : points) {
-    std::string row = " ";
-    for (size_t a = 0; a < axes.size(); ++a) {
-      absl::StrAppendFormat(&row, " %12s", absl::StrJoin(axes[a].values[p.coord[a]], ":"));
+    std::vector<std::string> row;
+    for (size_t a = 0; a < axes.size(); ++a) row.push_back(absl::StrJoin(axes[a].values[p.coord[a]], ":"));
+    for (std::string cell : {p.status, pair(p.measured.step_ms, p.predicted.step_ms),
+                             pair(p.measured.speedup, p.predicted.speedup), pair(p.measured.bubble, p.predicted.bubble),
+                             pair(p.measured.exposed_ms, p.predicted.exposed_ms),
+                             pair(p.measured.peak_bytes, p.predicted.peak_bytes),
+                             pair(p.measured.wire_bytes, p.predicted.wire_bytes)}) {
+      row.push_back(std::move(cell));
     }
-    absl::StrAppendFormat(&row, " %8s %23s %17s %15s %21s %21s %21s", p.status,
-                          pair(p.measured.step_ms, p.predicted.step_ms),
-                          pair(p.measured.speedup, p.predicted.speedup),
-                          pair(p.measured.bubble, p.predicted.bubble),
-                          pair(p.measured.exposed_ms, p.predicted.exposed_ms),
-                          pair(p.measured.peak_bytes, p.predicted.peak_bytes),
-                          pair(p.measured.wire_bytes, p.predicted.wire_bytes));
-    if (p.status != "ok") absl::StrAppend(&row, "  ", p.error);
-    absl::StrAppend(&out, row, "\n");
+    rows.push_back(std::move(row));
+  }
+  const size_t min_width[] = {12, 8, 23, 17, 15, 21, 21, 21};  // the axes', then the metrics'
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (size_t c = 0; c < width.size(); ++c) {
+    width[c] = c < axes.size() ? min_width[0] : min_width[1 + c - axes.size()];
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::string line = r == 0 ? "#" : " ";
+    for (size_t c = 0; c < width.size(); ++c) {
+      absl::StrAppend(&line, " ", std::string(width[c] - rows[r][c].size(), ' '), rows[r][c]);
+    }
+    if (r > 0 && points[r - 1].status != "ok") absl::StrAppend(&line, "  ", points[r - 1].error);
+    absl::StrAppend(&out, line, "\n");
   }
   return out;
 }

@@ -352,6 +352,26 @@ TEST(SweepCommand, ChartsMarkThePointsThatDidNotRun) {
   fs::remove_all(dir);
 }
 
+// The table on stdout keeps its columns aligned: a linked axis's name ("pp:forward_ms:backward_ms", 25
+// characters) and measured / predicted pairs such as "0.07898 / 0.07556" outgrew the fixed widths and
+// pushed every later column of their row right of its header.
+TEST(SweepCommand, TheTablesColumnsStayAlignedUnderTheirHeaders) {
+  const fs::path dir = TempDir("table");
+  const Result r = RunBinary("sweep --preset=s1 --virtual_time --steps=1 --reference=false --intra_alpha_us=0 "
+                             "--hidden=64x7 --axis=pp:forward_ms:backward_ms=1:100:160,8:12.5:20 "
+                             "--axis=microbatches=16 --out_dir=" + dir.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n');
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  const std::string& header = lines[0];
+  const size_t status_end = header.find("status") + 6;
+  for (size_t i = 1; i <= 2; ++i) {
+    EXPECT_EQ(lines[i].size(), header.size()) << "\n" << header << "\n" << lines[i];
+    EXPECT_EQ(lines[i].substr(status_end - 2, 2), "ok") << "\n" << header << "\n" << lines[i];
+  }
+  fs::remove_all(dir);
+}
+
 TEST(SweepCommand, StragglerFactorAxisSlowsMeasuredAndPredictedAlike) {
   const fs::path dir = TempDir("straggler");
   // One replica, one stage, free links: 8 micro-batches x (50 + 80) ms = 1040 ms; the only device
