@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "apps/report_reader.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/apps/xml_check.h"
 
 namespace rp::apps::svg {
@@ -21,6 +22,7 @@ using testing::AttributeValues;
 using testing::ParseXml;
 using testing::XmlDoc;
 
+using json = nlohmann::json;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool HasText(const XmlDoc& doc, const std::string& text) {
@@ -243,6 +245,29 @@ TEST(SvgGantt, TheLegendOfEveryClassStaysInsideTheChart) {
     EXPECT_LE(x + 6.5 * static_cast<double>(name.size()), width) << name;
     EXPECT_LE(y, height - 4) << name;
   }
+}
+
+// A replica of more than 64 devices is drawn in part, and the title says so: `timeline --predict_only
+// --dp=2 --pp=16 --tp=8` drew ranks 0..63 (stages 0..7) under a title ending "(first replica)", as if the
+// pipeline had 8 stages.
+TEST(SvgGantt, ATitleSaysWhenOnlyPartOfTheReplicaIsDrawn) {
+  json ranks = json::array();
+  for (int r = 0; r < 64; ++r) ranks.push_back(r);
+  json report = {{"schema", "ringpipe-report/2"},
+                 {"layout", {{"world", 256}, {"pp", 16}, {"tp", 8}, {"description", "DP=2 x PP=16 x TP=8"}}},
+                 {"schedule", {{"name", "1f1b"}, {"microbatches", 16}}},
+                 {"timeline",
+                  {{"ranks", ranks},
+                   {"predicted",
+                    {{"step_ms", 1.0},
+                     {"devices", json::array({{{"rank", 0}, {"ops", json::array({{{"start_ms", 0.0}, {"end_ms", 1.0}}})}}})}}}}}};
+  absl::StatusOr<apps::TimelineReport> t = apps::ReadTimelineReport(report.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->title.find("(the first 64 of the first replica's 128 devices)"), std::string::npos) << t->title;
+  report["layout"]["pp"] = 8;  // the whole replica: 64 devices
+  t = apps::ReadTimelineReport(report.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->title.find("(first replica)"), std::string::npos) << t->title;
 }
 
 // A report's EP all-to-alls (timeline kind "ep_alltoall") are their own class, named so in the tooltips
