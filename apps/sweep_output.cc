@@ -269,8 +269,9 @@ std::string Table(const std::vector<Axis>& axes, const std::vector<Point>& point
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header;
   for (const Axis& a : axes) header.push_back(a.name());
-  for (const char* h : {"status", "step ms (meas / pred)", "speedup", "bubble", "exposed comm ms", "modeled peak act",
-                        "modeled wire B"}) {
+  // Each metric column holds "measured / predicted", or the predicted value alone with --predict_only.
+  for (const char* h : {"status", predict_only ? "step ms (predicted)" : "step ms (meas / pred)", "speedup", "bubble",
+                        "exposed comm ms", "modeled peak act", "modeled wire B"}) {
     header.emplace_back(h);
   }
   rows.push_back(std::move(header));

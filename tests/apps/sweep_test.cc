@@ -101,6 +101,10 @@ TEST(SweepCommand, CsvHeaderIsTheDocumentedColumnList) {
   const json j = json::parse(ReadFile(dir / "sweep.json"));
   EXPECT_EQ(j["schema"], "ringpipe-sweep/2");
   EXPECT_EQ(j["columns"].get<std::vector<std::string>>(), documented);
+  // The table's header says its one number is the prediction (it said "step ms (meas / pred)" over
+  // predicted values alone).
+  EXPECT_NE(r.out.find("step ms (predicted)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("meas / pred"), std::string::npos) << r.out;
   // Predict-only: the measured columns are empty, the predicted ones are the S1 preset's numbers.
   EXPECT_EQ(Cell(csv, 1, "step_ms_measured"), "");
   EXPECT_EQ(Cell(csv, 2, "step_ms_predicted"), "770");  // m = 4: 5 x 130 + 3 transfers of 20 + 40
