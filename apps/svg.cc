@@ -64,7 +64,7 @@ std::string ChartBody(const Chart& c, int width, int height) {
   size_t longest = 0;
   for (const Series& s : c.series) longest = std::max(longest, s.name.size());
   // Long names (several series groups), or more entries than the column holds even 13 px apart, go in
-  // columns under the plot instead (as many as their names allow, 2 to 4).
+  // columns under the plot instead (as many as their names allow, 1 to 4).
   const double top = 34;
   const size_t ns_legend = c.series.size();
   const double right_room = height - 10 - (top + 8);  // from the first entry's baseline to the last's
@@ -72,7 +72,7 @@ std::string ChartBody(const Chart& c, int width, int height) {
       ns_legend <= 1 ? 18.0 : std::min(18.0, right_room / static_cast<double>(ns_legend - 1));
   const bool legend_below = longest > 22 || right_step < 13;
   const size_t legend_cols =
-      std::clamp<size_t>(static_cast<size_t>((width - 24) / (40.0 + 6.5 * static_cast<double>(longest))), 2, 4);
+      std::clamp<size_t>(static_cast<size_t>((width - 24) / (40.0 + 6.5 * static_cast<double>(longest))), 1, 4);
   const size_t legend_rows = legend_below ? (ns_legend + legend_cols - 1) / legend_cols : 0;
   const double legend_w = legend_below ? 0 : std::min(220.0, 40.0 + 6.2 * static_cast<double>(longest));
   const double left = 68, right = width - legend_w - 12;

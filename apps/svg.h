@@ -12,7 +12,7 @@
 //     the data positions and carry x_labels;
 //   * titles fit their width: the font shrinks (down to 8 px; a longer title is cut with "...");
 //   * legends stay inside the chart: a chart's column on the right spaces its entries to fit the
-//     height, else the entries go in 2 to 4 columns under the plot; a Gantt legend wraps its lines;
+//     height, else the entries go in 1 to 4 columns under the plot (as many as their names fit); a Gantt legend wraps its lines;
 //   * y axis: "nice" 1-2-5 ticks from 0 (linear), or decades (log_y; non-positive values are skipped);
 //     y_bytes formats tick labels as B / kB / MB / GB.
 //

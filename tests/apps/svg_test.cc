@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -143,6 +144,38 @@ TEST(SvgChart, EveryLegendEntryOfAManySeriesGridIsInsideTheChart) {
       ASSERT_TRUE(absl::SimpleAtod(svg.substr(ya, svg.find('"', ya) - ya), &y)) << s.name;
       EXPECT_LE(x + 6.5 * static_cast<double>(s.name.size()), width) << groups << " " << s.name;
       EXPECT_LE(y, height - 2) << groups << " " << s.name;
+    }
+  }
+}
+
+// Legend entries under the plot do not overlap: long names (a series that names its points that did not
+// run, "measured (microbatches=0) — invalid at pp=1,2") went in two columns whatever their length, each
+// running into the next in a 540 px panel of overview.svg.
+TEST(SvgChart, LongLegendNamesUnderThePlotDoNotOverlap) {
+  Chart c{.title = "t", .x_values = {1, 2}};
+  for (const char* name : {"measured (microbatches=4)", "predicted (microbatches=4)",
+                           "measured (microbatches=0) — invalid at pp=1,2", "predicted (microbatches=0) — invalid at pp=1,2"}) {
+    c.series.push_back({.name = name, .y = {1, 2}});
+  }
+  const int width = 540;
+  const std::string svg = RenderChart(c, width, 360);
+  ASSERT_TRUE(ParseXml(svg).ok);
+  std::map<std::string, std::vector<std::pair<double, size_t>>> rows;  // y -> (x, chars) of its entries
+  for (const Series& s : c.series) {
+    const size_t at = svg.find(">" + s.name + "</text>");
+    ASSERT_NE(at, std::string::npos) << s.name;
+    const size_t tag = svg.rfind("<text x=\"", at);
+    double x = 0;
+    ASSERT_TRUE(absl::SimpleAtod(svg.substr(tag + 9, svg.find('"', tag + 9) - tag - 9), &x)) << s.name;
+    const size_t ya = svg.find("y=\"", tag) + 3;
+    rows[svg.substr(ya, svg.find('"', ya) - ya)].push_back({x, s.name.size()});
+  }
+  for (auto& [y, entries] : rows) {
+    std::sort(entries.begin(), entries.end());
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const double end = entries[k].first + 6.2 * static_cast<double>(entries[k].second);
+      const double next = k + 1 < entries.size() ? entries[k + 1].first - 30 : width;  // the next swatch
+      EXPECT_LE(end, next) << "row at y " << y << ", entry " << k;
     }
   }
 }
