@@ -266,8 +266,14 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) 
   RP_ASSIGN_OR_RETURN(const std::string name, Str(sch, "name", "schedule"));
   RP_ASSIGN_OR_RETURN(const int64_t microbatches, Int(sch, "microbatches", "schedule", 0, kMaxMicrobatches, 0));
   out.title = absl::StrCat("ringpipe timeline — ", description, ", ", name, ", ", microbatches, " micro-batches");
+  // Which devices the rows are: the first replica (dp = 0), or only its first ranks when the replica
+  // has more than the report's rows (at most 64).
   const json& ranks = Get(t, "ranks");
-  if (ranks.is_array() && world > static_cast<int64_t>(ranks.size())) {
+  const int64_t drawn = ranks.is_array() ? static_cast<int64_t>(ranks.size()) : 0;
+  const int64_t replica = pp > 0 && tp > 0 ? pp * tp : 0;
+  if (drawn > 0 && replica > drawn) {
+    absl::StrAppend(&out.title, " (the first ", drawn, " of the first replica's ", replica, " devices)");
+  } else if (ranks.is_array() && world > drawn) {
     absl::StrAppend(&out.title, " (first replica)");
   }
   return out;

@@ -36,6 +36,26 @@ std::string Line(double x1, double y1, double x2, double y2, const char* stroke,
 
 bool Finite(double v) { return std::isfinite(v); }
 
+// A bold title centred at `x` on a line `width` px wide: its font (at most `size` px) shrinks so that
+// the text fits (DejaVu Sans Bold: at most 0.66 em a character on average), down to 8 px; a title
+// still too long is cut with "...".
+std::string Title(double x, double y, std::string_view text, int size, double width) {
+  constexpr double kEm = 0.66;
+  constexpr int kMinSize = 8;
+  const double avail = std::max(1.0, width - 16);
+  const double chars = static_cast<double>(std::max<size_t>(1, text.size()));
+  int fit = std::min(size, static_cast<int>(std::floor(avail / (kEm * chars))));
+  std::string shown(text);
+  if (fit < kMinSize) {
+    fit = kMinSize;
+    size_t keep = static_cast<size_t>(avail / (kEm * kMinSize));
+    keep = keep > 3 ? keep - 3 : 0;
+    while (keep > 0 && (static_cast<unsigned char>(shown[keep]) & 0xc0) == 0x80) --keep;  // not inside a character
+    shown = shown.substr(0, keep) + "...";
+  }
+  return Text(x, y, shown, fit, "middle", " font-weight=\"bold\"");
+}
+
 // The body of one chart (no <svg> wrapper), drawn in [0, width] × [0, height].
 std::string ChartBody(const Chart& c, int width, int height) {
   std::string out;
@@ -43,13 +63,21 @@ std::string ChartBody(const Chart& c, int width, int height) {
   // Legend column on the right; its width follows the longest name.
   size_t longest = 0;
   for (const Series& s : c.series) longest = std::max(longest, s.name.size());
-  // Long names (several series groups) go in two columns under the plot instead.
-  const bool legend_below = longest > 22;
-  const size_t legend_rows = legend_below ? (c.series.size() + 1) / 2 : 0;
+  // Long names (several series groups), or more entries than the column holds even 13 px apart, go in
+  // columns under the plot instead (as many as their names allow, 1 to 4).
+  const double top = 34;
+  const size_t ns_legend = c.series.size();
+  const double right_room = height - 10 - (top + 8);  // from the first entry's baseline to the last's
+  const double right_step =
+      ns_legend <= 1 ? 18.0 : std::min(18.0, right_room / static_cast<double>(ns_legend - 1));
+  const bool legend_below = longest > 22 || right_step < 13;
+  const size_t legend_cols =
+      std::clamp<size_t>(static_cast<size_t>((width - 24) / (40.0 + 6.5 * static_cast<double>(longest))), 1, 4);
+  const size_t legend_rows = legend_below ? (ns_legend + legend_cols - 1) / legend_cols : 0;
   const double legend_w = legend_below ? 0 : std::min(220.0, 40.0 + 6.2 * static_cast<double>(longest));
-  const double left = 68, right = width - legend_w - 12, top = 34;
+  const double left = 68, right = width - legend_w - 12;
   const double bottom = height - 46 - 17.0 * static_cast<double>(legend_rows);
-  absl::StrAppend(&out, Text(width / 2.0, 20, c.title, 15, "middle", " font-weight=\"bold\""));
+  absl::StrAppend(&out, Title(width / 2.0, 20, c.title, 15, width));
 
   // --- x positions ---
   const bool numeric = !c.x_values.empty();
@@ -146,7 +174,11 @@ std::string ChartBody(const Chart& c, int width, int height) {
                         "\" stroke-width=\"1.5\"", dash, "/>\n");
       }
     } else {
-      // Polylines broken at missing points.
+      // Polylines broken at missing points, joining the points left to right (an axis may list its
+      // values in any order: `--axis=microbatches=16,2,8,4`).
+      std::vector<size_t> order(n);
+      for (size_t i = 0; i < n; ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pos[a] < pos[b]; });
       std::string pts;
       auto flush = [&] {
         if (!pts.empty()) {
@@ -155,7 +187,7 @@ std::string ChartBody(const Chart& c, int width, int height) {
         }
         pts.clear();
       };
-      for (size_t i = 0; i < n; ++i) {
+      for (const size_t i : order) {
         const double v = i < s.y.size() ? s.y[i] : std::numeric_limits<double>::quiet_NaN();
         if (!Finite(v) || (log_y && v <= 0)) {
           flush();
@@ -178,9 +210,11 @@ std::string ChartBody(const Chart& c, int width, int height) {
   // --- legend ---
   for (size_t k = 0; k < ns; ++k) {
     const Series& s = c.series[k];
-    const double lx = legend_below ? 24 + (k % 2) * (width - 24) / 2.0 : width - legend_w;
-    const double ly = legend_below ? bottom + 52 + 17.0 * static_cast<double>(k / 2)
-                                   : top + 8 + 18.0 * static_cast<double>(k);
+    const double lx = legend_below ? 24 + static_cast<double>(k % legend_cols) * (width - 24) /
+                                              static_cast<double>(legend_cols)
+                                   : width - legend_w;
+    const double ly = legend_below ? bottom + 52 + 17.0 * static_cast<double>(k / legend_cols)
+                                   : top + 8 + right_step * static_cast<double>(k);
     if (c.bars) {
       absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 6), "\" width=\"22\" height=\"11\" fill=\"",
                       s.color, "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,
@@ -279,7 +313,7 @@ std::string RenderFigure(const std::string& title, const std::vector<Chart>& cha
   const int title_h = title.empty() ? 0 : 34;
   const int W = columns * width, H = title_h + std::max(rows, 1) * height;
   std::string out = Header(W, H);
-  if (!title.empty()) absl::StrAppend(&out, Text(W / 2.0, 24, title, 17, "middle", " font-weight=\"bold\""));
+  if (!title.empty()) absl::StrAppend(&out, Title(W / 2.0, 24, title, 17, W));
   for (size_t i = 0; i < charts.size(); ++i) {
     const int cx = static_cast<int>(i) % columns, cy = static_cast<int>(i) / columns;
     absl::StrAppend(&out, "<g transform=\"translate(", cx * width, ",", title_h + cy * height, ")\">\n",
@@ -345,9 +379,33 @@ std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>&
     height += kPanelTitle + kAxisH + kRowH * static_cast<double>(p.rows.size()) + 12;
     for (const GanttBar& b : p.bars) used[static_cast<int>(b.cls)] = true;
   }
-  height += 50;
+  // The legend's entries (idle first), laid out left to right and wrapped within the chart: every
+  // class in one line is about 1350 px wide.
+  struct LegendEntry {
+    std::string name;
+    const char* fill;
+    double x = 0;
+    int line = 0;
+  };
+  std::vector<LegendEntry> legend = {{"idle", "#eeeeee"}};
+  for (int c = 0; c < kNumBarClasses; ++c) {
+    if (used[c]) legend.push_back({BarClassName(static_cast<BarClass>(c)), FillOf(static_cast<BarClass>(c))});
+  }
+  constexpr double kLegendLine = 18, kLegendChar = 6.5;  // 11 px DejaVu Sans: at most 6.5 px a character
+  int legend_lines = 1;
+  for (double lx = 14; LegendEntry& e : legend) {
+    const double w = 18 + kLegendChar * static_cast<double>(e.name.size());
+    if (lx > 14 && lx + w > width - 8) {
+      lx = 14;
+      ++legend_lines;
+    }
+    e.x = lx;
+    e.line = legend_lines - 1;
+    lx += w + 16;
+  }
+  height += 50 + kLegendLine * (legend_lines - 1);
   std::string out = Header(width, static_cast<int>(height));
-  absl::StrAppend(&out, Text(width / 2.0, 24, title, 16, "middle", " font-weight=\"bold\""));
+  absl::StrAppend(&out, Title(width / 2.0, 24, title, 16, width));
   double y = 40;
   for (const GanttPanel& p : panels) {
     absl::StrAppend(&out, Text(14, y + 18, p.title, 13, "start", " font-weight=\"bold\""));
@@ -388,17 +446,10 @@ std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>&
     y += kRowH * static_cast<double>(p.rows.size()) + 12;
   }
   // Legend.
-  double lx = 14;
-  const double ly = y + 18;
-  absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"#eeeeee\"/>\n",
-                  Text(lx + 18, ly, "idle", 11, "start"));
-  lx += 18 + 6.2 * 4 + 16;
-  for (int c = 0; c < kNumBarClasses; ++c) {
-    if (!used[c]) continue;
-    const std::string name = BarClassName(static_cast<BarClass>(c));
-    absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"",
-                    FillOf(static_cast<BarClass>(c)), "\"/>\n", Text(lx + 18, ly, name, 11, "start"));
-    lx += 18 + 6.2 * static_cast<double>(name.size()) + 16;
+  for (const LegendEntry& e : legend) {
+    const double ly = y + 18 + kLegendLine * e.line;
+    absl::StrAppend(&out, "<rect x=\"", Num(e.x), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"",
+                    e.fill, "\"/>\n", Text(e.x + 18, ly, e.name, 11, "start"));
   }
   absl::StrAppend(&out, "</svg>\n");
   return out;

@@ -7,8 +7,12 @@
 //   * measured series are solid (lines with filled markers, filled bars), predicted series dashed
 //     (dashed lines with hollow markers, outlined bars with a light fill) — Series::dashed;
 //   * a series value of NaN is "no point" (a failed sweep point): lines break there, no bar is drawn;
-//   * x positions are the chart's x_values (numeric, optionally log2-spaced) or, if none are given,
-//     evenly spaced categories; ticks sit at the data positions and carry x_labels;
+//   * x positions are the chart's x_values (numeric, optionally log2-spaced; in any order: a line
+//     joins its points left to right) or, if none are given, evenly spaced categories; ticks sit at
+//     the data positions and carry x_labels;
+//   * titles fit their width: the font shrinks (down to 8 px; a longer title is cut with "...");
+//   * legends stay inside the chart: a chart's column on the right spaces its entries to fit the
+//     height, else the entries go in 1 to 4 columns under the plot (as many as their names fit); a Gantt legend wraps its lines;
 //   * y axis: "nice" 1-2-5 ticks from 0 (linear), or decades (log_y; non-positive values are skipped);
 //     y_bytes formats tick labels as B / kB / MB / GB.
 //
@@ -95,7 +99,8 @@ struct GanttPanel {
   double span_ms = 0;             // the step time: the time axis runs 0 .. span_ms
 };
 
-// Panels stacked vertically (sharing the time scale of the longest span), a legend at the bottom; the
+// Panels stacked vertically (sharing the time scale of the longest span), a legend at the bottom
+// (wrapped to the width: as many lines as the classes used need); the
 // background of each row is the idle colour. `width` in pixels.
 std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>& panels, int width = 1100);
 

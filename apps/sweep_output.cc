@@ -120,7 +120,17 @@ json BuildJson(const std::vector<Axis>& axes, const std::vector<Point>& points, 
       e["emulated_step_ms"] = JNum(p.emulated_step_ms);
       e["real"] = {{"peak_activation_bytes", JNum(p.real_peak_bytes)}, {"wire_bytes", JNum(p.real_wire_bytes)}};
     }
-    if (p.status != "invalid") e["config"] = ConfigToJson(p.cfg);
+    // The CSV's world and time_scale (the scale the point ran at; the config echo keeps "auto").
+    if (p.status != "invalid") {
+      e["world"] = p.cfg.world_size();
+      double scale = 0;
+      const std::string ts = TimeScaleText(p);
+      e["time_scale"] = absl::SimpleAtod(ts, &scale) ? json(scale) : json(ts);
+      e["config"] = ConfigToJson(p.cfg);
+    } else {
+      e["world"] = nullptr;
+      e["time_scale"] = nullptr;
+    }
     pts.push_back(std::move(e));
   }
   j["points"] = pts;
@@ -153,6 +163,13 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
       numeric = false;
     }
   }
+  // Numbers place points only when they tell them apart: a linked axis may repeat its first field's
+  // value (`pp:forward_ms=2:50,2:25`), whose points are then categories.
+  if (numeric) {
+    std::vector<double> sorted = xs;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) numeric = false;
+  }
   if (!numeric) xs.clear();
   if (x.fields.size() > 1) {  // linked: label by the first field when its values tell the points apart
     std::vector<std::string> firsts;
@@ -172,6 +189,33 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
     auto& g = groups[rest];
     if (g.empty()) g.assign(nx, nullptr);
     g[p.coord[0]] = &p;
+  }
+  // Points that did not run are marked, not only left out: an x position where no point ran says so in
+  // its tick label ("99 (invalid)"), and a series whose other points ran names the ones that did not in
+  // its legend entry. Their errors are in the CSV, the JSON and the table.
+  const std::vector<std::string> value_labels = labels;
+  auto not_ok = [](const Point* p) { return p == nullptr || p->status != "ok"; };
+  std::vector<bool> none_ran(nx, true);
+  for (size_t i = 0; i < nx; ++i) {
+    std::string word;
+    for (const auto& [rest, pts] : groups) {
+      if (!not_ok(pts[i])) none_ran[i] = false;
+      const std::string status = pts[i] == nullptr ? "missing" : pts[i]->status;
+      word = word.empty() || word == status ? status : "invalid or failed";
+    }
+    if (none_ran[i]) labels[i] = absl::StrCat(labels[i], " (", word, ")");
+  }
+  std::map<std::vector<size_t>, std::string> group_notes;
+  for (const auto& [rest, pts] : groups) {
+    std::map<std::string, std::vector<std::string>> by_status;
+    for (size_t i = 0; i < nx; ++i) {
+      if (!none_ran[i] && not_ok(pts[i])) by_status[pts[i] == nullptr ? "missing" : pts[i]->status].push_back(value_labels[i]);
+    }
+    std::string note;
+    for (const auto& [status, at] : by_status) {
+      absl::StrAppend(&note, note.empty() ? " — " : "; ", status, " at ", x.fields[0], "=", absl::StrJoin(at, ","));
+    }
+    group_notes[rest] = note;
   }
   std::vector<svg::Chart> charts;
   for (const ChartSpec& spec : kCharts) {
@@ -193,6 +237,7 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
                         absl::StrJoin(axes[a].values[rest[a - 1]], ":"));
       }
       if (!suffix.empty()) suffix += ")";
+      suffix += group_notes[rest];
       svg::Series meas{.name = absl::StrCat("measured", suffix), .y = {}, .color = svg::Color(gi)};
       svg::Series pred{.name = absl::StrCat("predicted", suffix), .y = {}, .color = svg::Color(gi), .dashed = true};
       for (size_t i = 0; i < nx; ++i) {
@@ -219,10 +264,17 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
 }
 
 std::string Table(const std::vector<Axis>& axes, const std::vector<Point>& points, bool predict_only) {
-  std::string out = "#";
-  for (const Axis& a : axes) absl::StrAppendFormat(&out, " %12s", a.name());
-  absl::StrAppendFormat(&out, " %8s %23s %17s %15s %21s %21s %21s\n", "status", "step ms (meas / pred)",
-                        "speedup", "bubble", "exposed comm ms", "modeled peak act", "modeled wire B");
+  // Cells first, then each column as wide as its widest cell (axis names such as
+  // "pp:forward_ms:backward_ms" and pairs such as "0.07898 / 0.07556" outgrow any fixed width).
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header;
+  for (const Axis& a : axes) header.push_back(a.name());
+  // Each metric column holds "measured / predicted", or the predicted value alone with --predict_only.
+  for (const char* h : {"status", predict_only ? "step ms (predicted)" : "step ms (meas / pred)", "speedup", "bubble",
+                        "exposed comm ms", "modeled peak act", "modeled wire B"}) {
+    header.emplace_back(h);
+  }
+  rows.push_back(std::move(header));
   auto pair = [&](double m, double p) {
     auto f = [&](double v) {
       if (!std::isfinite(v)) return std::string("-");
@@ -231,19 +283,31 @@ std::string Table(const std::vector<Axis>& axes, const std::vector<Point>& point
     return predict_only ? f(p) : absl::StrCat(f(m), " / ", f(p));
   };
   for (const Point& p : points) {
-    std::string row = " ";
-    for (size_t a = 0; a < axes.size(); ++a) {
-      absl::StrAppendFormat(&row, " %12s", absl::StrJoin(axes[a].values[p.coord[a]], ":"));
+    std::vector<std::string> row;
+    for (size_t a = 0; a < axes.size(); ++a) row.push_back(absl::StrJoin(axes[a].values[p.coord[a]], ":"));
+    for (std::string cell : {p.status, pair(p.measured.step_ms, p.predicted.step_ms),
+                             pair(p.measured.speedup, p.predicted.speedup), pair(p.measured.bubble, p.predicted.bubble),
+                             pair(p.measured.exposed_ms, p.predicted.exposed_ms),
+                             pair(p.measured.peak_bytes, p.predicted.peak_bytes),
+                             pair(p.measured.wire_bytes, p.predicted.wire_bytes)}) {
+      row.push_back(std::move(cell));
     }
-    absl::StrAppendFormat(&row, " %8s %23s %17s %15s %21s %21s %21s", p.status,
-                          pair(p.measured.step_ms, p.predicted.step_ms),
-                          pair(p.measured.speedup, p.predicted.speedup),
-                          pair(p.measured.bubble, p.predicted.bubble),
-                          pair(p.measured.exposed_ms, p.predicted.exposed_ms),
-                          pair(p.measured.peak_bytes, p.predicted.peak_bytes),
-                          pair(p.measured.wire_bytes, p.predicted.wire_bytes));
-    if (p.status != "ok") absl::StrAppend(&row, "  ", p.error);
-    absl::StrAppend(&out, row, "\n");
+    rows.push_back(std::move(row));
+  }
+  const size_t min_width[] = {12, 8, 23, 17, 15, 21, 21, 21};  // the axes', then the metrics'
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (size_t c = 0; c < width.size(); ++c) {
+    width[c] = c < axes.size() ? min_width[0] : min_width[1 + c - axes.size()];
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::string line = r == 0 ? "#" : " ";
+    for (size_t c = 0; c < width.size(); ++c) {
+      absl::StrAppend(&line, " ", std::string(width[c] - rows[r][c].size(), ' '), rows[r][c]);
+    }
+    if (r > 0 && points[r - 1].status != "ok") absl::StrAppend(&line, "  ", points[r - 1].error);
+    absl::StrAppend(&out, line, "\n");
   }
   return out;
 }

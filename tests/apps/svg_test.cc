@@ -3,12 +3,17 @@
 // decade ticks on a log axis, a legend entry per series, Gantt bars with their labels.
 #include "apps/svg.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "apps/report_reader.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/apps/xml_check.h"
 
 namespace rp::apps::svg {
@@ -18,6 +23,7 @@ using testing::AttributeValues;
 using testing::ParseXml;
 using testing::XmlDoc;
 
+using json = nlohmann::json;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool HasText(const XmlDoc& doc, const std::string& text) {
@@ -71,6 +77,107 @@ TEST(SvgChart, AMissingPointBreaksTheLineAndDrawsNoMarker) {
   ASSERT_TRUE(doc.ok) << doc.error;
   EXPECT_EQ(doc.elements.at("polyline"), 2);
   EXPECT_EQ(doc.elements.at("circle"), 4);
+}
+
+// An axis given out of order (`--axis=microbatches=16,2,8,4`) is drawn left to right: the line joins
+// the points in the order of their x, not of the axis values — it zig-zagged 16 -> 2 -> 8 -> 4.
+TEST(SvgChart, ALineJoinsItsPointsInTheOrderOfTheirX) {
+  Chart c{.title = "t", .x_values = {16, 2, 8, 4}, .x_labels = {"16", "2", "8", "4"}, .log_x = true};
+  c.series.push_back({.name = "predicted", .y = {2290, 470, 1370, 770}, .dashed = true});
+  const XmlDoc doc = ParseXml(RenderChart(c));
+  ASSERT_TRUE(doc.ok) << doc.error;
+  const std::vector<std::string> lines = AttributeValues(doc, "points");
+  ASSERT_EQ(lines.size(), 1u);
+  std::vector<double> xs;
+  for (absl::string_view pt : absl::StrSplit(lines[0], ' ')) {
+    double x = 0;
+    ASSERT_TRUE(absl::SimpleAtod(pt.substr(0, pt.find(',')), &x)) << pt;
+    xs.push_back(x);
+  }
+  ASSERT_EQ(xs.size(), 4u);
+  EXPECT_TRUE(std::is_sorted(xs.begin(), xs.end())) << lines[0];
+}
+
+// A chart's title fits its width: a sweep's chart title is "<sweep title>: <metric>", and `sweep
+// --axis=microbatches=... --axis=dp=...`'s exposed_comm.svg title (80 characters at 15 px bold, about
+// 790 px) was cut at both edges of its 640 px chart. The title's font shrinks to fit.
+TEST(SvgChart, ALongTitleFitsTheChartsWidth) {
+  const std::string title =
+      "ringpipe sweep over microbatches x dp: exposed communication (mean over devices)";
+  Chart c{.title = title, .x_values = {1, 2}};
+  c.series.push_back({.name = "predicted", .y = {1, 2}, .dashed = true});
+  const int width = 640;
+  const std::string svg = RenderChart(c, width, 380);
+  ASSERT_TRUE(ParseXml(svg).ok);
+  const size_t at = svg.find(">" + title + "</text>");
+  ASSERT_NE(at, std::string::npos);
+  const size_t size_at = svg.rfind("font-size=\"", at) + 11;
+  double size = 0;
+  ASSERT_TRUE(absl::SimpleAtod(svg.substr(size_at, svg.find('"', size_at) - size_at), &size));
+  // DejaVu Sans Bold: at most 0.66 em a character on average.
+  EXPECT_LE(0.66 * size * static_cast<double>(title.size()), width) << size;
+  EXPECT_GE(size, 8);
+}
+
+// Every legend entry is inside the chart, however many series a grid gives: `sweep --axis=microbatches=2,4
+// --axis=dp=1..10` has 20 series (measured and predicted per dp) and 40 with dp=1..20; the legend column
+// on the right ran 18 px an entry past the chart's bottom (the last entries at y = 388 and 730 of 380).
+TEST(SvgChart, EveryLegendEntryOfAManySeriesGridIsInsideTheChart) {
+  for (int groups : {10, 20}) {
+    Chart c{.title = "t", .x_values = {2, 4}};
+    for (int g = 1; g <= groups; ++g) {
+      for (bool dashed : {false, true}) {
+        c.series.push_back({.name = (dashed ? "predicted (dp=" : "measured (dp=") + std::to_string(g) + ")",
+                            .y = {1.0 * g, 2.0 * g}, .color = Color(static_cast<size_t>(g)), .dashed = dashed});
+      }
+    }
+    const int width = 640, height = 380;
+    const std::string svg = RenderChart(c, width, height);
+    ASSERT_TRUE(ParseXml(svg).ok);
+    for (const Series& s : c.series) {
+      const size_t at = svg.find(">" + s.name + "</text>");
+      ASSERT_NE(at, std::string::npos) << s.name;
+      const size_t tag = svg.rfind("<text x=\"", at);
+      double x = 0, y = 0;
+      ASSERT_TRUE(absl::SimpleAtod(svg.substr(tag + 9, svg.find('"', tag + 9) - tag - 9), &x)) << s.name;
+      const size_t ya = svg.find("y=\"", tag) + 3;
+      ASSERT_TRUE(absl::SimpleAtod(svg.substr(ya, svg.find('"', ya) - ya), &y)) << s.name;
+      EXPECT_LE(x + 6.5 * static_cast<double>(s.name.size()), width) << groups << " " << s.name;
+      EXPECT_LE(y, height - 2) << groups << " " << s.name;
+    }
+  }
+}
+
+// Legend entries under the plot do not overlap: long names (a series that names its points that did not
+// run, "measured (microbatches=0) — invalid at pp=1,2") went in two columns whatever their length, each
+// running into the next in a 540 px panel of overview.svg.
+TEST(SvgChart, LongLegendNamesUnderThePlotDoNotOverlap) {
+  Chart c{.title = "t", .x_values = {1, 2}};
+  for (const char* name : {"measured (microbatches=4)", "predicted (microbatches=4)",
+                           "measured (microbatches=0) — invalid at pp=1,2", "predicted (microbatches=0) — invalid at pp=1,2"}) {
+    c.series.push_back({.name = name, .y = {1, 2}});
+  }
+  const int width = 540;
+  const std::string svg = RenderChart(c, width, 360);
+  ASSERT_TRUE(ParseXml(svg).ok);
+  std::map<std::string, std::vector<std::pair<double, size_t>>> rows;  // y -> (x, chars) of its entries
+  for (const Series& s : c.series) {
+    const size_t at = svg.find(">" + s.name + "</text>");
+    ASSERT_NE(at, std::string::npos) << s.name;
+    const size_t tag = svg.rfind("<text x=\"", at);
+    double x = 0;
+    ASSERT_TRUE(absl::SimpleAtod(svg.substr(tag + 9, svg.find('"', tag + 9) - tag - 9), &x)) << s.name;
+    const size_t ya = svg.find("y=\"", tag) + 3;
+    rows[svg.substr(ya, svg.find('"', ya) - ya)].push_back({x, s.name.size()});
+  }
+  for (auto& [y, entries] : rows) {
+    std::sort(entries.begin(), entries.end());
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const double end = entries[k].first + 6.2 * static_cast<double>(entries[k].second);
+      const double next = k + 1 < entries.size() ? entries[k + 1].first - 30 : width;  // the next swatch
+      EXPECT_LE(end, next) << "row at y " << y << ", entry " << k;
+    }
+  }
 }
 
 TEST(SvgChart, CategoricalBarsDrawOneBarPerFiniteValue) {
@@ -143,6 +250,57 @@ TEST(SvgGantt, DrawsEveryBarWithItsLabelAndALegendOfTheClassesUsed) {
   EXPECT_TRUE(HasText(doc, "gradient all-reduce (comm stream)"));
   EXPECT_FALSE(HasText(doc, "TP all-reduce"));  // not used: not in the legend
   EXPECT_TRUE(HasText(doc, "idle"));
+}
+
+// The legend wraps within the chart: with every class used (a zero-bubble schedule with TP, EP and an
+// optimizer) its one line was about 1350 px wide in a 1100 px chart, cutting "EP all-to-all" off.
+TEST(SvgGantt, TheLegendOfEveryClassStaysInsideTheChart) {
+  GanttPanel p{.title = "predicted", .rows = {"rank 0"}, .span_ms = 90};
+  for (int c = 0; c < kNumBarClasses; ++c) {
+    p.bars.push_back({.row = 0, .start_ms = 10.0 * c, .end_ms = 10.0 * c + 9, .cls = static_cast<BarClass>(c)});
+  }
+  const int width = 1100;
+  const std::string svg = RenderGantt("every class", {p}, width);
+  const XmlDoc doc = ParseXml(svg);
+  ASSERT_TRUE(doc.ok) << doc.error;
+  int height = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(AttributeValues(doc, "height")[0], &height));
+  for (int c = 0; c < kNumBarClasses; ++c) {
+    const std::string name = BarClassName(static_cast<BarClass>(c));
+    const size_t at = svg.find("\">" + name + "</text>");
+    ASSERT_NE(at, std::string::npos) << name;
+    const size_t tag = svg.rfind("<text x=\"", at);
+    double x = 0, y = 0;
+    ASSERT_TRUE(absl::SimpleAtod(svg.substr(tag + 9, svg.find('"', tag + 9) - tag - 9), &x)) << name;
+    const size_t ya = svg.find("y=\"", tag) + 3;
+    ASSERT_TRUE(absl::SimpleAtod(svg.substr(ya, svg.find('"', ya) - ya), &y)) << name;
+    // 11 px DejaVu Sans: at most 6.5 px a character.
+    EXPECT_LE(x + 6.5 * static_cast<double>(name.size()), width) << name;
+    EXPECT_LE(y, height - 4) << name;
+  }
+}
+
+// A replica of more than 64 devices is drawn in part, and the title says so: `timeline --predict_only
+// --dp=2 --pp=16 --tp=8` drew ranks 0..63 (stages 0..7) under a title ending "(first replica)", as if the
+// pipeline had 8 stages.
+TEST(SvgGantt, ATitleSaysWhenOnlyPartOfTheReplicaIsDrawn) {
+  json ranks = json::array();
+  for (int r = 0; r < 64; ++r) ranks.push_back(r);
+  json report = {{"schema", "ringpipe-report/2"},
+                 {"layout", {{"world", 256}, {"pp", 16}, {"tp", 8}, {"description", "DP=2 x PP=16 x TP=8"}}},
+                 {"schedule", {{"name", "1f1b"}, {"microbatches", 16}}},
+                 {"timeline",
+                  {{"ranks", ranks},
+                   {"predicted",
+                    {{"step_ms", 1.0},
+                     {"devices", json::array({{{"rank", 0}, {"ops", json::array({{{"start_ms", 0.0}, {"end_ms", 1.0}}})}}})}}}}}};
+  absl::StatusOr<apps::TimelineReport> t = apps::ReadTimelineReport(report.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->title.find("(the first 64 of the first replica's 128 devices)"), std::string::npos) << t->title;
+  report["layout"]["pp"] = 8;  // the whole replica: 64 devices
+  t = apps::ReadTimelineReport(report.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->title.find("(first replica)"), std::string::npos) << t->title;
 }
 
 // A report's EP all-to-alls (timeline kind "ep_alltoall") are their own class, named so in the tooltips

@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "apps/cli.h"
 #include "gtest/gtest.h"
@@ -99,9 +101,69 @@ TEST(SweepCommand, CsvHeaderIsTheDocumentedColumnList) {
   const json j = json::parse(ReadFile(dir / "sweep.json"));
   EXPECT_EQ(j["schema"], "ringpipe-sweep/2");
   EXPECT_EQ(j["columns"].get<std::vector<std::string>>(), documented);
+  // The table's header says its one number is the prediction (it said "step ms (meas / pred)" over
+  // predicted values alone).
+  EXPECT_NE(r.out.find("step ms (predicted)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("meas / pred"), std::string::npos) << r.out;
   // Predict-only: the measured columns are empty, the predicted ones are the S1 preset's numbers.
   EXPECT_EQ(Cell(csv, 1, "step_ms_measured"), "");
   EXPECT_EQ(Cell(csv, 2, "step_ms_predicted"), "770");  // m = 4: 5 x 130 + 3 transfers of 20 + 40
+}
+
+// Every CSV column has its value in sweep.json (docs/studies.md: the JSON holds "the same"): the
+// point's world and the time scale it ran at were in the CSV only — the JSON's config echo says
+// "auto" for a point whose CSV time_scale is the scale it measured, or "virtual".
+TEST(SweepCommand, EveryCsvColumnIsInTheJsonWithTheSameValue) {
+  const fs::path dir = TempDir("csv_json");
+  const Result r = RunBinary("sweep --preset=s1 --hidden=64x3 --steps=1 --reference=false --virtual_time=true "
+                             "--axis=pp=1,99 --out_dir=" + dir.string(), dir);
+  ASSERT_EQ(r.exit_code, rp::apps::kExitSomePointsFailed) << r.err;
+  const auto csv = ReadCsv(dir / "sweep.csv");
+  const json j = json::parse(ReadFile(dir / "sweep.json"));
+  ASSERT_EQ(csv.size(), 3u);
+  ASSERT_EQ(j["points"].size(), 2u);
+  const std::map<std::string, std::string> config_key = {
+      {"preset", "preset"}, {"dp", "dp"}, {"pp", "pp"}, {"tp", "tp"}, {"ep", "ep"},
+      {"microbatches", "microbatches"}, {"schedule", "schedule"}, {"virtual_stages", "virtual_stages"},
+      {"codec", "codec"}, {"segment_bytes", "segment_bytes"}, {"bucket_mb", "bucket_mb"}, {"link", "link"}};
+  for (size_t row = 1; row <= 2; ++row) {
+    const json& p = j["points"][row - 1];
+    for (const std::string& col : csv[0]) {
+      json v;  // the JSON value of this column
+      if (col == "point" || col == "label" || col == "status" || col == "error" || col == "world" ||
+          col == "time_scale" || col == "t1_ms" || col == "wall_seconds") {
+        v = p.value(col, json("<absent>"));
+      } else if (col == "step_ms_emulated") {
+        v = p["emulated_step_ms"];
+      } else if (col == "fidelity_host" || col == "fidelity_model") {
+        v = p["fidelity"][col.substr(9)];
+      } else if (col == "real_peak_activation_bytes" || col == "real_wire_bytes") {
+        v = p["real"][col.substr(5)];
+      } else if (config_key.count(col) > 0) {
+        v = p.contains("config") ? p["config"][config_key.at(col)] : json(nullptr);
+      } else {
+        const size_t cut = col.rfind('_');
+        const std::string side = col.substr(cut + 1), key = col.substr(0, cut);
+        v = p[side][key == "step_ms" || key == "speedup" || key == "efficiency" || key == "bubble" ||
+                            key == "exposed_comm_ms" || key == "peer_wait_ms" || key == "modeled_peak_activation_bytes" ||
+                            key == "modeled_wire_bytes"
+                        ? key
+                        : "<unknown " + key + ">"];
+      }
+      const std::string cell = Cell(csv, row, col);
+      std::string as_text = v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump();
+      if (v.is_number()) {
+        double a = 0;
+        ASSERT_TRUE(absl::SimpleAtod(cell, &a)) << row << " " << col << ": '" << cell << "' vs " << as_text;
+        EXPECT_NEAR(a, v.get<double>(), 1e-9 * std::max(1.0, std::abs(a))) << row << " " << col;
+      } else {
+        EXPECT_EQ(cell, as_text) << row << " " << col;
+      }
+    }
+  }
+  EXPECT_EQ(j["points"][0]["time_scale"], "virtual");
+  EXPECT_EQ(j["points"][0]["world"], 2);
+  fs::remove_all(dir);
 }
 
 TEST(SweepCommand, AnImpossiblePointIsReportedAndTheSweepGoesOn) {
@@ -250,6 +312,68 @@ TEST(SweepCommand, GridOfLinkedAxesGivesTheClosedFormPipeline) {
   ASSERT_EQ(series.size(), 2u);
   EXPECT_EQ(series[0], "predicted (dp=1)");
   EXPECT_EQ(series[1], "predicted (dp=2)");
+}
+
+// A linked axis whose first field repeats a value (`pp:forward_ms=2:50,2:25,1:100`) cannot place its
+// points by that number: both pp=2 points were drawn at x = 2, one tick label on the other and the
+// line running straight up. Such an axis is drawn as categories, one position per value.
+TEST(SweepCommand, ALinkedAxisWhoseFirstFieldRepeatsIsDrawnAsCategories) {
+  const fs::path dir = TempDir("repeat_x");
+  const Result r = RunBinary("sweep --preset=s1 --predict_only --axis=pp:forward_ms=2:50,2:25,1:100 --out_dir=" +
+                                 dir.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string svg = ReadFile(dir / "step_time.svg");
+  ASSERT_TRUE(ParseXml(svg).ok);
+  std::vector<std::string> xs;
+  for (const char* label : {"2:50", "2:25", "1:100"}) {
+    const size_t at = svg.find(std::string(">") + label + "</text>");
+    ASSERT_NE(at, std::string::npos) << label;
+    const size_t tag = svg.rfind("<text x=\"", at) + 9;
+    xs.push_back(svg.substr(tag, svg.find('"', tag) - tag));
+  }
+  EXPECT_NE(xs[0], xs[1]);
+  EXPECT_NE(xs[0], xs[2]);
+  EXPECT_NE(xs[1], xs[2]);
+  fs::remove_all(dir);
+}
+
+// The charts mark the points that did not run instead of leaving a silent gap: an x position where no
+// point ran says why in its tick label, a series missing some points names them in its legend entry.
+TEST(SweepCommand, ChartsMarkThePointsThatDidNotRun) {
+  const fs::path dir = TempDir("marked");
+  const Result r = RunBinary("sweep --preset=s1 --predict_only --hidden=64x3 --axis=pp=1,2,99 "
+                             "--axis=microbatches=4,0 --out_dir=" + dir.string(), dir);
+  ASSERT_EQ(r.exit_code, rp::apps::kExitSomePointsFailed) << r.err;
+  for (const char* name : {"step_time.svg", "overview.svg"}) {
+    const XmlDoc doc = ParseXml(ReadFile(dir / name));
+    ASSERT_TRUE(doc.ok) << name << ": " << doc.error;
+    EXPECT_NE(std::find(doc.texts.begin(), doc.texts.end(), "99 (invalid)"), doc.texts.end()) << name;
+    EXPECT_NE(std::find(doc.texts.begin(), doc.texts.end(), "predicted (microbatches=0) — invalid at pp=1,2"),
+              doc.texts.end())
+        << name;
+    EXPECT_NE(std::find(doc.texts.begin(), doc.texts.end(), "predicted (microbatches=4)"), doc.texts.end()) << name;
+  }
+  fs::remove_all(dir);
+}
+
+// The table on stdout keeps its columns aligned: a linked axis's name ("pp:forward_ms:backward_ms", 25
+// characters) and measured / predicted pairs such as "0.07898 / 0.07556" outgrew the fixed widths and
+// pushed every later column of their row right of its header.
+TEST(SweepCommand, TheTablesColumnsStayAlignedUnderTheirHeaders) {
+  const fs::path dir = TempDir("table");
+  const Result r = RunBinary("sweep --preset=s1 --virtual_time --steps=1 --reference=false --intra_alpha_us=0 "
+                             "--hidden=64x7 --axis=pp:forward_ms:backward_ms=1:100:160,8:12.5:20 "
+                             "--axis=microbatches=16 --out_dir=" + dir.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n');
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  const std::string& header = lines[0];
+  const size_t status_end = header.find("status") + 6;
+  for (size_t i = 1; i <= 2; ++i) {
+    EXPECT_EQ(lines[i].size(), header.size()) << "\n" << header << "\n" << lines[i];
+    EXPECT_EQ(lines[i].substr(status_end - 2, 2), "ok") << "\n" << header << "\n" << lines[i];
+  }
+  fs::remove_all(dir);
 }
 
 TEST(SweepCommand, StragglerFactorAxisSlowsMeasuredAndPredictedAlike) {
