@@ -1,16 +1,21 @@
 // Test helper: runs the `ringpipe` binary (path from the RINGPIPE_BIN compile definition) as a user
-// would, and makes per-test temporary directories. Header-only; shared by the tests/apps suites.
+// would, makes per-test temporary directories, reads files and checks the bad-input contract.
+// Header-only; shared by the tests/apps suites.
 #pragma once
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include "apps/cli.h"
+#include "gtest/gtest.h"
 
 namespace rp::apps::testing {
 
@@ -19,6 +24,12 @@ struct BinaryResult {
   std::string out;     // stdout
   std::string err;     // stderr
 };
+
+// The bytes of the file at `p` ("" if it cannot be read).
+inline std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
 
 // Runs `ringpipe <args>` (args go through the shell) with stderr captured in a file under `dir`.
 inline BinaryResult RunBinary(const std::string& args, const std::filesystem::path& dir) {
@@ -32,8 +43,7 @@ inline BinaryResult RunBinary(const std::string& args, const std::filesystem::pa
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(err);
-  r.err.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  r.err = ReadFile(err);
   std::filesystem::remove(err);
   return r;
 }
@@ -59,6 +69,14 @@ inline std::filesystem::path TempDir(const std::string& suite, const std::string
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// Bad input: exit 2, one line on stderr that contains `what`, nothing on stdout.
+inline void ExpectBadInput(const BinaryResult& r, const std::string& what, const std::string& context) {
+  EXPECT_EQ(r.exit_code, kExitBadInput) << context << "\n" << r.err;
+  EXPECT_NE(r.err.find(what), std::string::npos) << context << "\n" << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << context << "\n" << r.err;
+  EXPECT_TRUE(r.out.empty()) << context << "\n" << r.out;
 }
 
 }  // namespace rp::apps::testing

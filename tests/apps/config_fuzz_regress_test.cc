@@ -31,10 +31,7 @@ using json = nlohmann::json;
 
 const fs::path kFuzzDir = fs::path(RINGPIPE_SOURCE_DIR) / "fuzz";
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+using rp::apps::testing::ReadFile;
 
 fs::path TempDir(const std::string& name) {
   return rp::apps::testing::TempDir("ringpipe_fuzz_regress", name);

@@ -30,18 +30,9 @@ using rp::apps::testing::RunBinary;
 
 fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_hardening", name); }
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+using rp::apps::testing::ReadFile;
 
-// Bad input: exit 2, one line on stderr that contains `what`, nothing on stdout.
-void ExpectBadInput(const Result& r, const std::string& what, const std::string& context) {
-  EXPECT_EQ(r.exit_code, kExitBadInput) << context << "\n" << r.err;
-  EXPECT_NE(r.err.find(what), std::string::npos) << context << "\n" << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << context << "\n" << r.err;
-  EXPECT_TRUE(r.out.empty()) << context << "\n" << r.out;
-}
+using rp::apps::testing::ExpectBadInput;
 
 // Files in `dir` other than those named (temporary files would show up here).
 std::vector<std::string> Leftovers(const fs::path& dir, const std::vector<std::string>& expected) {

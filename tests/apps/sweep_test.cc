@@ -37,12 +37,7 @@ fs::path TempDir(const std::string& name) {
   return rp::apps::testing::TempDir("ringpipe_sweep_test", name);
 }
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using rp::apps::testing::ReadFile;
 
 // CSV rows split on commas (the tests' values hold no quoted commas except `error`, which is last
 // among the columns they read by index before it... so they read columns by header name).
