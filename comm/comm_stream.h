@@ -95,8 +95,11 @@ class EventCommStream {
   size_t buffered_ = 0;  // deliveries in inbox_, all channels
   Nanos prev_end_{0};
   bool failed_ = false;
-  std::vector<RingMachine::Send> sends_;  // scratch
-  SegmentPool pool_;                      // received segments, reused for sends
+  // Whether the fabric was told (Scope::Awaiting) that the running collective waits on its
+  // channel: said once per collective, not after every message (the LP's wait site is another
+  // cold line at thousands of streams).
+  bool awaiting_said_ = false;
+  SegmentPool pool_;  // received segments, reused for sends
 };
 
 }  // namespace rp::comm

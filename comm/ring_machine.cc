@@ -34,6 +34,9 @@ RingMachine::RingMachine(const Spec& spec, const Buffers& buffers, Nanos start, 
       start_(start),
       pool_(pool),
       shape_(ShapeOf(spec)),
+      segments_(shape_.segments()),
+      chunk_base_(spec.n > 0 ? spec.count / static_cast<size_t>(spec.n) : 0),
+      chunk_extra_(spec.n > 0 ? spec.count % static_cast<size_t>(spec.n) : 0),
       timer_(spec.kind, shape_, spec.n, spec.rank, spec.root, start),
       phase_steps_(spec.n - 1),
       own_(ring::ChunkRange(spec.count, spec.n, spec.rank)) {}
@@ -42,10 +45,10 @@ RingMachine::StepPlan RingMachine::ReduceScatterStep(int s) const {
   const int n = spec_.n, r = spec_.rank;
   StepPlan p;
   p.step = s;
-  p.send_chunk = ring::ReduceScatterSendChunk(n, r, s);
-  p.recv_chunk = ring::ReduceScatterRecvChunk(n, r, s);
-  p.send = ring::ChunkRange(spec_.count, n, p.send_chunk);
-  p.recv = ring::ChunkRange(spec_.count, n, p.recv_chunk);
+  p.send_chunk = Wrap(r - 1 - s);  // ring::ReduceScatterSendChunk(n, r, s)
+  p.recv_chunk = Wrap(r - 2 - s);  // ring::ReduceScatterRecvChunk(n, r, s)
+  p.send = Chunk(p.send_chunk);
+  p.recv = Chunk(p.recv_chunk);
   p.send_src = s == 0 ? buffers_.in : buffers_.work;  // step 0 sends this rank's own data
   p.feedback = spec_.error_feedback && spec_.codec != Codec::kFp32;
   p.reduce = true;
@@ -57,14 +60,14 @@ RingMachine::StepPlan RingMachine::ReduceScatterStep(int s) const {
 }
 
 RingMachine::StepPlan RingMachine::AllGatherStep(int s) const {
-  const int n = spec_.n, r = spec_.rank;
+  const int r = spec_.rank;
   const bool lossy = spec_.codec != Codec::kFp32;
   StepPlan p;
   p.step = s;
-  p.send_chunk = ring::AllGatherSendChunk(n, r, s);
-  p.recv_chunk = ring::AllGatherRecvChunk(n, r, s);
-  p.send = ring::ChunkRange(spec_.count, n, p.send_chunk);
-  p.recv = ring::ChunkRange(spec_.count, n, p.recv_chunk);
+  p.send_chunk = Wrap(r - s);      // ring::AllGatherSendChunk(n, r, s)
+  p.recv_chunk = Wrap(r - 1 - s);  // ring::AllGatherRecvChunk(n, r, s)
+  p.send = Chunk(p.send_chunk);
+  p.recv = Chunk(p.recv_chunk);
   p.send_src = buffers_.out;
   p.adopt = s == 0 && lossy ? buffers_.out : nullptr;  // the owner adopts what it sends
   p.feedback = s == 0 && lossy && spec_.error_feedback;
@@ -94,7 +97,7 @@ RingMachine::StepPlan RingMachine::Plan(int t) const {
 }
 
 int RingMachine::next_step() const {
-  const int t = timer_.received() / shape_.segments();
+  const int t = timer_.received() / segments_;
   if (spec_.kind == ring::TimedKind::kAllReduce && t >= phase_steps_) return t - phase_steps_;
   return t;
 }
@@ -114,7 +117,7 @@ absl::Status RingMachine::Begin(std::vector<Send>* sends) {
 
 absl::Status RingMachine::MakeSend(const StepPlan& p, int k, const ring::RingTimer::Post& post,
                                    std::vector<Send>* sends) {
-  const ring::Range g = ring::SplitSegment(p.send, shape_.segments(), k);
+  const ring::Range g = Segment(p.send, k);
   const uint64_t bytes = SegmentWireBytes(spec_.codec, g.size);
   std::unique_ptr<SegmentPayload> payload =
       pool_ != nullptr ? pool_->Take() : std::make_unique_for_overwrite<SegmentPayload>();
@@ -175,10 +178,11 @@ absl::Status RingMachine::OnReceive(const MessageTiming& timing, const SegmentPa
         absl::StrCat("a message after the last receive of ", TimedKindName(spec_.kind), " #",
                      spec_.op_id));
   }
-  const int segments = shape_.segments();
-  const int t = timer_.received() / segments, k = timer_.received() % segments;
+  const int received = timer_.received();
+  const int t = segments_ == 1 ? received : received / segments_;
+  const int k = segments_ == 1 ? 0 : received % segments_;
   const StepPlan p = Plan(t);
-  const ring::Range g = ring::SplitSegment(p.recv, segments, k);
+  const ring::Range g = Segment(p.recv, k);
   RP_RETURN_IF_ERROR(Check(payload, p, k, g.size));
   if (g.size > 0) {
     if (p.reduce) {

@@ -96,21 +96,29 @@ struct SegmentPayload final : FabricPayload {
 // received.
 class SegmentPool {
  public:
+  SegmentPool() = default;
+  SegmentPool(const SegmentPool&) = delete;
+  SegmentPool& operator=(const SegmentPool&) = delete;
+  ~SegmentPool() {
+    for (size_t i = 0; i < size_; ++i) delete free_[i];
+  }
   // A payload to overwrite: a recycled one, else a new one.
   std::unique_ptr<SegmentPayload> Take() {
-    if (free_.empty()) return std::make_unique_for_overwrite<SegmentPayload>();
-    std::unique_ptr<SegmentPayload> p = std::move(free_.back());
-    free_.pop_back();
-    return p;
+    if (size_ == 0) return std::make_unique_for_overwrite<SegmentPayload>();
+    return std::unique_ptr<SegmentPayload>(free_[--size_]);
   }
   // Keeps `p` for a later Take (at most kKeep are kept); `p` must be a SegmentPayload (AsSegment).
   void Give(std::unique_ptr<FabricPayload> p) {
-    if (free_.size() < kKeep) free_.emplace_back(static_cast<SegmentPayload*>(p.release()));
+    if (size_ < kKeep) free_[size_++] = static_cast<SegmentPayload*>(p.release());
   }
 
  private:
+  // Kept inline (not in a vector's block): a comm stream gives back the payload it was handed and
+  // takes it again for the send that follows, and at thousands of streams a block of its own was
+  // one more cold line a message.
   static constexpr size_t kKeep = 8;
-  std::vector<std::unique_ptr<SegmentPayload>> free_;
+  std::array<SegmentPayload*, kKeep> free_{};
+  size_t size_ = 0;
 };
 
 // `p` as a ring segment, or nullptr if it is something else (a cheap exact-type check).
@@ -204,7 +212,29 @@ class RingMachine {
   const Buffers buffers_;
   const Nanos start_;
   SegmentPool* const pool_;
+  // Chunk c of the real buffer (ring::ChunkRange without its division: every message plans two
+  // steps, and divisions were a tenth of a small message's cost).
+  ring::Range Chunk(int c) const {
+    const size_t uc = static_cast<size_t>(c);
+    return ring::Range{uc * chunk_base_ + (uc < chunk_extra_ ? uc : chunk_extra_),
+                       chunk_base_ + (uc < chunk_extra_ ? 1 : 0)};
+  }
+  // a mod n for a in [-2n, 2n) (ring::Mod without its divisions).
+  int Wrap(int a) const {
+    const int n = spec_.n;
+    if (a < 0) a += n;
+    if (a < 0) a += n;
+    if (a >= n) a -= n;
+    return a;
+  }
+  // Segment k of a step's range (ring::SplitSegment; no division for one segment a chunk).
+  ring::Range Segment(ring::Range r, int k) const {
+    return segments_ == 1 ? r : ring::SplitSegment(r, segments_, k);
+  }
+
   const ring::TimedShape shape_;
+  const int segments_;     // shape_.segments()
+  const size_t chunk_base_, chunk_extra_;  // count / n, count % n
   ring::RingTimer timer_;
   const int phase_steps_;  // reduce-scatter steps of an all-reduce (n - 1)
   ring::Range own_;        // the own chunk

@@ -15,8 +15,9 @@ RingTimer::RingTimer(TimedKind kind, const TimedShape& shape, int n, int rank, i
       progress_(start),
       reduce_end_(start),
       last_consumed_(start),
-      last_post_ready_(start) {
-  const int K = shape_.segments();
+      last_post_ready_(start),
+      segments_(shape.segments()) {
+  const int K = segments_;
   if (n_ <= 1) return;
   switch (kind_) {
     case TimedKind::kAllReduce: steps_ = 2 * (n_ - 1); break;
@@ -57,8 +58,8 @@ void RingTimer::AddSpan(Nanos start, Nanos end, bool peer) {
 }
 
 bool RingTimer::OnReceive(Nanos arrival, Nanos ready, Post* post) {
-  const int K = shape_.segments();
-  const int step = received_ / K, k = received_ % K;
+  const int K = segments_;
+  const int step = K == 1 ? received_ : received_ / K, k = K == 1 ? 0 : received_ % K;
   ++received_;
   if (arrival > progress_) {
     // The wait [progress, arrival]: where the rank's own reduce engine is busy it is reduce

@@ -131,7 +131,7 @@ class RingTimer {
   bool OnReceive(Nanos arrival, Nanos ready, Post* post);
 
   int steps() const { return steps_; }
-  int segments() const { return shape_.segments(); }
+  int segments() const { return segments_; }
   int receives() const { return receives_; }
   int received() const { return received_; }
   bool done() const { return received_ >= receives_; }
@@ -168,6 +168,7 @@ class RingTimer {
   std::vector<Span> busy_;    // the reduce engine's busy intervals in time order
   size_t busy_next_ = 0;      // the first that may still overlap a later wait
   uint64_t posted_bytes_ = 0;
+  const int segments_;  // shape_.segments(), computed once (a division)
   void AddSpan(Nanos start, Nanos end, bool peer);
   std::vector<Span> spans_;
 };

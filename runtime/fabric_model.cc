@@ -88,6 +88,7 @@ int FabricModel::EgressPort(int device, LinkClass c) const {
 int FabricModel::IngressPort(int device, LinkClass c) const { return EgressPort(device, c) + 1; }
 
 double FabricModel::FactorOf(int src, int dst, int step) const {
+  if (faults_.empty()) return 1.0;
   auto it = faults_.find(int64_t{src} * num_devices_ + dst);
   if (it == faults_.end()) return 1.0;
   double f = 1.0;
@@ -117,25 +118,41 @@ MessageTiming FabricModel::Time(const FabricMessage& m, Nanos egress_free,
   return t;
 }
 
+MessageTiming FabricModel::CommitOn(const FabricMessage& m, LinkClass c, int egress, int ingress) {
+  const LinkParams& p = c == LinkClass::kIntraNode ? spec_.intra_node : spec_.inter_node;
+  const double f = FactorOf(m.src, m.dst, m.step);
+  Nanos occupancy;
+  if (f == 1.0) {
+    Occupancy& last = last_occupancy_[c == LinkClass::kIntraNode ? 0 : 1];
+    if (last.bytes != m.bytes) last = {m.bytes, PortOccupancy(p, m.bytes, 1.0)};
+    occupancy = last.time;
+  } else {
+    occupancy = PortOccupancy(p, m.bytes, f);
+  }
+  Nanos& out = free_at_[static_cast<size_t>(egress)];
+  Nanos& in = free_at_[static_cast<size_t>(ingress)];
+  MessageTiming t;
+  t.ready = m.ready;
+  t.link_class = c;
+  t.egress_port = egress;
+  t.ingress_port = ingress;
+  t.start = std::max({m.ready, out, in});
+  t.last_byte = SaturatingAdd(t.start, occupancy);
+  t.arrival = SaturatingAdd(t.last_byte, LinkLatency(p, f));
+  out = in = t.last_byte;
+  return t;
+}
+
 MessageTiming FabricModel::Commit(const FabricMessage& m) {
   const LinkClass c = spec_.ClassOf(m.src, m.dst);
   if (c == LinkClass::kSelf) return Time(m, Nanos(0), Nanos(0));
-  Nanos& out = free_at_[static_cast<size_t>(EgressPort(m.src, c))];
-  Nanos& in = free_at_[static_cast<size_t>(IngressPort(m.dst, c))];
-  const MessageTiming t = Time(m, out, in);
-  out = in = t.last_byte;
-  return t;
+  return CommitOn(m, c, EgressPort(m.src, c), IngressPort(m.dst, c));
 }
 
 MessageTiming FabricModel::CommitThrough(const FabricMessage& m, int ingress_device) {
   const LinkClass c = spec_.ClassOf(m.src, m.dst);
   if (c == LinkClass::kSelf) return Time(m, Nanos(0), Nanos(0));
-  Nanos& out = free_at_[static_cast<size_t>(EgressPort(m.src, c))];
-  Nanos& in = free_at_[static_cast<size_t>(IngressPort(ingress_device, c))];
-  MessageTiming t = Time(m, out, in);
-  t.ingress_port = IngressPort(ingress_device, c);
-  out = in = t.last_byte;
-  return t;
+  return CommitOn(m, c, EgressPort(m.src, c), IngressPort(ingress_device, c));
 }
 
 MessageTiming FabricModel::Uncontended(const FabricMessage& m) const {

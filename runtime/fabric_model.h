@@ -107,6 +107,8 @@ class FabricModel {
   int EgressPort(int device, LinkClass c) const;
   int IngressPort(int device, LinkClass c) const;
   MessageTiming Time(const FabricMessage& m, Nanos egress_free, Nanos ingress_free) const;
+  // Commits `m` on class `c` (not self) between the given ports.
+  MessageTiming CommitOn(const FabricMessage& m, LinkClass c, int egress, int ingress);
 
   LinkSpec spec_;
   int num_devices_ = 1;
@@ -115,6 +117,13 @@ class FabricModel {
   absl::flat_hash_map<int64_t, std::vector<std::pair<int, double>>> faults_;
   // Free time per port: [0, 2N) intra ports (2d out, 2d + 1 in), then 2 per NIC.
   std::vector<Nanos> free_at_;
+  // The healthy port occupancy of the last size committed per link class (intra, inter): a
+  // collective's messages have one size, and o + b/β costs a division and a rounding call.
+  struct Occupancy {
+    uint64_t bytes = ~uint64_t{0};
+    Nanos time{0};
+  };
+  Occupancy last_occupancy_[2];
 };
 
 // Rail-optimized by default (0): one NIC per device. Validated by FabricModel::Create.
