@@ -70,11 +70,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <queue>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "boost/circular_buffer.hpp"
+#include "boost/heap/d_ary_heap.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/fabric_model.h"
@@ -259,6 +259,9 @@ class Fabric {
     // (a std::deque would allocate and free a block every few messages); grown by PostLocked.
     boost::circular_buffer<TicketId> queue;
   };
+  // Pending messages, least key on top: a 4-ary heap (Boost.Heap) — half the levels of a binary
+  // heap, its four children on two adjacent lines (BM_EventRing at 4096 streams: 283-287 against
+  // 290-360 ns a message with std::priority_queue, 3 interleaved pairs).
   struct Pending {
     Key key;
     TicketId ticket = 0;
@@ -320,7 +323,7 @@ class Fabric {
   std::deque<Channel> channels_ ABSL_GUARDED_BY(mu_);
   std::vector<Gate> gates_ ABSL_GUARDED_BY(mu_);
   std::vector<Rendezvous> rendezvous_ ABSL_GUARDED_BY(mu_);
-  std::priority_queue<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  boost::heap::d_ary_heap<Pending, boost::heap::arity<4>> pending_ ABSL_GUARDED_BY(mu_);
   // Ticket storage: blocks of kTicketBlock (addresses stay put), free ids reused LIFO.
   static constexpr uint32_t kTicketShift = 9, kTicketBlock = 1u << kTicketShift;
   struct TicketBlock {
