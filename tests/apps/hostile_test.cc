@@ -387,5 +387,21 @@ TEST(HostileInput, ByteCountsPastTheirBoundAreRefusedNotWrapped) {
   fs::remove_all(dir);
 }
 
+// A deep pipeline's prediction held a channel for every ordered pair of ranks in its validation
+// (2 p² deques): `predict --pp=1024` took 1.4 GB and 1.5 s, --pp=4096 ran out of memory. The
+// channels a pipeline uses are O(p); under a 600 MB address-space limit --pp=4096 now predicts.
+TEST(HostileInput, ADeepPipelinesPredictionNeedsNoMemoryPerPairOfRanks) {
+  const fs::path dir = TempDir("deep_pipeline");
+  const fs::path out = dir / "out.txt";
+  const int status = std::system(("ulimit -v 600000; " + std::string(RINGPIPE_BIN) +
+                                  " predict --pp=4096 --hidden=64x4096 --tp=1 --dp=1 > " + out.string() +
+                                  " 2>&1")
+                                     .c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << ReadFile(out);
+  EXPECT_NE(ReadFile(out).find("4096 devices"), std::string::npos) << ReadFile(out);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
