@@ -2,10 +2,14 @@
 #include "apps/cli.h"
 #include "apps/files.h"
 #include "apps/flags.h"
+#include "apps/subcommands.h"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -291,6 +295,73 @@ TEST(RingpipeBinary, HelpListsEveryAllReduceFlag) {
                            "--streaming_min_bytes"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
+}
+
+// Help wins: -h / --help anywhere among a subcommand's arguments prints its help on stdout and exits 0,
+// whatever else is there — an unknown flag, a bad value, a stray argument, a flag missing its value —
+// for every subcommand `ringpipe --help` lists. (Before: the first bad argument was an error, exit 2.)
+TEST(RingpipeBinary, HelpAnywhereWinsOverInvalidArgumentsInEverySubcommand) {
+  const fs::path dir = TempDir("help_wins");
+  for (const Subcommand& sub : AllSubcommands()) {
+    const std::string name = sub.name;
+    const std::vector<FlagSpec> specs = sub.flags();
+    // One of its own flags that takes an integer, given a word; one that takes a value, given none;
+    // one that takes text.
+    std::string bad_int, no_value, text_flag;
+    for (const FlagSpec& f : specs) {
+      if (bad_int.empty() && f.grammar == Grammar::kInt) bad_int = "--" + f.name + "=abc";
+      if (no_value.empty() && f.grammar != Grammar::kBool) no_value = "--" + f.name;
+      if (text_flag.empty() && f.grammar == Grammar::kString) text_flag = "--" + f.name;
+    }
+    ASSERT_FALSE(bad_int.empty()) << name;
+    ASSERT_FALSE(no_value.empty()) << name;
+    const std::string help_head = "ringpipe " + name + ": " + sub.summary + "\n\nflags:\n";
+    const std::vector<std::string> cases = {"--bogus --help", "--help --bogus", bad_int + " --help", bad_int + " -h",
+                                            "-h " + bad_int, "stray --help", "--bogus=1 " + bad_int + " -help",
+                                            no_value + " --helpfull", no_value + " -h", "--help --help"};
+    for (const std::string& args : cases) {
+      const std::string cmd = name + " " + args;
+      const rp::apps::testing::BinaryResult r = rp::apps::testing::RunBinary(cmd, dir);
+      EXPECT_EQ(r.exit_code, kExitOk) << cmd << "\n" << r.err;
+      EXPECT_EQ(r.out.rfind(help_head, 0), 0u) << cmd << "\n" << r.out.substr(0, 200);
+      EXPECT_EQ(r.out, rp::apps::testing::RunBinary(name + " --help", dir).out) << cmd;
+      EXPECT_EQ(r.err, "") << cmd;
+    }
+    // A help word as a flag's value after '=' is the value, not help.
+    if (!text_flag.empty()) {
+      auto parsed = ParseSubcommandArgs(name, {text_flag + "=-h"});
+      ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
+      EXPECT_FALSE(parsed->help) << name;
+    }
+  }
+  // Before any subcommand: the list of subcommands. An unknown subcommand stays an error.
+  for (const std::string args : {"--bogus --help", "--help --bogus", "--dp=abc -h", "--help --help", "help --help"}) {
+    const rp::apps::testing::BinaryResult r = rp::apps::testing::RunBinary(args, dir);
+    EXPECT_EQ(r.exit_code, kExitOk) << args << "\n" << r.err;
+    EXPECT_EQ(r.out.rfind("ringpipe: emulates", 0), 0u) << args << "\n" << r.out.substr(0, 200);
+    EXPECT_EQ(r.err, "") << args;
+  }
+  rp::apps::testing::ExpectBadInput(rp::apps::testing::RunBinary("bogus --help", dir), "unknown subcommand 'bogus'",
+                                    "bogus --help");
+  fs::remove_all(dir);
+}
+
+TEST(ParseFlags, AHelpArgumentAnywhereWinsAndReadsNothingElse) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--no_such_flag", "--help"},
+           {"--cli_test_int=seven", "-h"},
+           {"-help", "stray"},
+           {"--cli_test_int=1", "--cli_test_int=2", "--helpfull"},
+           {"--cli_test_string", "-h"}}) {
+    auto a = ParseFlags("x", args, kSpecs);
+    ASSERT_TRUE(a.ok()) << args[0] << ": " << a.status();
+    EXPECT_TRUE(a->help) << args[0];
+    EXPECT_TRUE(a->occurrences.empty()) << args[0];
+  }
+  auto a = ParseFlags("x", {"--cli_test_string=--help"}, kSpecs);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->help);
+  EXPECT_EQ(a->Text("cli_test_string"), "--help");
 }
 
 }  // namespace
