@@ -281,7 +281,7 @@ TEST(HostileInput, PathsLongerThanPathMaxAreBadInputBeforeTheWork) {
   const fs::path deeper = deep / std::string(47, 'f');
   fs::create_directories(deeper);
   ExpectBadInput(RunBinary("predict --steps=1 --report_json=" + (deeper / std::string(180, 'r')).string(), dir),
-                 "path too long: 4081 bytes, 4098 for its temporary file beside it; at most 4095", "temporary file");
+                 "path too long: 4081 bytes, 4102 for its temporary files beside it; at most 4095", "temporary file");
   ExpectBadInput(RunBinary("run --steps=1 --report_json=" + (deep / std::string(250, 'r')).string(), dir),
                  "path too long: 4103 bytes", "target");
   ExpectBadInput(RunBinary("sweep --predict_only --steps=1 --axis=dp=1,2 --out_dir=" +
@@ -290,7 +290,7 @@ TEST(HostileInput, PathsLongerThanPathMaxAreBadInputBeforeTheWork) {
                  "path too long", "a directory output's files");
   EXPECT_TRUE(fs::is_empty(deeper));
   // The longest that fit are written.
-  const fs::path fits = deep / std::string(200, 'r');  // 4053 bytes, its temporary file 4070
+  const fs::path fits = deep / std::string(200, 'r');  // 4053 bytes, its temporary files 4074
   ASSERT_EQ(RunBinary("predict --steps=1 --report_json=" + fits.string(), dir).exit_code, 0);
   EXPECT_TRUE(json::parse(ReadFile(fits)).is_object());
   fs::remove_all(dir);
