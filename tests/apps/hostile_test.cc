@@ -387,5 +387,18 @@ TEST(HostileInput, ByteCountsPastTheirBoundAreRefusedNotWrapped) {
   fs::remove_all(dir);
 }
 
+// Too many modeled messages a step name the field that makes them many. `predict --microbatches=1000000`
+// named --tp "(value from preset 'default')": the TP rings dominate, but they grow with the
+// micro-batches, and one micro-batch needs 20 messages.
+TEST(HostileInput, TooManyMessagesNameTheFieldThatMakesThemMany) {
+  const fs::path dir = TempDir("message_blame");
+  ExpectBadInput(RunBinary("predict --microbatches=1000000", dir),
+                 "ringpipe predict: --microbatches: about 20000004 modeled messages per device per step", "m");
+  ExpectBadInput(RunBinary("predict --dp=1048576 --pp=1 --tp=1", dir), "ringpipe predict: --dp: about", "dp");
+  ExpectBadInput(RunBinary("predict --segment_bytes=4 --hidden=4096x8", dir), "ringpipe predict: --segment_bytes: about",
+                 "segments");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
