@@ -245,6 +245,7 @@ class BlockCleanupSignals {
 
 namespace internal {
 void RegisterTempFile(const std::string& path) { RegisterTemp(path); }
+void RegisterTempDir(const std::string& path) { RegisterTemp(path, /*is_dir=*/true); }
 }  // namespace internal
 
 absl::Status CheckInputFile(const std::string& flag, const std::string& path) {

@@ -97,6 +97,9 @@ namespace internal {
 // Adds `path` to the files the SIGINT / SIGTERM handler removes (what a commit does for each of its
 // temporary files; exposed for the test of the handler).
 void RegisterTempFile(const std::string& path);
+// Adds the directory `path` to those the handler removes once the files in them are gone (a commit's
+// staging directory and the parents it created).
+void RegisterTempDir(const std::string& path);
 }  // namespace internal
 
 // Writes `contents` to `path` atomically (an OutputFiles of one file: checked, temporary file,
