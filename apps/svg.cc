@@ -39,6 +39,16 @@ std::string Line(double x1, double y1, double x2, double y2, const char* stroke,
 
 bool Finite(double v) { return std::isfinite(v); }
 
+// Characters of UTF-8 `text` (its bytes that do not continue a character).
+size_t Glyphs(std::string_view text) {
+  return static_cast<size_t>(
+      std::count_if(text.begin(), text.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xc0) != 0x80; }));
+}
+// An x tick label's width a character (11 px DejaVu Sans: digits 7 px, most letters less) and the
+// room kept between two labels.
+constexpr double kTickCharWidth = 7;
+constexpr double kTickLabelGap = 4;
+
 // A marker of shape `m` centred at (x, y); `r` is the circle's radius, the other shapes are drawn to
 // look about as large.
 std::string MarkerAt(Marker m, double x, double y, double r, const std::string& fill, const std::string& stroke) {
@@ -197,11 +207,44 @@ std::string ChartBody(const Chart& c, int width, int height) {
   }
   absl::StrAppend(&out, Line(left, top, left, bottom, "#333333", 1.2));
   absl::StrAppend(&out, Line(left, bottom, right, bottom, "#333333", 1.2));
+  // Every x position gets its tick. On a numeric axis a label that would overlap one already placed is
+  // left out (its neighbours tell its value): first the labels that say no point ran there ("99
+  // (invalid)"), then the two ends, then the others from left to right (`--axis=seed=1..60` on a log2 axis
+  // printed 60 labels on top of each other). A category's label is its only name: always drawn.
+  std::vector<std::string> tick_labels(n);
+  std::vector<size_t> by_x(n);
+  for (size_t i = 0; i < n; ++i) {
+    tick_labels[i] = i < c.x_labels.size() ? c.x_labels[i] : FormatTick(numeric ? c.x_values[i] : i, false);
+    by_x[i] = i;
+  }
+  std::stable_sort(by_x.begin(), by_x.end(), [&](size_t a, size_t b) { return pos[a] < pos[b]; });
+  std::vector<bool> labelled(n, false);
+  std::vector<std::pair<double, double>> taken;  // [left, right] of the labels placed
+  auto place = [&](size_t i) {
+    if (labelled[i]) return;
+    if (!numeric) {
+      labelled[i] = true;
+      return;
+    }
+    const double half = kTickCharWidth * static_cast<double>(Glyphs(tick_labels[i])) / 2, x = X(pos[i]);
+    for (const auto& [l, r] : taken) {
+      if (x - half < r + kTickLabelGap && l < x + half + kTickLabelGap) return;
+    }
+    taken.emplace_back(x - half, x + half);
+    labelled[i] = true;
+  };
+  for (const size_t i : by_x) {
+    if (tick_labels[i].find(" (") != std::string::npos) place(i);
+  }
+  if (n > 0) {
+    place(by_x.front());
+    place(by_x.back());
+  }
+  for (const size_t i : by_x) place(i);
   for (size_t i = 0; i < n; ++i) {
     const double x = X(pos[i]);
     absl::StrAppend(&out, Line(x, bottom, x, bottom + 5, "#333333", 1));
-    const std::string label = i < c.x_labels.size() ? c.x_labels[i] : FormatTick(numeric ? c.x_values[i] : i, false);
-    absl::StrAppend(&out, Text(x, bottom + 18, label, 11, "middle"));
+    if (labelled[i]) absl::StrAppend(&out, Text(x, bottom + 18, tick_labels[i], 11, "middle"));
   }
   absl::StrAppend(&out, Text((left + right) / 2, bottom + 36, c.x_label, 12, "middle"));
   absl::StrAppend(&out, absl::StrCat("<text x=\"16\" y=\"", Num((top + bottom) / 2),

@@ -11,7 +11,8 @@
 //   * a series value of NaN is "no point" (a failed sweep point): lines break there, no bar is drawn;
 //   * x positions are the chart's x_values (numeric, optionally log2-spaced; in any order: a line
 //     joins its points left to right) or, if none are given, evenly spaced categories; ticks sit at
-//     the data positions and carry x_labels;
+//     the data positions and carry x_labels (on a numeric axis, a label that would overlap another
+//     is left out: the labels that say a point did not run, then the ends, are placed first);
 //   * titles fit their width: the font shrinks (down to 8 px; a longer title is cut with "...");
 //   * legends stay inside the chart: a chart's column on the right spaces its entries to fit the
 //     height, else the entries go in 1 to 4 columns under the plot (as many as their names fit); a Gantt legend wraps its lines;

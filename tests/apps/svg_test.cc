@@ -298,6 +298,56 @@ TEST(SweepCharts, FortySeriesGroupsAreDrawnPairwiseDistinct) {
   }
 }
 
+// The x tick labels of a numeric axis do not overlap: `sweep --axis=seed=1..60` (log2 spacing) printed
+// all 60 labels, the right half on top of each other. Every position keeps its tick; the first end and a
+// label saying no point ran there are drawn (the latter first: here it takes the place of "60"); a
+// category's label is always drawn.
+TEST(SvgChart, NumericTickLabelsDoNotOverlap) {
+  Chart c{.title = "t", .x_label = "seed", .log_x = true};
+  for (int v = 1; v <= 60; ++v) {
+    c.x_values.push_back(v);
+    c.x_labels.push_back(v == 45 ? "45 (invalid)" : std::to_string(v));
+  }
+  c.series.push_back({.name = "predicted", .y = std::vector<double>(60, 1.0), .dashed = true});
+  const std::string svg = RenderChart(c);
+  ASSERT_TRUE(ParseXml(svg).ok);
+  // The labels drawn under the axis: their centre and width (7 px a character at 11 px).
+  std::vector<std::pair<double, double>> spans;
+  std::vector<std::string> drawn;
+  for (int v = 1; v <= 60; ++v) {
+    const std::string label = v == 45 ? "45 (invalid)" : std::to_string(v);
+    const size_t at = svg.find("text-anchor=\"middle\">" + label + "</text>");
+    if (at == std::string::npos) continue;
+    const size_t tag = svg.rfind("<text x=\"", at);
+    double x = 0;
+    ASSERT_TRUE(absl::SimpleAtod(svg.substr(tag + 9, svg.find('"', tag + 9) - tag - 9), &x)) << label;
+    spans.push_back({x - 3.5 * static_cast<double>(label.size()), x + 3.5 * static_cast<double>(label.size())});
+    drawn.push_back(label);
+  }
+  for (const char* must : {"1", "45 (invalid)", "2", "4", "8"}) {
+    EXPECT_NE(std::find(drawn.begin(), drawn.end(), must), drawn.end()) << must;
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k) EXPECT_LE(spans[k - 1].second, spans[k].first) << drawn.size() << " " << k;
+  // One tick per position all the same: 60 short vertical lines from the axis down.
+  size_t ticks = 0;
+  for (size_t at = svg.find("<line "); at != std::string::npos; at = svg.find("<line ", at + 1)) {
+    const std::string line = svg.substr(at, svg.find("/>", at) - at);
+    double y1 = 0, y2 = 0;
+    const size_t a = line.find("y1=\"") + 4, b = line.find("y2=\"") + 4;
+    ASSERT_TRUE(absl::SimpleAtod(line.substr(a, line.find('"', a) - a), &y1));
+    ASSERT_TRUE(absl::SimpleAtod(line.substr(b, line.find('"', b) - b), &y2));
+    ticks += std::abs(y2 - y1 - 5) < 1e-9;
+  }
+  EXPECT_EQ(ticks, 60u);
+  // Categories keep every label, however tight.
+  Chart bars{.title = "t", .bars = true};
+  for (int v = 0; v < 12; ++v) bars.x_labels.push_back("interleaved-" + std::to_string(v));
+  bars.series.push_back({.name = "predicted", .y = std::vector<double>(12, 1.0), .dashed = true});
+  const std::string bar_svg = RenderChart(bars);
+  for (const std::string& label : bars.x_labels) EXPECT_NE(bar_svg.find(">" + label + "</text>"), std::string::npos);
+}
+
 TEST(SvgChart, CategoricalBarsDrawOneBarPerFiniteValue) {
   Chart c{.title = "schedules", .x_labels = {"gpipe", "1f1b", "interleaved", "zb-h1"}, .bars = true};
   c.series.push_back({.name = "measured", .y = {10, 8, kNaN, 7}});
