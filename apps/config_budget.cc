@@ -213,11 +213,14 @@ absl::Status CheckMessages(const RunConfig& cfg, const ModeledSizes& sizes) {
   const Traffic traffic = EstimateTraffic(cfg, sizes);
   if (traffic.messages <= kMaxMessagesPerDeviceStep) return absl::OkStatus();
   // The field that makes them many: small segments, else the part that dominates (the DP ring's grows
-  // with dp, the TP rings' with tp, the p2p messages with microbatches).
+  // with dp; the TP rings' with tp and microbatches; the p2p messages with microbatches). Where the TP
+  // rings dominate, tp is named only if a single micro-batch would still be too many: `predict
+  // --microbatches=1000000` named --tp, at its preset's 2, though 20 messages a micro-batch fit.
   const double p2p = traffic.messages - traffic.dp_messages - traffic.tp_messages;
+  const double one_microbatch = traffic.dp_messages + (traffic.tp_messages + p2p) / cfg.microbatches;
   const char* field = cfg.segment_bytes > 0                                          ? "segment_bytes"
                       : traffic.dp_messages >= std::max(traffic.tp_messages, p2p) ? "dp"
-                      : traffic.tp_messages >= p2p                                 ? "tp"
+                      : traffic.tp_messages >= p2p && one_microbatch > kMaxMessagesPerDeviceStep ? "tp"
                                                                                    : "microbatches";
   return FieldError(field, absl::StrFormat("about %.0f modeled messages per device per step (DP ring %.0f, TP "
                                            "rings %.0f, p2p %.0f; dp=%d, tp=%d, microbatches=%d, segment_bytes=%d "

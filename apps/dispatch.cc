@@ -2,6 +2,7 @@
 // that standard output got everything.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,16 +16,17 @@
 namespace rp::apps {
 namespace {
 
-bool IsHelp(const std::string& arg) {
-  return arg == "-h" || arg == "--help" || arg == "-help" || arg == "--helpfull" || arg == "help";
-}
+// Help as the first argument: the help arguments of every subcommand, and the word `help`
+// (`ringpipe help run`).
+bool IsHelp(const std::string& arg) { return IsHelpArgument(arg) || arg == "help"; }
 
 void PrintTopHelp(const std::vector<Subcommand>& subs, std::FILE* stream) {
   std::string text =
       "ringpipe: emulates DP x PP x TP training on real threads, real buffers and modeled time.\n\n"
       "usage: ringpipe <subcommand> [--flag=value]...\n\nsubcommands:\n";
   for (const Subcommand& s : subs) absl::StrAppend(&text, "  ", s.name, "  ", s.summary, "\n");
-  absl::StrAppend(&text, "\n`ringpipe <subcommand> --help` lists its flags and their defaults.\n"
+  absl::StrAppend(&text, "\n`ringpipe <subcommand> --help` lists its flags and their defaults (-h or --help anywhere among the "
+                         "arguments wins over the others, valid or not).\n"
                          "Exit codes: 0 ok, 1 failed (an output could not be written, a check failed), 2 bad "
                          "input, 3 the emulated run failed at run time, 4 a sweep with failed points.\n");
   std::fputs(text.c_str(), stream);
@@ -78,6 +80,8 @@ int RunMain(const std::vector<std::string>& argv) {
     name = rest.front();
     rest.erase(rest.begin());
   }
+  // Help wins over the other arguments, valid or not (apps/flags.h): a help argument anywhere.
+  help = help || std::any_of(rest.begin(), rest.end(), [](const std::string& a) { return IsHelpArgument(a); });
   for (const Subcommand& s : subs) {
     if (name != s.name) continue;
     const std::vector<FlagSpec> specs = s.flags();
@@ -94,6 +98,10 @@ int RunMain(const std::vector<std::string>& argv) {
     return FinishStdout(s.name, s.run(*args));
   }
   if (!name.empty() && name[0] == '-') {
+    if (help || IsHelpArgument(name)) {  // `ringpipe --bogus --help`, `ringpipe --help --help`: no subcommand named
+      PrintTopHelp(subs, stdout);
+      return FinishStdout("", kExitOk);
+    }
     return Fail(absl::StrCat("'", OneLine(name), "': the subcommand comes first (see `ringpipe --help`)"));
   }
   return Fail(absl::StrCat("unknown subcommand '", OneLine(name), "' (see `ringpipe --help`)"));

@@ -37,36 +37,46 @@ const char* KindOf(mode_t mode) {
   return "not a regular file";
 }
 
-// --- Signal-safe registry of the temporary files a commit holds ---
+// --- Signal-safe registry of the temporary files and directories a commit holds ---
 
 constexpr size_t kMaxTempFiles = 64;
 constexpr size_t kMaxTempPath = 4096;
+constexpr int kSlotFree = 0, kSlotFile = 1, kSlotDir = 2;
 struct TempSlot {
-  std::atomic<int> ready{0};  // 1: `path` names a temporary file to remove on a signal
+  std::atomic<int> ready{kSlotFree};  // kSlotFile / kSlotDir: `path` names one to remove on a signal
   char path[kMaxTempPath] = {};
 };
 std::array<TempSlot, kMaxTempFiles> g_temps;
 
-// Registers `path`; -1 if the registry is full or the path too long (the file is then only
-// removed by the ordinary error paths).
-int RegisterTemp(const std::string& path) {
+// Registers `path` (a file, or a directory the handler removes once the files in it are gone); -1 if
+// the registry is full or the path too long (it is then only removed by the ordinary error paths).
+int RegisterTemp(const std::string& path, bool is_dir = false) {
   if (path.size() + 1 > kMaxTempPath) return -1;
   for (size_t i = 0; i < g_temps.size(); ++i) {
-    if (g_temps[i].ready.load(std::memory_order_relaxed) != 0) continue;
+    if (g_temps[i].ready.load(std::memory_order_relaxed) != kSlotFree) continue;
     std::memcpy(g_temps[i].path, path.c_str(), path.size() + 1);
-    g_temps[i].ready.store(1, std::memory_order_release);  // pairs with the handler's acquire
+    g_temps[i].ready.store(is_dir ? kSlotDir : kSlotFile, std::memory_order_release);  // pairs with the handler's acquire
     return static_cast<int>(i);
   }
   return -1;
 }
 
 void UnregisterTemp(int slot) {
-  if (slot >= 0) g_temps[static_cast<size_t>(slot)].ready.store(0, std::memory_order_release);
+  if (slot >= 0) g_temps[static_cast<size_t>(slot)].ready.store(kSlotFree, std::memory_order_release);
 }
 
 extern "C" void CleanupAndDie(int sig) {
   for (TempSlot& t : g_temps) {
-    if (t.ready.load(std::memory_order_acquire) == 1) ::unlink(t.path);  // async-signal-safe
+    if (t.ready.load(std::memory_order_acquire) == kSlotFile) ::unlink(t.path);  // async-signal-safe
+  }
+  // Directories (a staging directory, the ancestors a commit created) in passes: a parent empties once
+  // its children are gone.
+  for (size_t pass = 0; pass < kMaxTempFiles; ++pass) {
+    bool removed = false;
+    for (TempSlot& t : g_temps) {
+      if (t.ready.load(std::memory_order_acquire) == kSlotDir && ::rmdir(t.path) == 0) removed = true;
+    }
+    if (!removed) break;
   }
   std::signal(sig, SIG_DFL);
   std::raise(sig);
@@ -136,26 +146,31 @@ std::string TempTemplate(const std::string& target) {
   return (dir / absl::StrCat(".", p.filename().string().substr(0, 200), ".ringpipe-XXXXXX")).string();
 }
 
+// A replaced file's old contents stay at its temporary file's name plus this until the commit ends.
+constexpr const char* kBackupSuffix = ".old";
+
 // Longest path the system calls take (PATH_MAX, with its terminating NUL): a longer one fails with
 // ENAMETOOLONG even where every name fits.
 constexpr size_t kMaxPathBytes = 4095;
 
-// Writes `contents` to a new temporary file beside `target`; returns its path (registered).
-absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string& target,
-                                      const std::string& contents, int& slot) {
+mode_t Umask() {
   static const mode_t kUmask = [] {
     const mode_t m = ::umask(0);
     ::umask(m);
     return m;
   }();
-  std::string tmpl = TempTemplate(target);
-  const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never through a symlink
-  if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create a temporary file: ", Errno(errno)));
-  slot = RegisterTemp(tmpl);
-  auto fail = [&](const char* what) {
+  return kUmask;
+}
+
+// Writes `contents` to `fd` (a new file at `path`), gives it the mode of a file created the usual way,
+// fsyncs and closes it; on failure closes it, removes `path` and unregisters `slot` (set to -1).
+// Errors name `target`, the output the file is for.
+absl::Status WriteAndClose(const std::string& flag, const std::string& target, int fd, const std::string& path,
+                           const std::string& contents, int& slot) {
+  auto fail = [&](const char* what, bool close_fd) {
     const int err = errno;
-    ::close(fd);
-    ::unlink(tmpl.c_str());
+    if (close_fd) ::close(fd);
+    ::unlink(path.c_str());
     UnregisterTemp(slot);
     slot = -1;
     return Bad(flag, target, absl::StrCat(what, ": ", Errno(err)));
@@ -164,25 +179,73 @@ absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string
   while (done < contents.size()) {
     const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("cannot write");
+    if (n <= 0) return fail("cannot write", true);
     done += static_cast<size_t>(n);
   }
-  if (::fchmod(fd, 0666 & ~kUmask) != 0) return fail("cannot set permissions");
-  if (::fsync(fd) != 0) return fail("cannot write (fsync)");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmpl.c_str());
-    UnregisterTemp(slot);
-    slot = -1;
-    return Bad(flag, target, absl::StrCat("cannot write (close): ", Errno(err)));
-  }
+  if (::fchmod(fd, 0666 & ~Umask()) != 0) return fail("cannot set permissions", true);
+  if (::fsync(fd) != 0) return fail("cannot write (fsync)", true);
+  if (::close(fd) != 0) return fail("cannot write (close)", false);
+  return absl::OkStatus();
+}
+
+// Writes `contents` to a new temporary file beside `target`; returns its path (registered in `slot`).
+absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string& target,
+                                      const std::string& contents, int& slot) {
+  std::string tmpl = TempTemplate(target);
+  const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never through a symlink
+  if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create a temporary file: ", Errno(errno)));
+  slot = RegisterTemp(tmpl);
+  RP_RETURN_IF_ERROR(WriteAndClose(flag, target, fd, tmpl, contents, slot));
   return tmpl;
 }
+
+// Writes `contents` to the new file `path` inside a staging directory (registered in `slot`).
+absl::Status WriteNew(const std::string& flag, const std::string& target, const std::string& path,
+                      const std::string& contents, int& slot) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create '", OneLine(path), "': ", Errno(errno)));
+  slot = RegisterTemp(path);
+  return WriteAndClose(flag, target, fd, path, contents, slot);
+}
+
+void SyncDir(const fs::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// `path` without trailing slashes ("out/" names the directory "out"; "/" stays).
+std::string WithoutTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// Blocks SIGINT, SIGTERM and SIGHUP while it lives: the renames of a commit and their undoing are not
+// interrupted half way; a signal that comes meanwhile is delivered at the end, when there is no backup
+// left to lose and the handler removes what is left.
+class BlockCleanupSignals {
+ public:
+  BlockCleanupSignals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+    ::pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~BlockCleanupSignals() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  BlockCleanupSignals(const BlockCleanupSignals&) = delete;
+  BlockCleanupSignals& operator=(const BlockCleanupSignals&) = delete;
+
+ private:
+  sigset_t old_;
+};
 
 }  // namespace
 
 namespace internal {
 void RegisterTempFile(const std::string& path) { RegisterTemp(path); }
+void RegisterTempDir(const std::string& path) { RegisterTemp(path, /*is_dir=*/true); }
 }  // namespace internal
 
 absl::Status CheckInputFile(const std::string& flag, const std::string& path) {
@@ -244,6 +307,9 @@ void InstallCleanupHandlers() {
   sa.sa_handler = CleanupAndDie;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+  // A write past the file-size limit (`ulimit -f`) fails with EFBIG, an error the commit reports and
+  // undoes, instead of SIGXFSZ killing the process half way through, its temporary files left behind.
+  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 absl::Status OutputFiles::Declare(const std::string& flag, const std::string& path, bool is_dir,
@@ -265,11 +331,13 @@ namespace {
 // A file output's path and its temporary file's fit PATH_MAX; else the run would go ahead and its
 // commit fail (exit 1): creating the temporary file, or renaming it into place, with ENAMETOOLONG.
 absl::Status CheckPathLength(const std::string& flag, const std::string& path) {
-  const size_t temp = TempTemplate(path).size();
+  // The longest is the name that keeps the old contents until the commit ends: the temporary file's
+  // and kBackupSuffix.
+  const size_t temp = TempTemplate(path).size() + std::strlen(kBackupSuffix);
   if (std::max(path.size(), temp) <= kMaxPathBytes) return absl::OkStatus();
   return Bad(flag, path,
              absl::StrCat("path too long: ", path.size(), " bytes, ", temp,
-                          " for its temporary file beside it; at most ", kMaxPathBytes));
+                          " for its temporary files beside it; at most ", kMaxPathBytes));
 }
 
 // A file output's checks (CheckAll): `shown` is how errors name it, `ids` the identities of the
@@ -354,57 +422,169 @@ void OutputFiles::SetInDir(const std::string& flag, const std::string& name, std
 }
 
 absl::Status OutputFiles::Commit() {
-  for (const Output& o : outputs_) {
-    if (!o.is_dir || o.files.empty()) continue;
-    std::error_code ec;
-    fs::create_directories(o.path, ec);
-    if (ec) return Bad(o.flag, o.path, absl::StrCat("cannot create the directory: ", ec.message()));
-  }
-  struct Temp {
+  // What the commit publishes, in declaration order: a file renamed over its target (the target's old
+  // contents kept under `backup` until every step succeeded), or a directory output that did not
+  // exist, built whole in a staging directory beside it and renamed into place in one step.
+  struct Step {
     const Output* output;
-    std::string target, temp;
+    std::string target, temp;  // temp: the temporary file, or the staging directory
     int slot = -1;
+    bool is_dir = false;
+    std::string backup;        // "" when the target did not exist
+    bool done = false;         // renamed into place (and not undone)
   };
-  std::vector<Temp> temps;
-  auto discard = [&temps](size_t from) {
-    for (size_t i = from; i < temps.size(); ++i) {
-      ::unlink(temps[i].temp.c_str());
-      UnregisterTemp(temps[i].slot);
+  std::vector<Step> steps;
+  std::vector<std::pair<std::string, int>> staged;   // files inside staging directories (path, slot)
+  std::vector<std::pair<std::string, int>> created;  // directories made for a new output, outermost first
+  // After a failure: removes what the commit made and did not publish (nothing of it stays).
+  auto discard = [&] {
+    for (Step& s : steps) {
+      if (!s.done && !s.is_dir) ::unlink(s.temp.c_str());
+      if (!s.is_dir) UnregisterTemp(s.slot);
+    }
+    for (const auto& [path, slot] : staged) {
+      ::unlink(path.c_str());
+      UnregisterTemp(slot);
+    }
+    for (Step& s : steps) {
+      if (s.is_dir && !s.done) ::rmdir(s.temp.c_str());
+      if (s.is_dir) UnregisterTemp(s.slot);
+    }
+    for (auto it = created.rbegin(); it != created.rend(); ++it) {
+      ::rmdir(it->first.c_str());
+      UnregisterTemp(it->second);
     }
   };
+  auto fail = [&](const absl::Status& st) {
+    discard();
+    return st;
+  };
+
+  // 1. Every file written and fsynced: beside its target, or into a staging directory.
   for (const Output& o : outputs_) {
-    for (const auto& [target, contents] : o.files) {
-      int slot = -1;
-      auto temp = WriteTemp(o.flag, target, contents, slot);
-      if (!temp.ok()) {
-        discard(0);
-        return temp.status();
-      }
-      temps.push_back({&o, target, *temp, slot});
-    }
-  }
-  for (size_t i = 0; i < temps.size(); ++i) {
+    if (o.files.empty()) continue;
+    std::string dir = o.is_dir ? WithoutTrailingSlashes(o.path) : "";
+    const fs::path dir_path(dir);
+    const std::string dir_name = dir_path.filename().string();
     struct stat st;
-    const Temp& t = temps[i];
-    if (::lstat(t.target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      discard(i);
-      return Bad(t.output->flag, t.target, absl::StrCat("became ", KindOf(st.st_mode), " during the run"));
+    const bool new_dir = o.is_dir && ::stat(dir.c_str(), &st) != 0;
+    if (o.is_dir && !new_dir && !S_ISDIR(st.st_mode)) {
+      return fail(Bad(o.flag, o.path, absl::StrCat("became ", KindOf(st.st_mode), " during the run")));
     }
-    if (::rename(t.temp.c_str(), t.target.c_str()) != 0) {
+    if (!new_dir || dir_name.empty() || dir_name == "." || dir_name == "..") {
+      if (new_dir) {  // "a/b/.." and the like: no name to stage under; made first, then filled in place
+        std::error_code ec;
+        fs::create_directories(dir_path, ec);
+        if (ec) return fail(Bad(o.flag, o.path, absl::StrCat("cannot create the directory: ", ec.message())));
+      }
+      for (const auto& [target, contents] : o.files) {
+        int slot = -1;
+        auto temp = WriteTemp(o.flag, target, contents, slot);
+        if (!temp.ok()) return fail(temp.status());
+        steps.push_back({&o, target, *temp, slot, false, "", false});
+      }
+      continue;
+    }
+    // A new directory: its missing ancestors first (removed again on failure), then the staging
+    // directory beside it, which becomes it.
+    const fs::path parent = dir_path.parent_path();
+    std::vector<fs::path> missing;
+    for (fs::path a = parent; !a.empty() && ::stat(a.c_str(), &st) != 0; a = a.parent_path()) {
+      missing.push_back(a);
+      if (a.parent_path() == a) break;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      if (::mkdir(it->c_str(), 0777) == 0) {
+        created.emplace_back(it->string(), RegisterTemp(it->string(), /*is_dir=*/true));
+      } else if (errno != EEXIST) {
+        return fail(Bad(o.flag, o.path,
+                        absl::StrCat("cannot create the directory '", OneLine(it->string()), "': ", Errno(errno))));
+      }
+    }
+    std::string staging =
+        ((parent.empty() ? fs::path(".") : parent) / absl::StrCat(".", dir_name.substr(0, 200), ".ringpipe-XXXXXX"))
+            .string();
+    if (::mkdtemp(staging.data()) == nullptr) {
+      return fail(Bad(o.flag, o.path, absl::StrCat("cannot create a temporary directory: ", Errno(errno))));
+    }
+    steps.push_back({&o, dir, staging, RegisterTemp(staging, /*is_dir=*/true), true, "", false});
+    if (::chmod(staging.c_str(), 0777 & ~Umask()) != 0) {  // mkdtemp's 0700: the mode mkdir would give
+      return fail(Bad(o.flag, o.path, absl::StrCat("cannot set permissions: ", Errno(errno))));
+    }
+    for (const auto& [target, contents] : o.files) {
+      const std::string path = (fs::path(staging) / fs::path(target).filename()).string();
+      int slot = -1;
+      absl::Status st_write = WriteNew(o.flag, target, path, contents, slot);
+      if (!st_write.ok()) return fail(st_write);
+      staged.emplace_back(path, slot);
+    }
+    SyncDir(staging);
+  }
+
+  // 2. The renames, undone in reverse order if one fails: every target as it was, or every one new.
+  BlockCleanupSignals block;
+  auto undo = [&] {
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      if (!it->done) continue;
+      if (it->is_dir) {
+        ::rename(it->target.c_str(), it->temp.c_str());  // back to the staging name; discard removes it
+      } else if (!it->backup.empty()) {
+        ::rename(it->backup.c_str(), it->target.c_str());
+        it->backup.clear();
+      } else {
+        ::unlink(it->target.c_str());
+      }
+      it->done = false;
+    }
+    for (Step& s : steps) {
+      if (!s.backup.empty()) ::unlink(s.backup.c_str());  // a backup whose rename did not happen
+    }
+  };
+  for (Step& s : steps) {
+    struct stat st;
+    const bool exists = ::lstat(s.target.c_str(), &st) == 0;
+    if (s.is_dir) {
+      if (exists) {  // a directory output that appeared while the work ran: not merged, not replaced
+        undo();
+        return fail(Bad(s.output->flag, s.output->path,
+                        absl::StrCat("appeared during the run (", KindOf(st.st_mode), "); nothing was written")));
+      }
+    } else if (exists && !S_ISREG(st.st_mode)) {
+      undo();
+      return fail(Bad(s.output->flag, s.target, absl::StrCat("became ", KindOf(st.st_mode), " during the run")));
+    } else if (exists) {
+      // The old contents stay reachable under a second name: a hard link (the target never goes
+      // missing), or where the file system has none, the target itself renamed aside.
+      s.backup = s.temp + kBackupSuffix;
+      if (::link(s.target.c_str(), s.backup.c_str()) != 0 && ::rename(s.target.c_str(), s.backup.c_str()) != 0) {
+        const int err = errno;
+        s.backup.clear();
+        undo();
+        return fail(Bad(s.output->flag, s.target, absl::StrCat("cannot keep the old file until the end: ", Errno(err))));
+      }
+    }
+    if (::rename(s.temp.c_str(), s.target.c_str()) != 0) {
       const int err = errno;
-      discard(i);
-      return Bad(t.output->flag, t.target, absl::StrCat("cannot rename into place: ", Errno(err)));
+      if (!s.backup.empty() && ::access(s.target.c_str(), F_OK) != 0) ::rename(s.backup.c_str(), s.target.c_str());
+      undo();
+      return fail(Bad(s.output->flag, s.is_dir ? s.output->path : s.target,
+                      absl::StrCat("cannot rename into place: ", Errno(err))));
     }
-    UnregisterTemp(t.slot);
+    s.done = true;
   }
-  for (const Temp& t : temps) {
-    const fs::path dir = fs::path(t.target).parent_path().empty() ? fs::path(".") : fs::path(t.target).parent_path();
-    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-      ::fsync(fd);
-      ::close(fd);
-    }
+
+  // 3. Done: the old contents go, nothing is left registered, the directories are synced.
+  for (Step& s : steps) {
+    if (!s.backup.empty()) ::unlink(s.backup.c_str());
+    UnregisterTemp(s.slot);
   }
+  for (const auto& [path, slot] : staged) UnregisterTemp(slot);
+  for (const auto& [path, slot] : created) UnregisterTemp(slot);
+  for (const Step& s : steps) {
+    const fs::path parent = fs::path(s.target).parent_path();
+    SyncDir(parent);
+  }
+  for (auto it = created.rbegin(); it != created.rend(); ++it) SyncDir(fs::path(it->first).parent_path());
   return absl::OkStatus();
 }
 

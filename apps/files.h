@@ -10,13 +10,24 @@
 // output is also an input (an input `-` is standard input: the file it was redirected from) or another
 // output — for a directory output, each file it will hold; a
 // directory output that does not exist yet can be created (its missing names fit in 255 bytes, none is
-// a dangling symbolic link, and the nearest existing ancestor is a writable directory). At the end
-// Commit writes each file's contents to a fresh temporary file in the target's directory (created
-// with O_EXCL | O_NOFOLLOW: never through a symlink, never shared with a concurrent run), fsyncs
-// them all, and only then renames them into place and fsyncs the directories: a failure before the
-// renames leaves every target as it was (the outputs are committed together or not at all). Temporary
-// files are removed on failure and, through a signal-safe registry, on SIGINT / SIGTERM
-// (InstallCleanupHandlers). Errors carry the errno text.
+// a dangling symbolic link, and the nearest existing ancestor is a writable directory).
+//
+// At the end Commit writes every output or none (a failure anywhere leaves every target as it was):
+//   1. Each file's contents go to a fresh temporary file beside its target (created with O_EXCL:
+//      never through a symlink, never shared with a concurrent run), fsynced. A directory output that
+//      does not exist is built whole in a fresh staging directory beside it (`.NAME.ringpipe-XXXXXX`),
+//      its missing ancestors created first. A directory that exists is filled file by file instead —
+//      it may hold other files (`--out_dir=.`), which stay.
+//   2. With SIGINT / SIGTERM / SIGHUP held back, each file is renamed over its target, whose old
+//      contents stay under a second name (a hard link) until the end, and a new directory is renamed
+//      into place in one step. If a rename fails (a target became a directory, the directory output
+//      appeared meanwhile), the ones before are undone in reverse order: old contents back, new files
+//      and the new directory gone.
+//   3. On failure the temporary files, the staging directory and the ancestors the commit created are
+//      removed; on success the old contents go and the directories are fsynced.
+// Temporary files and directories are also removed, through a signal-safe registry, on SIGINT /
+// SIGTERM / SIGHUP (InstallCleanupHandlers), which also makes a write past the file-size limit an
+// error (EFBIG) rather than a death by SIGXFSZ. Errors carry the errno text.
 //
 // Thread safety: OutputFiles is single-threaded; the cleanup registry is written by the main thread
 // and read by the signal handler (lock-free, async-signal-safe).
@@ -48,16 +59,17 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& flag, const std::st
 // without reading it.
 absl::Status CheckInputFile(const std::string& flag, const std::string& path);
 
-// Installs SIGINT / SIGTERM handlers that remove the temporary files of a commit in progress, then
-// die of the signal as before. Call once, from main, before any output is written.
+// Installs SIGINT / SIGTERM / SIGHUP handlers that remove the temporary files and directories of a
+// commit in progress, then die of the signal as before, and ignores SIGXFSZ (a write past the
+// file-size limit fails with EFBIG). Call once, from main, before any output is written.
 void InstallCleanupHandlers();
 
 class OutputFiles {
  public:
   // An output `path` of flag `flag` ("" = none; "-" is refused: outputs are files). A directory
   // output (`is_dir`) holds the files given to SetInDir, whose names `entries` lists (every name
-  // it may hold: CheckAll checks each like a file output); it is created at commit time if it does
-  // not exist.
+  // it may hold: CheckAll checks each like a file output); one that does not exist is created whole
+  // at commit time (see the header comment).
   absl::Status Declare(const std::string& flag, const std::string& path, bool is_dir = false,
                        std::vector<std::string> entries = {});
   // Checks every declared output (see the header comment); `inputs` are (flag, path) pairs the
@@ -67,7 +79,7 @@ class OutputFiles {
   void Set(const std::string& flag, std::string contents);
   // A file `name` (no '/') inside a declared directory output.
   void SetInDir(const std::string& flag, const std::string& name, std::string contents);
-  // Writes every output that was given contents (see the header comment).
+  // Writes every output that was given contents, all or none (see the header comment).
   absl::Status Commit();
 
  private:
@@ -85,6 +97,9 @@ namespace internal {
 // Adds `path` to the files the SIGINT / SIGTERM handler removes (what a commit does for each of its
 // temporary files; exposed for the test of the handler).
 void RegisterTempFile(const std::string& path);
+// Adds the directory `path` to those the handler removes once the files in them are gone (a commit's
+// staging directory and the parents it created).
+void RegisterTempDir(const std::string& path);
 }  // namespace internal
 
 // Writes `contents` to `path` atomically (an OutputFiles of one file: checked, temporary file,

@@ -1,5 +1,6 @@
 #include "apps/flags.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -255,6 +256,10 @@ bool ParsedArgs::Bool(absl::string_view name, bool fallback) const {
   return v.ok() ? *v : fallback;
 }
 
+bool IsHelpArgument(absl::string_view arg) {
+  return arg == "-h" || arg == "--help" || arg == "-help" || arg == "--helpfull";
+}
+
 absl::StatusOr<ParsedArgs> ParseFlags(absl::string_view subcommand, const std::vector<std::string>& args,
                                       const std::vector<FlagSpec>& specs) {
   ParsedArgs out;
@@ -265,12 +270,13 @@ absl::StatusOr<ParsedArgs> ParseFlags(absl::string_view subcommand, const std::v
     }
     return nullptr;
   };
+  // Help wins over every other argument, valid or not (flags.h).
+  if (std::any_of(args.begin(), args.end(), [](const std::string& a) { return IsHelpArgument(a); })) {
+    out.help = true;
+    return out;
+  }
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
-    if (arg == "-h" || arg == "--help" || arg == "-help" || arg == "--helpfull") {
-      out.help = true;
-      continue;
-    }
     if (arg.size() < 2 || arg[0] != '-') {
       return absl::InvalidArgumentError(absl::StrCat(
           "unexpected argument ", Quote(arg), ": `ringpipe ", subcommand,

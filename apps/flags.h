@@ -11,7 +11,11 @@
 //   ringpipe <subcommand> [--flag=value | --flag value | --bool_flag | --nobool_flag]...
 //
 // Errors are InvalidArgument with one line that starts with the flag ("--dp: expected an integer,
-// got 'x'"); the binary prints it and exits 2. A stray positional argument (`ringpipe predict
+// got 'x'"); the binary prints it and exits 2. Help wins: an argument that is exactly a help word
+// (IsHelpArgument: -h, --help, -help, --helpfull) anywhere among the arguments makes ParseFlags return
+// help = true and nothing else, whatever the other arguments are (`run --dp=abc --help`, `run --bogus
+// -h` print the help and exit 0), even where it follows a flag that wanted a value (`--title -h` is
+// the help; `--title=-h` is the title "-h"). A stray positional argument (`ringpipe predict
 // steps=0`) is an error too: no subcommand takes one.
 //
 // Thread safety: plain data and pure functions.
@@ -99,7 +103,11 @@ struct ParsedArgs {
   bool Bool(absl::string_view name, bool fallback) const;
 };
 
-// Parses the arguments after the subcommand (`args`) against the subcommand's flags. Errors
+// True for the arguments that ask for help: -h, --help, -help, --helpfull.
+bool IsHelpArgument(absl::string_view arg);
+
+// Parses the arguments after the subcommand (`args`) against the subcommand's flags. If any argument
+// asks for help (IsHelpArgument) the result is help = true with no flags read, and no error. Errors
 // (InvalidArgument, one line naming the flag or the argument): an unknown flag, a flag without its
 // value, a value its grammar rejects, a flag given twice (not repeatable; --x and --nox count as the
 // same flag), an empty path, a positional argument.

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -36,6 +39,43 @@ std::string Line(double x1, double y1, double x2, double y2, const char* stroke,
 
 bool Finite(double v) { return std::isfinite(v); }
 
+// Characters of UTF-8 `text` (its bytes that do not continue a character).
+size_t Glyphs(std::string_view text) {
+  return static_cast<size_t>(
+      std::count_if(text.begin(), text.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xc0) != 0x80; }));
+}
+// An x tick label's width a character (11 px DejaVu Sans: digits 7 px, most letters less) and the
+// room kept between two labels.
+constexpr double kTickCharWidth = 7;
+constexpr double kTickLabelGap = 4;
+
+// A marker of shape `m` centred at (x, y); `r` is the circle's radius, the other shapes are drawn to
+// look about as large.
+std::string MarkerAt(Marker m, double x, double y, double r, const std::string& fill, const std::string& stroke) {
+  const std::string paint = absl::StrCat("\" fill=\"", fill, "\" stroke=\"", stroke, "\" stroke-width=\"1.5\"/>\n");
+  auto polygon = [&](std::initializer_list<std::pair<double, double>> pts) {
+    std::string points;
+    for (const auto& [px, py] : pts) absl::StrAppend(&points, points.empty() ? "" : " ", Num(px), ",", Num(py));
+    return absl::StrCat("<polygon points=\"", points, paint);
+  };
+  switch (m) {
+    case Marker::kCircle:
+      return absl::StrCat("<circle cx=\"", Num(x), "\" cy=\"", Num(y), "\" r=\"", r, paint);
+    case Marker::kSquare: {
+      const double h = 0.9 * r;
+      return absl::StrCat("<rect x=\"", Num(x - h), "\" y=\"", Num(y - h), "\" width=\"", Num(2 * h), "\" height=\"",
+                          Num(2 * h), paint);
+    }
+    case Marker::kTriangle:
+      return polygon({{x, y - 1.25 * r}, {x + 1.15 * r, y + 0.8 * r}, {x - 1.15 * r, y + 0.8 * r}});
+    case Marker::kDiamond:
+      return polygon({{x, y - 1.3 * r}, {x + 1.1 * r, y}, {x, y + 1.3 * r}, {x - 1.1 * r, y}});
+    case Marker::kTriangleDown:
+      return polygon({{x, y + 1.25 * r}, {x + 1.15 * r, y - 0.8 * r}, {x - 1.15 * r, y - 0.8 * r}});
+  }
+  return "";
+}
+
 // A bold title centred at `x` on a line `width` px wide: its font (at most `size` px) shrinks so that
 // the text fits (DejaVu Sans Bold: at most 0.66 em a character on average), down to 8 px; a title
 // still too long is cut with "...".
@@ -56,27 +96,53 @@ std::string Title(double x, double y, std::string_view text, int size, double wi
   return Text(x, y, shown, fit, "middle", " font-weight=\"bold\"");
 }
 
+// Where a chart's legend goes. Long names (several series groups), or more entries than the column on
+// the right holds even 13 px apart, go in columns under the plot instead (as many as their names
+// allow, 1 to 4).
+struct LegendPlan {
+  bool below = false;
+  size_t cols = 1, rows = 0;  // under the plot
+  double right_step = 18;     // on the right: baseline to baseline
+  double width = 0;           // on the right: the column's width
+};
+constexpr double kChartTop = 34;         // the plot's top (under the title)
+constexpr double kLegendRowHeight = 17;  // a row of legend entries under the plot
+constexpr double kMinPlotHeight = 160;   // FittedHeight keeps at least this much plot above the legend
+
+LegendPlan PlanLegend(const Chart& c, int width, int height) {
+  size_t longest = 0;
+  for (const Series& s : c.series) longest = std::max(longest, s.name.size());
+  LegendPlan p;
+  const size_t ns = c.series.size();
+  const double right_room = height - 10 - (kChartTop + 8);  // from the first entry's baseline to the last's
+  p.right_step = ns <= 1 ? 18.0 : std::min(18.0, right_room / static_cast<double>(ns - 1));
+  p.below = longest > 22 || p.right_step < 13;
+  p.cols = std::clamp<size_t>(static_cast<size_t>((width - 24) / (40.0 + 6.5 * static_cast<double>(longest))), 1, 4);
+  p.rows = p.below ? (ns + p.cols - 1) / p.cols : 0;
+  p.width = p.below ? 0 : std::min(220.0, 40.0 + 6.2 * static_cast<double>(longest));
+  return p;
+}
+
+// `height`, or more where the legend under the plot would leave it less than kMinPlotHeight px (dozens
+// of series: `sweep --axis=seed=1..40` has 80).
+int FittedHeight(const Chart& c, int width, int height) {
+  const LegendPlan p = PlanLegend(c, width, height);
+  if (!p.below) return height;
+  const double needed = kChartTop + kMinPlotHeight + 46 + kLegendRowHeight * static_cast<double>(p.rows);
+  return std::max(height, static_cast<int>(std::ceil(needed)));
+}
+
 // The body of one chart (no <svg> wrapper), drawn in [0, width] × [0, height].
 std::string ChartBody(const Chart& c, int width, int height) {
   std::string out;
   const size_t n = !c.x_values.empty() ? c.x_values.size() : c.x_labels.size();
-  // Legend column on the right; its width follows the longest name.
-  size_t longest = 0;
-  for (const Series& s : c.series) longest = std::max(longest, s.name.size());
-  // Long names (several series groups), or more entries than the column holds even 13 px apart, go in
-  // columns under the plot instead (as many as their names allow, 1 to 4).
-  const double top = 34;
-  const size_t ns_legend = c.series.size();
-  const double right_room = height - 10 - (top + 8);  // from the first entry's baseline to the last's
-  const double right_step =
-      ns_legend <= 1 ? 18.0 : std::min(18.0, right_room / static_cast<double>(ns_legend - 1));
-  const bool legend_below = longest > 22 || right_step < 13;
-  const size_t legend_cols =
-      std::clamp<size_t>(static_cast<size_t>((width - 24) / (40.0 + 6.5 * static_cast<double>(longest))), 1, 4);
-  const size_t legend_rows = legend_below ? (ns_legend + legend_cols - 1) / legend_cols : 0;
-  const double legend_w = legend_below ? 0 : std::min(220.0, 40.0 + 6.2 * static_cast<double>(longest));
+  const double top = kChartTop;
+  const LegendPlan legend = PlanLegend(c, width, height);
+  const bool legend_below = legend.below;
+  const size_t legend_cols = legend.cols, legend_rows = legend.rows;
+  const double right_step = legend.right_step, legend_w = legend.width;
   const double left = 68, right = width - legend_w - 12;
-  const double bottom = height - 46 - 17.0 * static_cast<double>(legend_rows);
+  const double bottom = height - 46 - kLegendRowHeight * static_cast<double>(legend_rows);
   absl::StrAppend(&out, Title(width / 2.0, 20, c.title, 15, width));
 
   // --- x positions ---
@@ -141,11 +207,44 @@ std::string ChartBody(const Chart& c, int width, int height) {
   }
   absl::StrAppend(&out, Line(left, top, left, bottom, "#333333", 1.2));
   absl::StrAppend(&out, Line(left, bottom, right, bottom, "#333333", 1.2));
+  // Every x position gets its tick. On a numeric axis a label that would overlap one already placed is
+  // left out (its neighbours tell its value): first the labels that say no point ran there ("99
+  // (invalid)"), then the two ends, then the others from left to right (`--axis=seed=1..60` on a log2 axis
+  // printed 60 labels on top of each other). A category's label is its only name: always drawn.
+  std::vector<std::string> tick_labels(n);
+  std::vector<size_t> by_x(n);
+  for (size_t i = 0; i < n; ++i) {
+    tick_labels[i] = i < c.x_labels.size() ? c.x_labels[i] : FormatTick(numeric ? c.x_values[i] : i, false);
+    by_x[i] = i;
+  }
+  std::stable_sort(by_x.begin(), by_x.end(), [&](size_t a, size_t b) { return pos[a] < pos[b]; });
+  std::vector<bool> labelled(n, false);
+  std::vector<std::pair<double, double>> taken;  // [left, right] of the labels placed
+  auto place = [&](size_t i) {
+    if (labelled[i]) return;
+    if (!numeric) {
+      labelled[i] = true;
+      return;
+    }
+    const double half = kTickCharWidth * static_cast<double>(Glyphs(tick_labels[i])) / 2, x = X(pos[i]);
+    for (const auto& [l, r] : taken) {
+      if (x - half < r + kTickLabelGap && l < x + half + kTickLabelGap) return;
+    }
+    taken.emplace_back(x - half, x + half);
+    labelled[i] = true;
+  };
+  for (const size_t i : by_x) {
+    if (tick_labels[i].find(" (") != std::string::npos) place(i);
+  }
+  if (n > 0) {
+    place(by_x.front());
+    place(by_x.back());
+  }
+  for (const size_t i : by_x) place(i);
   for (size_t i = 0; i < n; ++i) {
     const double x = X(pos[i]);
     absl::StrAppend(&out, Line(x, bottom, x, bottom + 5, "#333333", 1));
-    const std::string label = i < c.x_labels.size() ? c.x_labels[i] : FormatTick(numeric ? c.x_values[i] : i, false);
-    absl::StrAppend(&out, Text(x, bottom + 18, label, 11, "middle"));
+    if (labelled[i]) absl::StrAppend(&out, Text(x, bottom + 18, tick_labels[i], 11, "middle"));
   }
   absl::StrAppend(&out, Text((left + right) / 2, bottom + 36, c.x_label, 12, "middle"));
   absl::StrAppend(&out, absl::StrCat("<text x=\"16\" y=\"", Num((top + bottom) / 2),
@@ -172,6 +271,11 @@ std::string ChartBody(const Chart& c, int width, int height) {
                         Num(std::max(1.0, bw - 2)), "\" height=\"", Num(std::abs(base - y)), "\" fill=\"", s.color,
                         "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,
                         "\" stroke-width=\"1.5\"", dash, "/>\n");
+        if (s.marker != Marker::kCircle) {  // a plain bar is the circle's; the other shapes sit on its top
+          const double r = std::clamp(bw / 2 - 1.5, 1.5, 3.5);
+          absl::StrAppend(&out, MarkerAt(s.marker, x0 + bw / 2, std::min(y, base) - 1.5 * r - 1, r,
+                                         s.dashed ? "#ffffff" : s.color, s.color));
+        }
       }
     } else {
       // Polylines broken at missing points, joining the points left to right (an axis may list its
@@ -199,9 +303,8 @@ std::string ChartBody(const Chart& c, int width, int height) {
       for (size_t i = 0; i < n && i < s.y.size(); ++i) {
         const double v = s.y[i];
         if (!Finite(v) || (log_y && v <= 0)) continue;
-        absl::StrAppend(&out, "<circle cx=\"", Num(X(pos[i])), "\" cy=\"", Num(Y(v)), "\" r=\"",
-                        s.dashed ? "3.5" : "4", "\" fill=\"", s.dashed ? "#ffffff" : s.color, "\" stroke=\"",
-                        s.color, "\" stroke-width=\"1.5\"/>\n");
+        absl::StrAppend(&out, MarkerAt(s.marker, X(pos[i]), Y(v), s.dashed ? 3.5 : 4, s.dashed ? "#ffffff" : s.color,
+                                       s.color));
       }
     }
     absl::StrAppend(&out, "</g>\n");
@@ -213,14 +316,18 @@ std::string ChartBody(const Chart& c, int width, int height) {
     const double lx = legend_below ? 24 + static_cast<double>(k % legend_cols) * (width - 24) /
                                               static_cast<double>(legend_cols)
                                    : width - legend_w;
-    const double ly = legend_below ? bottom + 52 + 17.0 * static_cast<double>(k / legend_cols)
+    const double ly = legend_below ? bottom + 52 + kLegendRowHeight * static_cast<double>(k / legend_cols)
                                    : top + 8 + right_step * static_cast<double>(k);
     if (c.bars) {
       absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 6), "\" width=\"22\" height=\"11\" fill=\"",
                       s.color, "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,
                       "\" stroke-width=\"1.5\"", s.dashed ? " stroke-dasharray=\"4 3\"" : "", "/>\n");
+      if (s.marker != Marker::kCircle) {
+        absl::StrAppend(&out, MarkerAt(s.marker, lx + 11, ly - 0.5, 3, s.dashed ? "#ffffff" : s.color, s.color));
+      }
     } else {
       absl::StrAppend(&out, Line(lx, ly, lx + 24, ly, s.color.c_str(), 2, s.dashed ? " stroke-dasharray=\"6 4\"" : ""));
+      absl::StrAppend(&out, MarkerAt(s.marker, lx + 12, ly, s.dashed ? 3.5 : 4, s.dashed ? "#ffffff" : s.color, s.color));
     }
     absl::StrAppend(&out, Text(lx + 30, ly + 4, s.name, 11, "start"));
   }
@@ -265,6 +372,8 @@ const char* Color(size_t i) {
   return kPalette[i % (sizeof(kPalette) / sizeof(kPalette[0]))];
 }
 
+Marker SeriesMarker(size_t i) { return static_cast<Marker>((i / 10) % kNumMarkers); }
+
 std::vector<double> NiceTicks(double lo, double hi, int target) {
   if (!(hi > lo)) hi = lo + 1;
   const double raw = (hi - lo) / std::max(1, target);
@@ -303,6 +412,7 @@ std::string FormatTick(double v, bool bytes) {
 }
 
 std::string RenderChart(const Chart& chart, int width, int height) {
+  height = FittedHeight(chart, width, height);
   return absl::StrCat(Header(width, height), ChartBody(chart, width, height), "</svg>\n");
 }
 
@@ -310,6 +420,7 @@ std::string RenderFigure(const std::string& title, const std::vector<Chart>& cha
                          int height) {
   columns = std::max(1, std::min(columns, static_cast<int>(std::max<size_t>(charts.size(), 1))));
   const int rows = (static_cast<int>(charts.size()) + columns - 1) / columns;
+  for (const Chart& c : charts) height = std::max(height, FittedHeight(c, width, height));
   const int title_h = title.empty() ? 0 : 34;
   const int W = columns * width, H = title_h + std::max(rows, 1) * height;
   std::string out = Header(W, H);

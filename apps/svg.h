@@ -6,10 +6,13 @@
 // Conventions the charts follow:
 //   * measured series are solid (lines with filled markers, filled bars), predicted series dashed
 //     (dashed lines with hollow markers, outlined bars with a light fill) — Series::dashed;
+//   * series groups beyond the 10 colours differ by marker shape (Series::marker, SeriesMarker): on
+//     the points of a line, on top of each bar, and on the legend swatch;
 //   * a series value of NaN is "no point" (a failed sweep point): lines break there, no bar is drawn;
 //   * x positions are the chart's x_values (numeric, optionally log2-spaced; in any order: a line
 //     joins its points left to right) or, if none are given, evenly spaced categories; ticks sit at
-//     the data positions and carry x_labels;
+//     the data positions and carry x_labels (on a numeric axis, a label that would overlap another
+//     is left out: the labels that say a point did not run, then the ends, are placed first);
 //   * titles fit their width: the font shrinks (down to 8 px; a longer title is cut with "...");
 //   * legends stay inside the chart: a chart's column on the right spaces its entries to fit the
 //     height, else the entries go in 1 to 4 columns under the plot (as many as their names fit); a Gantt legend wraps its lines;
@@ -41,11 +44,22 @@ std::string Escape(std::string_view text);
 // A qualitative palette (Tableau 10); Color(i) cycles through it.
 const char* Color(size_t i);
 
+// The shape of a series' markers: on its points (lines), on its bars (all but kCircle, which is a
+// plain bar) and on its legend swatch.
+enum class Marker { kCircle, kSquare, kTriangle, kDiamond, kTriangleDown };
+inline constexpr size_t kNumMarkers = 5;
+// Series group i's marker: circles for the first 10 groups (one per colour), then squares, triangles,
+// diamonds, downward triangles — so (Color(i), SeriesMarker(i)) differ for every i < kDistinctStyles
+// and groups beyond the palette stay apart. Beyond kDistinctStyles the pairs repeat.
+Marker SeriesMarker(size_t i);
+inline constexpr size_t kDistinctStyles = 10 * kNumMarkers;
+
 struct Series {
   std::string name;       // legend entry
   std::vector<double> y;  // one value per x position; NaN = no point
   std::string color = "#1f77b4";
-  bool dashed = false;    // predicted: dashed line / outlined bar
+  bool dashed = false;    // predicted: dashed line / outlined bar, hollow markers
+  Marker marker = Marker::kCircle;
 };
 
 struct Chart {
@@ -61,10 +75,12 @@ struct Chart {
   std::vector<Series> series;
 };
 
-// One chart as a complete SVG document of `width` × `height` pixels.
+// One chart as a complete SVG document of `width` × `height` pixels — taller when its legend goes
+// under the plot and would leave the plot less than 160 px (dozens of series).
 std::string RenderChart(const Chart& chart, int width = 640, int height = 380);
 
-// Several charts in a grid of `columns` panels, each `width` × `height`, under a figure title.
+// Several charts in a grid of `columns` panels, each `width` × `height` (taller as RenderChart's, all
+// alike), under a figure title.
 std::string RenderFigure(const std::string& title, const std::vector<Chart>& charts, int columns,
                          int width = 520, int height = 340);
 

@@ -18,7 +18,8 @@
 // (ValidateConfig: a value out of its range such as microbatches=0, more pipeline stages than layers,
 // a run too big for the machine's memory) is reported as "invalid" in the outputs and the sweep goes
 // on, the same for every field; if every point is invalid, that is bad input (exit 2). A point whose
-// run fails is "failed". The files of --out_dir are committed together at the end (apps/files.h).
+// run fails is "failed". The files of --out_dir are committed together at the end, all or none: a new
+// directory is built beside it and renamed into place (apps/files.h).
 //
 // Exit codes: 0 every point ran; 4 some points invalid or failed (outputs written); 2 bad input; 1 the
 // outputs could not be written.
@@ -257,7 +258,8 @@ std::vector<FlagSpec> Flags() {
        "Sweep axis NAME=V1,V2,... or NAME=A..B (integers); repeat for a grid. NAME is a config field (a flag of "
        "`ringpipe run`) or preset; linked fields move together: pp:forward_ms=1:100,2:50.",
        /*repeatable=*/true},
-      {"out_dir", Grammar::kString, "", "Directory for sweep.csv, sweep.json and the SVG charts (created).", false,
+      {"out_dir", Grammar::kString, "", "Directory for sweep.csv, sweep.json and the SVG charts: created whole with its parents if missing; an "
+       "existing one keeps its other files. Written all or none.", false,
        /*path=*/true},
       PredictOnlyFlag(),
       TitleFlag("ringpipe sweep over the axis names"),

@@ -238,8 +238,10 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
       }
       if (!suffix.empty()) suffix += ")";
       suffix += group_notes[rest];
-      svg::Series meas{.name = absl::StrCat("measured", suffix), .y = {}, .color = svg::Color(gi)};
-      svg::Series pred{.name = absl::StrCat("predicted", suffix), .y = {}, .color = svg::Color(gi), .dashed = true};
+      svg::Series meas{.name = absl::StrCat("measured", suffix), .y = {}, .color = svg::Color(gi),
+                       .marker = svg::SeriesMarker(gi)};
+      svg::Series pred{.name = absl::StrCat("predicted", suffix), .y = {}, .color = svg::Color(gi), .dashed = true,
+                       .marker = svg::SeriesMarker(gi)};
       for (size_t i = 0; i < nx; ++i) {
         const Point* p = pts[i];
         const double mv = p != nullptr && p->status == "ok" ? p->measured.*spec.field : kNaN;

@@ -31,10 +31,13 @@ inline std::string ReadFile(const std::filesystem::path& p) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-// Runs `ringpipe <args>` (args go through the shell) with stderr captured in a file under `dir`.
-inline BinaryResult RunBinary(const std::string& args, const std::filesystem::path& dir) {
+// Runs `<shell>; ringpipe <args>` in one shell (`shell` sets it up: "ulimit -f 8"), stderr captured
+// in a file under `dir`.
+inline BinaryResult RunBinaryInShell(const std::string& shell, const std::string& args,
+                                     const std::filesystem::path& dir) {
   const std::filesystem::path err = dir / "stderr.txt";
-  const std::string cmd = std::string(RINGPIPE_BIN) + " " + args + " 2>" + err.string();
+  const std::string cmd =
+      (shell.empty() ? "" : shell + "; exec ") + std::string(RINGPIPE_BIN) + " " + args + " 2>" + err.string();
   BinaryResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -46,6 +49,11 @@ inline BinaryResult RunBinary(const std::string& args, const std::filesystem::pa
   r.err = ReadFile(err);
   std::filesystem::remove(err);
   return r;
+}
+
+// Runs `ringpipe <args>` (args go through the shell) with stderr captured in a file under `dir`.
+inline BinaryResult RunBinary(const std::string& args, const std::filesystem::path& dir) {
+  return RunBinaryInShell("", args, dir);
 }
 
 // Runs `ringpipe <args>` with stderr merged into stdout (`out`; `err` stays empty).

@@ -2,10 +2,14 @@
 #include "apps/cli.h"
 #include "apps/files.h"
 #include "apps/flags.h"
+#include "apps/subcommands.h"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using Result = rp::apps::testing::BinaryResult;
+using rp::apps::testing::ReadFile;
 inline Result RunBinary(const std::string& args) {
   return rp::apps::testing::RunBinaryMerged(args);
 }
@@ -108,6 +113,149 @@ TEST(WriteFileAtomically, WritesWholeFileAndLeavesNothingOnFailure) {
   size_t files = 0;
   for ([[maybe_unused]] auto& e : fs::directory_iterator(dir)) ++files;
   EXPECT_EQ(files, 1u);  // no temporary left behind
+  fs::remove_all(dir);
+}
+
+// Every name in `dir`, sorted (temporary files and directories included: they start with '.').
+std::vector<std::string> Names(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Holds the file-size limit at `bytes` (SIGXFSZ ignored: a write past it fails with EFBIG) while it lives.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) : old_handler_(std::signal(SIGXFSZ, SIG_IGN)) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    ok_ = ::setrlimit(RLIMIT_FSIZE, &lim) == 0;
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_;
+  void (*old_handler_)(int);
+  bool ok_ = false;
+};
+
+// A directory output that exists is left exactly as it was when one of the renames fails: a directory
+// put where the last chart goes after the checks (a concurrent user) made the commit stop after the
+// others were renamed into place — sweep.csv and sweep.json were the new ones beside the old charts.
+TEST(OutputFilesCommit, AnExistingDirectoryIsLeftAsItWasWhenARenameFails) {
+  const fs::path dir = TempDir("commit_existing");
+  const fs::path out = dir / "out";
+  fs::create_directory(out);
+  std::ofstream(out / "sweep.csv") << "old csv";
+  std::ofstream(out / "chart.svg") << "old chart";
+  std::ofstream(out / "notes.txt") << "mine";
+  OutputFiles files;
+  ASSERT_TRUE(files.Declare("out_dir", out.string(), true, {"sweep.csv", "sweep.json", "chart.svg", "last.svg"}).ok());
+  ASSERT_TRUE(files.CheckAll({}).ok());
+  for (const char* name : {"sweep.csv", "sweep.json", "chart.svg", "last.svg"}) files.SetInDir("out_dir", name, "new");
+  fs::create_directory(out / "last.svg");
+  const absl::Status st = files.Commit();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("last.svg': became a directory during the run"), std::string::npos) << st;
+  EXPECT_EQ(Names(out), (std::vector<std::string>{"chart.svg", "last.svg", "notes.txt", "sweep.csv"}));
+  EXPECT_EQ(ReadFile(out / "sweep.csv"), "old csv");
+  EXPECT_EQ(ReadFile(out / "chart.svg"), "old chart");
+  EXPECT_EQ(ReadFile(out / "notes.txt"), "mine");
+  EXPECT_TRUE(fs::is_empty(out / "last.svg"));
+  // Without the obstacle the same commit goes through, and the other files stay.
+  fs::remove(out / "last.svg");
+  ASSERT_TRUE(files.Commit().ok());
+  EXPECT_EQ(Names(out), (std::vector<std::string>{"chart.svg", "last.svg", "notes.txt", "sweep.csv", "sweep.json"}));
+  EXPECT_EQ(ReadFile(out / "sweep.csv"), "new");
+  EXPECT_EQ(ReadFile(out / "notes.txt"), "mine");
+  fs::remove_all(dir);
+}
+
+// A directory output that did not exist is created whole or not at all: a write that fails half way
+// (here the file-size limit, `ulimit -f`) leaves neither it nor the ancestors the commit made — before,
+// `out_dir` and its parents stayed behind, empty.
+TEST(OutputFilesCommit, ANewDirectoryIsNotLeftBehindWhenAWriteFails) {
+  const fs::path dir = TempDir("commit_new");
+  const fs::path out = dir / "a" / "b" / "out";
+  OutputFiles files;
+  ASSERT_TRUE(files.Declare("out_dir", out.string() + "/", true, {"small.csv", "big.svg"}).ok());
+  ASSERT_TRUE(files.CheckAll({}).ok());
+  files.SetInDir("out_dir", "small.csv", "x");
+  files.SetInDir("out_dir", "big.svg", std::string(64 << 10, 'y'));
+  {
+    FileSizeLimit limit(16 << 10);
+    ASSERT_TRUE(limit.ok());
+    const absl::Status st = files.Commit();
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("cannot write: File too large"), std::string::npos) << st;
+  }
+  EXPECT_EQ(Names(dir), std::vector<std::string>{});
+  ASSERT_TRUE(files.Commit().ok());
+  EXPECT_EQ(Names(dir / "a" / "b"), std::vector<std::string>{"out"});
+  EXPECT_EQ(Names(out), (std::vector<std::string>{"big.svg", "small.csv"}));
+  EXPECT_EQ(ReadFile(out / "small.csv"), "x");
+  EXPECT_EQ(fs::file_size(out / "big.svg"), 64u << 10);
+  fs::remove_all(dir);
+}
+
+// File outputs (run's --report_json and --trace) are committed together too: the second one's failure
+// puts the first one's old contents back (before, the first stayed the new one).
+TEST(OutputFilesCommit, FileOutputsAreRestoredWhenALaterOneFails) {
+  const fs::path dir = TempDir("commit_files");
+  const fs::path report = dir / "r.json", trace = dir / "t.json";
+  std::ofstream(report) << "old report";
+  OutputFiles files;
+  ASSERT_TRUE(files.Declare("report_json", report.string()).ok());
+  ASSERT_TRUE(files.Declare("trace", trace.string()).ok());
+  ASSERT_TRUE(files.CheckAll({}).ok());
+  files.Set("report_json", "new report");
+  files.Set("trace", "new trace");
+  fs::create_directory(trace);
+  ASSERT_FALSE(files.Commit().ok());
+  EXPECT_EQ(ReadFile(report), "old report");
+  EXPECT_EQ(Names(dir), (std::vector<std::string>{"r.json", "t.json"}));
+  fs::remove(trace);
+  ASSERT_TRUE(files.Commit().ok());
+  EXPECT_EQ(ReadFile(report), "new report");
+  EXPECT_EQ(ReadFile(trace), "new trace");
+  EXPECT_EQ(Names(dir), (std::vector<std::string>{"r.json", "t.json"}));
+  fs::remove_all(dir);
+}
+
+// Through the binary: a sweep whose files pass the file-size limit (`ulimit -f`) fails with one line
+// (exit 1) and leaves --out_dir as it was — absent, or the previous sweep's files byte for byte, with
+// no temporary file. Before, SIGXFSZ killed the process half way: a new out_dir stayed behind with the
+// temporary files in it.
+TEST(RingpipeBinary, ASweepPastTheFileSizeLimitLeavesOutDirAsItWas) {
+  const fs::path dir = TempDir("sweep_fsize");
+  const std::string sweep = "sweep --predict_only --axis=dp=1,2 --out_dir=";
+  const std::string limit = "ulimit -f 8";  // 4 KiB (sh: 512-byte blocks) or 8 KiB: under overview.svg
+  rp::apps::testing::BinaryResult r = rp::apps::testing::RunBinaryInShell(limit, sweep + (dir / "new").string(), dir);
+  EXPECT_EQ(r.exit_code, kExitFailed) << r.err;
+  // The progress lines, then one line: the error.
+  const std::string last = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
+  EXPECT_EQ(last.rfind("ringpipe sweep: --out_dir: '" + (dir / "new").string() + "/", 0), 0u) << r.err;
+  EXPECT_NE(last.find("': cannot write: File too large\n"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(Names(dir), std::vector<std::string>{});
+
+  const fs::path old = dir / "old";
+  ASSERT_EQ(rp::apps::testing::RunBinary(sweep + old.string() + " --title=before", dir).exit_code, kExitOk);
+  const std::vector<std::string> names = Names(old);
+  ASSERT_EQ(names.size(), 9u);
+  std::vector<std::string> before;
+  for (const std::string& n : names) before.push_back(ReadFile(old / n));
+  r = rp::apps::testing::RunBinaryInShell(limit, sweep + old.string() + " --title=after", dir);
+  EXPECT_EQ(r.exit_code, kExitFailed) << r.err;
+  EXPECT_EQ(Names(dir), std::vector<std::string>{"old"});
+  ASSERT_EQ(Names(old), names);
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(ReadFile(old / names[i]), before[i]) << names[i];
   fs::remove_all(dir);
 }
 
@@ -291,6 +439,73 @@ TEST(RingpipeBinary, HelpListsEveryAllReduceFlag) {
                            "--streaming_min_bytes"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
+}
+
+// Help wins: -h / --help anywhere among a subcommand's arguments prints its help on stdout and exits 0,
+// whatever else is there — an unknown flag, a bad value, a stray argument, a flag missing its value —
+// for every subcommand `ringpipe --help` lists. (Before: the first bad argument was an error, exit 2.)
+TEST(RingpipeBinary, HelpAnywhereWinsOverInvalidArgumentsInEverySubcommand) {
+  const fs::path dir = TempDir("help_wins");
+  for (const Subcommand& sub : AllSubcommands()) {
+    const std::string name = sub.name;
+    const std::vector<FlagSpec> specs = sub.flags();
+    // One of its own flags that takes an integer, given a word; one that takes a value, given none;
+    // one that takes text.
+    std::string bad_int, no_value, text_flag;
+    for (const FlagSpec& f : specs) {
+      if (bad_int.empty() && f.grammar == Grammar::kInt) bad_int = "--" + f.name + "=abc";
+      if (no_value.empty() && f.grammar != Grammar::kBool) no_value = "--" + f.name;
+      if (text_flag.empty() && f.grammar == Grammar::kString) text_flag = "--" + f.name;
+    }
+    ASSERT_FALSE(bad_int.empty()) << name;
+    ASSERT_FALSE(no_value.empty()) << name;
+    const std::string help_head = "ringpipe " + name + ": " + sub.summary + "\n\nflags:\n";
+    const std::vector<std::string> cases = {"--bogus --help", "--help --bogus", bad_int + " --help", bad_int + " -h",
+                                            "-h " + bad_int, "stray --help", "--bogus=1 " + bad_int + " -help",
+                                            no_value + " --helpfull", no_value + " -h", "--help --help"};
+    for (const std::string& args : cases) {
+      const std::string cmd = name + " " + args;
+      const rp::apps::testing::BinaryResult r = rp::apps::testing::RunBinary(cmd, dir);
+      EXPECT_EQ(r.exit_code, kExitOk) << cmd << "\n" << r.err;
+      EXPECT_EQ(r.out.rfind(help_head, 0), 0u) << cmd << "\n" << r.out.substr(0, 200);
+      EXPECT_EQ(r.out, rp::apps::testing::RunBinary(name + " --help", dir).out) << cmd;
+      EXPECT_EQ(r.err, "") << cmd;
+    }
+    // A help word as a flag's value after '=' is the value, not help.
+    if (!text_flag.empty()) {
+      auto parsed = ParseSubcommandArgs(name, {text_flag + "=-h"});
+      ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
+      EXPECT_FALSE(parsed->help) << name;
+    }
+  }
+  // Before any subcommand: the list of subcommands. An unknown subcommand stays an error.
+  for (const std::string args : {"--bogus --help", "--help --bogus", "--dp=abc -h", "--help --help", "help --help"}) {
+    const rp::apps::testing::BinaryResult r = rp::apps::testing::RunBinary(args, dir);
+    EXPECT_EQ(r.exit_code, kExitOk) << args << "\n" << r.err;
+    EXPECT_EQ(r.out.rfind("ringpipe: emulates", 0), 0u) << args << "\n" << r.out.substr(0, 200);
+    EXPECT_EQ(r.err, "") << args;
+  }
+  rp::apps::testing::ExpectBadInput(rp::apps::testing::RunBinary("bogus --help", dir), "unknown subcommand 'bogus'",
+                                    "bogus --help");
+  fs::remove_all(dir);
+}
+
+TEST(ParseFlags, AHelpArgumentAnywhereWinsAndReadsNothingElse) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--no_such_flag", "--help"},
+           {"--cli_test_int=seven", "-h"},
+           {"-help", "stray"},
+           {"--cli_test_int=1", "--cli_test_int=2", "--helpfull"},
+           {"--cli_test_string", "-h"}}) {
+    auto a = ParseFlags("x", args, kSpecs);
+    ASSERT_TRUE(a.ok()) << args[0] << ": " << a.status();
+    EXPECT_TRUE(a->help) << args[0];
+    EXPECT_TRUE(a->occurrences.empty()) << args[0];
+  }
+  auto a = ParseFlags("x", {"--cli_test_string=--help"}, kSpecs);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->help);
+  EXPECT_EQ(a->Text("cli_test_string"), "--help");
 }
 
 }  // namespace

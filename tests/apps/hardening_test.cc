@@ -466,6 +466,35 @@ TEST(Hardening, ASignalDuringACommitRemovesItsTemporaryFiles) {
   fs::remove_all(dir);
 }
 
+// The same for a new --out_dir's staging directory and the parents the commit created: their files,
+// then they (registered outermost first, as a commit does), go; a directory with a file of someone
+// else's stays.
+TEST(Hardening, ASignalDuringACommitRemovesItsStagingDirectoryAndTheParentsItMade) {
+  const fs::path dir = TempDir("signal_dirs");
+  const fs::path parent = dir / "a", staging = parent / ".out.ringpipe-test", other = dir / "kept";
+  fs::create_directories(staging);
+  fs::create_directories(other);
+  std::ofstream(other / "theirs.txt") << "theirs";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    InstallCleanupHandlers();
+    internal::RegisterTempDir(parent.string());
+    internal::RegisterTempDir(staging.string());
+    internal::RegisterTempDir(other.string());
+    std::ofstream(staging / "sweep.csv") << "partial";
+    internal::RegisterTempFile((staging / "sweep.csv").string());
+    ::raise(SIGINT);
+    ::_exit(0);  // not reached: the handler dies of the signal
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  EXPECT_FALSE(fs::exists(parent));
+  EXPECT_EQ(ReadFile(other / "theirs.txt"), "theirs");
+  fs::remove_all(dir);
+}
+
 // 7. Lost standard output is an error, as coreutils have it.
 TEST(Hardening, AFailedWriteToStandardOutputIsAnError) {
   const fs::path dir = TempDir("stdout");

@@ -281,7 +281,7 @@ TEST(HostileInput, PathsLongerThanPathMaxAreBadInputBeforeTheWork) {
   const fs::path deeper = deep / std::string(47, 'f');
   fs::create_directories(deeper);
   ExpectBadInput(RunBinary("predict --steps=1 --report_json=" + (deeper / std::string(180, 'r')).string(), dir),
-                 "path too long: 4081 bytes, 4098 for its temporary file beside it; at most 4095", "temporary file");
+                 "path too long: 4081 bytes, 4102 for its temporary files beside it; at most 4095", "temporary file");
   ExpectBadInput(RunBinary("run --steps=1 --report_json=" + (deep / std::string(250, 'r')).string(), dir),
                  "path too long: 4103 bytes", "target");
   ExpectBadInput(RunBinary("sweep --predict_only --steps=1 --axis=dp=1,2 --out_dir=" +
@@ -290,7 +290,7 @@ TEST(HostileInput, PathsLongerThanPathMaxAreBadInputBeforeTheWork) {
                  "path too long", "a directory output's files");
   EXPECT_TRUE(fs::is_empty(deeper));
   // The longest that fit are written.
-  const fs::path fits = deep / std::string(200, 'r');  // 4053 bytes, its temporary file 4070
+  const fs::path fits = deep / std::string(200, 'r');  // 4053 bytes, its temporary files 4074
   ASSERT_EQ(RunBinary("predict --steps=1 --report_json=" + fits.string(), dir).exit_code, 0);
   EXPECT_TRUE(json::parse(ReadFile(fits)).is_object());
   fs::remove_all(dir);
@@ -400,6 +400,19 @@ TEST(HostileInput, ADeepPipelinesPredictionNeedsNoMemoryPerPairOfRanks) {
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << ReadFile(out);
   EXPECT_NE(ReadFile(out).find("4096 devices"), std::string::npos) << ReadFile(out);
+  fs::remove_all(dir);
+}
+
+// Too many modeled messages a step name the field that makes them many. `predict --microbatches=1000000`
+// named --tp "(value from preset 'default')": the TP rings dominate, but they grow with the
+// micro-batches, and one micro-batch needs 20 messages.
+TEST(HostileInput, TooManyMessagesNameTheFieldThatMakesThemMany) {
+  const fs::path dir = TempDir("message_blame");
+  ExpectBadInput(RunBinary("predict --microbatches=1000000", dir),
+                 "ringpipe predict: --microbatches: about 20000004 modeled messages per device per step", "m");
+  ExpectBadInput(RunBinary("predict --dp=1048576 --pp=1 --tp=1", dir), "ringpipe predict: --dp: about", "dp");
+  ExpectBadInput(RunBinary("predict --segment_bytes=4 --hidden=4096x8", dir), "ringpipe predict: --segment_bytes: about",
+                 "segments");
   fs::remove_all(dir);
 }
 

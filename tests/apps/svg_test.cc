@@ -7,11 +7,14 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <regex>
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "apps/report_reader.h"
+#include "apps/sweep.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/apps/xml_check.h"
@@ -59,7 +62,7 @@ TEST(SvgChart, IsWellFormedWithEscapedNamesAndOneLegendEntryPerSeries) {
   EXPECT_TRUE(HasText(doc, "measured (codec=<fp16>)"));
   EXPECT_TRUE(HasText(doc, "predicted (codec=<fp16>)"));
   EXPECT_EQ(doc.elements.at("polyline"), 2);
-  EXPECT_EQ(doc.elements.at("circle"), 8);
+  EXPECT_EQ(doc.elements.at("circle"), 8 + 2);  // a marker per point, and one on each legend swatch
   const auto names = AttributeValues(doc, "data-name");
   ASSERT_EQ(names.size(), 2u);
   EXPECT_EQ(names[1], "predicted (codec=<fp16>)");
@@ -76,7 +79,7 @@ TEST(SvgChart, AMissingPointBreaksTheLineAndDrawsNoMarker) {
   const XmlDoc doc = ParseXml(RenderChart(c));
   ASSERT_TRUE(doc.ok) << doc.error;
   EXPECT_EQ(doc.elements.at("polyline"), 2);
-  EXPECT_EQ(doc.elements.at("circle"), 4);
+  EXPECT_EQ(doc.elements.at("circle"), 4 + 1);  // and the legend swatch's
 }
 
 // An axis given out of order (`--axis=microbatches=16,2,8,4`) is drawn left to right: the line joins
@@ -122,8 +125,10 @@ TEST(SvgChart, ALongTitleFitsTheChartsWidth) {
 // Every legend entry is inside the chart, however many series a grid gives: `sweep --axis=microbatches=2,4
 // --axis=dp=1..10` has 20 series (measured and predicted per dp) and 40 with dp=1..20; the legend column
 // on the right ran 18 px an entry past the chart's bottom (the last entries at y = 388 and 730 of 380).
+// A legend under the plot leaves it at least 160 px: the chart grows (with dp=1..40, 80 series, the
+// legend left the plot 10 px at 380 — less than nothing with 27 rows of entries).
 TEST(SvgChart, EveryLegendEntryOfAManySeriesGridIsInsideTheChart) {
-  for (int groups : {10, 20}) {
+  for (int groups : {10, 20, 40}) {
     Chart c{.title = "t", .x_values = {2, 4}};
     for (int g = 1; g <= groups; ++g) {
       for (bool dashed : {false, true}) {
@@ -131,9 +136,15 @@ TEST(SvgChart, EveryLegendEntryOfAManySeriesGridIsInsideTheChart) {
                             .y = {1.0 * g, 2.0 * g}, .color = Color(static_cast<size_t>(g)), .dashed = dashed});
       }
     }
-    const int width = 640, height = 380;
-    const std::string svg = RenderChart(c, width, height);
+    const int width = 640;
+    const std::string svg = RenderChart(c, width, 380);
     ASSERT_TRUE(ParseXml(svg).ok);
+    // The chart's own height: at least the one asked for, more when the legend needs it.
+    const size_t h_at = svg.find("height=\"") + 8;
+    int height = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(svg.substr(h_at, svg.find('"', h_at) - h_at), &height));
+    EXPECT_GE(height, 380);
+    double first_legend_y = height;
     for (const Series& s : c.series) {
       const size_t at = svg.find(">" + s.name + "</text>");
       ASSERT_NE(at, std::string::npos) << s.name;
@@ -144,6 +155,11 @@ TEST(SvgChart, EveryLegendEntryOfAManySeriesGridIsInsideTheChart) {
       ASSERT_TRUE(absl::SimpleAtod(svg.substr(ya, svg.find('"', ya) - ya), &y)) << s.name;
       EXPECT_LE(x + 6.5 * static_cast<double>(s.name.size()), width) << groups << " " << s.name;
       EXPECT_LE(y, height - 2) << groups << " " << s.name;
+      first_legend_y = std::min(first_legend_y, y);
+    }
+    // The plot (from y = 34 to its x axis, 46 px above the legend's first row) keeps 160 px.
+    if (groups >= 20) {
+      EXPECT_GE(first_legend_y - 52 - 34, 160) << groups;
     }
   }
 }
@@ -178,6 +194,158 @@ TEST(SvgChart, LongLegendNamesUnderThePlotDoNotOverlap) {
       EXPECT_LE(end, next) << "row at y " << y << ", entry " << k;
     }
   }
+}
+
+// An element's drawing without its place: the tag and its attributes but the positions (x, y, cx,
+// cy, x1..y2, a bar's height); a polygon's points relative to its first.
+std::string Shape(const std::string& element) {
+  static const std::regex attr("([a-z-]+)=\"([^\"]*)\"");
+  std::string out = element.substr(0, element.find_first_of(" />"));
+  for (std::sregex_iterator it(element.begin(), element.end(), attr), end; it != end; ++it) {
+    const std::string name = (*it)[1], value = (*it)[2];
+    if (name == "x" || name == "y" || name == "cx" || name == "cy" || name == "x1" || name == "y1" || name == "x2" ||
+        name == "y2" || name == "height" || name == "data-name") {
+      continue;
+    }
+    if (name == "points") {
+      std::string rel;
+      double x0 = 0, y0 = 0;
+      bool first = true;
+      for (absl::string_view pt : absl::StrSplit(value, ' ', absl::SkipEmpty())) {
+        const std::vector<std::string> xy = absl::StrSplit(pt, ',');
+        double x = 0, y = 0;
+        if (xy.size() != 2 || !absl::SimpleAtod(xy[0], &x) || !absl::SimpleAtod(xy[1], &y)) return "bad points";
+        if (first) x0 = x, y0 = y, first = false;
+        rel += absl::StrFormat(" %.0f,%.0f", x - x0, y - y0);  // whole pixels: coordinates are rounded to 0.01
+      }
+      out += " points=" + rel;
+      continue;
+    }
+    out += " " + name + "=" + value;
+  }
+  return out;
+}
+
+// The elements of `text` ("<a .../><b .../>"), each as Shape.
+std::vector<std::string> Shapes(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) {
+    out.push_back(Shape(text.substr(at, text.find('>', at) - at + 1)));
+  }
+  return out;
+}
+
+// What a reader tells series apart by: each series' legend swatch (what is drawn before its name), and
+// the markers it draws on its points. 40 series groups (measured and predicted each: 80 series) give
+// pairwise different swatches, on lines and on bars; a line's markers are its swatch's. Before, the
+// groups 10 apart were drawn alike (the palette has 10 colours): `sweep --axis=microbatches=2,4
+// --axis=seed=1..40` had four series for every legend entry.
+TEST(SweepCharts, FortySeriesGroupsAreDrawnPairwiseDistinct) {
+  for (const bool bars : {false, true}) {
+    std::vector<sweep::Axis> axes(2);
+    axes[0].fields = {bars ? "schedule" : "microbatches"};
+    axes[0].values = bars ? std::vector<std::vector<std::string>>{{"gpipe"}, {"1f1b"}}
+                          : std::vector<std::vector<std::string>>{{"2"}, {"4"}};
+    axes[1].fields = {"seed"};
+    for (int g = 1; g <= 40; ++g) axes[1].values.push_back({std::to_string(g)});
+    std::vector<sweep::Point> points;
+    for (size_t x = 0; x < 2; ++x) {
+      for (size_t g = 0; g < 40; ++g) {
+        sweep::Point p;
+        p.coord = {x, g};
+        for (sweep::Metrics* m : {&p.measured, &p.predicted}) {
+          m->step_ms = m->speedup = m->bubble = m->exposed_ms = m->peak_bytes = m->wire_bytes =
+              1.0 + static_cast<double>(x + g);
+        }
+        points.push_back(p);
+      }
+    }
+    const std::vector<Chart> charts = sweep::BuildCharts(axes, points, false);
+    ASSERT_EQ(charts.size(), 6u);
+    const Chart& c = charts[0];
+    ASSERT_EQ(c.bars, bars);
+    ASSERT_EQ(c.series.size(), 80u);
+    const std::string svg = RenderChart(c);
+    ASSERT_TRUE(ParseXml(svg).ok);
+    std::map<std::string, std::string> swatch_of;  // swatch -> the series it stands for
+    for (const Series& s : c.series) {
+      const size_t name_at = svg.find(">" + s.name + "</text>");
+      ASSERT_NE(name_at, std::string::npos) << s.name;
+      const size_t text_at = svg.rfind("<text", name_at);
+      const size_t from = std::max(svg.rfind("</text>", text_at), svg.rfind("</g>", text_at));
+      const std::vector<std::string> swatch = Shapes(svg.substr(from + 1, text_at - from - 1).substr(
+          svg.substr(from + 1, text_at - from - 1).find('>') + 1));
+      ASSERT_FALSE(swatch.empty()) << s.name;
+      std::string key;
+      for (const std::string& e : swatch) key += e + "\n";
+      const auto [it, inserted] = swatch_of.emplace(key, s.name);
+      EXPECT_TRUE(inserted) << (bars ? "bars: " : "lines: ") << s.name << " is drawn as " << it->second << ":\n"
+                            << key;
+      if (bars) continue;
+      // The series' own markers (its points) have the swatch's marker shape.
+      const size_t g_at = svg.find("<g class=\"series\" data-name=\"" + s.name + "\">");
+      ASSERT_NE(g_at, std::string::npos) << s.name;
+      const size_t g_end = svg.find("</g>", g_at);
+      const std::vector<std::string> drawn = Shapes(svg.substr(svg.find('>', g_at) + 1, g_end - svg.find('>', g_at) - 1));
+      size_t markers = 0;
+      for (const std::string& e : drawn) {
+        if (e.rfind("<polyline", 0) == 0) continue;
+        ++markers;
+        EXPECT_EQ(e, swatch.back()) << s.name;
+      }
+      EXPECT_EQ(markers, 2u) << s.name;
+    }
+  }
+}
+
+// The x tick labels of a numeric axis do not overlap: `sweep --axis=seed=1..60` (log2 spacing) printed
+// all 60 labels, the right half on top of each other. Every position keeps its tick; the first end and a
+// label saying no point ran there are drawn (the latter first: here it takes the place of "60"); a
+// category's label is always drawn.
+TEST(SvgChart, NumericTickLabelsDoNotOverlap) {
+  Chart c{.title = "t", .x_label = "seed", .log_x = true};
+  for (int v = 1; v <= 60; ++v) {
+    c.x_values.push_back(v);
+    c.x_labels.push_back(v == 45 ? "45 (invalid)" : std::to_string(v));
+  }
+  c.series.push_back({.name = "predicted", .y = std::vector<double>(60, 1.0), .dashed = true});
+  const std::string svg = RenderChart(c);
+  ASSERT_TRUE(ParseXml(svg).ok);
+  // The labels drawn under the axis: their centre and width (7 px a character at 11 px).
+  std::vector<std::pair<double, double>> spans;
+  std::vector<std::string> drawn;
+  for (int v = 1; v <= 60; ++v) {
+    const std::string label = v == 45 ? "45 (invalid)" : std::to_string(v);
+    const size_t at = svg.find("text-anchor=\"middle\">" + label + "</text>");
+    if (at == std::string::npos) continue;
+    const size_t tag = svg.rfind("<text x=\"", at);
+    double x = 0;
+    ASSERT_TRUE(absl::SimpleAtod(svg.substr(tag + 9, svg.find('"', tag + 9) - tag - 9), &x)) << label;
+    spans.push_back({x - 3.5 * static_cast<double>(label.size()), x + 3.5 * static_cast<double>(label.size())});
+    drawn.push_back(label);
+  }
+  for (const char* must : {"1", "45 (invalid)", "2", "4", "8"}) {
+    EXPECT_NE(std::find(drawn.begin(), drawn.end(), must), drawn.end()) << must;
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k) EXPECT_LE(spans[k - 1].second, spans[k].first) << drawn.size() << " " << k;
+  // One tick per position all the same: 60 short vertical lines from the axis down.
+  size_t ticks = 0;
+  for (size_t at = svg.find("<line "); at != std::string::npos; at = svg.find("<line ", at + 1)) {
+    const std::string line = svg.substr(at, svg.find("/>", at) - at);
+    double y1 = 0, y2 = 0;
+    const size_t a = line.find("y1=\"") + 4, b = line.find("y2=\"") + 4;
+    ASSERT_TRUE(absl::SimpleAtod(line.substr(a, line.find('"', a) - a), &y1));
+    ASSERT_TRUE(absl::SimpleAtod(line.substr(b, line.find('"', b) - b), &y2));
+    ticks += std::abs(y2 - y1 - 5) < 1e-9;
+  }
+  EXPECT_EQ(ticks, 60u);
+  // Categories keep every label, however tight.
+  Chart bars{.title = "t", .bars = true};
+  for (int v = 0; v < 12; ++v) bars.x_labels.push_back("interleaved-" + std::to_string(v));
+  bars.series.push_back({.name = "predicted", .y = std::vector<double>(12, 1.0), .dashed = true});
+  const std::string bar_svg = RenderChart(bars);
+  for (const std::string& label : bars.x_labels) EXPECT_NE(bar_svg.find(">" + label + "</text>"), std::string::npos);
 }
 
 TEST(SvgChart, CategoricalBarsDrawOneBarPerFiniteValue) {
