@@ -256,7 +256,10 @@ int Run(const ParsedArgs& args) {
   auto plan = BuildPlan(*cfg, /*for_run=*/true);
   if (!plan.ok()) return Fail(kExitBadInput, plan.status());
 
-  Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents);
+  // On the virtual clock the trace holds nothing of the host (no wall stamps; events in modeled
+  // order): the same options write the same bytes (runtime/tracer.h, docs/runtime.md).
+  Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents,
+                cfg->virtual_time ? TraceClock::kVirtual : TraceClock::kWall);
   schedule::ExecutorOptions options = plan->executor;
   // Only a requested trace is recorded: recording every op and port message costs the device
   // threads a lock, an allocation and a copy each (a 512-device virtual run: 325 MB peak RSS

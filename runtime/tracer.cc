@@ -45,10 +45,11 @@ const char* StreamName(Stream stream) {
   return stream == Stream::kCompute ? "compute" : "comm";
 }
 
-Tracer::Tracer(int num_devices, int devices_per_node, size_t max_events)
+Tracer::Tracer(int num_devices, int devices_per_node, size_t max_events, TraceClock clock)
     : num_devices_(std::max(1, num_devices)),
       devices_per_node_(std::max(1, devices_per_node)),
-      epoch_ns_(SteadyNs()),
+      clock_(clock),
+      epoch_ns_(clock == TraceClock::kVirtual ? 0 : SteadyNs()),
       buffers_(std::make_unique<Buffer[]>(static_cast<size_t>(num_devices_) * kStreams)) {
   // Half of max_events for the device streams' ops (an equal share each), half for port events:
   // at most max_events in all.
@@ -64,30 +65,50 @@ uint64_t Tracer::capped() const {
   return n + port_capped_;
 }
 
-int64_t Tracer::WallNow() const { return SteadyNs() - epoch_ns_; }
+int64_t Tracer::WallNow() const {
+  return clock_ == TraceClock::kVirtual ? 0 : SteadyNs() - epoch_ns_;
+}
 
 std::vector<TraceEvent> Tracer::Events() const {
   std::vector<TraceEvent> all;
+  // Buffer by buffer, (rank, stream) in order: the stable sort's ties keep each buffer's recording
+  // order, which is its one thread's program order.
   for (size_t b = 0; b < static_cast<size_t>(num_devices_) * kStreams; ++b) {
     buffers_[b].ForEach([&](const TraceEvent& e) { all.push_back(e); });
   }
-  std::stable_sort(all.begin(), all.end(), [](const TraceEvent& a, const TraceEvent& b) {
-    return std::tie(a.wall_start_ns, a.rank, a.stream) <
-           std::tie(b.wall_start_ns, b.rank, b.stream);
+  const bool modeled = clock_ == TraceClock::kVirtual;
+  std::stable_sort(all.begin(), all.end(), [modeled](const TraceEvent& a, const TraceEvent& b) {
+    const int64_t ta = modeled ? a.model_start_ns : a.wall_start_ns;
+    const int64_t tb = modeled ? b.model_start_ns : b.wall_start_ns;
+    return std::tie(ta, a.rank, a.stream) < std::tie(tb, b.rank, b.stream);
   });
   return all;
+}
+
+std::vector<PortEvent> Tracer::SortedPortEvents() const {
+  std::vector<PortEvent> sorted = port_events_;
+  std::sort(sorted.begin(), sorted.end(), [](const PortEvent& a, const PortEvent& b) {
+    return std::tie(a.start_ns, a.port, a.src, a.dst, a.ready_ns, a.end_ns, a.bytes) <
+           std::tie(b.start_ns, b.port, b.src, b.dst, b.ready_ns, b.end_ns, b.bytes);
+  });
+  return sorted;
 }
 
 std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
   using nlohmann::json;
   const int num_nodes = (num_devices_ + devices_per_node_ - 1) / devices_per_node_;
   json events = json::array();
-  const int layouts = options.modeled_tracks ? 2 : 1;
+  // The layouts written, in pid order: on kWall the measured one (layout 0) and, if asked, the
+  // modeled one (layout 1); on kVirtual the modeled one alone (layout 0).
+  const bool wall = clock_ == TraceClock::kWall;
+  const int layouts = wall && options.modeled_tracks ? 2 : 1;
+  const auto is_modeled = [wall](int layout) { return !wall || layout == 1; };
   for (int layout = 0; layout < layouts; ++layout) {
     for (int node = 0; node < num_nodes; ++node) {
       const int pid = layout * num_nodes + node;
       events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
-                        {"args", {{"name", absl::StrCat("node ", node, layout ? " (modeled)" : "")}}}});
+                        {"args", {{"name", absl::StrCat("node ", node,
+                                                        is_modeled(layout) ? " (modeled)" : "")}}}});
       events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
                         {"args", {{"sort_index", pid}}}});
     }
@@ -108,9 +129,11 @@ std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
                  {"rank", e.rank},
                  {"stream", StreamName(e.stream)},
                  {"modeled_start_us", Us(e.model_start_ns)},
-                 {"modeled_end_us", Us(e.model_end_ns)},
-                 {"wall_start_us", Us(e.wall_start_ns)},
-                 {"wall_end_us", Us(e.wall_end_ns)}};
+                 {"modeled_end_us", Us(e.model_end_ns)}};
+    if (wall) {
+      args["wall_start_us"] = Us(e.wall_start_ns);
+      args["wall_end_us"] = Us(e.wall_end_ns);
+    }
     if (e.bytes) args["bytes"] = e.bytes;
     if (e.peer >= 0) args["peer"] = e.peer;
     if (e.micro_batch >= 0) args["micro_batch"] = e.micro_batch;
@@ -119,8 +142,9 @@ std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
     const std::string name = e.micro_batch >= 0 ? absl::StrCat(e.name, " mb", e.micro_batch)
                                                 : std::string(e.name);
     for (int layout = 0; layout < layouts; ++layout) {
-      const int64_t start = layout ? e.model_start_ns : e.wall_start_ns;
-      const int64_t end = std::max(start, layout ? e.model_end_ns : e.wall_end_ns);
+      const bool m = is_modeled(layout);
+      const int64_t start = m ? e.model_start_ns : e.wall_start_ns;
+      const int64_t end = std::max(start, m ? e.model_end_ns : e.wall_end_ns);
       const int pid = layout * num_nodes + node;
       if (e.kind == OpKind::kFault) {
         events.push_back({{"ph", "i"}, {"s", "t"}, {"name", name}, {"cat", "fault"},
@@ -155,7 +179,7 @@ std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid},
                         {"tid", static_cast<int>(p)}, {"args", {{"name", port_names_[p]}}}});
     }
-    for (const PortEvent& e : port_events_) {
+    for (const PortEvent& e : SortedPortEvents()) {
       events.push_back({{"ph", "X"}, {"name", absl::StrCat(e.src, " → ", e.dst)},
                         {"cat", "port"}, {"ts", Us(e.start_ns)},
                         {"dur", Us(std::max<int64_t>(0, e.end_ns - e.start_ns))}, {"pid", pid},

@@ -6,6 +6,18 @@
 // taken by the caller (WallNow(): steady_clock ns since the tracer's epoch) so an event's wall
 // start/end bracket exactly the work it describes.
 //
+// The clock a tracer is built for (TraceClock) decides what its events may carry:
+//   * kWall (a run on the real clock): events carry the host's wall stamps beside the modeled ones;
+//     exports order them by wall start, then rank, stream and recording order.
+//   * kVirtual (a run on the virtual clock): nothing of the host. WallNow() is 0 without reading
+//     any clock and Record() keeps no wall stamp, exports order events by modeled start, then rank,
+//     stream and recording order (each buffer's order is its one thread's program order), and the
+//     Chrome JSON holds the modeled layout alone (measured = emulated on that clock). So two runs
+//     that record the same events per (device, stream) in the same order export the same bytes,
+//     however the threads interleaved.
+// Port events (RecordPort) are exported sorted by (modeled start, port, src, dst, ready, end, bytes)
+// on either clock, whatever order the fabric committed them in.
+//
 // Memory is bounded: a tracer built with `max_events` keeps at most that many events in all (each
 // (device, stream) buffer at most its share, in chunks of at most kChunkEvents); later events of a
 // full buffer are dropped and counted (capped()), so a long run's trace cannot exhaust memory.
@@ -17,14 +29,16 @@
 //   * one process per node ("node n", pid n); one thread track per device stream
 //     ("rank r compute" tid 2r, "rank r comm" tid 2r+1);
 //   * each op is a complete event ("ph":"X") with measured ts/dur (µs) and, in args, modeled
-//     start/end (µs), kind, bytes, peer, micro_batch, step;
+//     start/end (µs), wall start/end (µs), kind, bytes, peer, micro_batch, step;
 //   * with ChromeTraceOptions::modeled_tracks, the same ops again on processes "node n (modeled)"
 //     (pid num_nodes + n) placed at their modeled times;
+//   * kVirtual: only the modeled processes, "node n (modeled)" with pid n, and no wall args;
 //   * each send → receive pair sharing a flow_id gets flow events ("ph":"s" on the send,
 //     "ph":"f","bp":"e" on the receive, same "id");
 //   * faults are instant events ("ph":"i");
-//   * with port events (RecordPort), a process "fabric ports (modeled)" with one track per port
-//     showing, in modeled time, which message occupies it (src → dst, bytes, time queued).
+//   * with port events (RecordPort), a process "fabric ports (modeled)" (the pid after the nodes')
+//     with one track per port showing, in modeled time, which message occupies it (src → dst,
+//     bytes, time queued).
 //
 // Example:
 //   rp::Tracer tracer(/*num_devices=*/4, /*devices_per_node=*/8);
@@ -51,8 +65,14 @@ enum class Stream : uint8_t { kCompute = 0, kComm = 1 };
 const char* OpKindName(OpKind kind);
 const char* StreamName(Stream stream);
 
+// The clock of the run a tracer records (see the header comment).
+enum class TraceClock : uint8_t {
+  kWall,     // real clock: wall stamps kept, exports ordered by them
+  kVirtual,  // virtual clock: no host time anywhere, exports ordered by modeled time
+};
+
 struct TraceEvent {
-  int64_t wall_start_ns = 0;  // Tracer::WallNow() at start
+  int64_t wall_start_ns = 0;  // Tracer::WallNow() at start (0 on a TraceClock::kVirtual tracer)
   int64_t wall_end_ns = 0;
   int64_t model_start_ns = 0;  // modeled time (rp::Nanos count)
   int64_t model_end_ns = 0;
@@ -79,7 +99,9 @@ struct PortEvent {
 };
 
 struct ChromeTraceOptions {
-  bool modeled_tracks = true;  // add "node n (modeled)" processes laid out in modeled time
+  // kWall: add "node n (modeled)" processes laid out in modeled time beside the measured ones.
+  // A kVirtual tracer writes the modeled processes alone, whatever this says.
+  bool modeled_tracks = true;
 };
 
 class Tracer {
@@ -90,13 +112,15 @@ class Tracer {
   static constexpr size_t kUnbounded = ~size_t{0};
 
   // `num_devices` >= 1 and `devices_per_node` >= 1 (smaller values are clamped to 1). `max_events`:
-  // the most events kept in all (see the header comment).
-  Tracer(int num_devices, int devices_per_node, size_t max_events = kUnbounded);
+  // the most events kept in all (see the header comment). `clock`: the clock of the traced run.
+  Tracer(int num_devices, int devices_per_node, size_t max_events = kUnbounded,
+         TraceClock clock = TraceClock::kWall);
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
-  // steady_clock nanoseconds since this tracer was built. Any thread.
+  // steady_clock nanoseconds since this tracer was built; 0 on kVirtual (no clock read). Any thread.
   int64_t WallNow() const;
+  TraceClock clock() const { return clock_; }
   // A fresh non-zero flow id (relaxed atomic counter). Any thread.
   uint64_t NewFlowId() { return next_flow_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -111,17 +135,26 @@ class Tracer {
     }
     port_events_.push_back(e);
   }
-  // Only after the recording threads were joined.
+  // In the order recorded (the fabric's commit order); the exports sort them. Only after the
+  // recording threads were joined.
   const std::vector<PortEvent>& port_events() const { return port_events_; }
 
   // Appends `e` to the buffer of (e.rank, e.stream). Only the thread that runs that stream may call
-  // it. Events with a rank outside [0, num_devices) are dropped and counted (dropped()).
+  // it. Events with a rank outside [0, num_devices) are dropped and counted (dropped()). On
+  // kVirtual the wall stamps are not kept (stored as 0).
   void Record(const TraceEvent& e) {
     if (e.rank < 0 || e.rank >= num_devices_) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    buffers_[static_cast<size_t>(e.rank) * kStreams + static_cast<size_t>(e.stream)].Append(e);
+    Buffer& b = buffers_[static_cast<size_t>(e.rank) * kStreams + static_cast<size_t>(e.stream)];
+    if (clock_ == TraceClock::kVirtual) {
+      TraceEvent modeled = e;
+      modeled.wall_start_ns = modeled.wall_end_ns = 0;
+      b.Append(modeled);
+    } else {
+      b.Append(e);
+    }
   }
 
   int num_devices() const { return num_devices_; }
@@ -132,8 +165,11 @@ class Tracer {
   uint64_t capped() const;
 
   // --- Export: only after every recording thread has been joined. ---
-  // All events, ordered by (wall start, rank, stream).
+  // All events, ordered by (wall start, rank, stream, recording order) on kWall, by (modeled start,
+  // rank, stream, recording order) on kVirtual.
   std::vector<TraceEvent> Events() const;
+  // The port events sorted by (start, port, src, dst, ready, end, bytes): the exports' order.
+  std::vector<PortEvent> SortedPortEvents() const;
   std::string ToChromeJson(const ChromeTraceOptions& options = {}) const;
   std::string ToCsv() const;
   [[nodiscard]] absl::Status WriteChromeJson(const std::string& path,
@@ -180,6 +216,7 @@ class Tracer {
 
   const int num_devices_;
   const int devices_per_node_;
+  const TraceClock clock_;
   const int64_t epoch_ns_;
   std::unique_ptr<Buffer[]> buffers_;
   std::vector<std::string> port_names_;

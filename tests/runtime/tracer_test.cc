@@ -1,9 +1,15 @@
-// Tests of rp::Tracer: Chrome trace JSON that Perfetto accepts, CSV, and per-stream buffers.
+// Tests of rp::Tracer: Chrome trace JSON that Perfetto accepts, CSV, per-stream buffers, and the
+// virtual clock's traces: no host time, events in modeled order, the same bytes whatever the
+// threads' interleaving.
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/tracer.h"
@@ -111,6 +117,139 @@ TEST(Tracer, EventsOrderedByWallStartAcrossChunks) {
   for (size_t i = 1; i < events.size(); ++i) {
     EXPECT_LE(events[i - 1].wall_start_ns, events[i].wall_start_ns);
   }
+}
+
+// Per (rank, stream), in program order: what one device thread of a virtual run records. The
+// ranks' recordings interleave differently run to run, and their wall stamps differ.
+struct Recording {
+  std::vector<TraceEvent> events;  // one (rank, stream)'s, in order
+};
+
+std::vector<Recording> VirtualRunRecordings() {
+  // Rank 0 compute: F mb0 [0, 10), send at 10, F mb1 [10, 20). Rank 0 comm: an all-reduce from 5.
+  // Rank 1 compute: a straggler instant at 0, recv [0, 10) then F mb0 [10, 25) — it starts at 10
+  // like rank 0's send and F mb1: ties go by rank, then stream, then recording order.
+  const int64_t ms = 1'000'000;
+  return {
+      {{{.model_start_ns = 0, .model_end_ns = 10 * ms, .name = "F", .rank = 0, .micro_batch = 0},
+        {.model_start_ns = 10 * ms, .model_end_ns = 10 * ms, .bytes = 64, .flow_id = 7,
+         .name = "send", .rank = 0, .peer = 1, .micro_batch = 0, .kind = OpKind::kSend},
+        {.model_start_ns = 10 * ms, .model_end_ns = 20 * ms, .name = "F", .rank = 0,
+         .micro_batch = 1}}},
+      {{{.model_start_ns = 5 * ms, .model_end_ns = 30 * ms, .name = "AllReduce", .rank = 0,
+         .step = 0, .kind = OpKind::kCollective, .stream = Stream::kComm}}},
+      {{{.name = "fault: straggler", .rank = 1, .kind = OpKind::kFault},
+        {.model_start_ns = 0, .model_end_ns = 10 * ms, .bytes = 64, .flow_id = 7, .name = "recv",
+         .rank = 1, .peer = 0, .micro_batch = 0, .kind = OpKind::kRecv},
+        {.model_start_ns = 10 * ms, .model_end_ns = 25 * ms, .name = "F", .detail = "straggler",
+         .rank = 1, .micro_batch = 0}}},
+  };
+}
+
+// Records `recs` into `tracer`, interleaving the (rank, stream) sequences in the order `pick`
+// chooses (each keeps its own order), with wall stamps from `wall`; then port events in `ports`'
+// order.
+void Replay(Tracer& tracer, const std::vector<Recording>& recs, const std::vector<size_t>& pick,
+            int64_t wall, const std::vector<PortEvent>& ports) {
+  std::vector<size_t> next(recs.size(), 0);
+  for (size_t r : pick) {
+    TraceEvent e = recs[r].events[next[r]++];
+    e.wall_start_ns = wall;
+    e.wall_end_ns = wall + 13;
+    wall += 1000;
+    tracer.Record(e);
+  }
+  for (const PortEvent& p : ports) tracer.RecordPort(p);
+}
+
+std::vector<PortEvent> Ports() {
+  return {{.port = 0, .src = 0, .dst = 1, .bytes = 64, .ready_ns = 10, .start_ns = 10, .end_ns = 20},
+          {.port = 1, .src = 0, .dst = 1, .bytes = 64, .ready_ns = 10, .start_ns = 10, .end_ns = 20},
+          {.port = 0, .src = 0, .dst = 1, .bytes = 8, .ready_ns = 5, .start_ns = 20, .end_ns = 25},
+          {.port = 2, .src = 1, .dst = 0, .bytes = 8, .ready_ns = 0, .start_ns = 3, .end_ns = 9}};
+}
+
+TEST(Tracer, VirtualClockKeepsNoHostTime) {
+  Tracer tracer(/*num_devices=*/2, /*devices_per_node=*/8, Tracer::kUnbounded, TraceClock::kVirtual);
+  EXPECT_EQ(tracer.clock(), TraceClock::kVirtual);
+  EXPECT_EQ(tracer.WallNow(), 0);
+  tracer.Record({.wall_start_ns = 123456, .wall_end_ns = 234567, .model_start_ns = 2000,
+                 .model_end_ns = 5000, .name = "F", .rank = 1, .micro_batch = 0});
+  const std::vector<TraceEvent> events = tracer.Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].wall_start_ns, 0);
+  EXPECT_EQ(events[0].wall_end_ns, 0);
+  EXPECT_NE(tracer.ToCsv().find("1,0,compute,compute,F,,0,-1,-1,0,0,0,0,2000,5000"),
+            std::string::npos)
+      << tracer.ToCsv();
+  // The Chrome JSON: the modeled layout alone, whatever modeled_tracks says, at modeled times.
+  for (const bool modeled_tracks : {true, false}) {
+    const std::string text = tracer.ToChromeJson({.modeled_tracks = modeled_tracks});
+    EXPECT_EQ(text.find("wall_"), std::string::npos) << text;
+    const nlohmann::json root = nlohmann::json::parse(text);
+    std::set<std::string> process_names;
+    int complete = 0;
+    for (const auto& e : root["traceEvents"]) {
+      if (e["ph"] == "M" && e["name"] == "process_name") process_names.insert(e["args"]["name"]);
+      if (e["ph"] != "X") continue;
+      ++complete;
+      EXPECT_EQ(e["pid"], 0);
+      EXPECT_EQ(e["tid"], 2);  // rank 1 compute
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 2.0);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 3.0);
+    }
+    EXPECT_EQ(complete, 1);
+    EXPECT_EQ(process_names, std::set<std::string>{"node 0 (modeled)"});
+  }
+}
+
+// The threads of a virtual run interleave differently run to run: the exports do not show it.
+TEST(Tracer, VirtualClockExportsTheSameBytesWhateverTheInterleaving) {
+  const std::vector<Recording> recs = VirtualRunRecordings();
+  std::vector<PortEvent> ports = Ports();
+  Tracer a(2, 1, Tracer::kUnbounded, TraceClock::kVirtual);
+  Replay(a, recs, {0, 0, 0, 1, 2, 2, 2}, /*wall=*/0, ports);
+  std::reverse(ports.begin(), ports.end());
+  Tracer b(2, 1, Tracer::kUnbounded, TraceClock::kVirtual);
+  Replay(b, recs, {2, 1, 0, 2, 0, 2, 0}, /*wall=*/777, ports);
+  EXPECT_EQ(a.ToChromeJson(), b.ToChromeJson());
+  EXPECT_EQ(a.ToCsv(), b.ToCsv());
+  // Ordered by modeled start, then rank, stream and recording order.
+  std::vector<std::string> order;
+  for (const TraceEvent& e : b.Events()) {
+    order.push_back(absl::StrCat(e.rank, StreamName(e.stream), " ", e.name, " ", e.model_start_ns / 1'000'000));
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"0compute F 0", "1compute fault: straggler 0",
+                                             "1compute recv 0", "0comm AllReduce 5",
+                                             "0compute send 10", "0compute F 10", "1compute F 10"}));
+  // The port tracks in (start, port, ...) order.
+  std::vector<std::pair<int64_t, int>> port_order;
+  for (const PortEvent& p : b.SortedPortEvents()) port_order.emplace_back(p.start_ns, p.port);
+  EXPECT_EQ(port_order, (std::vector<std::pair<int64_t, int>>{{3, 2}, {10, 0}, {10, 1}, {20, 0}}));
+}
+
+// On the real clock the same recordings keep their wall stamps and wall order (the measured
+// layout is the host's), with the modeled layout beside it.
+TEST(Tracer, WallClockKeepsTheWallStampsAndTheirOrder) {
+  const std::vector<Recording> recs = VirtualRunRecordings();
+  Tracer tracer(2, 1);
+  EXPECT_EQ(tracer.clock(), TraceClock::kWall);
+  Replay(tracer, recs, {2, 1, 0, 2, 0, 2, 0}, /*wall=*/777, Ports());
+  int64_t last = -1;
+  for (const TraceEvent& e : tracer.Events()) {
+    EXPECT_GT(e.wall_start_ns, last) << e.name;
+    last = e.wall_start_ns;
+  }
+  const nlohmann::json root = nlohmann::json::parse(tracer.ToChromeJson());
+  std::set<std::string> process_names;
+  for (const auto& e : root["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") process_names.insert(e["args"]["name"]);
+    if (e["ph"] == "X" && e["cat"] != "port") {
+      EXPECT_TRUE(e["args"].contains("wall_start_us")) << e;
+    }
+  }
+  EXPECT_EQ(process_names, (std::set<std::string>{"node 0", "node 1", "node 0 (modeled)",
+                                                  "node 1 (modeled)", "fabric ports (modeled)"}));
 }
 
 }  // namespace
