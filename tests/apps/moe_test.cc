@@ -247,6 +247,28 @@ TEST(MoeBinary, PredictSaysItAssumedBalancedRouting) {
   fs::remove_all(dir);
 }
 
+// The EP line counts the groups of replicas a user carves out of DP (dp / ep of them), not the EP
+// communicators of every (group, pp, tp): dp = 8, ep = 2, pp = 2, tp = 2 said "16 EP groups carved out
+// of DP", which reads as 16 groups taken from 8 replicas.
+TEST(MoeBinary, TheEpLineCountsTheGroupsOfReplicasCarvedOutOfDp) {
+  const fs::path dir = TempDir("ep_groups");
+  const fs::path report = dir / "r.json";
+  const Result r = RunBinary("predict --dp=8 --ep=2 --pp=2 --tp=2 --moe_layers=all --devices_per_node=8 "
+                             "--report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  EP         2 (4 EP groups of 2 replicas carved out of DP=8, per pipeline stage and TP "
+                       "shard: 16 in all;"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(ReadJson(report)["moe"]["ep_groups"], 16);  // the JSON keeps its count of communicators
+  // One pipeline stage, no TP: nothing to multiply.
+  const Result one = RunBinary("predict --dp=4 --ep=4 --pp=1 --tp=1 --moe_layers=all", dir);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("  EP         4 (1 EP group of 4 replicas carved out of DP=4; all-to-all"), std::string::npos)
+      << one.out;
+  fs::remove_all(dir);
+}
+
 TEST(MoeBinary, EpIsASweepAxis) {
   const fs::path dir = TempDir("sweep");
   for (const char* mode : {"--predict_only", "--virtual_time --steps=1"}) {
