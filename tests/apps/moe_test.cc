@@ -269,6 +269,35 @@ TEST(MoeBinary, TheEpLineCountsTheGroupsOfReplicasCarvedOutOfDp) {
   fs::remove_all(dir);
 }
 
+// --segment_bytes cuts the EP all-to-alls' token blocks too (schedule/runner_ep.cc and the predictor
+// take the plan's ring_segment_bytes): 64-byte segments pay the overhead o per 64 bytes and expose more
+// of the exchange. The help said "per ring message of the TP and DP all-reduces" only.
+TEST(MoeBinary, SegmentBytesCutTheEpAllToAllsAndTheHelpSaysSo) {
+  const fs::path dir = TempDir("segment");
+  const std::string base = "predict --dp=2 --ep=2 --pp=2 --tp=1 --moe_layers=all --report_json=" + (dir / "r.json").string();
+  double exposed[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const Result r = RunBinary(base + (i == 0 ? " --segment_bytes=0" : " --segment_bytes=64"), dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json report = ReadJson(dir / "r.json");
+    for (const json& d : report["devices"]) {
+      exposed[i] = std::max(exposed[i], d["predicted"]["ep_exposed_comm_ms"].get<double>());
+    }
+  }
+  EXPECT_GT(exposed[1], 2 * exposed[0]) << exposed[0] << " " << exposed[1];
+  for (const char* sub : {"run", "predict"}) {
+    const Result help = RunBinary(std::string(sub) + " --help", dir);
+    ASSERT_EQ(help.exit_code, 0) << help.err;
+    const size_t at = help.out.find("--segment_bytes=");
+    ASSERT_NE(at, std::string::npos) << help.out;
+    // The flag's help, its wrapped lines joined by single spaces.
+    const std::string text = std::regex_replace(help.out.substr(at, help.out.find("\n  --", at + 1) - at),
+                                                std::regex("\\s+"), " ");
+    EXPECT_NE(text.find("per message of the EP all-to-alls' token blocks"), std::string::npos) << text;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(MoeBinary, EpIsASweepAxis) {
   const fs::path dir = TempDir("sweep");
   for (const char* mode : {"--predict_only", "--virtual_time --steps=1"}) {
