@@ -224,18 +224,21 @@ std::string DeviceRow(const json& d, bool run) {
 // The EP all-to-alls over every device: the largest peer wait (the straggler gating its group),
 // exposed communication and modeled bytes.
 std::string EpLine(const json& devs, bool run) {
-  double peer = 0, peer_pred = 0, exposed = 0, bytes = 0;
+  double peer = 0, peer_pred = 0, exposed = 0, exposed_pred = 0, bytes = 0;
   for (const json& d : devs) {
     const json& p = Get(d, "predicted");
     const json& m = run ? d : p;
     peer = std::max(peer, D(m, "ep_peer_wait_ms"));
     peer_pred = std::max(peer_pred, D(p, "ep_peer_wait_ms"));
     exposed = std::max(exposed, D(m, "ep_exposed_comm_ms"));
+    exposed_pred = std::max(exposed_pred, D(p, "ep_exposed_comm_ms"));
     bytes = std::max(bytes, D(m, "modeled_ep_bytes"));
   }
   return absl::StrCat("  EP all-to-all: peer wait (the busiest EP rank gates its group) up to ", Fmt("%.3f", peer),
                       run ? absl::StrCat(" [", Fmt("%.3f", peer_pred), "]") : std::string(),
-                      " ms, exposed transfer up to ", Fmt("%.3f", exposed), " ms, modeled EP bytes up to ",
+                      " ms, exposed transfer up to ", Fmt("%.3f", exposed),
+                      run ? absl::StrCat(" [", Fmt("%.3f", exposed_pred), "]") : std::string(),
+                      " ms, modeled EP bytes up to ",
                       Bytes(bytes), " per step per device (part of the wire column)\n");
 }
 

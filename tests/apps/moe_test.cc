@@ -298,6 +298,22 @@ TEST(MoeBinary, SegmentBytesCutTheEpAllToAllsAndTheHelpSaysSo) {
   fs::remove_all(dir);
 }
 
+// A run's EP line gives the prediction of each figure it measures: the peer wait had one in brackets,
+// the exposed transfer did not (the JSON holds both; on the virtual clock they are equal).
+TEST(MoeBinary, TheEpLineOfARunBracketsThePredictedExposedTransfer) {
+  const fs::path dir = TempDir("ep_line");
+  const Result r = RunBinary("run --dp=2 --ep=2 --pp=2 --tp=1 --moe_layers=all --microbatches=2 --steps=1 "
+                             "--virtual_time --reference=false --devices_per_node=1",
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(exposed transfer up to ([0-9.]+) \[([0-9.]+)\] ms)")))
+      << r.out;
+  EXPECT_EQ(m[1].str(), m[2].str());
+  EXPECT_GT(std::stod(m[1].str()), 0);
+  fs::remove_all(dir);
+}
+
 TEST(MoeBinary, EpIsASweepAxis) {
   const fs::path dir = TempDir("sweep");
   for (const char* mode : {"--predict_only", "--virtual_time --steps=1"}) {
