@@ -115,8 +115,9 @@ std::vector<ConfigField>* BuildFieldTable() {
                      "Gradient wire format: fp32, fp16, bf16 or int8."));
   f->push_back({"segment_bytes", Grammar::kByteList, kEveryRun, 1, 0,
                 "Modeled bytes per ring message of the TP and DP all-reduces (FP32 bytes of the modeled gradients, "
-                "a multiple of 4 up to 1G; suffixes K, M, G = KiB, MiB, GiB): each message pays the link's "
-                "overhead o. One size; 0: one message per chunk (a modeled chunk over 1 GiB: 1 GiB messages).",
+                "a multiple of 4 up to 1G; suffixes K, M, G = KiB, MiB, GiB), and per message of the EP "
+                "all-to-alls' token blocks: each message pays the link's overhead o. One size; 0: one message "
+                "per chunk or block (a modeled chunk over 1 GiB: 1 GiB messages).",
                 "0 (one message per chunk)",
                 [](RunConfig& c, const json& v) -> absl::Status {
                   RP_ASSIGN_OR_RETURN(c.segment_bytes, AsBytes("segment_bytes", v));

@@ -5,10 +5,12 @@
 // The estimate adds, in bytes (in double: the products of huge fields must not overflow):
 //   data set      DatasetPeakBytes (both splits, labels, the teacher's logits while labelling);
 //   model         dp replicas of the model's fp32 weights, gradients and optimizer state (SGD 1, Adam 2
-//                 copies), the reference trainer's copy, the held-out evaluation's copy of replica 0
-//                 (virtual clock: weights and gradients), and the all-reduce buffers (3 × gradients);
+//                 copies; DualPipe two of each, every stage living on two ranks), the reference
+//                 trainer's copy, the held-out evaluation's copy of replica 0 (virtual clock: weights
+//                 and gradients), and the all-reduce buffers (3 × gradients);
 //   activations   per device, the activations of the micro-batches in flight (GPipe: all of them;
-//                 other schedules: at most pp × virtual_stages), 3 tensors of microbatch_size rows
+//                 other schedules: at most pp × virtual_stages, or the schedule's larger peak — ZB-H2
+//                 2·pp − 1, interleaved its warm-up + 1 chunks), 3 tensors of microbatch_size rows
 //                 per layer and width;
 //   experts       (MoE) the blocks' routers and experts, which the dense count above misses: per
 //                 replica tp copies of each device's router and E/ep experts (a block is never

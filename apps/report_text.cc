@@ -68,12 +68,20 @@ std::string MoeSetup(const json& r) {
       aux > 0 ? absl::StrCat(", aux loss ", Fmt("%g", aux)) : std::string(),
       skew > 0 ? absl::StrCat(", router skew ", Fmt("%g", skew)) : std::string(), "\n");
   const int ep = m.value("ep", 1);
-  absl::StrAppend(&out, "  EP         ", ep, ep > 1 ? absl::StrCat(" (", m.value("ep_groups", 0),
-                                                              " EP groups carved out of DP; all-to-all of token rows, "
-                                                              "a row = ", Bytes(D(m, "modeled_ep_row_bytes")),
-                                                              " modeled)")
-                                               : std::string(" (every device holds every expert)"),
-                  "\n");
+  // The groups a user counts are the dp / ep groups of replicas; ep_groups counts one EP
+  // communicator per (group, pp, tp): "64 EP groups" for dp = 64, ep = 8 read as 64 of one replica.
+  const double dp_value = D(Get(r, "layout"), "dp"), all_value = D(m, "ep_groups");
+  const int dp = std::isfinite(dp_value) ? static_cast<int>(dp_value) : ep;
+  const int all = std::isfinite(all_value) ? static_cast<int>(all_value) : 0;
+  const int groups = std::max(1, dp / std::max(1, ep));
+  absl::StrAppend(
+      &out, "  EP         ", ep,
+      ep > 1 ? absl::StrCat(" (", groups, groups == 1 ? " EP group" : " EP groups", " of ", ep,
+                            " replicas carved out of DP=", dp,
+                            all > groups ? absl::StrCat(", per pipeline stage and TP shard: ", all, " in all") : "",
+                            "; all-to-all of token rows, a row = ", Bytes(D(m, "modeled_ep_row_bytes")), " modeled)")
+             : std::string(" (every device holds every expert)"),
+      "\n");
   if (m.value("balanced_routing_assumed", false)) {
     absl::StrAppend(&out, "  routing    balanced routing ASSUMED: the EP all-to-alls are sized as if every "
                           "source spread its tokens evenly over the experts (no run's routing)\n");
@@ -216,18 +224,21 @@ std::string DeviceRow(const json& d, bool run) {
 // The EP all-to-alls over every device: the largest peer wait (the straggler gating its group),
 // exposed communication and modeled bytes.
 std::string EpLine(const json& devs, bool run) {
-  double peer = 0, peer_pred = 0, exposed = 0, bytes = 0;
+  double peer = 0, peer_pred = 0, exposed = 0, exposed_pred = 0, bytes = 0;
   for (const json& d : devs) {
     const json& p = Get(d, "predicted");
     const json& m = run ? d : p;
     peer = std::max(peer, D(m, "ep_peer_wait_ms"));
     peer_pred = std::max(peer_pred, D(p, "ep_peer_wait_ms"));
     exposed = std::max(exposed, D(m, "ep_exposed_comm_ms"));
+    exposed_pred = std::max(exposed_pred, D(p, "ep_exposed_comm_ms"));
     bytes = std::max(bytes, D(m, "modeled_ep_bytes"));
   }
   return absl::StrCat("  EP all-to-all: peer wait (the busiest EP rank gates its group) up to ", Fmt("%.3f", peer),
                       run ? absl::StrCat(" [", Fmt("%.3f", peer_pred), "]") : std::string(),
-                      " ms, exposed transfer up to ", Fmt("%.3f", exposed), " ms, modeled EP bytes up to ",
+                      " ms, exposed transfer up to ", Fmt("%.3f", exposed),
+                      run ? absl::StrCat(" [", Fmt("%.3f", exposed_pred), "]") : std::string(),
+                      " ms, modeled EP bytes up to ",
                       Bytes(bytes), " per step per device (part of the wire column)\n");
 }
 

@@ -38,6 +38,10 @@ absl::StatusOr<nlohmann::json> ValueJson(const std::string& axis, const std::str
 struct Metrics {
   double step_ms = kNaN, speedup = kNaN, efficiency = kNaN, bubble = kNaN, exposed_ms = kNaN;
   double peer_wait_ms = kNaN;
+  // The pipeline's largest bubbles, ms (docs/schedules.md "Makespan and per-rank span"): with the
+  // flush (makespan − busy) and in the per-rank span (what zero-bubble papers quote; ZB-H2 and ZB-V
+  // close this one, not the other).
+  double makespan_bubble_ms = kNaN, span_bubble_ms = kNaN;
   double peak_bytes = kNaN, wire_bytes = kNaN;  // modeled
 };
 

@@ -130,6 +130,8 @@ Metrics FromPrediction(const Plan& plan, const schedule::Prediction& pred) {
   m.bubble = bubble / n;
   m.exposed_ms = exposed / n;
   m.peer_wait_ms = peer / n;
+  m.makespan_bubble_ms = ToMillis(pred.makespan_bubble);
+  m.span_bubble_ms = ToMillis(pred.span_bubble);
   m.peak_bytes = peak;
   double wire = 0;
   for (const schedule::PredictedWire& w : PredictWireBytes(plan)) wire = std::max(wire, static_cast<double>(w.total()));
@@ -166,6 +168,8 @@ Metrics FromRun(const schedule::RunResult& run, int steps, double& real_peak, do
   m.bubble = bubble / n;
   m.exposed_ms = exposed / n;
   m.peer_wait_ms = peer / n;
+  m.makespan_bubble_ms = ToMillis(run.measured_pipeline.makespan_bubble);
+  m.span_bubble_ms = ToMillis(run.measured_pipeline.span_bubble);
   m.peak_bytes = peak;
   m.wire_bytes = wire;
   return m;

@@ -221,12 +221,14 @@ absl::StatusOr<int> InterleavedGroup(const PipelineOptions& o) {
 
 absl::StatusOr<Program> BuildGPipe(const PipelineOptions& o) {
   RP_RETURN_IF_ERROR(CheckCommon(o, "BuildGPipe"));
+  RP_RETURN_IF_ERROR(NeedChunks(o, "BuildGPipe", 1, "one stage per rank"));
   return Wire(ScheduleKind::kGPipe, o, StagePlacement::Loop(o.num_ranks, 1), false,
               GPipeOrder(o.num_ranks, o.num_micro_batches));
 }
 
 absl::StatusOr<Program> BuildOneFOneB(const PipelineOptions& o) {
   RP_RETURN_IF_ERROR(CheckCommon(o, "BuildOneFOneB"));
+  RP_RETURN_IF_ERROR(NeedChunks(o, "BuildOneFOneB", 1, "one stage per rank"));
   return Wire(ScheduleKind::kOneFOneB, o, StagePlacement::Loop(o.num_ranks, 1), false,
               OneFOneBOrder(o.num_ranks, o.num_micro_batches, OpKind::kBackward));
 }
@@ -240,6 +242,7 @@ absl::StatusOr<Program> BuildInterleaved(const PipelineOptions& o) {
 
 absl::StatusOr<Program> BuildZeroBubble(const PipelineOptions& o) {
   RP_RETURN_IF_ERROR(CheckCommon(o, "BuildZeroBubble"));
+  RP_RETURN_IF_ERROR(NeedChunks(o, "BuildZeroBubble", 1, "one stage per rank"));
   return Wire(ScheduleKind::kZeroBubbleH1, o, StagePlacement::Loop(o.num_ranks, 1), true,
               ZeroBubbleH1Order(o.num_ranks, o.num_micro_batches));
 }

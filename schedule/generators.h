@@ -45,7 +45,8 @@ struct PipelineOptions {
   int num_ranks = 1;           // p, pipeline ranks (>= 1)
   int num_micro_batches = 1;   // m (>= 1)
   // v, chunks per device: BuildInterleaved any v >= 1; BuildZeroBubbleV, BuildDualPipeV and
-  // BuildDualPipe exactly 2 (a V, or one chunk per direction); BuildZeroBubbleH2 1.
+  // BuildDualPipe exactly 2 (a V, or one chunk per direction); BuildGPipe, BuildOneFOneB,
+  // BuildZeroBubble and BuildZeroBubbleH2 1 (InvalidArgument naming num_chunks otherwise).
   int num_chunks = 1;
   uint64_t activation_bytes = 0;    // one micro-batch's activation (and its gradient) between stages
   uint64_t tp_allreduce_bytes = 0;  // per F and per B(-input) of one chunk; 0: no kTpAllReduce ops

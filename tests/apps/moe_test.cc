@@ -247,6 +247,73 @@ TEST(MoeBinary, PredictSaysItAssumedBalancedRouting) {
   fs::remove_all(dir);
 }
 
+// The EP line counts the groups of replicas a user carves out of DP (dp / ep of them), not the EP
+// communicators of every (group, pp, tp): dp = 8, ep = 2, pp = 2, tp = 2 said "16 EP groups carved out
+// of DP", which reads as 16 groups taken from 8 replicas.
+TEST(MoeBinary, TheEpLineCountsTheGroupsOfReplicasCarvedOutOfDp) {
+  const fs::path dir = TempDir("ep_groups");
+  const fs::path report = dir / "r.json";
+  const Result r = RunBinary("predict --dp=8 --ep=2 --pp=2 --tp=2 --moe_layers=all --devices_per_node=8 "
+                             "--report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  EP         2 (4 EP groups of 2 replicas carved out of DP=8, per pipeline stage and TP "
+                       "shard: 16 in all;"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(ReadJson(report)["moe"]["ep_groups"], 16);  // the JSON keeps its count of communicators
+  // One pipeline stage, no TP: nothing to multiply.
+  const Result one = RunBinary("predict --dp=4 --ep=4 --pp=1 --tp=1 --moe_layers=all", dir);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("  EP         4 (1 EP group of 4 replicas carved out of DP=4; all-to-all"), std::string::npos)
+      << one.out;
+  fs::remove_all(dir);
+}
+
+// --segment_bytes cuts the EP all-to-alls' token blocks too (schedule/runner_ep.cc and the predictor
+// take the plan's ring_segment_bytes): 64-byte segments pay the overhead o per 64 bytes and expose more
+// of the exchange. The help said "per ring message of the TP and DP all-reduces" only.
+TEST(MoeBinary, SegmentBytesCutTheEpAllToAllsAndTheHelpSaysSo) {
+  const fs::path dir = TempDir("segment");
+  const std::string base = "predict --dp=2 --ep=2 --pp=2 --tp=1 --moe_layers=all --report_json=" + (dir / "r.json").string();
+  double exposed[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const Result r = RunBinary(base + (i == 0 ? " --segment_bytes=0" : " --segment_bytes=64"), dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json report = ReadJson(dir / "r.json");
+    for (const json& d : report["devices"]) {
+      exposed[i] = std::max(exposed[i], d["predicted"]["ep_exposed_comm_ms"].get<double>());
+    }
+  }
+  EXPECT_GT(exposed[1], 2 * exposed[0]) << exposed[0] << " " << exposed[1];
+  for (const char* sub : {"run", "predict"}) {
+    const Result help = RunBinary(std::string(sub) + " --help", dir);
+    ASSERT_EQ(help.exit_code, 0) << help.err;
+    const size_t at = help.out.find("--segment_bytes=");
+    ASSERT_NE(at, std::string::npos) << help.out;
+    // The flag's help, its wrapped lines joined by single spaces.
+    const std::string text = std::regex_replace(help.out.substr(at, help.out.find("\n  --", at + 1) - at),
+                                                std::regex("\\s+"), " ");
+    EXPECT_NE(text.find("per message of the EP all-to-alls' token blocks"), std::string::npos) << text;
+  }
+  fs::remove_all(dir);
+}
+
+// A run's EP line gives the prediction of each figure it measures: the peer wait had one in brackets,
+// the exposed transfer did not (the JSON holds both; on the virtual clock they are equal).
+TEST(MoeBinary, TheEpLineOfARunBracketsThePredictedExposedTransfer) {
+  const fs::path dir = TempDir("ep_line");
+  const Result r = RunBinary("run --dp=2 --ep=2 --pp=2 --tp=1 --moe_layers=all --microbatches=2 --steps=1 "
+                             "--virtual_time --reference=false --devices_per_node=1",
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(exposed transfer up to ([0-9.]+) \[([0-9.]+)\] ms)")))
+      << r.out;
+  EXPECT_EQ(m[1].str(), m[2].str());
+  EXPECT_GT(std::stod(m[1].str()), 0);
+  fs::remove_all(dir);
+}
+
 TEST(MoeBinary, EpIsASweepAxis) {
   const fs::path dir = TempDir("sweep");
   for (const char* mode : {"--predict_only", "--virtual_time --steps=1"}) {

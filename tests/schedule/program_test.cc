@@ -135,6 +135,20 @@ TEST(Generators, RejectBadSizesNamingTheField) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("multiple of 4"));
 }
 
+// The one-chunk schedules refuse num_chunks != 1 as ZB-H2 does: BuildOneFOneB({.num_chunks = 2})
+// built a one-chunk program while the caller's per-stage sizes counted two chunks per rank.
+TEST(Generators, OneChunkSchedulesRefuseMoreChunksNamingNumChunks) {
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1,
+                            ScheduleKind::kZeroBubbleH2}) {
+    SCOPED_TRACE(ScheduleName(kind));
+    auto prog = BuildSchedule(kind, {.num_ranks = 2, .num_micro_batches = 4, .num_chunks = 2});
+    ASSERT_FALSE(prog.ok());
+    EXPECT_EQ(prog.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(prog.status().message()), HasSubstr("num_chunks (v) must be 1"));
+    EXPECT_TRUE(BuildSchedule(kind, {.num_ranks = 2, .num_micro_batches = 4, .num_chunks = 1}).ok());
+  }
+}
+
 TEST(Generators, InterleavedStatesItsConditionOnM) {
   auto st = BuildInterleaved({.num_ranks = 4, .num_micro_batches = 6, .num_chunks = 2}).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
