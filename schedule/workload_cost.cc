@@ -161,15 +161,23 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int
     const int rank = k % pp;
     grads[static_cast<size_t>(rank)] += stage->params().size() * sizeof(float);
     b.stage_gradient.push_back(stage->params().size() * sizeof(float));
-    Tensor x(microbatch_size, stage->input_dim());
+    // A dense stage stores tensors of `rows` rows only, so its bytes are those of one row times
+    // rows: measured on one row (a forward of the whole micro-batch through a 4096-wide model took
+    // seconds before every run). A MoE block's kept tokens depend on the expert capacity, which
+    // rounds with the row count: measured on the whole micro-batch.
+    const bool dense = std::none_of(stage->layers().begin(), stage->layers().end(),
+                                    [](const MlpStage::LayerInfo& l) { return l.kind == ShardKind::kMoe; });
+    const int measured_rows = dense ? 1 : microbatch_size;
+    const uint64_t scale = dense ? rows : 1;
+    Tensor x(measured_rows, stage->input_dim());
     RP_RETURN_IF_ERROR(stage->Forward(0, x, identity).status());
-    const uint64_t after_forward = static_cast<uint64_t>(stage->activation_bytes());
+    const uint64_t after_forward = scale * static_cast<uint64_t>(stage->activation_bytes());
     b.stored[static_cast<size_t>(rank)] += after_forward;
     // What a split backward keeps from Bi until W: the input gradient of a zero output gradient.
-    const Tensor dy(microbatch_size, stage->output_dim());
+    const Tensor dy(measured_rows, stage->output_dim());
     RP_RETURN_IF_ERROR(stage->BackwardInput(0, dy, identity).status());
-    b.stage_stored.push_back(
-        {.after_forward = after_forward, .after_input_grad = static_cast<uint64_t>(stage->activation_bytes())});
+    b.stage_stored.push_back({.after_forward = after_forward,
+                              .after_input_grad = scale * static_cast<uint64_t>(stage->activation_bytes())});
     const uint64_t out = k + 1 < k_stages ? rows * stage->output_dim() * sizeof(float) : 0;
     b.stage_output.push_back(out);
     b.activation_message = std::max(b.activation_message, out);

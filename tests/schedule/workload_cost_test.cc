@@ -2,8 +2,13 @@
 #include "schedule/workload_cost.h"
 
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/model/mlp.h"
 #include "schedule/generators.h"
 #include "tests/schedule/predict_helpers.h"
 
@@ -108,6 +113,51 @@ TEST(WorkloadCost, MlpBytesAreTheRealStagesSizes) {
   EXPECT_EQ(b->gradient, uint64_t{8 * 16 + 16 + 16 * 32 + 32} * 4);
   ASSERT_EQ(b->stored.size(), 2u);
   EXPECT_GT(b->stored[0], 0u);
+}
+
+// A dense stage's stored bytes are measured on one row and scaled (a forward of the whole
+// micro-batch through a wide model took seconds before every run): equal to the bytes a forward
+// (and a Bi) of the whole micro-batch stores, over partitions with TP shards, uneven layer counts,
+// virtual stages and several row counts. MoE stages are measured whole (their capacity rounds).
+TEST(WorkloadCost, DenseStoredBytesEqualAWholeMicroBatchsForward) {
+  MlpConfig mlp;
+  mlp.input_dim = 12;
+  mlp.hidden = {32, 48, 32, 64, 32};
+  mlp.classes = 6;
+  struct Layout {
+    int pp, v, tp;
+    std::vector<int> layers_per_stage;
+  };
+  const TpAllReduceFn identity = [](std::span<float>) { return absl::OkStatus(); };
+  for (const Layout& l : {Layout{1, 1, 1, {}}, Layout{2, 1, 2, {}}, Layout{3, 1, 1, {1, 2, 3}},
+                          Layout{2, 2, 2, {}}, Layout{2, 1, 1, {5, 1}}}) {
+    for (int rows : {1, 7, 64}) {
+      absl::StatusOr<WorkloadBytes> b = MlpWorkloadBytes(mlp, l.pp, l.v, l.tp, l.layers_per_stage, rows);
+      ASSERT_TRUE(b.ok()) << b.status();
+      absl::StatusOr<ModelPartition> part = PartitionMlp(mlp, l.pp * l.v, l.tp, l.layers_per_stage);
+      ASSERT_TRUE(part.ok()) << part.status();
+      ASSERT_EQ(b->stage_stored.size(), static_cast<size_t>(l.pp * l.v));
+      std::vector<uint64_t> stored(static_cast<size_t>(l.pp), 0);
+      for (int k = 0; k < l.pp * l.v; ++k) {
+        absl::StatusOr<std::unique_ptr<MlpStage>> stage = MlpStage::Create(mlp, *part, k, /*tp_rank=*/0);
+        ASSERT_TRUE(stage.ok()) << stage.status();
+        const Tensor x(rows, (*stage)->input_dim());
+        ASSERT_TRUE((*stage)->Forward(0, x, identity).ok());
+        const auto after_forward = static_cast<uint64_t>((*stage)->activation_bytes());
+        const Tensor dy(rows, (*stage)->output_dim());
+        ASSERT_TRUE((*stage)->BackwardInput(0, dy, identity).ok());
+        const auto after_input_grad = static_cast<uint64_t>((*stage)->activation_bytes());
+        const std::string where = "pp " + std::to_string(l.pp) + " v " + std::to_string(l.v) + " tp " +
+                                  std::to_string(l.tp) + " rows " + std::to_string(rows) + " stage " +
+                                  std::to_string(k);
+        EXPECT_GT(after_forward, 0u) << where;
+        EXPECT_EQ(b->stage_stored[static_cast<size_t>(k)].after_forward, after_forward) << where;
+        EXPECT_EQ(b->stage_stored[static_cast<size_t>(k)].after_input_grad, after_input_grad) << where;
+        stored[static_cast<size_t>(k % l.pp)] += after_forward;
+      }
+      EXPECT_EQ(b->stored, stored);
+    }
+  }
 }
 
 TEST(WorkloadCost, PredictedWireBytesFollowTheRingFormula) {
