@@ -6,15 +6,14 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "apps/flags.h"
+#include "apps/temp_registry.h"
 #include "runtime/status_macros.h"
 
 namespace rp::apps {
@@ -35,51 +34,6 @@ const char* KindOf(mode_t mode) {
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
   if (S_ISSOCK(mode)) return "a socket";
   return "not a regular file";
-}
-
-// --- Signal-safe registry of the temporary files and directories a commit holds ---
-
-constexpr size_t kMaxTempFiles = 64;
-constexpr size_t kMaxTempPath = 4096;
-constexpr int kSlotFree = 0, kSlotFile = 1, kSlotDir = 2;
-struct TempSlot {
-  std::atomic<int> ready{kSlotFree};  // kSlotFile / kSlotDir: `path` names one to remove on a signal
-  char path[kMaxTempPath] = {};
-};
-std::array<TempSlot, kMaxTempFiles> g_temps;
-
-// Registers `path` (a file, or a directory the handler removes once the files in it are gone); -1 if
-// the registry is full or the path too long (it is then only removed by the ordinary error paths).
-int RegisterTemp(const std::string& path, bool is_dir = false) {
-  if (path.size() + 1 > kMaxTempPath) return -1;
-  for (size_t i = 0; i < g_temps.size(); ++i) {
-    if (g_temps[i].ready.load(std::memory_order_relaxed) != kSlotFree) continue;
-    std::memcpy(g_temps[i].path, path.c_str(), path.size() + 1);
-    g_temps[i].ready.store(is_dir ? kSlotDir : kSlotFile, std::memory_order_release);  // pairs with the handler's acquire
-    return static_cast<int>(i);
-  }
-  return -1;
-}
-
-void UnregisterTemp(int slot) {
-  if (slot >= 0) g_temps[static_cast<size_t>(slot)].ready.store(kSlotFree, std::memory_order_release);
-}
-
-extern "C" void CleanupAndDie(int sig) {
-  for (TempSlot& t : g_temps) {
-    if (t.ready.load(std::memory_order_acquire) == kSlotFile) ::unlink(t.path);  // async-signal-safe
-  }
-  // Directories (a staging directory, the ancestors a commit created) in passes: a parent empties once
-  // its children are gone.
-  for (size_t pass = 0; pass < kMaxTempFiles; ++pass) {
-    bool removed = false;
-    for (TempSlot& t : g_temps) {
-      if (t.ready.load(std::memory_order_acquire) == kSlotDir && ::rmdir(t.path) == 0) removed = true;
-    }
-    if (!removed) break;
-  }
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
 }
 
 // The identity of a path for "is this the same file": device and inode when it exists, else the
@@ -222,31 +176,7 @@ std::string WithoutTrailingSlashes(std::string path) {
   return path;
 }
 
-// Blocks SIGINT, SIGTERM and SIGHUP while it lives: the renames of a commit and their undoing are not
-// interrupted half way; a signal that comes meanwhile is delivered at the end, when there is no backup
-// left to lose and the handler removes what is left.
-class BlockCleanupSignals {
- public:
-  BlockCleanupSignals() {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-    ::pthread_sigmask(SIG_BLOCK, &set, &old_);
-  }
-  ~BlockCleanupSignals() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
-  BlockCleanupSignals(const BlockCleanupSignals&) = delete;
-  BlockCleanupSignals& operator=(const BlockCleanupSignals&) = delete;
-
- private:
-  sigset_t old_;
-};
-
 }  // namespace
-
-namespace internal {
-void RegisterTempFile(const std::string& path) { RegisterTemp(path); }
-void RegisterTempDir(const std::string& path) { RegisterTemp(path, /*is_dir=*/true); }
-}  // namespace internal
 
 absl::Status CheckInputFile(const std::string& flag, const std::string& path) {
   if (path == "-") return absl::OkStatus();
@@ -300,16 +230,6 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& flag, const std::st
   if (!in) ::close(fd);
   RP_RETURN_IF_ERROR(status);
   return text;
-}
-
-void InstallCleanupHandlers() {
-  struct sigaction sa = {};
-  sa.sa_handler = CleanupAndDie;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
-  // A write past the file-size limit (`ulimit -f`) fails with EFBIG, an error the commit reports and
-  // undoes, instead of SIGXFSZ killing the process half way through, its temporary files left behind.
-  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 absl::Status OutputFiles::Declare(const std::string& flag, const std::string& path, bool is_dir,
