@@ -2,6 +2,8 @@
 
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <span>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,83 @@ constexpr double kMaxOpNanos = 1e15;
 
 // Layers of model stage k when `layers` are balanced over `stages` (the first layers % stages get one more).
 int BalancedLayers(int layers, int stages, int k) { return layers / stages + (k < layers % stages ? 1 : 0); }
+
+// What a stage keeps for `rows` rows of micro-batch `key`: after its forward, and after a Bi of a
+// zero output gradient (what a split backward keeps until W). The stage holds every key it measured.
+struct Kept {
+  int64_t after_forward = 0, after_input_grad = 0;
+};
+absl::StatusOr<Kept> MeasureKept(MlpStage& stage, int key, int64_t rows) {
+  const TpAllReduceFn identity = [](std::span<float>) { return absl::OkStatus(); };
+  const int64_t before = stage.activation_bytes();
+  Tensor x(rows, stage.input_dim());
+  RP_RETURN_IF_ERROR(stage.Forward(key, x, identity).status());
+  Kept k{.after_forward = stage.activation_bytes() - before};
+  const Tensor dy(rows, stage.output_dim());
+  RP_RETURN_IF_ERROR(stage.BackwardInput(key, dy, identity).status());
+  k.after_input_grad = stage.activation_bytes() - before;
+  return k;
+}
+
+// A stage's stored bytes for a micro-batch of `rows` rows, from a few small measurements. Its
+// input rows are all equal (zeros), so every token takes the same top-k experts and each of those
+// experts keeps min(T, capacity(T)) of its T tokens: a stage keeps a·T + b·kept(T) bytes, with
+// kept(T) = top_k · min(T, capacity(T)) (0 without MoE blocks) — per-token tensors, and per kept
+// (token, slot) the experts' rows. a and b are solved from T = 1 and the smallest T whose kept(T)
+// is not T · kept(1) (the capacity starts to drop), checked on a third count; a stage that does not
+// fit (or where those counts are not small against `rows`) is measured on the whole micro-batch.
+// (Measuring every stage whole ran a forward and a Bi of the whole micro-batch through the real
+// model before every run and prediction: minutes for a 4096-wide MoE block and 8 576 rows.)
+absl::StatusOr<Kept> StoredBytes(MlpStage& stage, const MlpConfig& mlp, int64_t rows) {
+  const bool moe = std::any_of(stage.layers().begin(), stage.layers().end(),
+                               [](const MlpStage::LayerInfo& l) { return l.kind == ShardKind::kMoe; });
+  auto kept = [&](int64_t t) -> int64_t {
+    if (!moe) return 0;
+    const int64_t cap = ExpertCapacity(mlp.moe.capacity_factor, mlp.moe.top_k, t, mlp.moe.experts);
+    return static_cast<int64_t>(mlp.moe.top_k) * (cap < 0 ? t : std::min(t, cap));
+  };
+  int key = 0;
+  RP_ASSIGN_OR_RETURN(const Kept one, MeasureKept(stage, key++, 1));
+  if (rows == 1) return one;
+  // The smallest row count whose kept (token, slot)s are not proportional to it, if any is small.
+  constexpr int64_t kMaxProbe = 64;
+  int64_t t2 = 0;
+  for (int64_t t = 2; t <= std::min(rows, kMaxProbe); ++t) {
+    if (kept(t) != t * kept(1)) {
+      t2 = t;
+      break;
+    }
+  }
+  const bool proportional = t2 == 0 && (rows <= kMaxProbe || kept(rows) == rows * kept(1));
+  std::optional<Kept> fit_at_2;
+  std::function<int64_t(int64_t, int64_t, int64_t)> predict;  // (T, m1, m2) -> bytes
+  if (proportional) {
+    predict = [](int64_t t, int64_t m1, int64_t) { return t * m1; };
+  } else if (t2 != 0) {
+    RP_ASSIGN_OR_RETURN(fit_at_2, MeasureKept(stage, key++, t2));
+    const int64_t k1 = kept(1), k2 = kept(t2), det = k2 - t2 * k1;  // != 0 by the choice of t2
+    predict = [&kept, t2, k1, det](int64_t t, int64_t m1, int64_t m2) -> int64_t {
+      const int64_t num = m2 - t2 * m1;
+      if (num % det != 0) return -1;  // not of the form a·T + b·kept(T): measure whole
+      const int64_t b = num / det, a = m1 - b * k1;
+      return a * t + b * kept(t);
+    };
+  }
+  if (predict) {
+    // A third count checks the form (the next count after the probes, within the micro-batch).
+    const int64_t t3 = std::min(rows, (t2 != 0 ? t2 : 1) + 1);
+    RP_ASSIGN_OR_RETURN(const Kept check, MeasureKept(stage, key++, t3));
+    const Kept two = fit_at_2.value_or(Kept{});
+    const Kept fit{.after_forward = predict(rows, one.after_forward, two.after_forward),
+                   .after_input_grad = predict(rows, one.after_input_grad, two.after_input_grad)};
+    if (fit.after_forward >= 0 && fit.after_input_grad >= 0 &&
+        predict(t3, one.after_forward, two.after_forward) == check.after_forward &&
+        predict(t3, one.after_input_grad, two.after_input_grad) == check.after_input_grad) {
+      return fit;
+    }
+  }
+  return MeasureKept(stage, key, rows);
+}
 
 }  // namespace
 
@@ -155,29 +234,16 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int
   b.stored.assign(static_cast<size_t>(pp), 0);
   std::vector<uint64_t> grads(static_cast<size_t>(pp), 0);
   const uint64_t rows = static_cast<uint64_t>(microbatch_size);
-  const TpAllReduceFn identity = [](std::span<float>) { return absl::OkStatus(); };
   for (int k = 0; k < k_stages; ++k) {
     RP_ASSIGN_OR_RETURN(auto stage, MlpStage::Create(mlp, part, k, /*tp_rank=*/0));
     const int rank = k % pp;
     grads[static_cast<size_t>(rank)] += stage->params().size() * sizeof(float);
     b.stage_gradient.push_back(stage->params().size() * sizeof(float));
-    // A dense stage stores tensors of `rows` rows only, so its bytes are those of one row times
-    // rows: measured on one row (a forward of the whole micro-batch through a 4096-wide model took
-    // seconds before every run). A MoE block's kept tokens depend on the expert capacity, which
-    // rounds with the row count: measured on the whole micro-batch.
-    const bool dense = std::none_of(stage->layers().begin(), stage->layers().end(),
-                                    [](const MlpStage::LayerInfo& l) { return l.kind == ShardKind::kMoe; });
-    const int measured_rows = dense ? 1 : microbatch_size;
-    const uint64_t scale = dense ? rows : 1;
-    Tensor x(measured_rows, stage->input_dim());
-    RP_RETURN_IF_ERROR(stage->Forward(0, x, identity).status());
-    const uint64_t after_forward = scale * static_cast<uint64_t>(stage->activation_bytes());
+    RP_ASSIGN_OR_RETURN(const Kept kept, StoredBytes(*stage, mlp, microbatch_size));
+    const auto after_forward = static_cast<uint64_t>(kept.after_forward);
     b.stored[static_cast<size_t>(rank)] += after_forward;
-    // What a split backward keeps from Bi until W: the input gradient of a zero output gradient.
-    const Tensor dy(measured_rows, stage->output_dim());
-    RP_RETURN_IF_ERROR(stage->BackwardInput(0, dy, identity).status());
     b.stage_stored.push_back({.after_forward = after_forward,
-                              .after_input_grad = scale * static_cast<uint64_t>(stage->activation_bytes())});
+                              .after_input_grad = static_cast<uint64_t>(kept.after_input_grad)});
     const uint64_t out = k + 1 < k_stages ? rows * stage->output_dim() * sizeof(float) : 0;
     b.stage_output.push_back(out);
     b.activation_message = std::max(b.activation_message, out);

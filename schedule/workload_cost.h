@@ -89,7 +89,10 @@ absl::StatusOr<TransformerCost> CostOfTransformer(const TransformerModel& model,
                                                   int tp);
 
 // The real MLP's sizes: model stage k = chunk · pp + rank (as the generators place chunks),
-// `layers_per_stage` as in PartitionMlp. Errors: PartitionMlp's and MlpStage's.
+// `layers_per_stage` as in PartitionMlp. A stage's stored bytes (after a forward of zeros, and after
+// a Bi of a zero gradient) are those of a whole micro-batch, fitted from passes of a few rows (a MoE
+// block's kept rows follow its capacity; workload_cost.cc) or, where the fit does not hold, measured
+// on the whole micro-batch. Errors: PartitionMlp's and MlpStage's.
 absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& model, int pp, int virtual_stages, int tp,
                                                const std::vector<int>& layers_per_stage, int microbatch_size);
 

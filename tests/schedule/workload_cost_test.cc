@@ -115,47 +115,83 @@ TEST(WorkloadCost, MlpBytesAreTheRealStagesSizes) {
   EXPECT_GT(b->stored[0], 0u);
 }
 
-// A dense stage's stored bytes are measured on one row and scaled (a forward of the whole
-// micro-batch through a wide model took seconds before every run): equal to the bytes a forward
-// (and a Bi) of the whole micro-batch stores, over partitions with TP shards, uneven layer counts,
-// virtual stages and several row counts. MoE stages are measured whole (their capacity rounds).
+struct StageLayout {
+  int pp, v, tp;
+  std::vector<int> layers_per_stage;
+};
+
+// Every stage's stored bytes in MlpWorkloadBytes equal those a forward (and a Bi) of the whole
+// micro-batch stores on a fresh stage — what MlpWorkloadBytes measured before it fitted them from a
+// few small row counts.
+void ExpectStoredBytesOfAWholeMicroBatch(const MlpConfig& mlp, const StageLayout& l, int rows,
+                                         const std::string& config) {
+  const TpAllReduceFn identity = [](std::span<float>) { return absl::OkStatus(); };
+  absl::StatusOr<WorkloadBytes> b = MlpWorkloadBytes(mlp, l.pp, l.v, l.tp, l.layers_per_stage, rows);
+  ASSERT_TRUE(b.ok()) << b.status();
+  absl::StatusOr<ModelPartition> part = PartitionMlp(mlp, l.pp * l.v, l.tp, l.layers_per_stage);
+  ASSERT_TRUE(part.ok()) << part.status();
+  ASSERT_EQ(b->stage_stored.size(), static_cast<size_t>(l.pp * l.v));
+  std::vector<uint64_t> stored(static_cast<size_t>(l.pp), 0);
+  for (int k = 0; k < l.pp * l.v; ++k) {
+    absl::StatusOr<std::unique_ptr<MlpStage>> stage = MlpStage::Create(mlp, *part, k, /*tp_rank=*/0);
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    const Tensor x(rows, (*stage)->input_dim());
+    ASSERT_TRUE((*stage)->Forward(0, x, identity).ok());
+    const auto after_forward = static_cast<uint64_t>((*stage)->activation_bytes());
+    const Tensor dy(rows, (*stage)->output_dim());
+    ASSERT_TRUE((*stage)->BackwardInput(0, dy, identity).ok());
+    const auto after_input_grad = static_cast<uint64_t>((*stage)->activation_bytes());
+    const std::string where = config + " pp " + std::to_string(l.pp) + " v " + std::to_string(l.v) +
+                              " tp " + std::to_string(l.tp) + " rows " + std::to_string(rows) +
+                              " stage " + std::to_string(k);
+    EXPECT_GT(after_forward, 0u) << where;
+    EXPECT_EQ(b->stage_stored[static_cast<size_t>(k)].after_forward, after_forward) << where;
+    EXPECT_EQ(b->stage_stored[static_cast<size_t>(k)].after_input_grad, after_input_grad) << where;
+    stored[static_cast<size_t>(k % l.pp)] += after_forward;
+  }
+  EXPECT_EQ(b->stored, stored) << config << " rows " << rows;
+}
+
+// Dense stages keep tensors of `rows` rows only: over partitions with TP shards, uneven layer
+// counts, virtual stages and several row counts.
 TEST(WorkloadCost, DenseStoredBytesEqualAWholeMicroBatchsForward) {
   MlpConfig mlp;
   mlp.input_dim = 12;
   mlp.hidden = {32, 48, 32, 64, 32};
   mlp.classes = 6;
-  struct Layout {
-    int pp, v, tp;
-    std::vector<int> layers_per_stage;
+  for (const StageLayout& l : {StageLayout{1, 1, 1, {}}, StageLayout{2, 1, 2, {}}, StageLayout{3, 1, 1, {1, 2, 3}},
+                               StageLayout{2, 2, 2, {}}, StageLayout{2, 1, 1, {5, 1}}}) {
+    for (int rows : {1, 7, 64}) ExpectStoredBytesOfAWholeMicroBatch(mlp, l, rows, "dense");
+  }
+}
+
+// A MoE block keeps its experts' rows only for the (token, slot)s the capacity keeps, which rounds
+// with the row count (⌈C·k·T/E⌉): the fit from small row counts must still give a whole
+// micro-batch's bytes — dropless, capacities that drop from 2 or 3 rows on, one close to 1 that
+// drops only past the probes (C·k/E = 0.99: from 100 rows on), top-1 and top-2, one and several
+// blocks per stage next to dense layers, TP-sharded dense layers, a skewed router.
+TEST(WorkloadCost, MoeStoredBytesEqualAWholeMicroBatchsForward) {
+  struct Moe {
+    int experts, top_k;
+    double capacity;
+    double skew;
   };
-  const TpAllReduceFn identity = [](std::span<float>) { return absl::OkStatus(); };
-  for (const Layout& l : {Layout{1, 1, 1, {}}, Layout{2, 1, 2, {}}, Layout{3, 1, 1, {1, 2, 3}},
-                          Layout{2, 2, 2, {}}, Layout{2, 1, 1, {5, 1}}}) {
-    for (int rows : {1, 7, 64}) {
-      absl::StatusOr<WorkloadBytes> b = MlpWorkloadBytes(mlp, l.pp, l.v, l.tp, l.layers_per_stage, rows);
-      ASSERT_TRUE(b.ok()) << b.status();
-      absl::StatusOr<ModelPartition> part = PartitionMlp(mlp, l.pp * l.v, l.tp, l.layers_per_stage);
-      ASSERT_TRUE(part.ok()) << part.status();
-      ASSERT_EQ(b->stage_stored.size(), static_cast<size_t>(l.pp * l.v));
-      std::vector<uint64_t> stored(static_cast<size_t>(l.pp), 0);
-      for (int k = 0; k < l.pp * l.v; ++k) {
-        absl::StatusOr<std::unique_ptr<MlpStage>> stage = MlpStage::Create(mlp, *part, k, /*tp_rank=*/0);
-        ASSERT_TRUE(stage.ok()) << stage.status();
-        const Tensor x(rows, (*stage)->input_dim());
-        ASSERT_TRUE((*stage)->Forward(0, x, identity).ok());
-        const auto after_forward = static_cast<uint64_t>((*stage)->activation_bytes());
-        const Tensor dy(rows, (*stage)->output_dim());
-        ASSERT_TRUE((*stage)->BackwardInput(0, dy, identity).ok());
-        const auto after_input_grad = static_cast<uint64_t>((*stage)->activation_bytes());
-        const std::string where = "pp " + std::to_string(l.pp) + " v " + std::to_string(l.v) + " tp " +
-                                  std::to_string(l.tp) + " rows " + std::to_string(rows) + " stage " +
-                                  std::to_string(k);
-        EXPECT_GT(after_forward, 0u) << where;
-        EXPECT_EQ(b->stage_stored[static_cast<size_t>(k)].after_forward, after_forward) << where;
-        EXPECT_EQ(b->stage_stored[static_cast<size_t>(k)].after_input_grad, after_input_grad) << where;
-        stored[static_cast<size_t>(k % l.pp)] += after_forward;
-      }
-      EXPECT_EQ(b->stored, stored);
+  for (const Moe& m : {Moe{4, 1, 0, 0}, Moe{4, 2, 1.25, 0}, Moe{2, 1, 0.5, 0}, Moe{4, 1, 1.0, 0.5},
+                       Moe{2, 2, 3.0, 0}, Moe{2, 2, 0.99, 0}, Moe{1, 1, 0.7, 0}}) {
+    MlpConfig mlp;
+    mlp.input_dim = 12;
+    mlp.hidden = {24, 24, 24, 24};
+    mlp.classes = 6;
+    mlp.moe.layers = {1, 3};
+    mlp.moe.experts = m.experts;
+    mlp.moe.top_k = m.top_k;
+    mlp.moe.expert_hidden = 16;
+    mlp.moe.capacity_factor = m.capacity;
+    mlp.moe.router_skew = m.skew;
+    const std::string config = "E " + std::to_string(m.experts) + " k " + std::to_string(m.top_k) +
+                               " C " + std::to_string(m.capacity);
+    for (const StageLayout& l : {StageLayout{1, 1, 1, {}}, StageLayout{2, 1, 2, {}}, StageLayout{2, 1, 1, {3, 2}}}) {
+      for (int rows : {1, 2, 3, 7, 64, 150}) ExpectStoredBytesOfAWholeMicroBatch(mlp, l, rows, config);
     }
   }
 }
