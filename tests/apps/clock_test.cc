@@ -162,6 +162,24 @@ TEST(Clock, TimeScaleTakesANumberInRangeOrAuto) {
   fs::remove_all(dir);
 }
 
+// A scale so small that modeled time (wall ÷ scale, int64 ns) overflows is bad input: `run
+// --time_scale=1e-12` ran, and its report called 4611686018427.388 ms (2^62 ns: the saturation) the
+// measured step, with 0 wait lateness and 0 overruns (the clock's Now() had wrapped negative).
+TEST(Clock, AScaleWhoseModeledTimeOverflowsIsBadInput) {
+  const fs::path dir = TempDir("tiny_scale");
+  const fs::path report = dir / "r.json";
+  for (const std::string scale : {"1e-12", "1e-9", "0.00009"}) {
+    const BinaryResult r = RunBinary(std::string(kSmall) + " --time_scale=" + scale + " --report_json=" +
+                                         report.string(), dir);
+    EXPECT_EQ(r.exit_code, 2) << scale << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe run: --time_scale: must be in [0.0001, 1000] or auto, got ", 0), 0u)
+        << scale << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << scale << ": " << r.err;
+    EXPECT_FALSE(fs::exists(report)) << scale;
+  }
+  fs::remove_all(dir);
+}
+
 // Rank 0 throws in its first op of step 1: steps 0 is committed, the run exits 3, and the report and
 // trace asked for are still written, the report marked failed with the failure and step 0's record.
 TEST(Clock, RunThatFailsAtRunTimeStillWritesItsReportAndTrace) {
