@@ -213,6 +213,12 @@ absl::Status CheckCollectives(const RunConfig& cfg) {
     return FieldError("watchdog_timeout", absl::StrCat("must be in (0, ", Exact(kMaxWatchdogSeconds),
                                                        "] seconds, got ", Exact(cfg.watchdog_timeout)));
   }
+  // The executor's watchdog counts whole nanoseconds: under half of one it is 0, which Executor::Create
+  // refused as "executor: watchdog_timeout: must be > 0" (naming neither the flag nor the config file).
+  if (cfg.watchdog_timeout < 1e-9) {
+    return FieldError("watchdog_timeout", absl::StrCat("must be at least 1 ns (1e-9 s), got ",
+                                                       Exact(cfg.watchdog_timeout)));
+  }
   return absl::OkStatus();
 }
 

@@ -237,6 +237,11 @@ TEST(Config, OutOfRangeBucketAndWatchdogNameTheExactBoundAndValue) {
   cfg = Load({"--watchdog_timeout=86400.25"});
   EXPECT_THAT(std::string(cfg.status().message()),
               HasSubstr("--watchdog_timeout: must be in (0, 86400] seconds, got 86400.25"));
+  // Under half a nanosecond the executor's watchdog is 0 ns: `run --virtual_time
+  // --watchdog_timeout=1e-10` said "executor: watchdog_timeout: must be > 0", naming no flag.
+  cfg = Load({"--watchdog_timeout=1e-10"});
+  EXPECT_THAT(std::string(cfg.status().message()),
+              HasSubstr("--watchdog_timeout: must be at least 1 ns (1e-9 s), got 1e-10"));
 }
 
 // time_scale's "auto" is stored as -1: a -1 given as a number is out of range in the same words as -2,
