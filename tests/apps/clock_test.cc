@@ -210,6 +210,56 @@ TEST(Clock, RunThatFailsAtRunTimeStillWritesItsReportAndTrace) {
   fs::remove_all(dir);
 }
 
+// A run that fails on a real clock says in its report which clock and scale its committed steps
+// were measured at, and whether the host kept it: the failed report had no host section at all
+// (run --time_scale=2 --fault=throw:... --report_json: no clock, no scale, no verdict), though its
+// steps carry measured times.
+TEST(Clock, AFailedRunsReportSaysWhichClockAndScaleAndWhetherTheHostKeptIt) {
+  const fs::path dir = TempDir("failed_real");
+  const fs::path report = dir / "r.json";
+  std::string small = kSmall;
+  small.replace(small.find("--steps=2"), 9, "--steps=3");
+  const BinaryResult r = RunBinary(small + " --time_scale=2 --fault=throw:rank=0,step=2,op=0 --report_json=" +
+                                       report.string(), dir);
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  const json j = ReadJson(report);
+  ASSERT_EQ(j["status"], "failed");
+  ASSERT_EQ(j["steps"].size(), 2u);
+  ASSERT_TRUE(j.contains("host")) << j.dump();
+  const json& h = j["host"];
+  EXPECT_EQ(h["clock"], "real");
+  EXPECT_EQ(h["virtual_time"], false);
+  EXPECT_EQ(h["time_scale"], 2.0);
+  const json& c = h["time_scale_choice"];
+  EXPECT_EQ(c["mode"], "forced");
+  EXPECT_EQ(c["scale"], 2.0);
+  EXPECT_NE(c["reason"].get<std::string>().find("--time_scale"), std::string::npos);
+  // Judged on the committed steps' upper median by measured time (of 2: the slower).
+  const json& s0 = j["steps"][0];
+  const json& s1 = j["steps"][1];
+  const json& median = s0["measured_ms"].get<double>() > s1["measured_ms"].get<double>() ? s0 : s1;
+  const double fidelity = median["measured_ms"].get<double>() / median["emulated_ms"].get<double>() - 1;
+  EXPECT_EQ(c["host_fidelity_trusted"].get<bool>(), std::abs(fidelity) <= 0.01) << c.dump();
+  EXPECT_GE(c["suggested_scale"].get<double>(), 2.0);
+  // Nothing committed: no verdict (null), but the clock all the same; the virtual clock needs none.
+  const BinaryResult none = RunBinary(small + " --time_scale=2 --fault=throw:rank=0,step=0,op=0 --report_json=" +
+                                          report.string(), dir);
+  ASSERT_EQ(none.exit_code, 3) << none.err;
+  const json k = ReadJson(report);
+  EXPECT_TRUE(k["steps"].empty());
+  EXPECT_EQ(k["host"]["time_scale"], 2.0);
+  EXPECT_TRUE(k["host"]["time_scale_choice"]["host_fidelity_trusted"].is_null()) << k["host"].dump();
+  EXPECT_TRUE(k["host"]["time_scale_choice"]["suggested_scale"].is_null()) << k["host"].dump();
+  const BinaryResult virt = RunBinary(small + " --virtual_time --fault=throw:rank=0,step=1,op=0 --report_json=" +
+                                          report.string(), dir);
+  ASSERT_EQ(virt.exit_code, 3) << virt.err;
+  const json v = ReadJson(report);
+  EXPECT_EQ(v["host"]["clock"], "virtual");
+  EXPECT_TRUE(v["host"]["time_scale"].is_null());
+  EXPECT_EQ(v["host"]["time_scale_choice"]["mode"], "virtual");
+  fs::remove_all(dir);
+}
+
 // A failed run's report predicts the run that was asked for: with --straggler=1:3 its predicted
 // step is the healthy run's (it was the plan's without the fault flags, 30.6 ms against the
 // 73.6 ms its own steps' predicted_ms said).
