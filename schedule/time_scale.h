@@ -9,7 +9,7 @@
 // trainer, no tracer) at growing scales, until the last trial step's |fidelity.host| is within
 // `target`. The next scale after a trial that missed is estimated from it — host overhead is
 // roughly a fixed wall time, so fidelity shrinks as 1 / scale: next = scale × |fidelity| / target
-// × 1.25, at least ×2 and at most ×64 (in the search also at most max_step, 16) — and the search
+// × 1.25, at least ×2 (in the search also at most ×64 and max_step, 16) — and the search
 // stops at max_scale or when the next trial would overrun max_seconds of wall time in all (its
 // cost estimated as this trial's wall time, which bounds setup and host work, plus trial_steps ×
 // next × the emulated step: the modeled part); then the best scale tried is returned, marked not

@@ -410,29 +410,43 @@ TEST(Clock, AWatchdogShorterThanTheStepStartIsBadInput) {
 
 // A forced scale the host did not keep gets a warning naming a scale it would keep; when that scale
 // would make the longest op (or message wait) outlast the watchdog, the run refuses it, so the
-// warning says which watchdog it needs (run --steps=3 --time_scale=0.05 --watchdog_timeout=0.005 said
-// "time scale 4 would likely keep up", and run --time_scale=4 --watchdog_timeout=0.005 exits 2: its
-// 4 ms op takes 0.016 s).
+// warning says which watchdog it needs (run --steps=3 --time_scale=0.05 --watchdog_timeout=0.005
+// missed by +73.5 %: time scale 5 (0.05 × 73.5 × 1.25, rounded up) would likely keep up, and run
+// --time_scale=5 --watchdog_timeout=0.005 exits 2: its 4 ms op takes 0.02 s).
 TEST(Clock, ASuggestedScaleOverTheWatchdogSaysWhichWatchdogItNeeds) {
   ClockChoice forced;
   forced.mode = ClockChoice::Mode::kForced;
   forced.scale = 0.05;
   const HostVerdict v = JudgeHostFidelity(forced, 0.735, 0.005, /*watchdog_scale_limit=*/1.25);
   EXPECT_FALSE(v.trusted);
-  EXPECT_EQ(v.suggested_scale, 4);
-  EXPECT_NE(v.warning.find("time scale 4 would likely keep up with watchdog_timeout raised above 0.016 s"),
+  EXPECT_EQ(v.suggested_scale, 5);
+  EXPECT_NE(v.warning.find("time scale 5 would likely keep up with watchdog_timeout raised above 0.02 s"),
             std::string::npos)
       << v.warning;
-  EXPECT_DOUBLE_EQ(v.suggested_watchdog_s, 0.016);
-  EXPECT_DOUBLE_EQ(ClockJson(forced, v)["suggested_watchdog_timeout"].get<double>(), 0.016);
+  EXPECT_DOUBLE_EQ(v.suggested_watchdog_s, 0.02);
+  EXPECT_DOUBLE_EQ(ClockJson(forced, v)["suggested_watchdog_timeout"].get<double>(), 0.02);
   // Below the limit (or without one) the suggestion stands alone.
-  for (const double limit : {4.5, std::numeric_limits<double>::infinity()}) {
+  for (const double limit : {5.5, std::numeric_limits<double>::infinity()}) {
     const HostVerdict w = JudgeHostFidelity(forced, 0.735, 0.005, limit);
     EXPECT_EQ(w.warning.find("watchdog_timeout"), std::string::npos) << w.warning;
     EXPECT_TRUE(ClockJson(forced, w)["suggested_watchdog_timeout"].is_null());
-    EXPECT_NE(w.warning.find("time scale 4 would likely keep up (or omit --time_scale"), std::string::npos)
+    EXPECT_NE(w.warning.find("time scale 5 would likely keep up (or omit --time_scale"), std::string::npos)
         << w.warning;
   }
+}
+
+// The suggestion is the scale the estimate says keeps up, however far the host missed: run
+// --time_scale=0.01 missed by +8292 % and its warning said "time scale 0.8 would likely keep up"
+// (the estimate was capped at × 64), on a host that missed by +16 to +90 % at scale 1.
+TEST(Clock, TheWarningNamesAScaleTheEstimateSaysKeepsUpHoweverFarTheHostMissed) {
+  ClockChoice forced;
+  forced.mode = ClockChoice::Mode::kForced;
+  forced.scale = 0.01;
+  const HostVerdict v = JudgeHostFidelity(forced, 82.92);
+  EXPECT_FALSE(v.trusted);
+  // fidelity ∝ 1 / scale: within 1 % from 0.01 × 8292 = 82.92 on; with the estimate's 1.25 margin.
+  EXPECT_GE(v.suggested_scale, 0.01 * 82.92 / 0.01 * 1.25);
+  EXPECT_NE(v.warning.find("time scale 150 would likely keep up"), std::string::npos) << v.warning;
 }
 
 }  // namespace

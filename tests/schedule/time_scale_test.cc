@@ -152,7 +152,21 @@ TEST(TimeScale, SuggestionForAForcedScale) {
   EXPECT_EQ(SuggestTimeScale(4, 0.005), 4);     // within target: keep it
   EXPECT_EQ(SuggestTimeScale(1, 0.10), 15);     // 1 × 10 × 1.25 = 12.5 → 15
   EXPECT_EQ(SuggestTimeScale(2, -0.03), 8);     // at least × 2 … 2 × 3.75 = 7.5 → 8
-  EXPECT_EQ(SuggestTimeScale(1, 30), 80);       // at most × 64 → 64 → 80
+  // Never capped: the scale the estimate says keeps up. It was at most × 64, so run
+  // --time_scale=0.01 missing by +8292 % "would likely keep up" at 0.8, where scale 1 missed by
+  // +16 to +90 % on the same host.
+  EXPECT_EQ(SuggestTimeScale(1, 30), 4000);     // 1 × 3000 × 1.25 = 3750 → 4000
+  EXPECT_EQ(SuggestTimeScale(0.01, 82.92), 150);  // 0.01 × 8292 × 1.25 = 103.65 → 150
+}
+
+// The search still grows the scale by at most × 64 per miss, whatever max_step allows (the uncapped
+// estimate above is for a forced scale's warning): 1 → +3000 % tries 80 (64, rounded up), not 4000.
+TEST(TimeScale, TheSearchGrowsTheScaleAtMostSixtyFourTimesPerMiss) {
+  std::vector<double> tried;
+  auto c = ChooseTimeScale(FakeHost(3000, 100, &tried), {.max_step = 1000, .refine_trials = 0});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_GE(tried.size(), 2u) << c->reason;
+  EXPECT_EQ(tried[1], 80);
 }
 
 TEST(TimeScale, BadOptionsAreRefused) {
