@@ -124,14 +124,24 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
         const double missed = out.trials[out.trials.size() - 2].scale;
         RP_RETURN_IF_ERROR(Refine(trial, c, missed, t, &spent, &out));
       }
-      out.reason = absl::StrFormat(
-          "time scale %g: the smallest tried whose trial kept |fidelity.host| <= %g %%%s (trials: %s)",
-          out.scale, 100 * c.target,
+      // Say what the choice rests on: a scale below the first pass must keep refine_margin × target,
+      // so a refinement trial may have kept the target and still not be taken (the reason said "the
+      // smallest tried whose trial kept |fidelity.host| <= 1 %" of 20 beside "6 → +0.95 %").
+      const bool refined = out.trials.size() > 1 && out.trials.back().scale < first;
+      const std::string margin = absl::StrFormat("%g %%", 100 * c.refine_margin * c.target);
+      out.reason =
           out.scale < first
-              ? absl::StrFormat(" (below %g, the first that did, with |fidelity.host| <= %g %%)", first,
-                                100 * c.refine_margin * c.target)
-              : "",
-          Describe(out.trials));
+              ? absl::StrFormat(
+                    "time scale %g: below %g, the first that did keep |fidelity.host| <= %g %%, the smallest "
+                    "whose trial kept %s, what a smaller scale needs (a run is longer than its trial) (trials: %s)",
+                    out.scale, first, 100 * c.target, margin, Describe(out.trials))
+              : absl::StrFormat("time scale %g: the first of the growing scales tried whose trial kept "
+                                "|fidelity.host| <= %g %%%s (trials: %s)",
+                                out.scale, 100 * c.target,
+                                refined ? absl::StrCat("; no smaller scale tried kept ", margin,
+                                                       ", what a smaller scale needs (a run is longer than its trial)")
+                                        : "",
+                                Describe(out.trials));
       return out;
     }
     const double next = std::min({SuggestTimeScale(scale, t.fidelity_host, c.target),
@@ -156,8 +166,8 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
                                      c.max_scale_why.empty() ? "the calibration tries" : c.max_scale_why)
                    : absl::StrFormat("up to %g within the %g s calibration budget", scale, c.max_seconds);
   out.reason = absl::StrFormat(
-      "time scale %g: no scale %s kept |fidelity.host| <= %g %%; the best trial is used and the host "
-      "figures are not trustworthy (trials: %s)",
+      "time scale %g: no scale %s kept |fidelity.host| <= %g %%; the best trial is used, and the run's "
+      "own |fidelity.host| says whether its host figures are trusted (trials: %s)",
       out.scale, limit, 100 * c.target, Describe(out.trials));
   return out;
 }

@@ -13,14 +13,16 @@
 // stops at max_scale or when the next trial would overrun max_seconds of wall time in all (its
 // cost estimated as this trial's wall time, which bounds setup and host work, plus trial_steps ×
 // next × the emulated step: the modeled part); then the best scale tried is returned, marked not
-// sustained. That estimate overshoots on a host whose fidelity falls off a cliff rather than as
-// 1 / scale (throughput-bound below some scale, nearly exact above it: 256 devices here missed by
-// 57 % at scale 1 and kept 0.01 % at the estimated 80, while 10 kept 0.03 %), so after the first
-// pass the search bisects down between the last miss and it (refine_trials, refine_margin) and the
-// run uses the smallest scale that passed.
+// sustained (the run's own fidelity then says whether its figures are trusted). That estimate
+// overshoots on a host whose fidelity falls off a cliff rather than as 1 / scale (throughput-bound
+// below some scale, nearly exact above it: 256 devices here missed by 57 % at scale 1 and kept
+// 0.01 % at the estimated 80, while 10 kept 0.03 %), so after the first pass the search bisects
+// down between the last miss and it (refine_trials, refine_margin) and the run uses the smallest
+// scale that passed.
 //
 // SuggestTimeScale is the same estimate for a run whose scale was forced: the scale at which its
-// measured host fidelity would have been within target.
+// measured host fidelity would have been within target (at least ×2, never capped: a warning names
+// a scale the estimate says keeps up, not one step of a search).
 //
 // Example:
 //   RP_ASSIGN_OR_RETURN(TimeScaleChoice c, ChooseTimeScale(options));
