@@ -80,7 +80,10 @@ nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict) {
   const bool virtual_clock = clock.mode == ClockChoice::Mode::kVirtual;
   return {{"mode", ClockModeName(clock.mode)},
           {"scale", virtual_clock ? nlohmann::json(nullptr) : nlohmann::json(clock.scale)},
-          {"sustained_in_calibration", clock.sustained},
+          // Only auto calibrates: a forced scale (or the virtual clock) has no calibration to have
+          // sustained it (it said true).
+          {"sustained_in_calibration",
+           clock.mode == ClockChoice::Mode::kAuto ? nlohmann::json(clock.sustained) : nlohmann::json(nullptr)},
           {"reason", clock.reason},
           {"calibration_trials", std::move(trials)},
           {"host_fidelity_trusted", verdict.trusted},

@@ -449,5 +449,19 @@ TEST(Clock, TheWarningNamesAScaleTheEstimateSaysKeepsUpHoweverFarTheHostMissed) 
   EXPECT_NE(v.warning.find("time scale 150 would likely keep up"), std::string::npos) << v.warning;
 }
 
+// A forced scale is not calibrated: the report's sustained_in_calibration is null, not true (as it
+// said, with empty calibration_trials), and so on the virtual clock; auto's says what its trials found.
+TEST(Clock, OnlyAutoSaysWhetherTheCalibrationSustainedItsScale) {
+  ClockChoice forced;
+  forced.mode = ClockChoice::Mode::kForced;
+  forced.scale = 2;
+  EXPECT_TRUE(ClockJson(forced, JudgeHostFidelity(forced, 0))["sustained_in_calibration"].is_null());
+  EXPECT_TRUE(ClockJson(ClockChoice{}, HostVerdict{})["sustained_in_calibration"].is_null());
+  ClockChoice automatic;
+  automatic.mode = ClockChoice::Mode::kAuto;
+  automatic.sustained = false;
+  EXPECT_EQ(ClockJson(automatic, JudgeHostFidelity(automatic, 0))["sustained_in_calibration"], false);
+}
+
 }  // namespace
 }  // namespace rp::apps
