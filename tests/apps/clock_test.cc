@@ -159,6 +159,13 @@ TEST(Clock, TimeScaleTakesANumberInRangeOrAuto) {
     EXPECT_NE(r.err.find("time_scale"), std::string::npos) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   }
+  // The flag's one word is named as the config file's reader names it ("expected a number or auto"):
+  // `--time_scale=AUTO` said "expected a finite number, got 'AUTO'".
+  for (const std::string value : {"AUTO", "fast", "inf"}) {
+    const BinaryResult r = RunBinary("predict --time_scale=" + value, dir);
+    EXPECT_EQ(r.exit_code, 2) << value << ": " << r.err;
+    EXPECT_EQ(r.err, "ringpipe predict: --time_scale: expected a finite number or auto, got '" + value + "'\n");
+  }
   fs::remove_all(dir);
 }
 
