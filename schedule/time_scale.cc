@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -29,7 +30,8 @@ std::string Describe(const std::vector<TimeScaleTrial>& trials) {
   std::string out;
   for (const TimeScaleTrial& t : trials) {
     absl::StrAppend(&out, out.empty() ? "" : ", ",
-                    absl::StrFormat("%g → %+.2f %%", t.scale, 100 * t.fidelity_host));
+                    t.failure.empty() ? absl::StrFormat("%g → %+.2f %%", t.scale, 100 * t.fidelity_host)
+                                      : absl::StrFormat("%g → failed", t.scale));
   }
   return out;
 }
@@ -47,12 +49,19 @@ absl::StatusOr<TimeScaleTrial> RunTrial(const ExecutorOptions& base, int steps, 
   o.faults.stops.clear();
   const auto t0 = std::chrono::steady_clock::now();
   RP_ASSIGN_OR_RETURN(auto exec, Executor::Create(o));
-  RP_ASSIGN_OR_RETURN(RunResult r, exec->Run());
-  const StepRecord& last = r.steps.back();
+  absl::StatusOr<RunResult> r = exec->Run();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.ok()) {
+    // The run itself fails (e.g. a codec overflow): the run is then what reports it — its exit code,
+    // its failed report and trace — not the calibration in its place.
+    return TimeScaleTrial{.scale = scale, .fidelity_host = std::numeric_limits<double>::quiet_NaN(),
+                          .wall_seconds = wall, .failure = std::string(r.status().message())};
+  }
+  const StepRecord& last = r->steps.back();
   return TimeScaleTrial{
       .scale = scale,
       .fidelity_host = last.emulated_ms > 0 ? last.measured_ms / last.emulated_ms - 1 : 0,
-      .wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      .wall_seconds = wall,
       .emulated_step_ms = last.emulated_ms};
 }
 
@@ -78,6 +87,7 @@ absl::Status Refine(const TrialFn& trial, const CalibrationOptions& c, double mi
     RP_ASSIGN_OR_RETURN(TimeScaleTrial t, trial(mid));
     out->trials.push_back(t);
     *spent += t.wall_seconds;
+    if (!t.failure.empty()) break;  // keeps the scale that passed
     if (std::abs(t.fidelity_host) <= c.refine_margin * c.target) {
       passed = t;
       out->scale = mid;
@@ -116,6 +126,24 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
     RP_ASSIGN_OR_RETURN(TimeScaleTrial t, trial(scale));
     out.trials.push_back(t);
     spent += t.wall_seconds;
+    if (!t.failure.empty()) {
+      // A failed trial measured nothing: the best trial that ran before it, else this scale.
+      out.scale = scale;
+      double best = std::numeric_limits<double>::infinity();
+      for (const TimeScaleTrial& ran : out.trials) {
+        if (ran.failure.empty() && std::abs(ran.fidelity_host) < best) {
+          best = std::abs(ran.fidelity_host);
+          out.scale = ran.scale;
+        }
+      }
+      out.sustained = false;
+      out.reason = absl::StrFormat(
+          "time scale %g: the calibration stopped when its trial at %g failed at run time (%s); the run uses "
+          "%s (trials: %s)",
+          out.scale, scale, t.failure,
+          out.trials.size() > 1 ? "the best scale tried before it" : "that scale", Describe(out.trials));
+      return out;
+    }
     if (std::abs(t.fidelity_host) <= c.target) {
       out.scale = scale;
       out.sustained = true;

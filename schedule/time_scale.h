@@ -44,6 +44,9 @@ struct TimeScaleTrial {
   double fidelity_host = 0;  // the last trial step's measured / emulated − 1
   double wall_seconds = 0;
   double emulated_step_ms = 0;  // the last trial step's modeled time (0: unknown)
+  // Not empty: the trial failed at run time (the executor's message; fidelity_host is NaN). The
+  // search stops there: the run's own failure, not the calibration, is what the run reports.
+  std::string failure;
 };
 
 struct TimeScaleChoice {
@@ -76,7 +79,10 @@ struct CalibrationOptions {
 // Runs one trial at `scale` (tests replace it; the default runs the executor).
 using TrialFn = std::function<absl::StatusOr<TimeScaleTrial>(double scale)>;
 
-// Errors: InvalidArgument for bad calibration options; the first trial's error (a bad layout).
+// Errors: InvalidArgument for bad calibration options; a trial's error (a bad layout: the default
+// trial returns Executor::Create's). A trial that failed at run time (TimeScaleTrial::failure)
+// ends the search instead: the scale of the best trial that ran before it, else its own, is
+// returned, not sustained, and the reason says which trial failed.
 [[nodiscard]] absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const ExecutorOptions& options,
                                                               const CalibrationOptions& c = {});
 [[nodiscard]] absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial,

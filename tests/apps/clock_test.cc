@@ -267,6 +267,30 @@ TEST(Clock, AFailedRunsReportSaysWhichClockAndScaleAndWhetherTheHostKeptIt) {
   fs::remove_all(dir);
 }
 
+// The default clock (auto) and a run that fails at run time: its calibration trial failed first and
+// `run --codec=fp16 --lr=1e6 --report_json --trace` exited 1 ("rank 7 step 1 gradient bucket 0 ...
+// outside the fp16 range"), writing neither file — where --time_scale=1 exits 3 with both. The trial's
+// failure ends the calibration; the run fails as a run does, and its report says why the scale.
+TEST(Clock, ARunThatFailsInItsCalibrationTrialFailsAsARunWithItsReportAndTrace) {
+  const fs::path dir = TempDir("failed_auto");
+  const fs::path report = dir / "r.json", trace = dir / "t.json";
+  const BinaryResult r = RunBinary("run --codec=fp16 --lr=1e6 --steps=3 --report_json=" + report.string() +
+                                       " --trace=" + trace.string(), dir);
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("outside the fp16 range"), std::string::npos) << r.err;
+  ASSERT_TRUE(fs::exists(report)) << r.err;
+  EXPECT_TRUE(fs::exists(trace)) << r.err;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["status"], "failed");
+  const json& c = j["host"]["time_scale_choice"];
+  EXPECT_EQ(c["mode"], "auto");
+  ASSERT_FALSE(c["calibration_trials"].empty());
+  EXPECT_NE(c["calibration_trials"].back()["failure"].get<std::string>().find("fp16"), std::string::npos) << c.dump();
+  EXPECT_TRUE(c["calibration_trials"].back()["fidelity_host"].is_null());
+  EXPECT_NE(c["reason"].get<std::string>().find("failed at run time"), std::string::npos) << c.dump();
+  fs::remove_all(dir);
+}
+
 // A failed run's report predicts the run that was asked for: with --straggler=1:3 its predicted
 // step is the healthy run's (it was the plan's without the fault flags, 30.6 ms against the
 // 73.6 ms its own steps' predicted_ms said).

@@ -210,6 +210,32 @@ TEST(TimeScale, TheSearchGrowsTheScaleAtMostSixtyFourTimesPerMiss) {
   EXPECT_EQ(tried[1], 80);
 }
 
+// A trial that fails at run time (the run's own failure: a codec overflow) ends the search: the run
+// goes on at the best scale that ran (else that trial's) and fails as a run does. It was the
+// calibration's error: `run --codec=fp16 --lr=1e6` exited 1, with neither its report nor its trace.
+TEST(TimeScale, ATrialThatFailsAtRunTimeEndsTheSearch) {
+  std::vector<double> tried;
+  const TrialFn fails_from_20 = [&](double scale) -> absl::StatusOr<TimeScaleTrial> {
+    tried.push_back(scale);
+    if (scale >= 20) return TimeScaleTrial{.scale = scale, .fidelity_host = NAN, .failure = "value outside fp16"};
+    return TimeScaleTrial{.scale = scale, .fidelity_host = 0.3, .wall_seconds = 0.1, .emulated_step_ms = 10};
+  };
+  auto c = ChooseTimeScale(fails_from_20, {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(tried, (std::vector<double>{1, 20}));
+  EXPECT_EQ(c->scale, 1);  // the best that ran
+  EXPECT_FALSE(c->sustained);
+  EXPECT_NE(c->reason.find("its trial at 20 failed at run time (value outside fp16)"), std::string::npos)
+      << c->reason;
+  EXPECT_NE(c->reason.find("20 → failed"), std::string::npos) << c->reason;
+  // The first trial fails: its own scale.
+  tried.clear();
+  c = ChooseTimeScale(fails_from_20, {.start = 40});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scale, 40);
+  EXPECT_EQ(tried, std::vector<double>{40});
+}
+
 TEST(TimeScale, BadOptionsAreRefused) {
   std::vector<double> tried;
   EXPECT_TRUE(absl::IsInvalidArgument(
