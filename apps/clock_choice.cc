@@ -74,13 +74,20 @@ HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host, do
 nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict) {
   nlohmann::json trials = nlohmann::json::array();
   for (const schedule::TimeScaleTrial& t : clock.trials) {
-    trials.push_back({{"scale", t.scale}, {"fidelity_host", t.fidelity_host}, {"wall_seconds", t.wall_seconds}});
+    nlohmann::json trial = {{"scale", t.scale},
+                            {"fidelity_host", t.failure.empty() ? nlohmann::json(t.fidelity_host) : nlohmann::json(nullptr)},
+                            {"wall_seconds", t.wall_seconds}};
+    if (!t.failure.empty()) trial["failure"] = t.failure;  // the trial failed at run time
+    trials.push_back(std::move(trial));
   }
   // The virtual clock has no time scale (no wall clock paces it): its scale and suggestion are null.
   const bool virtual_clock = clock.mode == ClockChoice::Mode::kVirtual;
   return {{"mode", ClockModeName(clock.mode)},
           {"scale", virtual_clock ? nlohmann::json(nullptr) : nlohmann::json(clock.scale)},
-          {"sustained_in_calibration", clock.sustained},
+          // Only auto calibrates: a forced scale (or the virtual clock) has no calibration to have
+          // sustained it (it said true).
+          {"sustained_in_calibration",
+           clock.mode == ClockChoice::Mode::kAuto ? nlohmann::json(clock.sustained) : nlohmann::json(nullptr)},
           {"reason", clock.reason},
           {"calibration_trials", std::move(trials)},
           {"host_fidelity_trusted", verdict.trusted},

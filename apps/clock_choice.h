@@ -46,7 +46,8 @@ struct ClockChoice {
 const char* ClockModeName(ClockChoice::Mode mode);  // "virtual", "auto", "forced"
 
 // Resolves cfg.time_scale for a run of `options` (built from cfg) and sets options->time_scale.
-// `calibration` bounds auto's trials. Errors: the first trial's (a layout the executor refuses).
+// `calibration` bounds auto's trials. Errors: a trial's (a layout the executor refuses); a trial
+// that failed at run time ends the calibration instead (schedule::ChooseTimeScale).
 absl::StatusOr<ClockChoice> ChooseClock(const RunConfig& cfg, schedule::ExecutorOptions* options,
                                         const schedule::CalibrationOptions& calibration = {
                                             .target = kHostFidelityTarget});

@@ -111,7 +111,7 @@ absl::StatusOr<json> FlagTextToJson(const ConfigField& f, absl::string_view text
     }
     case Grammar::kNumberOrAuto: {
       if (text == "auto") return json("auto");
-      RP_ASSIGN_OR_RETURN(double d, ParseNumber(name, text));
+      RP_ASSIGN_OR_RETURN(double d, ParseNumber(name, text, "auto"));
       return json(d);
     }
     case Grammar::kBool: {

@@ -161,8 +161,8 @@ std::vector<ConfigField>* BuildFieldTable() {
                        "Override the inter-node bandwidth, GB/s (0: infinite).", kKeep));
   f->push_back(OptionalNumberF("inter_overhead_us", RP_MEMBER(inter_overhead_us),
                        "Override the inter-node per-message overhead, us (dgx presets: 3, from NCCL).", kKeep));
-  f->push_back(NumberOrAutoF("time_scale", RP_MEMBER(time_scale), RunConfig::kAutoTimeScale, "(0, 1000]",
-                             "Real clock: wall seconds per modeled second, (0, 1000] (0.1 runs ten times faster "
+  f->push_back(NumberOrAutoF("time_scale", RP_MEMBER(time_scale), RunConfig::kAutoTimeScale, "[0.0001, 1000]",
+                             "Real clock: wall seconds per modeled second, [0.0001, 1000] (0.1 runs ten times faster "
                              "than modeled), or auto: the smallest scale this host keeps within 1 % (short trial "
                              "runs first)."));
   f->push_back(IntF("steps", RP_MEMBER(steps), 1, 1 << 24, "Training steps."));

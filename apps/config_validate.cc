@@ -14,6 +14,7 @@
 #include "apps/moe_config.h"
 #include "comm/collectives.h"
 #include "runtime/link_models.h"
+#include "runtime/real_clock.h"
 #include "runtime/status_macros.h"
 
 namespace rp::apps {
@@ -212,6 +213,12 @@ absl::Status CheckCollectives(const RunConfig& cfg) {
     return FieldError("watchdog_timeout", absl::StrCat("must be in (0, ", Exact(kMaxWatchdogSeconds),
                                                        "] seconds, got ", Exact(cfg.watchdog_timeout)));
   }
+  // The executor's watchdog counts whole nanoseconds: under half of one it is 0, which Executor::Create
+  // refused as "executor: watchdog_timeout: must be > 0" (naming neither the flag nor the config file).
+  if (cfg.watchdog_timeout < 1e-9) {
+    return FieldError("watchdog_timeout", absl::StrCat("must be at least 1 ns (1e-9 s), got ",
+                                                       Exact(cfg.watchdog_timeout)));
+  }
   return absl::OkStatus();
 }
 
@@ -298,8 +305,10 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckUnusedFieldRanges(cfg));
   RP_RETURN_IF_ERROR(CheckLayout(cfg, for_run));
   RP_RETURN_IF_ERROR(CheckMoe(cfg));
-  if (!cfg.time_scale_auto() && (!(cfg.time_scale > 0) || cfg.time_scale > 1000)) {
-    return FieldError("time_scale", absl::StrCat("must be in (0, 1000] or auto, got ", Exact(cfg.time_scale)));
+  // Below kMinRealTimeScale the real clock's modeled time (wall ÷ scale) overflows within days.
+  if (!cfg.time_scale_auto() && (!(cfg.time_scale >= kMinRealTimeScale) || cfg.time_scale > 1000)) {
+    return FieldError("time_scale", absl::StrCat("must be in [", kMinRealTimeScale, ", 1000] or auto, got ",
+                                                 Exact(cfg.time_scale)));
   }
   // Exactly the range comm's collectives take (0 here: one message per chunk).
   if (cfg.segment_bytes != 0 &&

@@ -126,10 +126,10 @@ bool ReadsAsFiniteDecimal(absl::string_view text, double* d) {
 
 }  // namespace
 
-absl::StatusOr<double> ParseNumber(absl::string_view what, absl::string_view text) {
+absl::StatusOr<double> ParseNumber(absl::string_view what, absl::string_view text, absl::string_view word) {
   double d;
   if (!ReadsAsFiniteDecimal(text, &d)) {
-    return Bad(what, absl::StrCat("expected a finite number, got ", Quote(text)));
+    return Bad(what, absl::StrCat("expected a finite number", word.empty() ? "" : " or ", word, ", got ", Quote(text)));
   }
   return d;
 }
@@ -216,7 +216,7 @@ absl::Status CheckGrammar(absl::string_view what, Grammar grammar, absl::string_
   switch (grammar) {
     case Grammar::kInt: return ParseInt(what, text).status();
     case Grammar::kNumber: return ParseNumber(what, text).status();
-    case Grammar::kNumberOrAuto: return text == "auto" ? absl::OkStatus() : ParseNumber(what, text).status();
+    case Grammar::kNumberOrAuto: return text == "auto" ? absl::OkStatus() : ParseNumber(what, text, "auto").status();
     case Grammar::kBool: return ParseBool(what, text).status();
     case Grammar::kBytes: return ParseBytes(what, text).status();
     case Grammar::kByteList: return ParseByteList(what, text).status();

@@ -77,7 +77,9 @@ bool IsDecimalText(absl::string_view text);
 // The grammar readers (each also used by the config file's string values). A list's empty text is
 // the empty list (e.g. `--weight_grad_ms=`: unset); whoever reads it decides whether that is valid.
 absl::StatusOr<int64_t> ParseInt(absl::string_view what, absl::string_view text);
-absl::StatusOr<double> ParseNumber(absl::string_view what, absl::string_view text);
+// `word`, when not empty, is the one word the flag takes besides a number ("auto"): the message
+// names it ("expected a finite number or auto, got 'x'").
+absl::StatusOr<double> ParseNumber(absl::string_view what, absl::string_view text, absl::string_view word = "");
 absl::StatusOr<bool> ParseBool(absl::string_view what, absl::string_view text);
 // At most 2^40 before the suffix (1 TiB..1 PiB): large enough for any size, far from overflow.
 absl::StatusOr<uint64_t> ParseBytes(absl::string_view what, absl::string_view text);

@@ -398,8 +398,15 @@ json BuildFailedRunReport(const RunConfig& cfg, const Plan& plan, const schedule
                   {"rolled_back_devices", failure.rolled_back},
                   {"seconds_after_fault", failure.seconds_after_fault}};
   r["steps"] = StepsJson(failure.steps);
-  if (host != nullptr && !host->time_scale_choice.is_null()) {
-    r["host"] = {{"time_scale_choice", host->time_scale_choice}};
+  if (host != nullptr) {
+    // Which clock and scale the failed run used and why (its committed steps' measured times are
+    // the host's at that scale), and what it cost this machine until it failed.
+    json h = {{"clock", cfg.virtual_time ? "virtual" : "real"}, {"virtual_time", cfg.virtual_time},
+              {"time_scale", cfg.virtual_time ? json(nullptr) : host->time_scale_choice.value("scale", json(nullptr))},
+              {"threads", host->threads}, {"peak_rss_bytes", host->peak_rss_bytes},
+              {"rss_before_run_bytes", host->rss_before_bytes}, {"model_buffer_bytes", host->model_buffer_bytes}};
+    if (!host->time_scale_choice.is_null()) h["time_scale_choice"] = host->time_scale_choice;
+    r["host"] = std::move(h);
   }
   return r;
 }

@@ -234,14 +234,17 @@ int Run(const ParsedArgs& args) {
     if (!std::isfinite(p.fidelity_host)) continue;
     ++ran;
     if (std::abs(p.fidelity_host) > kHostFidelityTarget) {
-      unkept.push_back(absl::StrFormat("%s (time scale %g: %+.1f %%)", p.label, p.time_scale, 100 * p.fidelity_host));
+      // A scale it would likely keep, as `run`'s warning names one (this said only "a larger --time_scale").
+      unkept.push_back(absl::StrFormat("%s (time scale %g: %+.1f %%; %g would likely keep up)", p.label, p.time_scale,
+                                       100 * p.fidelity_host,
+                                       schedule::SuggestTimeScale(p.time_scale, p.fidelity_host, kHostFidelityTarget)));
     }
   }
   if (!unkept.empty()) {
     std::fprintf(stderr,
                  "ringpipe sweep: warning: the host did not keep the time scale at %zu of %zu points that ran "
-                 "(|fidelity.host| > %g %%): %s; their measured columns are the host's, not the model's (a larger "
-                 "--time_scale, or auto, keeps up)\n",
+                 "(|fidelity.host| > %g %%): %s; their measured columns are the host's, not the model's (or omit "
+                 "--time_scale: auto measures one)\n",
                  unkept.size(), ran, 100 * kHostFidelityTarget, absl::StrJoin(unkept, ", ").c_str());
   }
   if (failed > 0) {

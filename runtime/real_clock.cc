@@ -45,10 +45,10 @@ constexpr int kPollsPerYield = 64;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RealClock>> RealClock::Create(const RealClockOptions& options) {
-  if (!(options.time_scale > 0) || !std::isfinite(options.time_scale)) {
+  if (!(options.time_scale >= kMinRealTimeScale) || !std::isfinite(options.time_scale)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("RealClockOptions.time_scale must be > 0 and finite, got ",
-                     options.time_scale));
+        absl::StrCat("RealClockOptions.time_scale must be finite and >= ", kMinRealTimeScale,
+                     ", got ", options.time_scale));
   }
   if (options.max_lead < Nanos(0)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -66,8 +66,17 @@
 
 namespace rp {
 
+// The smallest time scale a real clock takes. Modeled time is wall time ÷ scale in int64 ns
+// (saturating at kMaxModeledNs = 2^62, runtime/timing.h), so a scale s overflows it after
+// 2^62 × s ns of wall time: 5.3 days at 1e-4, but 4.6 s at 1e-9 — `run --time_scale=1e-12` reported a
+// measured step of 4611686018427.388 ms (2^62 ns, the saturation) with 0 lateness and 0 overruns
+// (Now() wrapped negative). No host keeps a scale that small anyway (1e-4 leaves 100 ns of wall
+// time to a 1 ms op).
+inline constexpr double kMinRealTimeScale = 1e-4;
+
 struct RealClockOptions {
-  // Wall time per unit of modeled time; > 0 and finite. 1 = real time, 0.1 = ten times faster.
+  // Wall time per unit of modeled time; in [kMinRealTimeScale, +inf). 1 = real time, 0.1 = ten
+  // times faster.
   double time_scale = 1.0;
   // Upper bound of the learned lead (how early a precise waiter wakes to spin). >= 0; 0 disables
   // anticipation (a waiter then sleeps straight to its deadline, with timer_slack).

@@ -132,8 +132,9 @@ absl::Status Executor::Impl::Build() {
   if (o.steps < 1) return Invalid("steps", "must be >= 1");
   if (o.eval_every < 0) return Invalid("eval_every", "must be >= 0");
   if (o.eval_samples < 0) return Invalid("eval_samples", "must be >= 0");
-  if (!o.virtual_time && !(o.time_scale > 0 && std::isfinite(o.time_scale))) {
-    return Invalid("time_scale", "must be > 0 and finite");
+  if (!o.virtual_time && !(o.time_scale >= kMinRealTimeScale && std::isfinite(o.time_scale))) {
+    // Below it modeled time (wall ÷ scale) overflows within days (runtime/real_clock.h).
+    return Invalid("time_scale", absl::StrCat("must be finite and >= ", kMinRealTimeScale));
   }
   if (o.watchdog_timeout <= Nanos(0)) return Invalid("watchdog_timeout", "must be > 0");
   {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +11,10 @@
 
 namespace rp::schedule {
 namespace {
+
+// The most one step of the search may grow the scale after a miss, whatever max_step says: the
+// estimate trusts fidelity ∝ 1 / scale, which a cliff-like host does not follow.
+constexpr double kMaxSearchStep = 64;
 
 // Rounds up to a readable scale: 1, 1.5, 2, 3, 4, 5, 6, 8 × 10^k.
 double NiceUp(double x) {
@@ -25,7 +30,8 @@ std::string Describe(const std::vector<TimeScaleTrial>& trials) {
   std::string out;
   for (const TimeScaleTrial& t : trials) {
     absl::StrAppend(&out, out.empty() ? "" : ", ",
-                    absl::StrFormat("%g → %+.2f %%", t.scale, 100 * t.fidelity_host));
+                    t.failure.empty() ? absl::StrFormat("%g → %+.2f %%", t.scale, 100 * t.fidelity_host)
+                                      : absl::StrFormat("%g → failed", t.scale));
   }
   return out;
 }
@@ -43,12 +49,19 @@ absl::StatusOr<TimeScaleTrial> RunTrial(const ExecutorOptions& base, int steps, 
   o.faults.stops.clear();
   const auto t0 = std::chrono::steady_clock::now();
   RP_ASSIGN_OR_RETURN(auto exec, Executor::Create(o));
-  RP_ASSIGN_OR_RETURN(RunResult r, exec->Run());
-  const StepRecord& last = r.steps.back();
+  absl::StatusOr<RunResult> r = exec->Run();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.ok()) {
+    // The run itself fails (e.g. a codec overflow): the run is then what reports it — its exit code,
+    // its failed report and trace — not the calibration in its place.
+    return TimeScaleTrial{.scale = scale, .fidelity_host = std::numeric_limits<double>::quiet_NaN(),
+                          .wall_seconds = wall, .failure = std::string(r.status().message())};
+  }
+  const StepRecord& last = r->steps.back();
   return TimeScaleTrial{
       .scale = scale,
       .fidelity_host = last.emulated_ms > 0 ? last.measured_ms / last.emulated_ms - 1 : 0,
-      .wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      .wall_seconds = wall,
       .emulated_step_ms = last.emulated_ms};
 }
 
@@ -74,6 +87,7 @@ absl::Status Refine(const TrialFn& trial, const CalibrationOptions& c, double mi
     RP_ASSIGN_OR_RETURN(TimeScaleTrial t, trial(mid));
     out->trials.push_back(t);
     *spent += t.wall_seconds;
+    if (!t.failure.empty()) break;  // keeps the scale that passed
     if (std::abs(t.fidelity_host) <= c.refine_margin * c.target) {
       passed = t;
       out->scale = mid;
@@ -89,7 +103,10 @@ absl::Status Refine(const TrialFn& trial, const CalibrationOptions& c, double mi
 double SuggestTimeScale(double scale, double fidelity_host, double target) {
   const double f = std::abs(fidelity_host);
   if (f <= target) return scale;
-  const double factor = std::clamp(f / target * 1.25, 2.0, 64.0);
+  // No upper bound here: a forced scale's warning names the scale the estimate says keeps up (it
+  // was capped at x64, so --time_scale=0.01 missing by +8292 % "would likely keep up" at 0.8, where
+  // scale 1 missed by +16 to +90 %). The search bounds its own steps (kMaxSearchStep, max_step).
+  const double factor = std::max(f / target * 1.25, 2.0);
   return NiceUp(scale * factor);
 }
 
@@ -109,6 +126,24 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
     RP_ASSIGN_OR_RETURN(TimeScaleTrial t, trial(scale));
     out.trials.push_back(t);
     spent += t.wall_seconds;
+    if (!t.failure.empty()) {
+      // A failed trial measured nothing: the best trial that ran before it, else this scale.
+      out.scale = scale;
+      double best = std::numeric_limits<double>::infinity();
+      for (const TimeScaleTrial& ran : out.trials) {
+        if (ran.failure.empty() && std::abs(ran.fidelity_host) < best) {
+          best = std::abs(ran.fidelity_host);
+          out.scale = ran.scale;
+        }
+      }
+      out.sustained = false;
+      out.reason = absl::StrFormat(
+          "time scale %g: the calibration stopped when its trial at %g failed at run time (%s); the run uses "
+          "%s (trials: %s)",
+          out.scale, scale, t.failure,
+          out.trials.size() > 1 ? "the best scale tried before it" : "that scale", Describe(out.trials));
+      return out;
+    }
     if (std::abs(t.fidelity_host) <= c.target) {
       out.scale = scale;
       out.sustained = true;
@@ -117,18 +152,28 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
         const double missed = out.trials[out.trials.size() - 2].scale;
         RP_RETURN_IF_ERROR(Refine(trial, c, missed, t, &spent, &out));
       }
-      out.reason = absl::StrFormat(
-          "time scale %g: the smallest tried whose trial kept |fidelity.host| <= %g %%%s (trials: %s)",
-          out.scale, 100 * c.target,
+      // Say what the choice rests on: a scale below the first pass must keep refine_margin × target,
+      // so a refinement trial may have kept the target and still not be taken (the reason said "the
+      // smallest tried whose trial kept |fidelity.host| <= 1 %" of 20 beside "6 → +0.95 %").
+      const bool refined = out.trials.size() > 1 && out.trials.back().scale < first;
+      const std::string margin = absl::StrFormat("%g %%", 100 * c.refine_margin * c.target);
+      out.reason =
           out.scale < first
-              ? absl::StrFormat(" (below %g, the first that did, with |fidelity.host| <= %g %%)", first,
-                                100 * c.refine_margin * c.target)
-              : "",
-          Describe(out.trials));
+              ? absl::StrFormat(
+                    "time scale %g: below %g, the first that did keep |fidelity.host| <= %g %%, the smallest "
+                    "whose trial kept %s, what a smaller scale needs (a run is longer than its trial) (trials: %s)",
+                    out.scale, first, 100 * c.target, margin, Describe(out.trials))
+              : absl::StrFormat("time scale %g: the first of the growing scales tried whose trial kept "
+                                "|fidelity.host| <= %g %%%s (trials: %s)",
+                                out.scale, 100 * c.target,
+                                refined ? absl::StrCat("; no smaller scale tried kept ", margin,
+                                                       ", what a smaller scale needs (a run is longer than its trial)")
+                                        : "",
+                                Describe(out.trials));
       return out;
     }
     const double next = std::min({SuggestTimeScale(scale, t.fidelity_host, c.target),
-                                  NiceUp(scale * c.max_step), c.max_scale});
+                                  NiceUp(scale * std::min(c.max_step, kMaxSearchStep)), c.max_scale});
     // The next trial: at most this one's wall time (setup, host-limited steps) plus its steps at
     // the next scale (the modeled part grows with the scale).
     const double next_cost = t.wall_seconds + c.trial_steps * next * t.emulated_step_ms * 1e-3;
@@ -149,8 +194,8 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
                                      c.max_scale_why.empty() ? "the calibration tries" : c.max_scale_why)
                    : absl::StrFormat("up to %g within the %g s calibration budget", scale, c.max_seconds);
   out.reason = absl::StrFormat(
-      "time scale %g: no scale %s kept |fidelity.host| <= %g %%; the best trial is used and the host "
-      "figures are not trustworthy (trials: %s)",
+      "time scale %g: no scale %s kept |fidelity.host| <= %g %%; the best trial is used, and the run's "
+      "own |fidelity.host| says whether its host figures are trusted (trials: %s)",
       out.scale, limit, 100 * c.target, Describe(out.trials));
   return out;
 }

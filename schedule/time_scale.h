@@ -9,18 +9,20 @@
 // trainer, no tracer) at growing scales, until the last trial step's |fidelity.host| is within
 // `target`. The next scale after a trial that missed is estimated from it — host overhead is
 // roughly a fixed wall time, so fidelity shrinks as 1 / scale: next = scale × |fidelity| / target
-// × 1.25, at least ×2 and at most ×64 (in the search also at most max_step, 16) — and the search
+// × 1.25, at least ×2 (in the search also at most ×64 and max_step, 16) — and the search
 // stops at max_scale or when the next trial would overrun max_seconds of wall time in all (its
 // cost estimated as this trial's wall time, which bounds setup and host work, plus trial_steps ×
 // next × the emulated step: the modeled part); then the best scale tried is returned, marked not
-// sustained. That estimate overshoots on a host whose fidelity falls off a cliff rather than as
-// 1 / scale (throughput-bound below some scale, nearly exact above it: 256 devices here missed by
-// 57 % at scale 1 and kept 0.01 % at the estimated 80, while 10 kept 0.03 %), so after the first
-// pass the search bisects down between the last miss and it (refine_trials, refine_margin) and the
-// run uses the smallest scale that passed.
+// sustained (the run's own fidelity then says whether its figures are trusted). That estimate
+// overshoots on a host whose fidelity falls off a cliff rather than as 1 / scale (throughput-bound
+// below some scale, nearly exact above it: 256 devices here missed by 57 % at scale 1 and kept
+// 0.01 % at the estimated 80, while 10 kept 0.03 %), so after the first pass the search bisects
+// down between the last miss and it (refine_trials, refine_margin) and the run uses the smallest
+// scale that passed.
 //
 // SuggestTimeScale is the same estimate for a run whose scale was forced: the scale at which its
-// measured host fidelity would have been within target.
+// measured host fidelity would have been within target (at least ×2, never capped: a warning names
+// a scale the estimate says keeps up, not one step of a search).
 //
 // Example:
 //   RP_ASSIGN_OR_RETURN(TimeScaleChoice c, ChooseTimeScale(options));
@@ -42,6 +44,9 @@ struct TimeScaleTrial {
   double fidelity_host = 0;  // the last trial step's measured / emulated − 1
   double wall_seconds = 0;
   double emulated_step_ms = 0;  // the last trial step's modeled time (0: unknown)
+  // Not empty: the trial failed at run time (the executor's message; fidelity_host is NaN). The
+  // search stops there: the run's own failure, not the calibration, is what the run reports.
+  std::string failure;
 };
 
 struct TimeScaleChoice {
@@ -74,7 +79,10 @@ struct CalibrationOptions {
 // Runs one trial at `scale` (tests replace it; the default runs the executor).
 using TrialFn = std::function<absl::StatusOr<TimeScaleTrial>(double scale)>;
 
-// Errors: InvalidArgument for bad calibration options; the first trial's error (a bad layout).
+// Errors: InvalidArgument for bad calibration options; a trial's error (a bad layout: the default
+// trial returns Executor::Create's). A trial that failed at run time (TimeScaleTrial::failure)
+// ends the search instead: the scale of the best trial that ran before it, else its own, is
+// returned, not sustained, and the reason says which trial failed.
 [[nodiscard]] absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const ExecutorOptions& options,
                                                               const CalibrationOptions& c = {});
 [[nodiscard]] absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial,

@@ -159,6 +159,31 @@ TEST(Clock, TimeScaleTakesANumberInRangeOrAuto) {
     EXPECT_NE(r.err.find("time_scale"), std::string::npos) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   }
+  // The flag's one word is named as the config file's reader names it ("expected a number or auto"):
+  // `--time_scale=AUTO` said "expected a finite number, got 'AUTO'".
+  for (const std::string value : {"AUTO", "fast", "inf"}) {
+    const BinaryResult r = RunBinary("predict --time_scale=" + value, dir);
+    EXPECT_EQ(r.exit_code, 2) << value << ": " << r.err;
+    EXPECT_EQ(r.err, "ringpipe predict: --time_scale: expected a finite number or auto, got '" + value + "'\n");
+  }
+  fs::remove_all(dir);
+}
+
+// A scale so small that modeled time (wall ÷ scale, int64 ns) overflows is bad input: `run
+// --time_scale=1e-12` ran, and its report called 4611686018427.388 ms (2^62 ns: the saturation) the
+// measured step, with 0 wait lateness and 0 overruns (the clock's Now() had wrapped negative).
+TEST(Clock, AScaleWhoseModeledTimeOverflowsIsBadInput) {
+  const fs::path dir = TempDir("tiny_scale");
+  const fs::path report = dir / "r.json";
+  for (const std::string scale : {"1e-12", "1e-9", "0.00009"}) {
+    const BinaryResult r = RunBinary(std::string(kSmall) + " --time_scale=" + scale + " --report_json=" +
+                                         report.string(), dir);
+    EXPECT_EQ(r.exit_code, 2) << scale << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe run: --time_scale: must be in [0.0001, 1000] or auto, got ", 0), 0u)
+        << scale << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << scale << ": " << r.err;
+    EXPECT_FALSE(fs::exists(report)) << scale;
+  }
   fs::remove_all(dir);
 }
 
@@ -189,6 +214,80 @@ TEST(Clock, RunThatFailsAtRunTimeStillWritesItsReportAndTrace) {
   EXPECT_EQ(j["steps"][0]["emulated_ms"], j["steps"][0]["predicted_ms"]);
   const json t = ReadJson(trace);
   EXPECT_TRUE(t.contains("traceEvents") || t.is_array());
+  fs::remove_all(dir);
+}
+
+// A run that fails on a real clock says in its report which clock and scale its committed steps
+// were measured at, and whether the host kept it: the failed report had no host section at all
+// (run --time_scale=2 --fault=throw:... --report_json: no clock, no scale, no verdict), though its
+// steps carry measured times.
+TEST(Clock, AFailedRunsReportSaysWhichClockAndScaleAndWhetherTheHostKeptIt) {
+  const fs::path dir = TempDir("failed_real");
+  const fs::path report = dir / "r.json";
+  std::string small = kSmall;
+  small.replace(small.find("--steps=2"), 9, "--steps=3");
+  const BinaryResult r = RunBinary(small + " --time_scale=2 --fault=throw:rank=0,step=2,op=0 --report_json=" +
+                                       report.string(), dir);
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  const json j = ReadJson(report);
+  ASSERT_EQ(j["status"], "failed");
+  ASSERT_EQ(j["steps"].size(), 2u);
+  ASSERT_TRUE(j.contains("host")) << j.dump();
+  const json& h = j["host"];
+  EXPECT_EQ(h["clock"], "real");
+  EXPECT_EQ(h["virtual_time"], false);
+  EXPECT_EQ(h["time_scale"], 2.0);
+  const json& c = h["time_scale_choice"];
+  EXPECT_EQ(c["mode"], "forced");
+  EXPECT_EQ(c["scale"], 2.0);
+  EXPECT_NE(c["reason"].get<std::string>().find("--time_scale"), std::string::npos);
+  // Judged on the committed steps' upper median by measured time (of 2: the slower).
+  const json& s0 = j["steps"][0];
+  const json& s1 = j["steps"][1];
+  const json& median = s0["measured_ms"].get<double>() > s1["measured_ms"].get<double>() ? s0 : s1;
+  const double fidelity = median["measured_ms"].get<double>() / median["emulated_ms"].get<double>() - 1;
+  EXPECT_EQ(c["host_fidelity_trusted"].get<bool>(), std::abs(fidelity) <= 0.01) << c.dump();
+  EXPECT_GE(c["suggested_scale"].get<double>(), 2.0);
+  // Nothing committed: no verdict (null), but the clock all the same; the virtual clock needs none.
+  const BinaryResult none = RunBinary(small + " --time_scale=2 --fault=throw:rank=0,step=0,op=0 --report_json=" +
+                                          report.string(), dir);
+  ASSERT_EQ(none.exit_code, 3) << none.err;
+  const json k = ReadJson(report);
+  EXPECT_TRUE(k["steps"].empty());
+  EXPECT_EQ(k["host"]["time_scale"], 2.0);
+  EXPECT_TRUE(k["host"]["time_scale_choice"]["host_fidelity_trusted"].is_null()) << k["host"].dump();
+  EXPECT_TRUE(k["host"]["time_scale_choice"]["suggested_scale"].is_null()) << k["host"].dump();
+  const BinaryResult virt = RunBinary(small + " --virtual_time --fault=throw:rank=0,step=1,op=0 --report_json=" +
+                                          report.string(), dir);
+  ASSERT_EQ(virt.exit_code, 3) << virt.err;
+  const json v = ReadJson(report);
+  EXPECT_EQ(v["host"]["clock"], "virtual");
+  EXPECT_TRUE(v["host"]["time_scale"].is_null());
+  EXPECT_EQ(v["host"]["time_scale_choice"]["mode"], "virtual");
+  fs::remove_all(dir);
+}
+
+// The default clock (auto) and a run that fails at run time: its calibration trial failed first and
+// `run --codec=fp16 --lr=1e6 --report_json --trace` exited 1 ("rank 7 step 1 gradient bucket 0 ...
+// outside the fp16 range"), writing neither file — where --time_scale=1 exits 3 with both. The trial's
+// failure ends the calibration; the run fails as a run does, and its report says why the scale.
+TEST(Clock, ARunThatFailsInItsCalibrationTrialFailsAsARunWithItsReportAndTrace) {
+  const fs::path dir = TempDir("failed_auto");
+  const fs::path report = dir / "r.json", trace = dir / "t.json";
+  const BinaryResult r = RunBinary("run --codec=fp16 --lr=1e6 --steps=3 --report_json=" + report.string() +
+                                       " --trace=" + trace.string(), dir);
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("outside the fp16 range"), std::string::npos) << r.err;
+  ASSERT_TRUE(fs::exists(report)) << r.err;
+  EXPECT_TRUE(fs::exists(trace)) << r.err;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["status"], "failed");
+  const json& c = j["host"]["time_scale_choice"];
+  EXPECT_EQ(c["mode"], "auto");
+  ASSERT_FALSE(c["calibration_trials"].empty());
+  EXPECT_NE(c["calibration_trials"].back()["failure"].get<std::string>().find("fp16"), std::string::npos) << c.dump();
+  EXPECT_TRUE(c["calibration_trials"].back()["fidelity_host"].is_null());
+  EXPECT_NE(c["reason"].get<std::string>().find("failed at run time"), std::string::npos) << c.dump();
   fs::remove_all(dir);
 }
 
@@ -342,29 +441,57 @@ TEST(Clock, AWatchdogShorterThanTheStepStartIsBadInput) {
 
 // A forced scale the host did not keep gets a warning naming a scale it would keep; when that scale
 // would make the longest op (or message wait) outlast the watchdog, the run refuses it, so the
-// warning says which watchdog it needs (run --steps=3 --time_scale=0.05 --watchdog_timeout=0.005 said
-// "time scale 4 would likely keep up", and run --time_scale=4 --watchdog_timeout=0.005 exits 2: its
-// 4 ms op takes 0.016 s).
+// warning says which watchdog it needs (run --steps=3 --time_scale=0.05 --watchdog_timeout=0.005
+// missed by +73.5 %: time scale 5 (0.05 × 73.5 × 1.25, rounded up) would likely keep up, and run
+// --time_scale=5 --watchdog_timeout=0.005 exits 2: its 4 ms op takes 0.02 s).
 TEST(Clock, ASuggestedScaleOverTheWatchdogSaysWhichWatchdogItNeeds) {
   ClockChoice forced;
   forced.mode = ClockChoice::Mode::kForced;
   forced.scale = 0.05;
   const HostVerdict v = JudgeHostFidelity(forced, 0.735, 0.005, /*watchdog_scale_limit=*/1.25);
   EXPECT_FALSE(v.trusted);
-  EXPECT_EQ(v.suggested_scale, 4);
-  EXPECT_NE(v.warning.find("time scale 4 would likely keep up with watchdog_timeout raised above 0.016 s"),
+  EXPECT_EQ(v.suggested_scale, 5);
+  EXPECT_NE(v.warning.find("time scale 5 would likely keep up with watchdog_timeout raised above 0.02 s"),
             std::string::npos)
       << v.warning;
-  EXPECT_DOUBLE_EQ(v.suggested_watchdog_s, 0.016);
-  EXPECT_DOUBLE_EQ(ClockJson(forced, v)["suggested_watchdog_timeout"].get<double>(), 0.016);
+  EXPECT_DOUBLE_EQ(v.suggested_watchdog_s, 0.02);
+  EXPECT_DOUBLE_EQ(ClockJson(forced, v)["suggested_watchdog_timeout"].get<double>(), 0.02);
   // Below the limit (or without one) the suggestion stands alone.
-  for (const double limit : {4.5, std::numeric_limits<double>::infinity()}) {
+  for (const double limit : {5.5, std::numeric_limits<double>::infinity()}) {
     const HostVerdict w = JudgeHostFidelity(forced, 0.735, 0.005, limit);
     EXPECT_EQ(w.warning.find("watchdog_timeout"), std::string::npos) << w.warning;
     EXPECT_TRUE(ClockJson(forced, w)["suggested_watchdog_timeout"].is_null());
-    EXPECT_NE(w.warning.find("time scale 4 would likely keep up (or omit --time_scale"), std::string::npos)
+    EXPECT_NE(w.warning.find("time scale 5 would likely keep up (or omit --time_scale"), std::string::npos)
         << w.warning;
   }
+}
+
+// The suggestion is the scale the estimate says keeps up, however far the host missed: run
+// --time_scale=0.01 missed by +8292 % and its warning said "time scale 0.8 would likely keep up"
+// (the estimate was capped at × 64), on a host that missed by +16 to +90 % at scale 1.
+TEST(Clock, TheWarningNamesAScaleTheEstimateSaysKeepsUpHoweverFarTheHostMissed) {
+  ClockChoice forced;
+  forced.mode = ClockChoice::Mode::kForced;
+  forced.scale = 0.01;
+  const HostVerdict v = JudgeHostFidelity(forced, 82.92);
+  EXPECT_FALSE(v.trusted);
+  // fidelity ∝ 1 / scale: within 1 % from 0.01 × 8292 = 82.92 on; with the estimate's 1.25 margin.
+  EXPECT_GE(v.suggested_scale, 0.01 * 82.92 / 0.01 * 1.25);
+  EXPECT_NE(v.warning.find("time scale 150 would likely keep up"), std::string::npos) << v.warning;
+}
+
+// A forced scale is not calibrated: the report's sustained_in_calibration is null, not true (as it
+// said, with empty calibration_trials), and so on the virtual clock; auto's says what its trials found.
+TEST(Clock, OnlyAutoSaysWhetherTheCalibrationSustainedItsScale) {
+  ClockChoice forced;
+  forced.mode = ClockChoice::Mode::kForced;
+  forced.scale = 2;
+  EXPECT_TRUE(ClockJson(forced, JudgeHostFidelity(forced, 0))["sustained_in_calibration"].is_null());
+  EXPECT_TRUE(ClockJson(ClockChoice{}, HostVerdict{})["sustained_in_calibration"].is_null());
+  ClockChoice automatic;
+  automatic.mode = ClockChoice::Mode::kAuto;
+  automatic.sustained = false;
+  EXPECT_EQ(ClockJson(automatic, JudgeHostFidelity(automatic, 0))["sustained_in_calibration"], false);
 }
 
 }  // namespace

@@ -237,16 +237,21 @@ TEST(Config, OutOfRangeBucketAndWatchdogNameTheExactBoundAndValue) {
   cfg = Load({"--watchdog_timeout=86400.25"});
   EXPECT_THAT(std::string(cfg.status().message()),
               HasSubstr("--watchdog_timeout: must be in (0, 86400] seconds, got 86400.25"));
+  // Under half a nanosecond the executor's watchdog is 0 ns: `run --virtual_time
+  // --watchdog_timeout=1e-10` said "executor: watchdog_timeout: must be > 0", naming no flag.
+  cfg = Load({"--watchdog_timeout=1e-10"});
+  EXPECT_THAT(std::string(cfg.status().message()),
+              HasSubstr("--watchdog_timeout: must be at least 1 ns (1e-9 s), got 1e-10"));
 }
 
 // time_scale's "auto" is stored as -1: a -1 given as a number is out of range in the same words as -2,
 // and seed's bound 2^63 - 1 is exact (as doubles, 2^63 equalled it and was taken).
 TEST(Config, TimeScaleMinusOneAndSeedTwoToThe63AreOutOfRangeInTheirFieldsWords) {
   auto cfg = Load({"--time_scale=-1"}, /*for_run=*/false);
-  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("--time_scale: must be in (0, 1000] or auto, got -1"));
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("--time_scale: must be in [0.0001, 1000] or auto, got -1"));
   const fs::path file = WriteTemp("range.json", "{\n  \"time_scale\": -1\n}\n");
   cfg = Load({"--config=" + file.string()}, /*for_run=*/false);
-  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(":2: time_scale: must be in (0, 1000] or auto, got -1"));
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(":2: time_scale: must be in [0.0001, 1000] or auto, got -1"));
   std::ofstream(file) << "{\"seed\": 9223372036854775808}";
   cfg = Load({"--config=" + file.string()}, /*for_run=*/false);
   EXPECT_EQ(cfg.status().code(), absl::StatusCode::kInvalidArgument);
@@ -365,7 +370,7 @@ TEST(Config, EveryRangeErrorPrintsTheExactValue) {
   } cases[] = {
       {{"--flops_efficiency=1.0000001"}, "--flops_efficiency: must be in (0, 1], got 1.0000001"},
       {{"--cost_model=flops", "--flops_efficiency=1.0000001"}, "got 1.0000001"},
-      {{"--time_scale=1000.0001"}, "--time_scale: must be in (0, 1000] or auto, got 1000.0001"},
+      {{"--time_scale=1000.0001"}, "--time_scale: must be in [0.0001, 1000] or auto, got 1000.0001"},
       {{"--forward_ms=1000000000.5"}, "--forward_ms: value 0 (1000000000.5) must be in [0, 1e9] ms"},
       {{"--backward_ms=4,1000000000.5"}, "--backward_ms: value 1 (1000000000.5) must be in [0, 1e9] ms"},
       {{"--backward_ms=4", "--weight_grad_ms=4.0000001"},

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -241,6 +242,10 @@ TEST(SweepCommand, PointsWhoseTimeScaleTheHostDidNotKeepAreNamedInAWarning) {
   EXPECT_NE(r.err.find("warning: the host did not keep the time scale at 2 of 2 points that ran"), std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("microbatches=1 (time scale 0.0001: +"), std::string::npos) << r.err;
+  // Each point with a scale it would likely keep, as `run`'s warning names one (it said only "a larger
+  // --time_scale, or auto, keeps up").
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(microbatches=1 \(time scale 0\.0001: \+[0-9.]+ %; [0-9.e+]+ would likely keep up\))")))
+      << r.err;
   const Result v = RunBinary(small + "--virtual_time=true --out_dir=" + (dir / "virtual").string(), dir);
   EXPECT_EQ(v.exit_code, 0) << v.err;
   EXPECT_EQ(v.err.find("warning"), std::string::npos) << v.err;

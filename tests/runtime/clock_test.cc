@@ -69,6 +69,11 @@ TEST(RealClock, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RealClock::Create({.time_scale = -1}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Below kMinRealTimeScale modeled time (wall ÷ scale) overflows int64 ns within days of wall
+  // time (at 1e-12, at once: Now() wrapped negative).
+  EXPECT_EQ(RealClock::Create({.time_scale = 1e-12}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(RealClock::Create({.time_scale = kMinRealTimeScale}).ok());
   EXPECT_EQ(RealClock::Create({.max_lead = Nanos(-1)}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RealClock::Create({.max_spinners = -1}).status().code(),
