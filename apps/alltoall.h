@@ -44,6 +44,9 @@ uint64_t CountFor(uint64_t bytes, int n);
 // buffer on the untimed path (every block but its own, a slot per message: comm/alltoall_runner.cc),
 // and, timed, a copy of every message it sends (each owns its bytes).
 double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool timed);
+// Messages one rank sends in one all-to-all of `bytes`: n − 1 blocks of CountFor(bytes, n) / n
+// elements, each max(1, ⌈block / (segment / 4)⌉) messages (docs/collectives.md "All-to-all").
+double RankMessages(int ranks, uint64_t bytes, uint64_t segment);
 absl::StatusOr<Row> RunUntimed(const Settings& s, uint64_t bytes, uint64_t segment);
 absl::StatusOr<Row> RunTimed(const Settings& s, uint64_t bytes, uint64_t segment, const LinkSpec& spec);
 

@@ -106,6 +106,12 @@ double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool t
   return total;
 }
 
+double RankMessages(int ranks, uint64_t bytes, uint64_t segment) {
+  const uint64_t n = static_cast<uint64_t>(std::max(1, ranks)), block = CountFor(bytes, ranks) / n;
+  const uint64_t per_segment = std::max<uint64_t>(1, segment / sizeof(float));
+  return static_cast<double>(n - 1) * static_cast<double>(std::max<uint64_t>(1, (block + per_segment - 1) / per_segment));
+}
+
 absl::StatusOr<Row> RunUntimed(const Settings& s, uint64_t bytes, uint64_t segment) {
   comm::CommunicatorOptions co;
   co.devices = Iota(s.ranks);
