@@ -90,5 +90,32 @@ TEST(CollectiveBench, RowsOfTooManyMessagesAreRefusedNamingTheSegment) {
   fs::remove_all(dir);
 }
 
+// The header and every --json row said "all-gather forwarding on" / "forward": true for rings that
+// never forward: comm/ring_runner.cc forwards FP32 lends on 3 or more ranks only, so 2 ranks or a
+// lossy codec ran without it while the output claimed it.
+TEST(CollectiveBench, ForwardingIsReportedOnlyWhereTheRingForwards) {
+  const fs::path dir = TempDir("forward");
+  const fs::path rows = dir / "rows.json";
+  struct Case {
+    std::string flags;
+    bool forward;
+    std::string note;
+  };
+  for (const Case& c : {Case{"--ranks=2", false, "all-gather forwarding off (2 ranks"},
+                        Case{"--ranks=4 --codec=bf16", false, "all-gather forwarding off (only FP32"},
+                        Case{"--ranks=3 --forward=false", false, "all-gather forwarding off\n"},
+                        Case{"--ranks=3 --link=dgx-a100", false, "all-gather forwarding off (timed"},
+                        Case{"--ranks=3", true, "all-gather forwarding on (streaming"}}) {
+    const Result r = RunBinary("allreduce " + c.flags + " --min_bytes=4K --max_bytes=4K --iters=1 --warmup=0 --json=" +
+                                   rows.string(),
+                               dir);
+    ASSERT_EQ(r.exit_code, 0) << c.flags << "\n" << r.err;
+    EXPECT_NE(r.out.find(c.note), std::string::npos) << c.flags << "\n" << r.out;
+    EXPECT_NE(ReadFile(rows).find(c.forward ? "\"forward\": true" : "\"forward\": false"), std::string::npos)
+        << c.flags << "\n" << ReadFile(rows);
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
