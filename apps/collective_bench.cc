@@ -203,11 +203,13 @@ int Run(const Settings& s, const Command& c) {
       if (b > largest) largest = b, largest_segment = segment;
     }
     if (const double available = AvailableMemoryBytes(); largest > available) {
+      // --ranks when even a row of the smallest size would not fit (the all-to-all's links grow as n²).
+      const bool ranks = RowHostBytes(c, s.ranks, c.unit_bytes, largest_segment, s.link != "ideal") > available;
       return Fail(c, kExitBadInput,
-                  absl::StrFormat("--max_bytes: a row of %d B on %d ranks (segment %d B, codec %s) would allocate "
+                  absl::StrFormat("--%s: a row of %d B on %d ranks (segment %d B, codec %s) would allocate "
                                   "about %.3g GB; this machine has %.3g GB available (MemAvailable)",
-                                  sizes.back(), s.ranks, largest_segment, comm::CodecName(s.codec), largest / 1e9,
-                                  available / 1e9));
+                                  ranks ? "ranks" : "max_bytes", sizes.back(), s.ranks, largest_segment,
+                                  comm::CodecName(s.codec), largest / 1e9, available / 1e9));
     }
   }
   OutputFiles outputs;
