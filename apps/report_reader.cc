@@ -237,7 +237,7 @@ svg::BarClass ClassOf(const std::string& kind, const std::string& op) {
 }
 
 absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& section, const std::string& path,
-                                       const Layout& layout, size_t& bars) {
+                                       const Layout& layout, size_t max_bars, size_t& bars) {
   svg::GanttPanel p;
   p.title = title;
   RP_ASSIGN_OR_RETURN(p.span_ms, Ms(section, "step_ms", path, 0.0));
@@ -256,7 +256,12 @@ absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& sect
     const json& ops = Get(d, "ops");
     if (ops.is_null()) continue;
     if (!ops.is_array()) return BadField(dev + ".ops", absl::StrCat("expected a list, got ", ShortDump(ops)));
-    for (size_t k = 0; k < ops.size() && bars < kMaxBars; ++k) {
+    for (size_t k = 0; k < ops.size(); ++k) {
+      // Refused, not cut: the chart would silently leave out the rest of the step.
+      if (bars >= max_bars) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(dev, ".ops: more than ", max_bars, " ops to draw over the panels, the most a chart draws"));
+      }
       const json& op = ops[k];
       const std::string where = absl::StrCat(dev, ".ops[", k, "]");
       if (!op.is_object()) return BadField(where, absl::StrCat("expected an object, got ", ShortDump(op)));
@@ -319,7 +324,7 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text) {
   });
 }
 
-absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) {
+absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report, size_t max_bars) {
   const json& schema = Get(report, "schema");
   if (!schema.is_string()) {
     return absl::InvalidArgumentError(absl::StrCat("has no \"schema\" (a ", kReportSchemaRead,
@@ -357,13 +362,13 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) 
                                               is_median ? "the median step" : "the last step, not the median",
                                               virtual_clock ? "the virtual clock's modeled times (= emulated)"
                                                             : "wall clock on the device threads / time scale"),
-                              m, "timeline.measured", layout, bars));
+                              m, "timeline.measured", layout, max_bars, bars));
     out.panels.push_back(std::move(panel));
     out.measured_step_ms = out.panels.back().span_ms;
   }
   if (const json& p = Get(t, "predicted"); !p.is_null()) {
     RP_ASSIGN_OR_RETURN(svg::GanttPanel panel,
-                        Panel("predicted — the predictor's step", p, "timeline.predicted", layout, bars));
+                        Panel("predicted — the predictor's step", p, "timeline.predicted", layout, max_bars, bars));
     out.panels.push_back(std::move(panel));
     out.predicted_step_ms = out.panels.back().span_ms;
   }

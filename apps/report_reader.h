@@ -65,7 +65,9 @@ using ReadChunk = std::function<absl::StatusOr<size_t>(char* buf, size_t size)>;
 absl::StatusOr<TimelineReport> ReadTimelineReport(const ReadChunk& read);
 // The same from text in memory (at most kMaxReportBytes).
 absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text);
-// The same from a report already in memory (`ringpipe timeline` after a run).
-absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report);
+// The same from a report already in memory (`ringpipe timeline` after a run). A step of more than
+// `max_bars` ops over the panels is refused (ResourceExhausted, "timeline.predicted.devices[1].ops:
+// more than N ops to draw ..."), never drawn cut short.
+absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report, size_t max_bars = kMaxBars);
 
 }  // namespace rp::apps

@@ -146,6 +146,10 @@ int Run(const ParsedArgs& args) {
     }
     if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
     timeline = ReadTimelineReport(report);
+    if (timeline.status().code() == absl::StatusCode::kResourceExhausted) {
+      return fail(kExitBadInput, absl::StrCat("--microbatches: the step has too many ops to draw: ",
+                                              timeline.status().message(), "; draw a step with fewer micro-batches"));
+    }
     if (!timeline.ok()) return fail(kExitFailed, absl::StrCat("report ", timeline.status().message()));
   }
   const std::string title = args.Has("title") ? args.Text("title") : timeline->title;

@@ -412,6 +412,26 @@ TEST(HostileInput, AReportTooLargeToKeepIsRefusedInBoundedMemory) {
   fs::remove_all(dir);
 }
 
+// A step of more ops than a chart draws (kMaxBars) was drawn cut short, without a word:
+// `timeline --predict_only --pp=2 --tp=1 --dp=1 --microbatches=1048576` wrote 4194304 of its 5242883
+// ops (rank 1's last million left out) and said "wrote x.svg". Now refused, naming where the cap
+// fell; in-process with a cap of 3 ops.
+TEST(HostileInput, AStepOfMoreOpsThanAChartDrawsIsRefusedNotCut) {
+  json ops = json::array();
+  for (int i = 0; i < 2; ++i) ops.push_back({{"kind", "compute"}, {"op", "F"}, {"start_ms", i}, {"end_ms", i + 1}});
+  const json report = {{"schema", kReportSchemaRead},
+                       {"timeline",
+                        {{"predicted", {{"step_ms", 2}, {"devices", {{{"rank", 0}, {"ops", ops}}, {{"rank", 1}, {"ops", ops}}}}}}}}};
+  absl::StatusOr<TimelineReport> all = ReadTimelineReport(report, /*max_bars=*/4);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->panels.front().bars.size(), 4u);
+  absl::StatusOr<TimelineReport> cut = ReadTimelineReport(report, /*max_bars=*/3);
+  ASSERT_FALSE(cut.ok()) << cut->panels.front().bars.size() << " bars drawn";
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(cut.status().message(),
+            "timeline.predicted.devices[1].ops: more than 3 ops to draw over the panels, the most a chart draws");
+}
+
 // A byte count times its suffix is checked before the product is taken: 17179869185G is 2^64 + 1 GiB,
 // which wrapped around to 1 GiB and was taken as that by predict and allreduce (found by the config
 // hunt). The largest count, 1024G, is still accepted.
