@@ -28,10 +28,13 @@ using Settings = allreduce::Settings;
 using Row = allreduce::Row;
 
 // Messages one rank may hand off in one row (every call of --warmup and --iters): each is a hand-off
-// between rank threads (untimed) or an event of the fabric (timed), about 1.7 us on a quiet 2-core
-// host (docs/collectives.md: 4 KiB on 4 ranks, 6 messages, 10 us), so a row at this bound takes
-// about half a minute there — and far longer on a loaded one. `allreduce --segment_bytes=4` on
-// 64 MiB (25165824 messages per rank per call) ran for minutes without printing a row.
+// between rank threads (untimed) or an event of the fabric (timed). Measured untimed with 4-byte
+// segments, 256 KiB on 4 ranks (98304 messages per rank a call): 55 ms on this 2-core host when
+// quiet (0.56 us a message), 23 s at load 8 (0.23 ms) — so a row at this bound takes about 10 s on
+// a quiet host and can take far longer on a loaded one. `allreduce --segment_bytes=4` on 64 MiB
+// (25165824 messages per rank per call, 23 calls) ran for minutes without printing a row.
+// Per rank: with more ranks than cores a row's wall time also grows with --ranks, which this does
+// not bound (`--ranks=1024 --max_bytes=4K`: 2.2 s a call).
 inline constexpr double kMaxRankMessagesPerRow = double{1 << 24};
 
 struct Command {
