@@ -63,6 +63,11 @@ struct Row {
 // comm/ring_runner.cc), and, timed, a copy of the whole buffer for its messages in flight (a bound).
 double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool timed);
 
+// Messages one rank sends in one all-reduce of `bytes` (count = bytes / 4 elements): 2(n − 1) steps
+// × K segments of its largest chunk (⌈count / n⌉ elements, at most segment / 4 a segment; at least
+// one, docs/collectives.md); 0 for one rank. Timed, the modeled chunk is the same ⌈count / n⌉.
+double RankMessages(int ranks, uint64_t bytes, uint64_t segment);
+
 // The untimed (host-throughput) path.
 absl::StatusOr<Row> RunUntimed(const Settings& s, uint64_t bytes, uint64_t segment);
 // The timed path on a fabric of `spec` (rank r on device r).

@@ -48,19 +48,24 @@ int Run(const ParsedArgs& args) {
   if (!settings.ok()) return collective_bench::Fail(c, kExitBadInput, std::string(settings.status().message()));
   const Settings& s = *settings;
   const bool timed = s.link != "ideal";
+  // Whether the ring forwards at all (comm/ring_runner.cc: FP32 lends on 3 or more ranks).
+  const bool forwards = s.forward && !timed && s.codec == comm::Codec::kFp32 && s.ranks > 2;
   const std::string forwarding =
-      timed ? "off (timed communicators never forward)"
-      : s.forward ? absl::StrCat("on (streaming stores when size x ranks >= ", s.streaming_min_bytes, " B)")
-                  : "off";
+      timed             ? "off (timed communicators never forward)"
+      : !s.forward      ? "off"
+      : s.codec != comm::Codec::kFp32 ? "off (only FP32 segments are forwarded)"
+      : s.ranks <= 2    ? "off (2 ranks: the all-gather has no chunk to pass on)"
+                        : absl::StrCat("on (streaming stores when size x ranks >= ", s.streaming_min_bytes, " B)");
   c.notes = {absl::StrCat(s.in_place ? "in place, input refilled before every call" : "out of place",
                           "; all-gather forwarding ", forwarding)};
-  c.row_extra = {{"in_place", s.in_place}, {"forward", s.forward && !timed}};
+  c.row_extra = {{"in_place", s.in_place}, {"forward", forwards}};
   c.run = [&s](uint64_t bytes, uint64_t segment, const LinkSpec* spec) {
     return spec != nullptr ? allreduce::RunTimed(s, bytes, segment, *spec) : allreduce::RunUntimed(s, bytes, segment);
   };
   c.rank_bytes = [&s](uint64_t bytes, uint64_t segment, bool on_fabric) {
     return allreduce::RankHostBytes(s, bytes, segment, on_fabric);
   };
+  c.rank_messages = [&s](uint64_t bytes, uint64_t segment) { return allreduce::RankMessages(s.ranks, bytes, segment); };
   return collective_bench::Run(s, c);
 }
 

@@ -117,6 +117,13 @@ double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool t
   return total;
 }
 
+double RankMessages(int ranks, uint64_t bytes, uint64_t segment) {
+  if (ranks <= 1) return 0;
+  const uint64_t n = static_cast<uint64_t>(ranks), chunk = (bytes / sizeof(float) + n - 1) / n;
+  const uint64_t per_segment = std::max<uint64_t>(1, segment / sizeof(float));
+  return 2.0 * static_cast<double>(n - 1) * static_cast<double>(std::max<uint64_t>(1, (chunk + per_segment - 1) / per_segment));
+}
+
 absl::StatusOr<Row> RunUntimed(const Settings& s, uint64_t bytes, uint64_t segment) {
   const uint64_t count = bytes / sizeof(float);
   comm::CommunicatorOptions co;

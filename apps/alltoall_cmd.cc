@@ -37,6 +37,7 @@ int Run(const ParsedArgs& args) {
   c.rank_bytes = [&s](uint64_t bytes, uint64_t segment, bool on_fabric) {
     return alltoall::RankHostBytes(s, bytes, segment, on_fabric);
   };
+  c.rank_messages = [&s](uint64_t bytes, uint64_t segment) { return alltoall::RankMessages(s.ranks, bytes, segment); };
   return collective_bench::Run(s, c);
 }
 

@@ -158,6 +158,33 @@ double RowHostBytes(const Command& c, int ranks, uint64_t bytes, uint64_t segmen
   return static_cast<double>(ranks) * per_rank;
 }
 
+absl::Status CheckMessages(const Settings& s, const Command& c, const std::vector<uint64_t>& sizes) {
+  if (!c.rank_messages || sizes.empty()) return absl::OkStatus();
+  const double calls = static_cast<double>(s.warmup) + s.iters;
+  const uint64_t bytes = sizes.back();  // messages grow with the size
+  for (const uint64_t segment : s.segments) {
+    const double per_call = c.rank_messages(bytes, segment);
+    if (per_call * calls <= kMaxRankMessagesPerRow) continue;
+    const std::string row =
+        absl::StrFormat("a row of %d B on %d ranks cut into %d B segments is %.0f messages per rank per call, %.0f "
+                        "over its %.0f calls (--warmup + --iters); at most %.0f per rank per row (every message costs "
+                        "wall time: the row would run for minutes)",
+                        bytes, s.ranks, segment, per_call, per_call * calls, calls, kMaxRankMessagesPerRow);
+    constexpr uint64_t kLargest = uint64_t{1} << 30;  // --segment_bytes' bound
+    if (c.rank_messages(bytes, kLargest) * calls > kMaxRankMessagesPerRow) {
+      return Bad("iters", absl::StrCat(row, "; fewer --iters or --warmup"));
+    }
+    // The smallest segment (a multiple of 4 B) whose row fits: messages fall as segments grow.
+    uint64_t lo = segment / 4, hi = kLargest / 4;  // lo does not fit, hi does
+    while (hi - lo > 1) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      (c.rank_messages(bytes, mid * 4) * calls <= kMaxRankMessagesPerRow ? hi : lo) = mid;
+    }
+    return Bad("segment_bytes", absl::StrCat(row, "; use segments of at least ", hi * 4, " B for this size"));
+  }
+  return absl::OkStatus();
+}
+
 int Run(const Settings& s, const Command& c) {
   const std::vector<uint64_t> sizes = Sizes(s, c.unit_bytes);
   if (sizes.empty()) {
@@ -166,6 +193,7 @@ int Run(const Settings& s, const Command& c) {
                              "--max_bytes) is a multiple of ", c.unit_bytes, " B",
                              c.unit_bytes > 4 ? absl::StrCat(" (4 B x ", c.unit_bytes / 4, " ranks)") : ""));
   }
+  if (absl::Status st = CheckMessages(s, c, sizes); !st.ok()) return Fail(c, kExitBadInput, std::string(st.message()));
   if (c.rank_bytes) {
     // Rows run one at a time, and each frees its buffers: the largest row must fit.
     double largest = 0;
@@ -175,11 +203,13 @@ int Run(const Settings& s, const Command& c) {
       if (b > largest) largest = b, largest_segment = segment;
     }
     if (const double available = AvailableMemoryBytes(); largest > available) {
+      // --ranks when even a row of the smallest size would not fit (the all-to-all's links grow as n²).
+      const bool ranks = RowHostBytes(c, s.ranks, c.unit_bytes, largest_segment, s.link != "ideal") > available;
       return Fail(c, kExitBadInput,
-                  absl::StrFormat("--max_bytes: a row of %d B on %d ranks (segment %d B, codec %s) would allocate "
+                  absl::StrFormat("--%s: a row of %d B on %d ranks (segment %d B, codec %s) would allocate "
                                   "about %.3g GB; this machine has %.3g GB available (MemAvailable)",
-                                  sizes.back(), s.ranks, largest_segment, comm::CodecName(s.codec), largest / 1e9,
-                                  available / 1e9));
+                                  ranks ? "ranks" : "max_bytes", sizes.back(), s.ranks, largest_segment,
+                                  comm::CodecName(s.codec), largest / 1e9, available / 1e9));
     }
   }
   OutputFiles outputs;

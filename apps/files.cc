@@ -187,51 +187,6 @@ absl::Status CheckInputFile(const std::string& flag, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadInputFile(const std::string& flag, const std::string& path, size_t max_bytes) {
-  RP_RETURN_IF_ERROR(CheckInputFile(flag, path));
-  const bool in = path == "-";
-  // O_NONBLOCK: a path swapped for a FIFO after the check must not block the open.
-  const int fd = in ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return Bad(flag, path, absl::StrCat("cannot read: ", Errno(errno)));
-  struct stat st;
-  if (!in && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
-    ::close(fd);
-    return Bad(flag, path, "is not a regular file");
-  }
-  // A file known to be too large is refused before it is read (the loop below still stops one that
-  // grows): a 2 GiB --from_report was read up to its 1 GiB limit first, 8 s and 1.1 GB of memory.
-  if (!in && static_cast<uint64_t>(st.st_size) > max_bytes) {
-    ::close(fd);
-    return Bad(flag, path, absl::StrCat("larger than ", max_bytes, " bytes"));
-  }
-  if (in && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {  // `- < file`: what is left of the file
-    const off_t at = ::lseek(fd, 0, SEEK_CUR);
-    if (at >= 0 && st.st_size > at && static_cast<uint64_t>(st.st_size - at) > max_bytes) {
-      return Bad(flag, path, absl::StrCat("larger than ", max_bytes, " bytes"));
-    }
-  }
-  std::string text;
-  std::array<char, 65536> buf;
-  absl::Status status;
-  while (true) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      status = Bad(flag, path, absl::StrCat("cannot read: ", Errno(errno)));
-      break;
-    }
-    if (n == 0) break;
-    if (text.size() + static_cast<size_t>(n) > max_bytes) {
-      status = Bad(flag, path, absl::StrCat("larger than ", max_bytes, " bytes"));
-      break;
-    }
-    text.append(buf.data(), static_cast<size_t>(n));
-  }
-  if (!in) ::close(fd);
-  RP_RETURN_IF_ERROR(status);
-  return text;
-}
-
 absl::Status OutputFiles::Declare(const std::string& flag, const std::string& path, bool is_dir,
                                   std::vector<std::string> entries) {
   if (path.empty()) return absl::OkStatus();

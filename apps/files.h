@@ -55,6 +55,30 @@ namespace rp::apps {
 // InvalidArgument when it cannot be opened, is not a regular file, or is larger than `max_bytes`.
 absl::StatusOr<std::string> ReadInputFile(const std::string& flag, const std::string& path, size_t max_bytes);
 
+// An input opened as ReadInputFile opens it, read in pieces: for an input parsed as it is read, so
+// that its text need not be held in memory (apps/input_file.cc). Move-only; closes the file.
+class InputFile {
+ public:
+  // The checks and errors of ReadInputFile, up to the size of a regular file (or of what is left of
+  // one redirected to standard input).
+  static absl::StatusOr<InputFile> Open(const std::string& flag, const std::string& path, size_t max_bytes);
+  InputFile(InputFile&& other) noexcept;
+  InputFile& operator=(InputFile&&) = delete;
+  InputFile(const InputFile&) = delete;
+  ~InputFile();
+  // Reads up to `size` bytes into `buf`: how many, 0 at the end. InvalidArgument ("--FLAG: 'PATH':
+  // larger than N bytes", or the read's errno text) once the input holds more than `max_bytes` or
+  // cannot be read.
+  absl::StatusOr<size_t> Read(char* buf, size_t size);
+
+ private:
+  InputFile(std::string flag, std::string path, int fd, size_t max_bytes)
+      : flag_(std::move(flag)), path_(std::move(path)), fd_(fd), max_bytes_(max_bytes) {}
+  std::string flag_, path_;
+  int fd_ = -1;  // STDIN_FILENO for `-` (not closed)
+  size_t max_bytes_ = 0, read_ = 0;
+};
+
 // Checks that `path` names an input ReadInputFile would accept (exists, regular file or `-`),
 // without reading it.
 absl::Status CheckInputFile(const std::string& flag, const std::string& path);

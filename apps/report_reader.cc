@@ -1,6 +1,10 @@
 #include "apps/report_reader.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <istream>
+#include <streambuf>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -17,8 +21,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// Values kept from the sections drawn: about eight per bar.
-constexpr size_t kMaxKeptValues = kMaxBars * 8;
 // Longest string shown from the report (a title part, a row label).
 constexpr size_t kMaxShown = 120;
 // Bounds of the values drawn: every modeled time fits 1e18 ns (apps/config_validate.cc), and the
@@ -28,28 +30,135 @@ constexpr int64_t kMaxMicrobatches = int64_t{1} << 20;
 constexpr int64_t kMaxChunks = 1024;
 constexpr int64_t kMaxSteps = int64_t{1} << 24;
 
-// Deepest nesting of '[' / '{' outside strings (the text need not be valid JSON).
-int MaxDepth(const std::string& text) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
+// Pulls the text from a ReadChunk for the parser's std::istream; a read error ends the text and is
+// kept (status()).
+class ChunkBuffer : public std::streambuf {
+ public:
+  explicit ChunkBuffer(const ReadChunk& read) : read_(read) {}
+  const absl::Status& status() const { return status_; }
+
+ protected:
+  int_type underflow() override {
+    if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+    if (!status_.ok()) return traits_type::eof();
+    absl::StatusOr<size_t> n = read_(buffer_.data(), buffer_.size());
+    if (!n.ok()) status_ = n.status();
+    if (!n.ok() || *n == 0) return traits_type::eof();
+    setg(buffer_.data(), buffer_.data(), buffer_.data() + *n);
+    return traits_type::to_int_type(*gptr());
   }
-  return max_depth;
-}
+
+ private:
+  const ReadChunk& read_;
+  std::array<char, 65536> buffer_;
+  absl::Status status_;
+};
+
+// Heap bytes a value of the DOM takes at most (libstdc++, 64-bit, malloc's 16-byte overhead): an
+// array element (a 16-byte json, three times: while the vector grows it holds the old and the new,
+// twice as large, storage), an object member (a tree node: its
+// links, key and json), a container or a string (its own allocation) and a long string's text.
+constexpr size_t kArrayElementBytes = 48;
+constexpr size_t kMemberBytes = 96;
+constexpr size_t kContainerBytes = 64;
+constexpr size_t kStringBytes = 48;
+size_t LongTextBytes(const std::string& s) { return s.size() > 15 ? s.size() + 17 : 0; }
+// What one op of a report's timeline takes ({"kind", "op", "start_ms", "end_ms", "mb", "chunk"}: an
+// element, an object, six members and two strings): how many ops kMaxParsedBytes holds, for the error.
+constexpr size_t kOpBytes = kArrayElementBytes + kContainerBytes + 6 * kMemberBytes + 2 * kStringBytes;
+
+// An nlohmann SAX handler that builds the DOM of the sections drawn as the text is parsed, and stops
+// the parse at once (returns false) on a syntax error, nesting deeper than kMaxJsonDepth, or more than
+// kMaxParsedBytes of DOM: so a hostile report costs at most that much memory, never its text's
+// size in DOM. Kept: the top-level "schema", "layout", "schedule" and "timeline" but its "emulated"
+// rows (not drawn); every other value is parsed and dropped.
+class SectionParser {
+ public:
+  enum class Error { kNone, kNotJson, kTooDeep, kTooLarge };
+  Error error() const { return error_; }
+  const json& root() const { return root_; }
+
+  bool null() { return Value(json(nullptr), 0); }
+  bool boolean(bool v) { return Value(json(v), 0); }
+  bool number_integer(json::number_integer_t v) { return Value(json(v), 0); }
+  bool number_unsigned(json::number_unsigned_t v) { return Value(json(v), 0); }
+  bool number_float(json::number_float_t v, const json::string_t& /*text*/) { return Value(json(v), 0); }
+  bool string(json::string_t& v) {
+    const size_t bytes = kStringBytes + LongTextBytes(v);
+    return Value(json(std::move(v)), bytes);
+  }
+  bool binary(json::binary_t& /*v*/) { return Fail(Error::kNotJson); }  // not in JSON text
+  bool start_object(size_t /*elements*/) { return Open(json::object()); }
+  bool start_array(size_t /*elements*/) { return Open(json::array()); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool key(json::string_t& k) {
+    Frame& top = stack_.back();
+    if (top.value == nullptr) return true;
+    // The root's members: only the sections drawn; the timeline's: not the emulated rows.
+    top.skip = (stack_.size() == 1 && k != "timeline" && k != "layout" && k != "schedule" && k != "schema") ||
+               (stack_.size() == 2 && stack_.front().key == "timeline" && k == "emulated");
+    top.key = std::move(k);
+    return top.skip || Charge(kMemberBytes + LongTextBytes(top.key));
+  }
+  bool parse_error(size_t /*position*/, const std::string& /*token*/, const nlohmann::detail::exception& /*e*/) {
+    return Fail(Error::kNotJson);
+  }
+
+ private:
+  // A container being parsed: null while skipped; an object's last key and whether its value is skipped.
+  struct Frame {
+    json* value = nullptr;
+    std::string key;
+    bool skip = false;
+  };
+
+  bool Fail(Error e) {
+    if (error_ == Error::kNone) error_ = e;
+    return false;
+  }
+  bool Charge(size_t bytes) {
+    parsed_bytes_ += bytes;
+    return parsed_bytes_ <= kMaxParsedBytes || Fail(Error::kTooLarge);
+  }
+  // Where the next value goes: null if it is skipped.
+  json* Slot(size_t bytes, bool& ok) {
+    ok = true;
+    if (stack_.empty()) return &root_;
+    Frame& top = stack_.back();
+    if (top.value == nullptr || (top.value->is_object() && top.skip)) return nullptr;
+    if (top.value->is_object()) {
+      ok = Charge(bytes);
+      return &(*top.value)[top.key];
+    }
+    ok = Charge(kArrayElementBytes + bytes);
+    top.value->push_back(nullptr);
+    return &top.value->back();
+  }
+  bool Value(json v, size_t bytes) {
+    bool ok = true;
+    if (json* slot = Slot(bytes, ok); slot != nullptr && ok) *slot = std::move(v);
+    return ok;
+  }
+  bool Open(json container) {
+    if (stack_.size() + 1 > static_cast<size_t>(kMaxJsonDepth)) return Fail(Error::kTooDeep);
+    bool ok = true;
+    json* slot = Slot(kContainerBytes, ok);
+    if (!ok) return false;
+    if (slot != nullptr) *slot = std::move(container);
+    stack_.push_back({slot, "", false});
+    return true;
+  }
+  bool Close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  json root_;
+  std::vector<Frame> stack_;
+  size_t parsed_bytes_ = 0;
+  Error error_ = Error::kNone;
+};
 
 // `text` as printable UTF-8 (OneLine), cut to at most kMaxShown bytes on a character boundary.
 std::string Shown(const std::string& text) {
@@ -128,7 +237,7 @@ svg::BarClass ClassOf(const std::string& kind, const std::string& op) {
 }
 
 absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& section, const std::string& path,
-                                       const Layout& layout, size_t& bars) {
+                                       const Layout& layout, size_t max_bars, size_t& bars) {
   svg::GanttPanel p;
   p.title = title;
   RP_ASSIGN_OR_RETURN(p.span_ms, Ms(section, "step_ms", path, 0.0));
@@ -147,7 +256,12 @@ absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& sect
     const json& ops = Get(d, "ops");
     if (ops.is_null()) continue;
     if (!ops.is_array()) return BadField(dev + ".ops", absl::StrCat("expected a list, got ", ShortDump(ops)));
-    for (size_t k = 0; k < ops.size() && bars < kMaxBars; ++k) {
+    for (size_t k = 0; k < ops.size(); ++k) {
+      // Refused, not cut: the chart would silently leave out the rest of the step.
+      if (bars >= max_bars) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(dev, ".ops: more than ", max_bars, " ops to draw over the panels, the most a chart draws"));
+      }
       const json& op = ops[k];
       const std::string where = absl::StrCat(dev, ".ops[", k, "]");
       if (!op.is_object()) return BadField(where, absl::StrCat("expected an object, got ", ShortDump(op)));
@@ -177,40 +291,40 @@ absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& sect
 
 }  // namespace
 
+absl::StatusOr<TimelineReport> ReadTimelineReport(const ReadChunk& read) {
+  SectionParser sections;
+  ChunkBuffer buffer(read);
+  std::istream in(&buffer);
+  json::sax_parse(in, &sections, json::input_format_t::json, /*strict=*/true);
+  RP_RETURN_IF_ERROR(buffer.status());
+  switch (sections.error()) {
+    case SectionParser::Error::kNone: break;
+    case SectionParser::Error::kNotJson: return absl::InvalidArgumentError("is not JSON");
+    case SectionParser::Error::kTooDeep:
+      return absl::InvalidArgumentError(absl::StrCat("is not a report: nested deeper than ", kMaxJsonDepth, " levels"));
+    case SectionParser::Error::kTooLarge:
+      return absl::InvalidArgumentError(
+          absl::StrCat("holds more than the ", kMaxParsedBytes >> 20, " MiB this reader keeps of the sections it draws "
+                       "(\"timeline\" but its emulated rows, \"layout\", \"schedule\"): about ", kMaxParsedBytes / kOpBytes,
+                       " ops of a report's timeline"));
+  }
+  return ReadTimelineReport(sections.root());
+}
+
 absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text) {
   if (text.size() > kMaxReportBytes) {
     return absl::InvalidArgumentError(absl::StrCat("is larger than ", kMaxReportBytes, " bytes"));
   }
-  if (MaxDepth(text) > kMaxJsonDepth) {
-    return absl::InvalidArgumentError(absl::StrCat("is not a report: nested deeper than ", kMaxJsonDepth, " levels"));
-  }
-  // Keep only the sections drawn, and at most kMaxKeptValues values of them.
-  bool keep = true, too_large = false;
-  size_t kept = 0;
-  const json::parser_callback_t filter = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key) {
-      keep = parsed.is_string() &&
-             (parsed == "timeline" || parsed == "layout" || parsed == "schedule" || parsed == "schema");
-      return keep;
-    }
-    if (depth >= 1 && !keep) return false;
-    if (depth >= 1 && (event == json::parse_event_t::value || event == json::parse_event_t::object_end ||
-                       event == json::parse_event_t::array_end)) {
-      if (++kept > kMaxKeptValues) too_large = true;
-      return !too_large;
-    }
-    return true;
-  };
-  const json report = json::parse(text, filter, /*allow_exceptions=*/false);
-  if (report.is_discarded()) return absl::InvalidArgumentError("is not JSON");
-  if (too_large) {
-    return absl::InvalidArgumentError(absl::StrCat("has a \"timeline\" section of more than ", kMaxKeptValues,
-                                                   " values (at most ", kMaxBars, " bars)"));
-  }
-  return ReadTimelineReport(report);
+  size_t at = 0;
+  return ReadTimelineReport([&](char* buf, size_t size) -> absl::StatusOr<size_t> {
+    const size_t n = std::min(size, text.size() - at);
+    std::memcpy(buf, text.data() + at, n);
+    at += n;
+    return n;
+  });
 }
 
-absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) {
+absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report, size_t max_bars) {
   const json& schema = Get(report, "schema");
   if (!schema.is_string()) {
     return absl::InvalidArgumentError(absl::StrCat("has no \"schema\" (a ", kReportSchemaRead,
@@ -248,13 +362,13 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report) 
                                               is_median ? "the median step" : "the last step, not the median",
                                               virtual_clock ? "the virtual clock's modeled times (= emulated)"
                                                             : "wall clock on the device threads / time scale"),
-                              m, "timeline.measured", layout, bars));
+                              m, "timeline.measured", layout, max_bars, bars));
     out.panels.push_back(std::move(panel));
     out.measured_step_ms = out.panels.back().span_ms;
   }
   if (const json& p = Get(t, "predicted"); !p.is_null()) {
     RP_ASSIGN_OR_RETURN(svg::GanttPanel panel,
-                        Panel("predicted — the predictor's step", p, "timeline.predicted", layout, bars));
+                        Panel("predicted — the predictor's step", p, "timeline.predicted", layout, max_bars, bars));
     out.panels.push_back(std::move(panel));
     out.predicted_step_ms = out.panels.back().span_ms;
   }

@@ -9,33 +9,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "apps/svg_primitives.h"
 
 namespace rp::apps::svg {
 namespace {
 
-constexpr const char* kFont = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
-
-std::string Num(double x) { return absl::StrFormat("%.2f", x); }
-
-std::string Header(int width, int height) {
-  return absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
-                      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"", width,
-                      "\" height=\"", height, "\" viewBox=\"0 0 ", width, " ", height, "\" ", kFont,
-                      ">\n<rect x=\"0\" y=\"0\" width=\"", width, "\" height=\"", height,
-                      "\" fill=\"#ffffff\"/>\n");
-}
-
-std::string Text(double x, double y, std::string_view text, int size, const char* anchor,
-                 const char* extra = "") {
-  return absl::StrCat("<text x=\"", Num(x), "\" y=\"", Num(y), "\" font-size=\"", size, "\" text-anchor=\"",
-                      anchor, "\"", extra, ">", Escape(text), "</text>\n");
-}
-
-std::string Line(double x1, double y1, double x2, double y2, const char* stroke, double width,
-                 const char* extra = "") {
-  return absl::StrCat("<line x1=\"", Num(x1), "\" y1=\"", Num(y1), "\" x2=\"", Num(x2), "\" y2=\"", Num(y2),
-                      "\" stroke=\"", stroke, "\" stroke-width=\"", Num(width), "\"", extra, "/>\n");
-}
+using primitives::Header;
+using primitives::Line;
+using primitives::Num;
+using primitives::Text;
+using primitives::Title;
 
 bool Finite(double v) { return std::isfinite(v); }
 
@@ -74,26 +57,6 @@ std::string MarkerAt(Marker m, double x, double y, double r, const std::string& 
       return polygon({{x, y + 1.25 * r}, {x + 1.15 * r, y - 0.8 * r}, {x - 1.15 * r, y - 0.8 * r}});
   }
   return "";
-}
-
-// A bold title centred at `x` on a line `width` px wide: its font (at most `size` px) shrinks so that
-// the text fits (DejaVu Sans Bold: at most 0.66 em a character on average), down to 8 px; a title
-// still too long is cut with "...".
-std::string Title(double x, double y, std::string_view text, int size, double width) {
-  constexpr double kEm = 0.66;
-  constexpr int kMinSize = 8;
-  const double avail = std::max(1.0, width - 16);
-  const double chars = static_cast<double>(std::max<size_t>(1, text.size()));
-  int fit = std::min(size, static_cast<int>(std::floor(avail / (kEm * chars))));
-  std::string shown(text);
-  if (fit < kMinSize) {
-    fit = kMinSize;
-    size_t keep = static_cast<size_t>(avail / (kEm * kMinSize));
-    keep = keep > 3 ? keep - 3 : 0;
-    while (keep > 0 && (static_cast<unsigned char>(shown[keep]) & 0xc0) == 0x80) --keep;  // not inside a character
-    shown = shown.substr(0, keep) + "...";
-  }
-  return Text(x, y, shown, fit, "middle", " font-weight=\"bold\"");
 }
 
 // Where a chart's legend goes. Long names (several series groups), or more entries than the column on
@@ -433,137 +396,4 @@ std::string RenderFigure(const std::string& title, const std::vector<Chart>& cha
   absl::StrAppend(&out, "</svg>\n");
   return out;
 }
-
-// --- Gantt ---
-
-namespace {
-
-const char* FillOf(BarClass c) {
-  switch (c) {
-    case BarClass::kForward: return "#4e79a7";
-    case BarClass::kBackward: return "#59a14f";
-    case BarClass::kBackwardInput: return "#8cd17d";
-    case BarClass::kWeightGrad: return "#b6992d";
-    case BarClass::kOptimizer: return "#79706e";
-    case BarClass::kTpComm: return "#f28e2b";
-    case BarClass::kDpComm: return "#e15759";
-    case BarClass::kWait: return "#ffd6d6";
-    case BarClass::kEpComm: return "#b07aa1";
-  }
-  return "#000000";
-}
-
-}  // namespace
-
-const char* BarClassName(BarClass c) {
-  switch (c) {
-    case BarClass::kForward: return "forward (F)";
-    case BarClass::kBackward: return "backward (B)";
-    case BarClass::kBackwardInput: return "input gradient (b)";
-    case BarClass::kWeightGrad: return "weight gradient (W)";
-    case BarClass::kOptimizer: return "optimizer (O)";
-    case BarClass::kTpComm: return "TP all-reduce";
-    case BarClass::kDpComm: return "gradient all-reduce (comm stream)";
-    case BarClass::kWait: return "waiting on communication";
-    case BarClass::kEpComm: return "EP all-to-all";
-  }
-  return "?";
-}
-
-std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>& panels, int width) {
-  constexpr double kRowH = 26, kComputeH = 17, kPanelTitle = 26, kAxisH = 24;
-  size_t label_chars = 8;
-  double span = 0;
-  for (const GanttPanel& p : panels) {
-    span = std::max(span, p.span_ms);
-    for (const std::string& r : p.rows) label_chars = std::max(label_chars, r.size());
-  }
-  if (!(span > 0)) span = 1;
-  const double left = 14 + 6.6 * static_cast<double>(label_chars), right = width - 16;
-  auto X = [&](double ms) { return left + ms / span * (right - left); };
-  const std::vector<double> ticks = NiceTicks(0, span, 10);
-
-  // Which classes appear (legend).
-  bool used[kNumBarClasses] = {};
-  double height = 40;
-  for (const GanttPanel& p : panels) {
-    height += kPanelTitle + kAxisH + kRowH * static_cast<double>(p.rows.size()) + 12;
-    for (const GanttBar& b : p.bars) used[static_cast<int>(b.cls)] = true;
-  }
-  // The legend's entries (idle first), laid out left to right and wrapped within the chart: every
-  // class in one line is about 1350 px wide.
-  struct LegendEntry {
-    std::string name;
-    const char* fill;
-    double x = 0;
-    int line = 0;
-  };
-  std::vector<LegendEntry> legend = {{"idle", "#eeeeee"}};
-  for (int c = 0; c < kNumBarClasses; ++c) {
-    if (used[c]) legend.push_back({BarClassName(static_cast<BarClass>(c)), FillOf(static_cast<BarClass>(c))});
-  }
-  constexpr double kLegendLine = 18, kLegendChar = 6.5;  // 11 px DejaVu Sans: at most 6.5 px a character
-  int legend_lines = 1;
-  for (double lx = 14; LegendEntry& e : legend) {
-    const double w = 18 + kLegendChar * static_cast<double>(e.name.size());
-    if (lx > 14 && lx + w > width - 8) {
-      lx = 14;
-      ++legend_lines;
-    }
-    e.x = lx;
-    e.line = legend_lines - 1;
-    lx += w + 16;
-  }
-  height += 50 + kLegendLine * (legend_lines - 1);
-  std::string out = Header(width, static_cast<int>(height));
-  absl::StrAppend(&out, Title(width / 2.0, 24, title, 16, width));
-  double y = 40;
-  for (const GanttPanel& p : panels) {
-    absl::StrAppend(&out, Text(14, y + 18, p.title, 13, "start", " font-weight=\"bold\""));
-    y += kPanelTitle;
-    // Time axis.
-    for (double t : ticks) {
-      if (t > span * 1.0001) break;
-      absl::StrAppend(&out, Line(X(t), y + kAxisH - 4, X(t), y + kAxisH + kRowH * p.rows.size(), "#d0d0d0", 0.8));
-      absl::StrAppend(&out, Text(X(t), y + kAxisH - 8, absl::StrCat(FormatTick(t, false), " ms"), 10, "middle"));
-    }
-    y += kAxisH;
-    for (size_t r = 0; r < p.rows.size(); ++r) {
-      const double ry = y + kRowH * static_cast<double>(r);
-      absl::StrAppend(&out, Text(left - 8, ry + 13, p.rows[r], 11, "end"));
-      absl::StrAppend(&out, "<rect x=\"", Num(left), "\" y=\"", Num(ry + 1), "\" width=\"",
-                      Num(X(p.span_ms) - left), "\" height=\"", Num(kRowH - 3), "\" fill=\"#eeeeee\"/>\n");
-    }
-    absl::StrAppend(&out, "<g class=\"bars\">\n");
-    for (const GanttBar& b : p.bars) {
-      if (b.row < 0 || static_cast<size_t>(b.row) >= p.rows.size() || !(b.end_ms > b.start_ms)) continue;
-      const double ry = y + kRowH * static_cast<double>(b.row);
-      const bool comm_strip = b.cls == BarClass::kDpComm;
-      const double top = comm_strip ? ry + 1 + kComputeH + 1 : ry + 1;
-      const double h = comm_strip ? kRowH - 3 - kComputeH - 1 : kComputeH;
-      const double x0 = X(b.start_ms), x1 = X(b.end_ms);
-      absl::StrAppend(&out, "<rect x=\"", Num(x0), "\" y=\"", Num(top), "\" width=\"", Num(std::max(0.5, x1 - x0)),
-                      "\" height=\"", Num(h), "\" fill=\"", FillOf(b.cls), "\" stroke=\"#ffffff\" stroke-width=\"0.5\">",
-                      "<title>", Escape(absl::StrCat(BarClassName(b.cls), b.label.empty() ? "" : " ", b.label, ": ",
-                                                     absl::StrFormat("%.3f", b.start_ms), " .. ",
-                                                     absl::StrFormat("%.3f", b.end_ms), " ms")),
-                      "</title></rect>\n");
-      if (!b.label.empty() && !comm_strip && x1 - x0 >= 6.5 * static_cast<double>(b.label.size()) + 3) {
-        absl::StrAppend(&out, Text((x0 + x1) / 2, top + 12.5, b.label, 10, "middle",
-                                   b.cls == BarClass::kWait ? "" : " fill=\"#ffffff\""));
-      }
-    }
-    absl::StrAppend(&out, "</g>\n");
-    y += kRowH * static_cast<double>(p.rows.size()) + 12;
-  }
-  // Legend.
-  for (const LegendEntry& e : legend) {
-    const double ly = y + 18 + kLegendLine * e.line;
-    absl::StrAppend(&out, "<rect x=\"", Num(e.x), "\" y=\"", Num(ly - 9), "\" width=\"14\" height=\"11\" fill=\"",
-                    e.fill, "\"/>\n", Text(e.x + 18, ly, e.name, 11, "start"));
-  }
-  absl::StrAppend(&out, "</svg>\n");
-  return out;
-}
-
 }  // namespace rp::apps::svg

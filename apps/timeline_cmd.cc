@@ -64,9 +64,16 @@ int Run(const ParsedArgs& args) {
     if (absl::Status st = outputs.CheckAll({{"from_report", from}}); !st.ok()) {
       return fail(kExitBadInput, std::string(st.message()));
     }
-    auto text = ReadInputFile("from_report", from, kMaxReportBytes);
-    if (!text.ok()) return fail(kExitBadInput, std::string(text.status().message()));
-    timeline = ReadTimelineReport(*text);
+    auto file = InputFile::Open("from_report", from, kMaxReportBytes);
+    if (!file.ok()) return fail(kExitBadInput, std::string(file.status().message()));
+    // Parsed as it is read: the text is never held whole (apps/report_reader.h).
+    absl::Status read_status;
+    timeline = ReadTimelineReport([&](char* buf, size_t size) -> absl::StatusOr<size_t> {
+      absl::StatusOr<size_t> n = file->Read(buf, size);
+      if (!n.ok()) read_status = n.status();
+      return n;
+    });
+    if (!read_status.ok()) return fail(kExitBadInput, std::string(read_status.message()));
     if (!timeline.ok()) {
       // A bad value is named by its path in the report ("timeline.predicted.devices[3].ops[2].end_ms: ...").
       const absl::string_view why = timeline.status().message();
@@ -139,6 +146,10 @@ int Run(const ParsedArgs& args) {
     }
     if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
     timeline = ReadTimelineReport(report);
+    if (timeline.status().code() == absl::StatusCode::kResourceExhausted) {
+      return fail(kExitBadInput, absl::StrCat("--microbatches: the step has too many ops to draw: ",
+                                              timeline.status().message(), "; draw a step with fewer micro-batches"));
+    }
     if (!timeline.ok()) return fail(kExitFailed, absl::StrCat("report ", timeline.status().message()));
   }
   const std::string title = args.Has("title") ? args.Text("title") : timeline->title;

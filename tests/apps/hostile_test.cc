@@ -368,6 +368,70 @@ TEST(HostileInput, AnInputKnownToBeTooLargeIsRefusedBeforeItIsRead) {
   fs::remove_all(dir);
 }
 
+// A report's sections are parsed as they are read and at most kMaxParsedBytes of them kept: a report
+// of 2^25 numbers in its timeline (64 MiB of text) was held whole and parsed into over 600 MB before
+// the reader's cap on the count of values (2^25) could refuse it — under a 600 MB address-space limit
+// it died of std::bad_alloc (no exit code, no line). Now one line, exit 2, nothing written, from a
+// file and from standard input.
+TEST(HostileInput, AReportTooLargeToKeepIsRefusedInBoundedMemory) {
+  const fs::path dir = TempDir("parsed_bytes");
+  const fs::path big = dir / "big.json";
+  {
+    std::ofstream f(big, std::ios::binary);
+    f << R"({"schema":"ringpipe-report/2","timeline":{"predicted":{"devices":[{"ops":[)";
+    std::string block;
+    for (size_t i = 0; i < (size_t{1} << 19); ++i) block += "0,";
+    for (int i = 0; i < 64; ++i) f << block;  // 2^25 zeros
+    f << "0]}]}}}";
+  }
+  const fs::path svg = dir / "t.svg";
+  const std::string expected = "holds more than the 256 MiB this reader keeps";
+  for (const std::string& input : {"--from_report=" + big.string(), "--from_report=- < " + big.string()}) {
+    const Result r = rp::apps::testing::RunBinaryInShell("ulimit -v 600000", "timeline " + input + " --out=" +
+                                                                                  svg.string(), dir);
+    ExpectBadInput(r, expected, input);
+    EXPECT_FALSE(fs::exists(svg)) << input;
+  }
+  // The same cap in-process, and a report's emulated rows (not drawn) are not kept: a report whose
+  // emulated section alone is that large still draws.
+  json ops = json::array();
+  for (int i = 0; i < 4; ++i) ops.push_back({{"kind", "compute"}, {"op", "F"}, {"start_ms", i}, {"end_ms", i + 1}});
+  json report = {{"schema", kReportSchemaRead},
+                 {"timeline", {{"predicted", {{"step_ms", 4}, {"devices", {{{"rank", 0}, {"ops", ops}}}}}}}}};
+  std::string text = report.dump();
+  ASSERT_TRUE(ReadTimelineReport(text).ok());
+  std::string filler;
+  filler.reserve(kMaxParsedBytes / 8);
+  for (size_t i = 0; i < kMaxParsedBytes / 32 + 1; ++i) filler += "0,";
+  text.insert(text.find("\"timeline\":{") + 12, R"("emulated":[)" + filler + "0],");
+  absl::StatusOr<TimelineReport> t = ReadTimelineReport(text);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->panels.size(), 1u);
+  text.replace(text.find("\"emulated\""), 10, "\"measures\"");  // kept, as every other timeline key
+  EXPECT_NE(std::string(ReadTimelineReport(text).status().message()).find(expected), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// A step of more ops than a chart draws (kMaxBars) was drawn cut short, without a word:
+// `timeline --predict_only --pp=2 --tp=1 --dp=1 --microbatches=1048576` wrote 4194304 of its 5242883
+// ops (rank 1's last million left out) and said "wrote x.svg". Now refused, naming where the cap
+// fell; in-process with a cap of 3 ops.
+TEST(HostileInput, AStepOfMoreOpsThanAChartDrawsIsRefusedNotCut) {
+  json ops = json::array();
+  for (int i = 0; i < 2; ++i) ops.push_back({{"kind", "compute"}, {"op", "F"}, {"start_ms", i}, {"end_ms", i + 1}});
+  const json report = {{"schema", kReportSchemaRead},
+                       {"timeline",
+                        {{"predicted", {{"step_ms", 2}, {"devices", {{{"rank", 0}, {"ops", ops}}, {{"rank", 1}, {"ops", ops}}}}}}}}};
+  absl::StatusOr<TimelineReport> all = ReadTimelineReport(report, /*max_bars=*/4);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->panels.front().bars.size(), 4u);
+  absl::StatusOr<TimelineReport> cut = ReadTimelineReport(report, /*max_bars=*/3);
+  ASSERT_FALSE(cut.ok()) << cut->panels.front().bars.size() << " bars drawn";
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(cut.status().message(),
+            "timeline.predicted.devices[1].ops: more than 3 ops to draw over the panels, the most a chart draws");
+}
+
 // A byte count times its suffix is checked before the product is taken: 17179869185G is 2^64 + 1 GiB,
 // which wrapped around to 1 GiB and was taken as that by predict and allreduce (found by the config
 // hunt). The largest count, 1024G, is still accepted.
