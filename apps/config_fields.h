@@ -124,6 +124,7 @@ struct RunConfig {
   double router_skew = 0;
   int ep = 1;
   uint64_t ep_row_bytes = 0;  // modeled bytes of one real token row in the EP all-to-all; 0: derived
+  comm::Codec ep_codec = comm::Codec::kFp32;  // wire format of the EP token rows (not `codec`'s)
 
   // Outputs ("" = none).
   std::string report_json;

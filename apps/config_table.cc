@@ -112,7 +112,8 @@ std::vector<ConfigField>* BuildFieldTable() {
   f->push_back(IntF("flops_microbatch_size", RP_MEMBER(flops.microbatch_size), 1, 1 << 20,
                     "FLOPs cost model: sequences per micro-batch."));
   f->push_back(EnumF("codec", RP_MEMBER(codec), comm::ParseCodec, comm::CodecName,
-                     "Gradient wire format: fp32, fp16, bf16 or int8."));
+                     "Wire format of the DP gradient all-reduces: fp32, fp16, bf16 or int8 (the TP all-reduces "
+                     "stay fp32; the EP token rows: ep_codec)."));
   f->push_back({"segment_bytes", Grammar::kByteList, kEveryRun, 1, 0,
                 "Modeled bytes per ring message of the TP and DP all-reduces (FP32 bytes of the modeled gradients, "
                 "a multiple of 4 up to 1G; suffixes K, M, G = KiB, MiB, GiB), and per message of the EP "
@@ -237,6 +238,10 @@ std::vector<ConfigField>* BuildFieldTable() {
                   return absl::OkStatus();
                 },
                 [](const RunConfig& c) { return json(c.ep_row_bytes); }});
+  f->push_back(EnumF("ep_codec", RP_MEMBER(ep_codec), comm::ParseCodec, comm::CodecName,
+                     "Wire format of the EP all-to-alls' token rows (dispatch and combine, forward and backward): "
+                     "fp32 (exact), fp16, bf16 or int8 (a 4-byte scale per message); the counts stay 8-byte "
+                     "metadata. Separate from codec (the DP gradients'). No effect with ep 1."));
   f->push_back(StringF("report_json", RP_MEMBER(report_json),
                        "Write the report as JSON to this path (schema: docs/report.md).", kOutputFile, "none"));
   f->push_back(StringF("trace", RP_MEMBER(trace),

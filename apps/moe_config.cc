@@ -107,6 +107,14 @@ absl::Status CheckEp(const RunConfig& cfg, int blocks) {
     return FieldError("ep", absl::StrCat(cfg.ep, " > 1 with schedule dualpipe: expert parallelism with two-direction "
                                          "schedules is not supported (use dualpipev or a one-direction schedule)"));
   }
+  // The FLOPs model's derived row is the described tokens already in bf16 (EpRowBytes): a lossy
+  // ep_codec would shrink those bytes a second time (bf16 of bf16 = 1 byte a value).
+  if (cfg.ep_codec != comm::Codec::kFp32 && cfg.ep_row_bytes == 0 && cfg.cost_model != CostModelKind::kFixed) {
+    return FieldError("ep_codec", absl::StrCat(comm::CodecName(cfg.ep_codec), " with the FLOPs model's derived "
+                                               "ep_row_bytes (", EpRowBytes(cfg), " B: the described tokens, already bf16) "
+                                               "would encode bf16 bytes again; set ep_row_bytes to the row in fp32 (",
+                                               std::min(2 * EpRowBytes(cfg), kMaxRowBytes), ") to model an EP wire format"));
+  }
   if (const double m = EpMessages(cfg, blocks); m > kMaxMessagesPerDeviceStep) {
     return FieldError(cfg.segment_bytes > 0 ? "segment_bytes" : "ep",
                       absl::StrFormat("about %.3g modeled EP all-to-all messages per device per step; at most %.3g", m,

@@ -38,7 +38,8 @@ absl::StatusOr<std::vector<int>> ResolveMoeLayers(const RunConfig& cfg);
 // model's own checks, runtime/model/mlp.h ValidateMlpConfig); experts >= 1; top_k 1 or 2 and at most
 // experts; capacity_factor, aux_loss, router_skew finite and >= 0; ep: > 1 only with MoE layers,
 // dividing experts, dp a multiple of it, not with dualpipe (two directions); ep_row_bytes a multiple
-// of 4 up to 1 GiB; the expert weights and the EP messages within the budgets of a run.
+// of 4 up to 1 GiB; ep_codec lossy (ep > 1) not on the FLOPs model's derived row (already bf16);
+// the expert weights and the EP messages within the budgets of a run.
 [[nodiscard]] absl::Status CheckMoe(const RunConfig& cfg);
 
 // The modeled bytes one real token row stands for in the EP all-to-all (ExecutorOptions::

@@ -121,6 +121,7 @@ absl::StatusOr<schedule::ExecutorOptions> ExecutorOptionsFor(const RunConfig& cf
   ex.microbatch_size = cfg.microbatch_size;
   ex.ep = cfg.ep;
   ex.ep_row_bytes = EpRowBytes(cfg);
+  ex.ep_codec = cfg.ep_codec;
   ex.links = links;
   ex.codec = cfg.codec;
   ex.segment_bytes = cfg.segment_bytes;

@@ -79,7 +79,8 @@ std::string MoeSetup(const json& r) {
       ep > 1 ? absl::StrCat(" (", groups, groups == 1 ? " EP group" : " EP groups", " of ", ep,
                             " replicas carved out of DP=", dp,
                             all > groups ? absl::StrCat(", per pipeline stage and TP shard: ", all, " in all") : "",
-                            "; all-to-all of token rows, a row = ", Bytes(D(m, "modeled_ep_row_bytes")), " modeled)")
+                            "; all-to-all of token rows in ", m.value("ep_codec", "fp32"), " (ep_codec), a row = ",
+                            Bytes(D(m, "modeled_ep_row_bytes")), " modeled at fp32)")
              : std::string(" (every device holds every expert)"),
       "\n");
   if (m.value("balanced_routing_assumed", false)) {

@@ -1,9 +1,35 @@
 #include "comm/alltoall_timing.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <utility>
+#include <vector>
+
+#include "comm/ring_timing.h"
+#include "runtime/status_macros.h"
 
 namespace rp::comm::a2a {
+
+absl::Status RoundTripTimedBlock(Codec codec, const AllToAllWireModel& wire,
+                                 uint64_t segment_elems, bool empty_block_message,
+                                 std::span<float> block) {
+  if (codec == Codec::kFp32 || block.empty()) return absl::OkStatus();
+  const BlockShape shape{.modeled_elems = wire.ModeledElements(block.size()),
+                         .segment_elems = segment_elems < 1 ? 1 : segment_elems,
+                         .codec = codec,
+                         .empty_block_message = empty_block_message};
+  const int pieces = shape.messages();
+  std::vector<std::byte> bytes;
+  for (int k = 0; k < pieces; ++k) {
+    const ring::Range g = ring::SplitSegment(ring::Range{0, block.size()}, pieces, k);
+    if (g.size == 0) continue;
+    // Encode wants 4-byte alignment: a vector of std::byte from operator new is.
+    bytes.resize(SegmentWireBytes(codec, g.size));
+    RP_RETURN_IF_ERROR(Encode(codec, block.data() + g.begin, g.size, bytes.data(), g.begin));
+    Decode(codec, bytes.data(), g.size, block.data() + g.begin);
+  }
+  return absl::OkStatus();
+}
 
 PairwiseTimer::PairwiseTimer(Nanos start, std::vector<std::vector<uint64_t>> send_bytes,
                              std::vector<int> recv_messages)

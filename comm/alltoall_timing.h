@@ -33,8 +33,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "comm/codec.h"
 #include "runtime/time.h"
 
@@ -78,6 +80,17 @@ struct BlockShape {
     return out;
   }
 };
+
+// What the receiver of a timed all-to-all holds for one block that crossed ranks (not block r,
+// which stays exact): the block's `block.size()` real elements cut into the same K balanced pieces
+// as its modeled messages (ShapeOf: BlockShape{wire.ModeledElements(size), segment_elems, codec,
+// empty_block_message}.messages(), then ring::SplitSegment — the rule of comm/alltoall_timed.cc),
+// each replaced by Decode(Encode(piece)). In place; FP32 leaves the block unchanged. A serial
+// oracle of the receive side, e.g. for a reference that reproduces a lossy EP run bit for bit.
+// Errors: Encode's OutOfRange (element indices relative to the block).
+[[nodiscard]] absl::Status RoundTripTimedBlock(Codec codec, const AllToAllWireModel& wire,
+                                               uint64_t segment_elems, bool empty_block_message,
+                                               std::span<float> block);
 
 // The modeled messages of ONE rank in one round — which it posts, when each is ready, when the
 // round ends and how its time splits — given the arrivals of the messages it receives. Pure: the

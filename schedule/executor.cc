@@ -60,6 +60,7 @@ PlanOptions PlanOptionsFor(const ExecutorOptions& o) {
                      .faults = o.faults,
                      .ep = o.ep,
                      .ep_row_bytes = o.ep_row_bytes,
+                     .ep_codec = o.ep_codec,
                      .microbatch_size = o.microbatch_size};
 }
 

@@ -109,6 +109,11 @@ struct ExecutorOptions {
   // Modeled bytes one real token row stands for in the EP all-to-all (a multiple of 4; 0 = the
   // real row: 4 × the block's width).
   uint64_t ep_row_bytes = 0;
+  // Wire format of the EP all-to-alls' token rows (dispatch and combine, forward and backward),
+  // separate from `codec` (the DP gradients'): FP32 (default) is exact; a lossy codec encodes each
+  // message of a block that crosses EP ranks (comm/alltoall.h), the counts stay 8-byte metadata.
+  // error_feedback does not apply to it (nothing is summed). schedule/ep_wire.h.
+  comm::Codec ep_codec = comm::Codec::kFp32;
 
   // --- Modeled time ---
   CostModel cost;  // F/B/W/optimizer per pipeline rank (1 or pp entries)

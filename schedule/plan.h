@@ -140,6 +140,9 @@ struct PlanOptions {
   // all-to-all (a multiple of 4 counted as FP32 elements; 0 = the real row, 4 × its width).
   int ep = 1;
   uint64_t ep_row_bytes = 0;
+  // Wire format of the EP all-to-alls' token rows (dispatch and combine, forward and backward;
+  // the counts are metadata). FP32 = exact (schedule/ep_wire.h).
+  comm::Codec ep_codec = comm::Codec::kFp32;
   int microbatch_size = 32;  // tokens (rows) per micro-batch: balanced routing (predictor)
 };
 

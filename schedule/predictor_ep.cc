@@ -1,13 +1,14 @@
 // The predictor's EP all-to-all (predictor_sim.h): a MoE block's dispatch or combine as the
 // emulator runs it (schedule/runner_ep.cc, comm/alltoall_timed.cc) — a counts round, then a blocks
-// round, each an a2a::PairwiseTimer over the EP group, with the block sizes of the step's routing.
+// round, each an a2a::PairwiseTimer over the EP group, with the block sizes of the step's routing
+// in the EP wire format (schedule/ep_wire.h, shared with the emulator).
 #include "comm/alltoall_steps.h"
+#include "schedule/ep_wire.h"
 #include "schedule/predictor_sim.h"
 
 namespace rp::schedule::internal {
 namespace {
 
-using comm::a2a::BlockShape;
 using comm::a2a::PairwiseTimer;
 
 enum { kEpChannel = 4 };  // predictor_sim.cc's ChannelKind::kEp
@@ -68,13 +69,8 @@ bool Simulation::EpStep(int dev, const Device::Part& part, const PassStep& s) {
       return dispatch ? EpRows(*routing_, block, part.micro_batch, replicas, per, from, to)
                       : EpRows(*routing_, block, part.micro_batch, replicas, per, to, from);
     };
-    const uint64_t row_elems = plan_.EpRowElements(layer.width);
-    auto shape = [&](int64_t r) {
-      return BlockShape{.modeled_elems = static_cast<uint64_t>(r) * row_elems,
-                        .segment_elems = plan_.ring_segment_bytes / 4,
-                        .codec = comm::Codec::kFp32,
-                        .empty_block_message = false};
-    };
+    // The emulator's block shapes (schedule/ep_wire.h): ep_codec, the row model, the segment.
+    auto shape = [&](int64_t r) { return EpBlockShape(plan_, layer.width, r); };
     for (int step = 1; step < n; ++step) {
       const int dst = comm::a2a::SendPeer(n, x.index, step);
       const int src = comm::a2a::RecvPeer(n, x.index, step);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/alltoall.h"
 #include "runtime/status_macros.h"
+#include "schedule/ep_wire.h"
 #include "schedule/runner.h"
 #include "schedule/runner_internal.h"
 
@@ -30,13 +31,12 @@ absl::StatusOr<Nanos> DeviceRunner::EpAllToAll(int step, int op_index, const Op&
   std::vector<int64_t> send_elems(x.send_counts.begin(), x.send_counts.end());
   for (int64_t& c : send_elems) c *= width;
   std::vector<int64_t> recv_elems;
-  const comm::CollectiveOptions co{.segment_bytes = plan.ring_segment_bytes,
+  // The rows travel in ep_codec (no error feedback: nothing is summed); schedule/ep_wire.h.
+  const comm::CollectiveOptions co{.codec = plan.options.ep_codec,
+                                   .segment_bytes = plan.ring_segment_bytes,
                                    .timeout = CommTimeout(*ctx_->options),
                                    .model = {.step = step}};
-  const comm::AllToAllWireModel wire{
-      .unit_elements = static_cast<uint64_t>(std::max<int64_t>(width, 1)),
-      .modeled_unit_elements = plan.EpRowElements(static_cast<int>(width)),
-      .step = step};
+  const comm::AllToAllWireModel wire = EpWireModel(plan, width, step);
   absl::StatusOr<comm::AllToAllV> a2a = comm::AllToAllV::Create(
       &ctx_->Ep(rank_).rank(index), x.send, send_elems, x.bins, &x.recv, &recv_elems, co, wire);
   // Errors go back through the pass's kernel, which names the site (runner_ops.cc): naming it here

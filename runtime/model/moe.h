@@ -127,6 +127,14 @@ struct EpExchange {
 // the EP group.
 using EpExchangeFn = std::function<absl::Status(EpExchange& exchange)>;
 
+// What the wire does to one block of an exchange that crosses EP ranks (sender != receiver; a
+// rank's block to itself never travels), in place: `sent` is the sender's exchange (kind, row
+// width), `block` the receiver's copy of the rows the sender addressed to it. For a serial
+// reference of a run whose EP all-to-alls use a lossy codec (schedule::EpWireOracle); null = an
+// exact (FP32) wire. Its error is returned by the pass.
+using EpWireFn = std::function<absl::Status(const EpExchange& sent, int sender, int receiver,
+                                            std::span<float> block)>;
+
 // The exchange of a group of one rank: recv = send, recv_counts = send_counts.
 void ExchangeLocally(EpExchange& exchange);
 

@@ -37,6 +37,10 @@ absl::StatusOr<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::Create(
     return absl::InvalidArgumentError(
         "ring_buckets: with ep > 1 needs shard_experts (bucket offsets are the EP shards')");
   }
+  if (options.ep_wire && options.ep > 1 && !options.shard_experts) {
+    return absl::InvalidArgumentError(
+        "ep_wire: with ep > 1 needs shard_experts (the wire acts on blocks between EP shards)");
+  }
   auto t = std::unique_ptr<ReferenceTrainer>(new ReferenceTrainer());
   t->options_ = options;
   t->data_ = data;
@@ -114,7 +118,8 @@ absl::Status ReferenceTrainer::TrainGroup(int group, std::vector<double>& loss_s
     }
     for (size_t s = 0; s < stages_.size(); ++s) {
       RP_ASSIGN_OR_RETURN(act, RunStageGroupSerial(Group(s), options_.tp,
-                                                   MlpStage::Pass::kForward, j, Views(act)));
+                                                   MlpStage::Pass::kForward, j, Views(act),
+                                                   options_.ep_wire));
     }
     std::vector<Tensor> grad;
     for (int q = 0; q < G; ++q) {
@@ -127,7 +132,8 @@ absl::Status ReferenceTrainer::TrainGroup(int group, std::vector<double>& loss_s
     }
     for (size_t s = stages_.size(); s-- > 0;) {
       RP_ASSIGN_OR_RETURN(grad, RunStageGroupSerial(Group(s), options_.tp,
-                                                    MlpStage::Pass::kBackward, j, Views(grad)));
+                                                    MlpStage::Pass::kBackward, j, Views(grad),
+                                                    options_.ep_wire));
     }
   }
   return absl::OkStatus();

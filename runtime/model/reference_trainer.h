@@ -92,6 +92,11 @@ struct ReferenceOptions {
     int64_t count = 0;
   };
   std::vector<std::vector<RingBucket>> ring_buckets;
+  // The EP wire (needs shard_experts when set): what the run's EP all-to-alls do to every block
+  // that crosses EP ranks in the training passes (RunStageGroupSerial's `wire`; e.g. a lossy
+  // codec's round trip, schedule::EpWireOracle). Null: exact. Evaluate stays exact, as the
+  // executor's held-out evaluation (serial, no wire).
+  EpWireFn ep_wire;
 };
 
 struct StepResult {

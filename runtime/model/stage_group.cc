@@ -40,7 +40,8 @@ absl::Status CheckGroup(std::span<MlpStage* const> shards, int tp, size_t inputs
 // One all-to-all among the exchanges `ex` (one per source, same TP rank): receiver r takes, from
 // each of `senders` senders in rank order, the block the sender addressed to r (nothing when r is
 // past the sender's destinations, e.g. sources 1..G-1 when the experts all live on source 0).
-absl::Status DeliverSerial(std::span<EpExchange* const> ex, size_t senders) {
+// With `wire`, each block from s != r then goes through it (as the receiver got it).
+absl::Status DeliverSerial(std::span<EpExchange* const> ex, size_t senders, const EpWireFn& wire) {
   const int bins = ex[0]->bins;
   const int64_t width = ex[0]->row_width;
   std::vector<std::vector<int64_t>> offsets;
@@ -63,7 +64,12 @@ absl::Status DeliverSerial(std::span<EpExchange* const> ex, size_t senders) {
       to.recv_counts.insert(to.recv_counts.end(), from.send_counts.begin() + first,
                             from.send_counts.begin() + first + bins);
       const int64_t begin = offsets[s][first] * width, end = offsets[s][first + bins] * width;
+      const size_t at = to.recv.size();
       to.recv.insert(to.recv.end(), from.send.begin() + begin, from.send.begin() + end);
+      if (wire && s != r && end > begin) {
+        RP_RETURN_IF_ERROR(wire(from, static_cast<int>(s), static_cast<int>(r),
+                                std::span<float>(to.recv).subspan(at, static_cast<size_t>(end - begin))));
+      }
     }
   }
   return absl::OkStatus();
@@ -73,11 +79,15 @@ absl::Status DeliverSerial(std::span<EpExchange* const> ex, size_t senders) {
 
 absl::StatusOr<std::vector<Tensor>> RunStageGroupSerial(std::span<MlpStage* const> shards, int tp,
                                                         MlpStage::Pass pass, int micro_batch,
-                                                        std::span<const ConstMatrixView> inputs) {
+                                                        std::span<const ConstMatrixView> inputs,
+                                                        const EpWireFn& wire) {
   RP_RETURN_IF_ERROR(CheckGroup(shards, tp, inputs.size()));
   const size_t n = shards.size(), T = static_cast<size_t>(tp), sources = n / T;
   const size_t dispatch_senders = sources;
   const size_t combine_senders = static_cast<size_t>(shards[0]->ep());  // the experts' owners
+  // Only sharded experts put blocks on a wire (ep == 1: every token goes to source 0's experts).
+  const EpWireFn no_wire;
+  const EpWireFn& block_wire = shards[0]->ep() > 1 ? wire : no_wire;
   for (size_t i = 0; i < n; ++i) {
     RP_RETURN_IF_ERROR(shards[i]->BeginPass(pass, micro_batch, inputs[i / T]));
   }
@@ -105,7 +115,8 @@ absl::StatusOr<std::vector<Tensor>> RunStageGroupSerial(std::span<MlpStage* cons
       std::vector<EpExchange*> group;
       for (size_t q = 0; q < sources; ++q) group.push_back(ex[q * T + t].ep);
       const bool dispatch = group[0]->kind == EpExchange::Kind::kDispatch;
-      RP_RETURN_IF_ERROR(DeliverSerial(group, dispatch ? dispatch_senders : combine_senders));
+      RP_RETURN_IF_ERROR(
+          DeliverSerial(group, dispatch ? dispatch_senders : combine_senders, block_wire));
     }
   }
   std::vector<Tensor> results(sources);

@@ -9,7 +9,9 @@
 //     ((b0 + b1) + b2 ...), copied to each (as RunTpGroupSerial).
 //   * EP all-to-all, for each TP rank t separately (the all-to-all runs among the shards of one TP
 //     rank): the block shard (q, t) addressed to destination p goes to shard (p, t); a receiver
-//     gets its sources in rank order.
+//     gets its sources in rank order. With `wire` and sharded experts (ep == G > 1), a block
+//     whose sender is not its receiver is passed through `wire` (what a lossy codec does to it
+//     on the way); blocks a shard addresses to itself, and every block with ep == 1, stay exact.
 // Expert placement: the shards' partition ep must equal the number of sources G (each shard owns
 // its experts) or be 1. With ep == 1 every source's shard holds all experts, every source sends all
 // its tokens to source 0, and source 0 runs every expert on the G sources' tokens in canonical
@@ -30,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/model/mlp.h"
+#include "runtime/model/moe.h"
 #include "runtime/model/tensor.h"
 
 namespace rp {
@@ -40,6 +43,6 @@ namespace rp {
 // shards reach different exchange kinds.
 [[nodiscard]] absl::StatusOr<std::vector<Tensor>> RunStageGroupSerial(
     std::span<MlpStage* const> shards, int tp, MlpStage::Pass pass, int micro_batch,
-    std::span<const ConstMatrixView> inputs);
+    std::span<const ConstMatrixView> inputs, const EpWireFn& wire = nullptr);
 
 }  // namespace rp

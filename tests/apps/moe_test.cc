@@ -106,6 +106,9 @@ TEST(MoeBinary, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) {
       {"--preset=s3-4d --moe_layers=every:x", "moe_layers", "every:N"},
       {"--preset=s3-4d --hidden=64,32 --pp=1", "moe_layers", "selects no layer"},
       {"--preset=s3-4d --ep_row_bytes=6", "ep_row_bytes", "multiple of 4"},
+      // The FLOPs model's derived row is already bf16: a lossy EP codec would encode it twice.
+      {"--preset=s3-4d --ep_codec=int8", "ep_codec", "set ep_row_bytes to the row in fp32 (131072)"},
+      {"--preset=s3-4d --ep_codec=fp8", "ep_codec", "fp32"},
       {"--preset=s3-4d --experts=0", "experts", "1..65536"},
   };
   for (const char* sub : {"predict", "run --virtual_time"}) {
@@ -214,6 +217,32 @@ TEST(MoeBinary, S34dRunOnTheVirtualClockEmulatesThePredictionAndReportsEveryExpe
   EXPECT_NE(text.find("ep_alltoall"), std::string::npos);
   const Result tl = RunBinary("timeline --from_report=" + report.string() + " --out=" + (dir / "t.svg").string(), dir);
   EXPECT_EQ(tl.exit_code, 0) << tl.err;
+  fs::remove_all(dir);
+}
+
+// A lossy EP wire format: the EP line and the JSON name it; emulated == predicted, EP bytes too;
+// the DP gradients keep `codec`.
+TEST(MoeBinary, EpCodecIsNamedOnTheEpLineAndTheRunStillMatchesItsPrediction) {
+  const fs::path dir = TempDir("ep_codec");
+  const fs::path report = dir / "r.json";
+  const Result r = RunBinary("run --preset=s3-4d --virtual_time --steps=1 --ep_codec=bf16 --ep_row_bytes=128K "
+                             "--report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("all-to-all of token rows in bf16 (ep_codec), a row = 131.1 kB modeled at fp32"),
+            std::string::npos) << r.out;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["moe"]["ep_codec"], "bf16");
+  EXPECT_EQ(j["collectives"]["codec"], "fp32");
+  EXPECT_EQ(j["step_time_ms"]["emulated"].get<double>(), j["step_time_ms"]["predicted"].get<double>());
+  for (const json& d : j["devices"]) {
+    EXPECT_GT(d["modeled_ep_bytes"].get<uint64_t>(), 0u) << d.dump();
+    EXPECT_EQ(d["modeled_ep_bytes"], d["predicted"]["modeled_ep_bytes"]) << d.dump();
+  }
+  // The default stays fp32 and says so.
+  const Result p = RunBinary("predict --preset=s3-4d --report_json=" + report.string(), dir);
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("token rows in fp32 (ep_codec)"), std::string::npos) << p.out;
+  EXPECT_EQ(ReadJson(report)["moe"]["ep_codec"], "fp32");
   fs::remove_all(dir);
 }
 
