@@ -217,13 +217,14 @@ absl::Status DeviceRunner::InjectedFault(int step, int op_index, const Op& op,
                    op_index, " (", ToString(op, ctx_->plan->v), ")");
   if (f.kind == OpFaultKind::kThrow) throw std::runtime_error(what);
   // A hung device: no progress. The stall monitor reports it (its peers wait on it); if nobody
-  // waits on it, it fails the run itself a little later.
+  // waits on it, it fails the run itself a little later: after twice the monitor's deadline
+  // (timeout + min(timeout / 2, 250 ms)), so that the monitor, which names every wait, speaks first.
   const std::chrono::nanoseconds limit =
-      ctx_->options->watchdog_timeout +
-      std::min<std::chrono::nanoseconds>(ctx_->options->watchdog_timeout / 2,
-                                         std::chrono::milliseconds(250));
+      2 * (ctx_->options->watchdog_timeout +
+           std::min<std::chrono::nanoseconds>(ctx_->options->watchdog_timeout / 2,
+                                              std::chrono::milliseconds(250)));
   waiting_.clear();
-  if (dev_->watchdog().WaitForFailure(2 * limit)) {
+  if (dev_->watchdog().WaitForFailure(limit)) {
     return dev_->watchdog().Cancelled({.rank = rank_, .op = "stalled by injected fault", .step = step});
   }
   return absl::DeadlineExceededError(absl::StrCat(
