@@ -62,12 +62,19 @@ HostVerdict JudgeHostFidelity(const ClockChoice& clock, double fidelity_host, do
                             "takes that long at that scale)",
                             v.suggested_watchdog_s)
           : "";
+  // Past the largest scale time_scale takes, naming the estimate would suggest a refused value.
+  const std::string remedy =
+      v.suggested_scale > kMaxTimeScale
+          ? absl::StrFormat("no time scale up to %g (the largest time_scale takes) would likely keep up (the "
+                            "estimate is %g); the virtual clock (--virtual_time) needs none",
+                            kMaxTimeScale, v.suggested_scale)
+          : absl::StrFormat("time scale %g would likely keep up%s%s", v.suggested_scale, watchdog,
+                            clock.mode == ClockChoice::Mode::kForced ? " (or omit --time_scale: auto measures one)"
+                                                                     : "");
   v.warning = absl::StrFormat(
       "the host did not keep time scale %g: measured step differs from emulated by %+.1f %% (target "
-      "within %g %%), so measured figures are the host's, not the model's; time scale %g would likely "
-      "keep up%s%s",
-      clock.scale, 100 * fidelity_host, 100 * kHostFidelityTarget, v.suggested_scale, watchdog,
-      clock.mode == ClockChoice::Mode::kForced ? " (or omit --time_scale: auto measures one)" : "");
+      "within %g %%), so measured figures are the host's, not the model's; %s",
+      clock.scale, 100 * fidelity_host, 100 * kHostFidelityTarget, remedy);
   return v;
 }
 

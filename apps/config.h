@@ -39,6 +39,9 @@ namespace rp::apps {
 // Largest config file read (a config is a few hundred bytes), and deepest nesting of its JSON.
 inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
 inline constexpr int kMaxJsonDepth = 64;
+// The largest time_scale a run takes (wall seconds per modeled second); a warning that the host did not
+// keep a scale never suggests more (apps/clock_choice.cc).
+inline constexpr double kMaxTimeScale = 1000;
 
 // Applies a JSON config file's text (`path` is only used in messages). Errors:
 // "PATH:LINE: malformed JSON: ...", "PATH:LINE: KEY: unknown key" / wrong type or value,

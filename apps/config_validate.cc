@@ -306,8 +306,8 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckLayout(cfg, for_run));
   RP_RETURN_IF_ERROR(CheckMoe(cfg));
   // Below kMinRealTimeScale the real clock's modeled time (wall ÷ scale) overflows within days.
-  if (!cfg.time_scale_auto() && (!(cfg.time_scale >= kMinRealTimeScale) || cfg.time_scale > 1000)) {
-    return FieldError("time_scale", absl::StrCat("must be in [", kMinRealTimeScale, ", 1000] or auto, got ",
+  if (!cfg.time_scale_auto() && (!(cfg.time_scale >= kMinRealTimeScale) || cfg.time_scale > kMaxTimeScale)) {
+    return FieldError("time_scale", absl::StrCat("must be in [", kMinRealTimeScale, ", ", kMaxTimeScale, "] or auto, got ",
                                                  Exact(cfg.time_scale)));
   }
   // Exactly the range comm's collectives take (0 here: one message per chunk).

@@ -235,9 +235,12 @@ int Run(const ParsedArgs& args) {
     ++ran;
     if (std::abs(p.fidelity_host) > kHostFidelityTarget) {
       // A scale it would likely keep, as `run`'s warning names one (this said only "a larger --time_scale").
-      unkept.push_back(absl::StrFormat("%s (time scale %g: %+.1f %%; %g would likely keep up)", p.label, p.time_scale,
-                                       100 * p.fidelity_host,
-                                       schedule::SuggestTimeScale(p.time_scale, p.fidelity_host, kHostFidelityTarget)));
+      const double keeps = schedule::SuggestTimeScale(p.time_scale, p.fidelity_host, kHostFidelityTarget);
+      unkept.push_back(keeps > kMaxTimeScale
+                           ? absl::StrFormat("%s (time scale %g: %+.1f %%; no scale up to %g would likely keep up)",
+                                             p.label, p.time_scale, 100 * p.fidelity_host, kMaxTimeScale)
+                           : absl::StrFormat("%s (time scale %g: %+.1f %%; %g would likely keep up)", p.label,
+                                             p.time_scale, 100 * p.fidelity_host, keeps));
     }
   }
   if (!unkept.empty()) {

@@ -480,6 +480,27 @@ TEST(Clock, TheWarningNamesAScaleTheEstimateSaysKeepsUpHoweverFarTheHostMissed) 
   EXPECT_NE(v.warning.find("time scale 150 would likely keep up"), std::string::npos) << v.warning;
 }
 
+// A suggestion past the largest scale time_scale takes (1000) would name a value the run refuses: the
+// warning says no scale up to 1000 keeps up and points at the virtual clock (a forced 500 missing by
+// +500 % said "time scale 400000 would likely keep up").
+TEST(Clock, TheWarningNeverSuggestsAScaleTheRunRefuses) {
+  ClockChoice forced;
+  forced.mode = ClockChoice::Mode::kForced;
+  forced.scale = 500;
+  const HostVerdict v = JudgeHostFidelity(forced, 5.0);
+  EXPECT_FALSE(v.trusted);
+  EXPECT_GT(v.suggested_scale, kMaxTimeScale);
+  EXPECT_EQ(v.warning.find("time scale 400000 would likely keep up"), std::string::npos) << v.warning;
+  EXPECT_NE(v.warning.find("no time scale up to 1000 (the largest time_scale takes) would likely keep up"),
+            std::string::npos)
+      << v.warning;
+  EXPECT_NE(v.warning.find("--virtual_time"), std::string::npos) << v.warning;
+  // At the bound itself the scale is named as before.
+  const HostVerdict w = JudgeHostFidelity(forced, 0.015);
+  EXPECT_EQ(w.suggested_scale, 1000);
+  EXPECT_NE(w.warning.find("time scale 1000 would likely keep up"), std::string::npos) << w.warning;
+}
+
 // A forced scale is not calibrated: the report's sustained_in_calibration is null, not true (as it
 // said, with empty calibration_trials), and so on the virtual clock; auto's says what its trials found.
 TEST(Clock, OnlyAutoSaysWhetherTheCalibrationSustainedItsScale) {
