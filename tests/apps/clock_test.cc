@@ -439,15 +439,21 @@ TEST(Clock, AWatchdogShorterThanTheStepStartIsBadInput) {
   fs::remove_all(dir);
 }
 
+// The clock choice of a run whose time scale was forced to `scale`.
+ClockChoice Forced(double scale) {
+  ClockChoice c;
+  c.mode = ClockChoice::Mode::kForced;
+  c.scale = scale;
+  return c;
+}
+
 // A forced scale the host did not keep gets a warning naming a scale it would keep; when that scale
 // would make the longest op (or message wait) outlast the watchdog, the run refuses it, so the
 // warning says which watchdog it needs (run --steps=3 --time_scale=0.05 --watchdog_timeout=0.005
 // missed by +73.5 %: time scale 5 (0.05 × 73.5 × 1.25, rounded up) would likely keep up, and run
 // --time_scale=5 --watchdog_timeout=0.005 exits 2: its 4 ms op takes 0.02 s).
 TEST(Clock, ASuggestedScaleOverTheWatchdogSaysWhichWatchdogItNeeds) {
-  ClockChoice forced;
-  forced.mode = ClockChoice::Mode::kForced;
-  forced.scale = 0.05;
+  ClockChoice forced = Forced(0.05);
   const HostVerdict v = JudgeHostFidelity(forced, 0.735, 0.005, /*watchdog_scale_limit=*/1.25);
   EXPECT_FALSE(v.trusted);
   EXPECT_EQ(v.suggested_scale, 5);
@@ -470,9 +476,7 @@ TEST(Clock, ASuggestedScaleOverTheWatchdogSaysWhichWatchdogItNeeds) {
 // --time_scale=0.01 missed by +8292 % and its warning said "time scale 0.8 would likely keep up"
 // (the estimate was capped at × 64), on a host that missed by +16 to +90 % at scale 1.
 TEST(Clock, TheWarningNamesAScaleTheEstimateSaysKeepsUpHoweverFarTheHostMissed) {
-  ClockChoice forced;
-  forced.mode = ClockChoice::Mode::kForced;
-  forced.scale = 0.01;
+  ClockChoice forced = Forced(0.01);
   const HostVerdict v = JudgeHostFidelity(forced, 82.92);
   EXPECT_FALSE(v.trusted);
   // fidelity ∝ 1 / scale: within 1 % from 0.01 × 8292 = 82.92 on; with the estimate's 1.25 margin.
@@ -484,9 +488,7 @@ TEST(Clock, TheWarningNamesAScaleTheEstimateSaysKeepsUpHoweverFarTheHostMissed) 
 // warning says no scale up to 1000 keeps up and points at the virtual clock (a forced 500 missing by
 // +500 % said "time scale 400000 would likely keep up").
 TEST(Clock, TheWarningNeverSuggestsAScaleTheRunRefuses) {
-  ClockChoice forced;
-  forced.mode = ClockChoice::Mode::kForced;
-  forced.scale = 500;
+  ClockChoice forced = Forced(500);
   const HostVerdict v = JudgeHostFidelity(forced, 5.0);
   EXPECT_FALSE(v.trusted);
   EXPECT_GT(v.suggested_scale, kMaxTimeScale);
@@ -504,9 +506,7 @@ TEST(Clock, TheWarningNeverSuggestsAScaleTheRunRefuses) {
 // A forced scale is not calibrated: the report's sustained_in_calibration is null, not true (as it
 // said, with empty calibration_trials), and so on the virtual clock; auto's says what its trials found.
 TEST(Clock, OnlyAutoSaysWhetherTheCalibrationSustainedItsScale) {
-  ClockChoice forced;
-  forced.mode = ClockChoice::Mode::kForced;
-  forced.scale = 2;
+  ClockChoice forced = Forced(2);
   EXPECT_TRUE(ClockJson(forced, JudgeHostFidelity(forced, 0))["sustained_in_calibration"].is_null());
   EXPECT_TRUE(ClockJson(ClockChoice{}, HostVerdict{})["sustained_in_calibration"].is_null());
   ClockChoice automatic;
