@@ -217,7 +217,7 @@ absl::StatusOr<RingBroadcast> RingBroadcast::Create(RankComm* comm, int root,
                                                    " output elements"));
   }
   RP_RETURN_IF_ERROR(CheckSegmentCount(comm, options, out.size(), 1));
-  return RingBroadcast(comm, root, in, out, options);
+  return RingBroadcast(comm, in, out, options, root);
 }
 
 absl::Status RingBroadcast::Run(Nanos start) {

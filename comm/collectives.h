@@ -52,27 +52,37 @@
 
 namespace rp::comm {
 
-class RingAllReduce {
+// What every ring collective holds: its rank's communicator, its buffers and options, and the result
+// Run fills in.
+class RingCollective {
  public:
-  // in.size() == out.size(); in-place when in.data() == out.data(). `comm` must outlive the op.
-  static absl::StatusOr<RingAllReduce> Create(RankComm* comm, std::span<const float> in,
-                                              std::span<float> out,
-                                              const CollectiveOptions& options);
-  [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
   const CollectiveResult& result() const { return result_; }
 
- private:
-  RingAllReduce(RankComm* comm, std::span<const float> in, std::span<float> out,
-                const CollectiveOptions& options)
-      : comm_(comm), in_(in), out_(out), options_(options) {}
+ protected:
+  RingCollective(RankComm* comm, std::span<const float> in, std::span<float> out,
+                 const CollectiveOptions& options, int root = 0)
+      : comm_(comm), root_(root), in_(in), out_(out), options_(options) {}
   RankComm* comm_;
+  int root_;  // RingBroadcast's root; 0 for the others
   std::span<const float> in_;
   std::span<float> out_;
   CollectiveOptions options_;
   CollectiveResult result_;
 };
 
-class RingReduceScatter {
+class RingAllReduce : public RingCollective {
+ public:
+  // in.size() == out.size(); in-place when in.data() == out.data(). `comm` must outlive the op.
+  static absl::StatusOr<RingAllReduce> Create(RankComm* comm, std::span<const float> in,
+                                              std::span<float> out,
+                                              const CollectiveOptions& options);
+  [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
+
+ private:
+  using RingCollective::RingCollective;
+};
+
+class RingReduceScatter : public RingCollective {
  public:
   // out.size() == ring::ChunkRange(in.size(), n, rank).size. In-place when out.data() ==
   // in.data() + ChunkRange(...).begin (then `in` is used as the work buffer and modified).
@@ -80,20 +90,12 @@ class RingReduceScatter {
                                                   std::span<float> out,
                                                   const CollectiveOptions& options);
   [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
-  const CollectiveResult& result() const { return result_; }
 
  private:
-  RingReduceScatter(RankComm* comm, std::span<const float> in, std::span<float> out,
-                    const CollectiveOptions& options)
-      : comm_(comm), in_(in), out_(out), options_(options) {}
-  RankComm* comm_;
-  std::span<const float> in_;
-  std::span<float> out_;
-  CollectiveOptions options_;
-  CollectiveResult result_;
+  using RingCollective::RingCollective;
 };
 
-class RingAllGather {
+class RingAllGather : public RingCollective {
  public:
   // in.size() == ring::ChunkRange(out.size(), n, rank).size. In-place when in.data() ==
   // out.data() + ChunkRange(...).begin.
@@ -101,20 +103,12 @@ class RingAllGather {
                                               std::span<float> out,
                                               const CollectiveOptions& options);
   [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
-  const CollectiveResult& result() const { return result_; }
 
  private:
-  RingAllGather(RankComm* comm, std::span<const float> in, std::span<float> out,
-                const CollectiveOptions& options)
-      : comm_(comm), in_(in), out_(out), options_(options) {}
-  RankComm* comm_;
-  std::span<const float> in_;
-  std::span<float> out_;
-  CollectiveOptions options_;
-  CollectiveResult result_;
+  using RingCollective::RingCollective;
 };
 
-class RingBroadcast {
+class RingBroadcast : public RingCollective {
  public:
   // 0 <= root < n. Root: in.size() == out.size(), or in empty (in-place: out holds the data).
   // Other ranks: `in` is ignored.
@@ -122,18 +116,9 @@ class RingBroadcast {
                                               std::span<float> out,
                                               const CollectiveOptions& options);
   [[nodiscard]] absl::Status Run(Nanos start = kZeroTime);
-  const CollectiveResult& result() const { return result_; }
 
  private:
-  RingBroadcast(RankComm* comm, int root, std::span<const float> in, std::span<float> out,
-                const CollectiveOptions& options)
-      : comm_(comm), root_(root), in_(in), out_(out), options_(options) {}
-  RankComm* comm_;
-  int root_;
-  std::span<const float> in_;
-  std::span<float> out_;
-  CollectiveOptions options_;
-  CollectiveResult result_;
+  using RingCollective::RingCollective;
 };
 
 // InvalidArgument naming the field when `options` are not usable.

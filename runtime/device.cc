@@ -76,6 +76,20 @@ void Device::Trace(const OpInfo& op, int64_t wall_start_ns, int64_t wall_end_ns,
   if (tracer_ == nullptr) return;
   const int stream = CurrentStream();
   if (stream < 0) return;
+  RecordOn(static_cast<Stream>(stream), op, wall_start_ns, wall_end_ns, model_start, model_end,
+           flow_id, detail);
+}
+
+void Device::TraceComm(const OpInfo& op, int64_t wall_start_ns, int64_t wall_end_ns,
+                       Nanos model_start, Nanos model_end) const {
+  if (tracer_ == nullptr || comm_thread_.joinable()) return;
+  if (CurrentStream() != static_cast<int>(Stream::kCompute)) return;
+  RecordOn(Stream::kComm, op, wall_start_ns, wall_end_ns, model_start, model_end, 0, "");
+}
+
+void Device::RecordOn(Stream stream, const OpInfo& op, int64_t wall_start_ns,
+                      int64_t wall_end_ns, Nanos model_start, Nanos model_end, uint64_t flow_id,
+                      const char* detail) const {
   TraceEvent e;
   e.wall_start_ns = wall_start_ns;
   e.wall_end_ns = wall_end_ns;
@@ -90,27 +104,7 @@ void Device::Trace(const OpInfo& op, int64_t wall_start_ns, int64_t wall_end_ns,
   e.micro_batch = op.micro_batch;
   e.step = op.step;
   e.kind = op.kind;
-  e.stream = static_cast<Stream>(stream);
-  tracer_->Record(e);
-}
-
-void Device::TraceComm(const OpInfo& op, int64_t wall_start_ns, int64_t wall_end_ns,
-                       Nanos model_start, Nanos model_end) const {
-  if (tracer_ == nullptr || comm_thread_.joinable()) return;
-  if (CurrentStream() != static_cast<int>(Stream::kCompute)) return;
-  TraceEvent e;
-  e.wall_start_ns = wall_start_ns;
-  e.wall_end_ns = wall_end_ns;
-  e.model_start_ns = model_start.count();
-  e.model_end_ns = model_end.count();
-  e.bytes = op.bytes;
-  e.name = op.name;
-  e.rank = rank_;
-  e.peer = op.peer;
-  e.micro_batch = op.micro_batch;
-  e.step = op.step;
-  e.kind = op.kind;
-  e.stream = Stream::kComm;
+  e.stream = stream;
   tracer_->Record(e);
 }
 

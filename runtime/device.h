@@ -191,6 +191,9 @@ class Device {
   [[nodiscard]] absl::Status StartCommStream(SchedPolicy policy = SchedPolicy::kInherit);
   void StopCommStream();
   void RecordFaultsAtStart();
+  // Records `op` on `stream`'s track (the tracer is set).
+  void RecordOn(Stream stream, const OpInfo& op, int64_t wall_start_ns, int64_t wall_end_ns,
+                Nanos model_start, Nanos model_end, uint64_t flow_id, const char* detail) const;
 
   const int rank_;
   const int node_;
