@@ -1,0 +1,52 @@
+// The pipeline schedules through `ringpipe predict`, `run` and `sweep` as a demanding user drives them
+// (hunt-sched2): repeated sweep points.
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/apps/binary_runner.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using Result = rp::apps::testing::BinaryResult;
+using rp::apps::testing::RunBinary;
+
+fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_schedule_cli_test", name); }
+
+// A value listed twice in one axis, as read by its field's grammar, would run one point twice (and
+// draw two categories of one name): one line naming the axis and both spellings, exit 2, nothing written.
+TEST(SweepCommand, AValueRepeatedInItsAxisIsBadInput) {
+  const fs::path dir = TempDir("repeat");
+  const fs::path out = dir / "out";
+  struct Case {
+    std::string args;
+    std::string names;
+  } cases[] = {
+      {"--axis=microbatches=8,4,08", "--axis=microbatches: '08' repeats the value '8'"},
+      {"--axis=segment_bytes=64K,0,65536", "--axis=segment_bytes: '65536' repeats the value '64K'"},
+      {"--axis=overlap=true,yes", "--axis=overlap: 'yes' repeats the value 'true'"},
+      {"--axis=pp:forward_ms=2:50,1:100,2:50.0", "--axis=pp:forward_ms: '2:50.0' repeats the value '2:50'"},
+      {"--axis=microbatches=2,4 --axis=schedule=1f1b,gpipe,1f1b", "--axis=schedule: '1f1b' repeats the value '1f1b'"},
+      {"--axis=microbatches=1..4,3", "--axis=microbatches: '3' repeats the value '3'"},
+  };
+  for (const Case& c : cases) {
+    const Result r = RunBinary("sweep --preset=s1 --predict_only " + c.args + " --out_dir=" + out.string(), dir);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.names), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+  // Distinct values of a linked axis that share a first field are distinct points.
+  const Result ok = RunBinary("sweep --preset=s1 --predict_only --axis=pp:forward_ms=2:50,2:25 --out_dir=" +
+                                  out.string(), dir);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rp::apps
