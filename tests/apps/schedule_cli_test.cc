@@ -1,5 +1,5 @@
 // The pipeline schedules through `ringpipe predict`, `run` and `sweep` as a demanding user drives them
-// (hunt-sched2): repeated sweep points.
+// (hunt-sched2): repeated sweep points, what the text Gantt draws on unusual layouts.
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
@@ -17,6 +17,16 @@ using Result = rp::apps::testing::BinaryResult;
 using rp::apps::testing::RunBinary;
 
 fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_schedule_cli_test", name); }
+
+// The lines of `text` that start with `prefix`.
+std::vector<std::string> LinesStartingWith(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  }
+  return out;
+}
 
 // A value listed twice in one axis, as read by its field's grammar, would run one point twice (and
 // draw two categories of one name): one line naming the axis and both spellings, exit 2, nothing written.
@@ -45,6 +55,23 @@ TEST(SweepCommand, AValueRepeatedInItsAxisIsBadInput) {
   const Result ok = RunBinary("sweep --preset=s1 --predict_only --axis=pp:forward_ms=2:50,2:25 --out_dir=" +
                                   out.string(), dir);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  fs::remove_all(dir);
+}
+
+// The text Gantt under `predict` draws what the report's timeline holds: one replica has no gradient
+// all-reduce (its interval ends where it starts), so no comm row — it drew an '=' per device.
+TEST(PredictCommand, TheGanttDrawsNoGradientAllReduceForOneReplica) {
+  const fs::path dir = TempDir("gantt");
+  const std::string base = "predict --tp=1 --pp=2 --microbatches=4 --hidden=64x3 ";
+  const Result one = RunBinary(base + "--dp=1", dir);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(LinesStartingWith(one.out, "rank ").size(), 2u) << one.out;
+  EXPECT_TRUE(LinesStartingWith(one.out, "  comm |").empty()) << one.out;
+  const Result two = RunBinary(base + "--dp=2", dir);
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const std::vector<std::string> comm = LinesStartingWith(two.out, "  comm |");
+  ASSERT_EQ(comm.size(), 2u) << two.out;
+  for (const std::string& row : comm) EXPECT_NE(row.find('='), std::string::npos) << row;
   fs::remove_all(dir);
 }
 
