@@ -54,7 +54,8 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg);
 // section of the report subtracts them from the peak RSS to give the RSS per device.
 double ModelBufferBytes(const RunConfig& cfg);
 // `predict`: the predictor's per-device state and the report of every device (measured: about 3 kB per
-// device at DP = 65536, report written), and the schedule program.
+// device at DP = 65536, report written), the schedule program, and the timelines of the devices it
+// plays and of the report's rows.
 MemoryEstimate EstimatePredictMemory(const RunConfig& cfg);
 
 // MemAvailable of /proc/meminfo in bytes; +infinity when it cannot be read. The environment variable

@@ -1,6 +1,9 @@
 // The pipeline schedules through `ringpipe predict`, `run` and `sweep` as a demanding user drives them
-// (hunt-sched2): repeated sweep points, what the text Gantt draws on unusual layouts.
-#include <algorithm>
+// (hunt-sched2): repeated sweep points, what the text Gantt draws on unusual layouts, the memory a
+// prediction of many micro-batches takes.
+#include <sys/resource.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -14,6 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Result = rp::apps::testing::BinaryResult;
+using rp::apps::testing::ExpectBadInput;
 using rp::apps::testing::RunBinary;
 
 fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_schedule_cli_test", name); }
@@ -45,10 +49,8 @@ TEST(SweepCommand, AValueRepeatedInItsAxisIsBadInput) {
       {"--axis=microbatches=1..4,3", "--axis=microbatches: '3' repeats the value '3'"},
   };
   for (const Case& c : cases) {
-    const Result r = RunBinary("sweep --preset=s1 --predict_only " + c.args + " --out_dir=" + out.string(), dir);
-    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
-    EXPECT_NE(r.err.find(c.names), std::string::npos) << c.args << ": " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+    ExpectBadInput(RunBinary("sweep --preset=s1 --predict_only " + c.args + " --out_dir=" + out.string(), dir),
+                   c.names, c.args);
     EXPECT_FALSE(fs::exists(out)) << c.args;
   }
   // Distinct values of a linked axis that share a first field are distinct points.
@@ -72,6 +74,34 @@ TEST(PredictCommand, TheGanttDrawsNoGradientAllReduceForOneReplica) {
   const std::vector<std::string> comm = LinesStartingWith(two.out, "  comm |");
   ASSERT_EQ(comm.size(), 2u) << two.out;
   for (const std::string& row : comm) EXPECT_NE(row.find('='), std::string::npos) << row;
+  fs::remove_all(dir);
+}
+
+// `predict` refuses a layout whose prediction would not fit in memory by an up-front estimate: it must
+// bound what the prediction takes. It counted 512 B per (rank, chunk, micro-batch) slot: 17 MB for
+// 1F1B pp=64 x m=512, which took 111 MB, and 2 MB for tp=2 pp=16 x m=256 on 256 layers, which took
+// 218 MB (each TP all-reduce cuts the passes; tp=2 pp=64 x m=2048 on 4096 layers: 14.2 GB estimated at
+// 67 MB, so a host with less was out of memory, not told). Layouts by increasing peak (the children's
+// peak RSS is the largest so far).
+TEST(PredictCommand, TheMemoryEstimateBoundsThePredictionsPeak) {
+  const fs::path dir = TempDir("memory");
+  const fs::path report = dir / "r.json";
+  for (const std::string layout : {"--dp=1 --tp=1 --pp=64 --microbatches=512 --hidden=8x255 --input_dim=8",
+                                   "--dp=1 --tp=2 --pp=16 --microbatches=256 --hidden=8x255 --input_dim=8"}) {
+    ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "1000", 1), 0);  // refused: the message says the estimate
+    const Result refused = RunBinary("predict " + layout + " --report_json=" + report.string(), dir);
+    ASSERT_EQ(::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES"), 0);
+    ExpectBadInput(refused, "--microbatches: the run would allocate about ", layout);
+    EXPECT_FALSE(fs::exists(report)) << layout;
+    const size_t at = refused.err.find("--microbatches: the run would allocate about ");
+    ASSERT_NE(at, std::string::npos) << layout << "\n" << refused.err;
+    const double estimate_bytes = std::stod(refused.err.substr(at + 45)) * 1e9;
+    const Result r = RunBinary("predict " + layout, dir);
+    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
+    struct rusage usage {};
+    ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+    EXPECT_LE(static_cast<double>(usage.ru_maxrss) * 1024, estimate_bytes) << layout;
+  }
   fs::remove_all(dir);
 }
 
