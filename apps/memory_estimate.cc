@@ -161,6 +161,7 @@ double ModelBufferBytes(const RunConfig& cfg) {
 MemoryEstimate EstimatePredictMemory(const RunConfig& cfg) {
   using schedule::ScheduleKind;
   MemoryEstimate est;
+  est.subject = "the prediction";
   est.parts.push_back({"devices", "dp", static_cast<double>(cfg.world_size()) * kPredictBytesPerDevice});
   const double m = cfg.microbatches, chunks = cfg.chunks();
   est.parts.push_back({"schedule program", "microbatches", cfg.pp * chunks * m * kProgramBytesPerSlot});
@@ -209,7 +210,7 @@ absl::Status CheckMemory(const MemoryEstimate& estimate, double available) {
     if (p.bytes > largest->bytes) largest = &p;
     if (p.bytes >= 1e6) parts.push_back(absl::StrCat(p.what, " ", Gb(p.bytes)));
   }
-  return FieldError(largest->field, absl::StrCat("the run would allocate about ", Gb(total), " (",
+  return FieldError(largest->field, absl::StrCat(estimate.subject, " would allocate about ", Gb(total), " (",
                                                  absl::StrJoin(parts, ", "), "); this machine has ", Gb(available),
                                                  " available (MemAvailable)"));
 }

@@ -45,6 +45,7 @@ struct MemoryEstimate {
     double bytes = 0;
   };
   std::vector<Part> parts;
+  std::string subject = "the run";  // what allocates it, in CheckMemory's line ("the prediction")
   double total() const;
 };
 
@@ -63,7 +64,8 @@ MemoryEstimate EstimatePredictMemory(const RunConfig& cfg);
 double AvailableMemoryBytes();
 
 // FieldError naming the largest part's field when the estimate is above `available`:
-// "train_size: the run would allocate about 160 GB (data set 159 GB, ...); 7.5 GB available".
+// "train_size: the run would allocate about 160 GB (data set 159 GB, ...); 7.5 GB available" (the
+// estimate's subject: "the prediction" for `predict`).
 absl::Status CheckMemory(const MemoryEstimate& estimate, double available = AvailableMemoryBytes());
 
 }  // namespace rp::apps

@@ -138,7 +138,7 @@ TEST(Hardening, RunsThatWouldNotFitInMemoryAreBadInputAndInvalidSweepPoints) {
   ExpectBadInput(RunBinary("run --dp=64 --pp=8 --tp=8 --hidden=1024x8 --steps=1 --virtual_time", dir),
                  "the run would allocate about", "many devices");
   // (2^20 devices: their DP ring's messages are over budget, which is said first, whatever the host.)
-  ExpectBadInput(RunBinary("predict --dp=262144 --pp=1 --tp=1", dir), "--dp: the run would allocate about",
+  ExpectBadInput(RunBinary("predict --dp=262144 --pp=1 --tp=1", dir), "--dp: the prediction would allocate about",
                  "predict, 2^18 devices");
   // Mixture-of-experts weights count: 16 experts of hidden 4096 over 2 replicas need about 460 MB (the
   // dense layers alone are a few MB, which is all the estimate used to count).

@@ -92,11 +92,12 @@ TEST(PredictCommand, TheMemoryEstimateBoundsThePredictionsPeak) {
     ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "1000", 1), 0);  // refused: the message says the estimate
     const Result refused = RunBinary("predict " + layout + " --report_json=" + report.string(), dir);
     ASSERT_EQ(::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES"), 0);
-    ExpectBadInput(refused, "--microbatches: the run would allocate about ", layout);
+    const std::string says = "--microbatches: the prediction would allocate about ";
+    ExpectBadInput(refused, says, layout);
     EXPECT_FALSE(fs::exists(report)) << layout;
-    const size_t at = refused.err.find("--microbatches: the run would allocate about ");
+    const size_t at = refused.err.find(says);
     ASSERT_NE(at, std::string::npos) << layout << "\n" << refused.err;
-    const double estimate_bytes = std::stod(refused.err.substr(at + 45)) * 1e9;
+    const double estimate_bytes = std::stod(refused.err.substr(at + says.size())) * 1e9;
     const Result r = RunBinary("predict " + layout, dir);
     ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
     struct rusage usage {};
