@@ -334,8 +334,8 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
     const nlohmann::json v = f.get(cfg);
     RP_RETURN_IF_ERROR(CheckGrammar(f.name, Grammar::kString, v.get_ref<const std::string&>()));
   }
-  RP_RETURN_IF_ERROR(CheckMemory(for_run ? EstimateRunMemory(cfg) : EstimatePredictMemory(cfg)));
   RP_RETURN_IF_ERROR(CheckMessages(cfg, sizes));
+  RP_RETURN_IF_ERROR(CheckMemory(for_run ? EstimateRunMemory(cfg) : EstimatePredictMemory(cfg)));
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "apps/config.h"
+#include "apps/report.h"
 #include "runtime/model/dataset.h"
 #include "runtime/tracer.h"
 
@@ -24,10 +25,16 @@ namespace {
 // and per device entry of the report's JSON document.
 constexpr double kPerDeviceBytes = 256.0 * 1024;
 constexpr double kReportBytesPerDevice = 8.0 * 1024;
-// `predict`: per device (predictor state, report entry and its text; 3 kB measured, with margin), and
-// per (pipeline rank, chunk, micro-batch) slot of the schedule program (a few ops and their timeline).
+// `predict`: per device (predictor state, report entry and its text; 3 kB measured, with margin), per
+// (pipeline rank, chunk, micro-batch) slot of the schedule program (its ops, the plan's copies), and per
+// interval of a played device's timeline (compute pieces between TP all-reduces, the all-reduces, p2p
+// receives and sends): the predictor's record, and for the report's timeline rows its JSON entry.
+// Measured (peak RSS, release build): 1F1B pp=64 x m=2048 423 MB (786K intervals, all in the report's
+// rows), pp=1024 x m=128 243 MB (49K of them in the rows), tp=2 pp=64 x m=2048 on 4096 layers 14.2 GB.
 constexpr double kPredictBytesPerDevice = 4.0 * 1024;
 constexpr double kProgramBytesPerSlot = 512;
+constexpr double kPredictBytesPerInterval = 448;
+constexpr double kReportBytesPerTimelineInterval = 384;
 // Resident memory an allocator arena keeps (see EstimateRunMemory).
 constexpr double kArenaBytes = 512.0 * 1024;
 // A Chrome trace event as a JSON document node, and as text.
@@ -152,10 +159,30 @@ double ModelBufferBytes(const RunConfig& cfg) {
 }
 
 MemoryEstimate EstimatePredictMemory(const RunConfig& cfg) {
+  using schedule::ScheduleKind;
   MemoryEstimate est;
+  est.subject = "the prediction";
   est.parts.push_back({"devices", "dp", static_cast<double>(cfg.world_size()) * kPredictBytesPerDevice});
-  est.parts.push_back({"schedule program", "microbatches",
-                       static_cast<double>(cfg.pp) * cfg.chunks() * cfg.microbatches * kProgramBytesPerSlot});
+  const double m = cfg.microbatches, chunks = cfg.chunks();
+  est.parts.push_back({"schedule program", "microbatches", cfg.pp * chunks * m * kProgramBytesPerSlot});
+  // The intervals of one replica a step (an upper bound): each pass — F, B (or Bi and W) of a
+  // micro-batch on a model stage — is one, plus two per TP all-reduce that cuts it (one per column- and
+  // row-parallel pair of the stage's layers, runtime/model/mlp.h: over the stages at most (L + S) / 2;
+  // MoE blocks break pairs and add EP all-to-alls: up to four per layer), and 4 p2p ones per
+  // micro-batch and stage, on each of the tp shards.
+  const bool split = cfg.schedule != ScheduleKind::kGPipe && cfg.schedule != ScheduleKind::kOneFOneB &&
+                     cfg.schedule != ScheduleKind::kInterleaved;
+  const bool moe = !cfg.moe_layers.empty() && cfg.moe_layers != "none";
+  const double stages = cfg.num_model_stages(), layers = std::max(1, cfg.Mlp().num_layers());
+  const double cuts = moe ? 4 * layers : cfg.tp > 1 ? layers + stages : 0;
+  const double replica = cfg.tp * m * ((split ? 3 : 2) * (stages + cuts) + 4 * stages);
+  // One replica played (replicas that do not fold are bounded by the predictor's message budget,
+  // CheckPredictable, which says why they do not), and the report's timeline rows: the first
+  // replica's first kMaxTimelineRows devices, their share of its intervals.
+  const double replica_devices = static_cast<double>(cfg.pp) * cfg.tp;
+  const double rows = std::min<double>(replica_devices, kMaxTimelineRows) / replica_devices;
+  est.parts.push_back({"predicted timelines", "microbatches",
+                       replica * (kPredictBytesPerInterval + rows * kReportBytesPerTimelineInterval)});
   return est;
 }
 
@@ -183,7 +210,7 @@ absl::Status CheckMemory(const MemoryEstimate& estimate, double available) {
     if (p.bytes > largest->bytes) largest = &p;
     if (p.bytes >= 1e6) parts.push_back(absl::StrCat(p.what, " ", Gb(p.bytes)));
   }
-  return FieldError(largest->field, absl::StrCat("the run would allocate about ", Gb(total), " (",
+  return FieldError(largest->field, absl::StrCat(estimate.subject, " would allocate about ", Gb(total), " (",
                                                  absl::StrJoin(parts, ", "), "); this machine has ", Gb(available),
                                                  " available (MemAvailable)"));
 }

@@ -45,6 +45,7 @@ struct MemoryEstimate {
     double bytes = 0;
   };
   std::vector<Part> parts;
+  std::string subject = "the run";  // what allocates it, in CheckMemory's line ("the prediction")
   double total() const;
 };
 
@@ -54,7 +55,8 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg);
 // section of the report subtracts them from the peak RSS to give the RSS per device.
 double ModelBufferBytes(const RunConfig& cfg);
 // `predict`: the predictor's per-device state and the report of every device (measured: about 3 kB per
-// device at DP = 65536, report written), and the schedule program.
+// device at DP = 65536, report written), the schedule program, and the timelines of the devices it
+// plays and of the report's rows.
 MemoryEstimate EstimatePredictMemory(const RunConfig& cfg);
 
 // MemAvailable of /proc/meminfo in bytes; +infinity when it cannot be read. The environment variable
@@ -62,7 +64,8 @@ MemoryEstimate EstimatePredictMemory(const RunConfig& cfg);
 double AvailableMemoryBytes();
 
 // FieldError naming the largest part's field when the estimate is above `available`:
-// "train_size: the run would allocate about 160 GB (data set 159 GB, ...); 7.5 GB available".
+// "train_size: the run would allocate about 160 GB (data set 159 GB, ...); 7.5 GB available" (the
+// estimate's subject: "the prediction" for `predict`).
 absl::Status CheckMemory(const MemoryEstimate& estimate, double available = AvailableMemoryBytes());
 
 }  // namespace rp::apps

@@ -52,8 +52,10 @@ struct HostUsage {
 std::string DumpJson(const nlohmann::json& json, int indent = -1);
 
 // `run` == nullptr: a predict-only report (`host` is then ignored; it may be null for a run too).
+// `with_timeline` false leaves the "timeline" section out: the per-op intervals of the first replica,
+// most of a large report's memory and time, which the text report does not read.
 nlohmann::json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,
-                           const schedule::RunResult* run, const HostUsage* host = nullptr);
+                           const schedule::RunResult* run, const HostUsage* host = nullptr, bool with_timeline = true);
 
 // The report of a run that failed at run time (mode "run", status "failed"): the predicted sections,
 // the failure (rank, step, op, peers, committed steps) and the records of every committed step.

@@ -78,6 +78,9 @@ std::string RenderGantt(const schedule::Program& program, const schedule::Parall
       const int64_t start = (wall ? iv.wall_start : iv.start).count();
       const int64_t end = (wall ? iv.wall_end : iv.end).count();
       const int64_t transfer = (wall ? iv.wall_transfer : iv.transfer).count();
+      // Nothing happened: as the report's timeline (apps/report_json.cc), no bar — a one-replica DP
+      // all-reduce ends where it starts and was drawn as a gradient all-reduce.
+      if (end <= start) continue;
       const schedule::Op* op =
           iv.op >= 0 && static_cast<size_t>(iv.op) < ops.size() ? &ops[static_cast<size_t>(iv.op)] : nullptr;
       switch (iv.kind) {

@@ -344,7 +344,7 @@ std::string DumpJson(const json& j, int indent) {
 }
 
 json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,
-                 const schedule::RunResult* run, const HostUsage* host) {
+                 const schedule::RunResult* run, const HostUsage* host, bool with_timeline) {
   const schedule::ParallelGrid& grid = plan.grid;
   json r;
   r["schema"] = kReportSchema;
@@ -382,7 +382,7 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
     devices.push_back(std::move(d));
   }
   r["devices"] = std::move(devices);
-  r["timeline"] = TimelineJson(plan, pred, run);
+  if (with_timeline) r["timeline"] = TimelineJson(plan, pred, run);
   return r;
 }
 

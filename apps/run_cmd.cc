@@ -388,7 +388,8 @@ int Run(const ParsedArgs& args) {
                    "layout sends nothing from rank %d to rank %d\n", f.rank, f.dst, f.factor, f.step, f.rank, f.dst);
     }
   }
-  const nlohmann::json report = BuildReport(*cfg, *plan, result->prediction, &*result, &host);
+  const nlohmann::json report =
+      BuildReport(*cfg, *plan, result->prediction, &*result, &host, /*with_timeline=*/!cfg->report_json.empty());
   const std::string text = RunText(*cfg, *plan, *result, report);
   if (tracer.capped() > 0) {
     std::fprintf(stderr, "ringpipe run: the trace keeps at most %zu events (ops and port events); %llu later ones were dropped\n",

@@ -13,7 +13,7 @@
 // by ':' in the names' order). Several --axis flags make a grid (the last one varies fastest).
 //
 // Validation first: the flags, the config file and the output directory must be good, and every axis
-// value must read by its field's grammar (an integer for `microbatches`, ...), else exit 2 with one
+// value must read by its field's grammar (an integer for `microbatches`, ...) and appear once in its axis, else exit 2 with one
 // line naming the field, nothing written. A point whose values read but whose config is impossible
 // (ValidateConfig: a value out of its range such as microbatches=0, more pipeline stages than layers,
 // a run too big for the machine's memory) is reported as "invalid" in the outputs and the sweep goes
@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@
 #include "apps/clock_choice.h"
 #include "apps/config.h"
 #include "apps/files.h"
+#include "apps/flags.h"
 #include "apps/presets.h"
 #include "apps/shared_flags.h"
 #include "apps/subcommands.h"
@@ -105,6 +107,20 @@ absl::StatusOr<std::vector<Axis>> ReadAxes(const ParsedArgs& args) {
   return axes;
 }
 
+// An axis value as compared for repeats: a byte count by its number (`64K` is `65536`); other values
+// are compared as read by their field's grammar (`08` is `8`, `yes` is `true`).
+json RepeatKey(const std::string& field, const json& value) {
+  const ConfigField* f = FindField(field);
+  if (f == nullptr || !value.is_string()) return value;
+  if (f->grammar == Grammar::kBytes) {
+    if (auto b = ParseBytes(field, value.get<std::string>()); b.ok()) return json(*b);
+  }
+  if (f->grammar == Grammar::kByteList) {
+    if (auto l = ParseByteList(field, value.get<std::string>()); l.ok()) return json(*l);
+  }
+  return value;
+}
+
 // Every point of the grid (the last axis varies fastest) with its config, before anything runs. An
 // axis value that does not read by its field's grammar is bad input; a point whose values read but
 // whose config is impossible is "invalid" (the base config was checked: the point's values fail).
@@ -114,11 +130,21 @@ absl::StatusOr<std::vector<Point>> BuildPoints(const ParsedArgs& args, const std
   size_t total = 1;
   for (size_t a = 0; a < axes.size(); ++a) {
     total *= axes[a].values.size();
-    for (const auto& tuple : axes[a].values) {
-      std::vector<json> vals;
+    // Each value once (RepeatKey): a repeated one ran the same point twice and was drawn as two
+    // categories of one name.
+    std::map<std::vector<json>, size_t> seen;
+    for (size_t i = 0; i < axes[a].values.size(); ++i) {
+      const std::vector<std::string>& tuple = axes[a].values[i];
+      std::vector<json> vals, key;
       for (size_t f = 0; f < tuple.size(); ++f) {
         RP_ASSIGN_OR_RETURN(json v, sweep::ValueJson(axes[a].name(), axes[a].fields[f], tuple[f]));
+        key.push_back(RepeatKey(axes[a].fields[f], v));
         vals.push_back(std::move(v));
+      }
+      if (const auto [it, added] = seen.emplace(std::move(key), i); !added) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--axis=", axes[a].name(), ": '", absl::StrJoin(tuple, ":"), "' repeats the value '",
+            absl::StrJoin(axes[a].values[it->second], ":"), "' (each point runs once; --steps measures one longer)"));
       }
       values[a].push_back(std::move(vals));
     }

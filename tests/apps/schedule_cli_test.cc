@@ -1,0 +1,129 @@
+// The pipeline schedules through `ringpipe predict`, `run` and `sweep` as a demanding user drives them
+// (hunt-sched2): repeated sweep points, what the text Gantt draws on unusual layouts, the memory a
+// prediction of many micro-batches takes and its estimate.
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/thread.h"
+#include "tests/apps/binary_runner.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using Result = rp::apps::testing::BinaryResult;
+using rp::apps::testing::ExpectBadInput;
+using rp::apps::testing::RunBinary;
+
+fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_schedule_cli_test", name); }
+
+// The lines of `text` that start with `prefix`.
+std::vector<std::string> LinesStartingWith(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  }
+  return out;
+}
+
+// A value listed twice in one axis, as read by its field's grammar, would run one point twice (and
+// draw two categories of one name): one line naming the axis and both spellings, exit 2, nothing written.
+TEST(SweepCommand, AValueRepeatedInItsAxisIsBadInput) {
+  const fs::path dir = TempDir("repeat");
+  const fs::path out = dir / "out";
+  struct Case {
+    std::string args;
+    std::string names;
+  } cases[] = {
+      {"--axis=microbatches=8,4,08", "--axis=microbatches: '08' repeats the value '8'"},
+      {"--axis=segment_bytes=64K,0,65536", "--axis=segment_bytes: '65536' repeats the value '64K'"},
+      {"--axis=overlap=true,yes", "--axis=overlap: 'yes' repeats the value 'true'"},
+      {"--axis=pp:forward_ms=2:50,1:100,2:50.0", "--axis=pp:forward_ms: '2:50.0' repeats the value '2:50'"},
+      {"--axis=microbatches=2,4 --axis=schedule=1f1b,gpipe,1f1b", "--axis=schedule: '1f1b' repeats the value '1f1b'"},
+      {"--axis=microbatches=1..4,3", "--axis=microbatches: '3' repeats the value '3'"},
+  };
+  for (const Case& c : cases) {
+    ExpectBadInput(RunBinary("sweep --preset=s1 --predict_only " + c.args + " --out_dir=" + out.string(), dir),
+                   c.names, c.args);
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+  // Distinct values of a linked axis that share a first field are distinct points.
+  const Result ok = RunBinary("sweep --preset=s1 --predict_only --axis=pp:forward_ms=2:50,2:25 --out_dir=" +
+                                  out.string(), dir);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  fs::remove_all(dir);
+}
+
+// The text Gantt under `predict` draws what the report's timeline holds: one replica has no gradient
+// all-reduce (its interval ends where it starts), so no comm row — it drew an '=' per device.
+TEST(PredictCommand, TheGanttDrawsNoGradientAllReduceForOneReplica) {
+  const fs::path dir = TempDir("gantt");
+  const std::string base = "predict --tp=1 --pp=2 --microbatches=4 --hidden=64x3 ";
+  const Result one = RunBinary(base + "--dp=1", dir);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(LinesStartingWith(one.out, "rank ").size(), 2u) << one.out;
+  EXPECT_TRUE(LinesStartingWith(one.out, "  comm |").empty()) << one.out;
+  const Result two = RunBinary(base + "--dp=2", dir);
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const std::vector<std::string> comm = LinesStartingWith(two.out, "  comm |");
+  ASSERT_EQ(comm.size(), 2u) << two.out;
+  for (const std::string& row : comm) EXPECT_NE(row.find('='), std::string::npos) << row;
+  fs::remove_all(dir);
+}
+
+// `predict` refuses a layout whose prediction would not fit in memory by an up-front estimate: it must
+// bound what the prediction takes. It counted 512 B per (rank, chunk, micro-batch) slot: 17 MB for
+// 1F1B pp=64 x m=512, which took 111 MB, and 2 MB for tp=2 pp=16 x m=256 on 256 layers, which took
+// 218 MB (each TP all-reduce cuts the passes; tp=2 pp=64 x m=2048 on 4096 layers: 14.2 GB estimated at
+// 67 MB, so a host with less was out of memory, not told). Layouts by increasing peak (the children's
+// peak RSS is the largest so far).
+TEST(PredictCommand, TheMemoryEstimateBoundsThePredictionsPeak) {
+  const fs::path dir = TempDir("memory");
+  const fs::path report = dir / "r.json";
+  for (const std::string layout : {"--dp=1 --tp=1 --pp=64 --microbatches=512 --hidden=8x255 --input_dim=8",
+                                   "--dp=1 --tp=2 --pp=16 --microbatches=256 --hidden=8x255 --input_dim=8"}) {
+    ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "1000", 1), 0);  // refused: the message says the estimate
+    const Result refused = RunBinary("predict " + layout + " --report_json=" + report.string(), dir);
+    ASSERT_EQ(::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES"), 0);
+    const std::string says = "--microbatches: the prediction would allocate about ";
+    ExpectBadInput(refused, says, layout);
+    EXPECT_FALSE(fs::exists(report)) << layout;
+    const size_t at = refused.err.find(says);
+    ASSERT_NE(at, std::string::npos) << layout << "\n" << refused.err;
+    const double estimate_bytes = std::stod(refused.err.substr(at + says.size())) * 1e9;
+    const Result r = RunBinary("predict " + layout, dir);
+    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
+    struct rusage usage {};
+    ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+    EXPECT_LE(static_cast<double>(usage.ru_maxrss) * 1024, estimate_bytes) << layout;
+  }
+  fs::remove_all(dir);
+}
+
+// The report's timeline (every op of the first replica's devices) is built for --report_json only: the
+// text report does not read it. Built always, it was half of a prediction's peak — 1F1B pp=64 x m=2048
+// took 423 MB (217 MB without it) and died of std::bad_alloc (exit 134) under a 340 MB address-space
+// limit; 1.6 s for m=4096, 0.56 s now. The file still holds it.
+TEST(PredictCommand, TheTimelineIsBuiltOnlyForTheReportFile) {
+  if (rp::kSanitizerBuild) GTEST_SKIP() << "a sanitizer reserves more address space than the limit";
+  const fs::path dir = TempDir("timeline");
+  const std::string layout = "predict --dp=1 --tp=1 --pp=64 --microbatches=2048 --hidden=8x255 --input_dim=8";
+  const Result r = rp::apps::testing::RunBinaryInShell("ulimit -v 340000", layout, dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("predicted step, first replica"), std::string::npos);
+  const fs::path report = dir / "r.json";
+  const Result small = RunBinary("predict --dp=1 --tp=1 --pp=2 --hidden=64x3 --report_json=" + report.string(), dir);
+  ASSERT_EQ(small.exit_code, 0) << small.err;
+  EXPECT_NE(rp::apps::testing::ReadFile(report).find("\"timeline\""), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rp::apps
