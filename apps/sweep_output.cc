@@ -73,7 +73,7 @@ std::vector<std::string> ConfigColumns(const Point& p) {
   const RunConfig& c = p.cfg;
   return {c.preset, absl::StrCat(c.dp), absl::StrCat(c.pp), absl::StrCat(c.tp), absl::StrCat(c.ep),
           absl::StrCat(c.world_size()),
-          absl::StrCat(c.microbatches), schedule::ScheduleName(c.schedule), absl::StrCat(c.virtual_stages),
+          absl::StrCat(c.microbatches), schedule::ScheduleName(c.schedule), absl::StrCat(c.chunks()),
           comm::CodecName(c.codec), absl::StrCat(c.segment_bytes), absl::StrFormat("%g", c.bucket_mb), c.link,
           TimeScaleText(p)};
 }

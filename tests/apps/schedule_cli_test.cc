@@ -3,12 +3,15 @@
 // prediction of many micro-batches takes and its estimate.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "runtime/thread.h"
 #include "tests/apps/binary_runner.h"
@@ -58,6 +61,32 @@ TEST(SweepCommand, AValueRepeatedInItsAxisIsBadInput) {
   const Result ok = RunBinary("sweep --preset=s1 --predict_only --axis=pp:forward_ms=2:50,2:25 --out_dir=" +
                                   out.string(), dir);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  fs::remove_all(dir);
+}
+
+// sweep.csv's `virtual_stages` is the chunks a point's devices held: zb-v always holds two, whatever
+// the field said (it echoed the field's 1, so zb-v looked like a one-chunk schedule).
+TEST(SweepCommand, TheCsvGivesTheChunksEachDeviceHeld) {
+  const fs::path dir = TempDir("chunks");
+  const fs::path out = dir / "out";
+  const Result r = RunBinary("sweep --preset=s1 --predict_only --microbatches=8 "
+                             "--axis=schedule:virtual_stages=1f1b:1,zb-v:1,zb-v:2,interleaved:2 --out_dir=" +
+                                 out.string(),
+                             dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream csv(out / "sweep.csv");
+  std::string line;
+  ASSERT_TRUE(std::getline(csv, line));
+  std::vector<std::string> header = absl::StrSplit(line, ',');
+  const auto col = std::find(header.begin(), header.end(), "virtual_stages") - header.begin();
+  ASSERT_LT(static_cast<size_t>(col), header.size());
+  std::vector<std::string> chunks;
+  while (std::getline(csv, line)) {
+    const std::vector<std::string> row = absl::StrSplit(line, ',');
+    ASSERT_GT(row.size(), static_cast<size_t>(col)) << line;
+    chunks.push_back(row[static_cast<size_t>(col)]);
+  }
+  EXPECT_EQ(chunks, (std::vector<std::string>{"1", "2", "2", "2"}));
   fs::remove_all(dir);
 }
 
