@@ -84,7 +84,7 @@ std::string RenderPredictedGantt(const Plan& plan, const schedule::Prediction& p
 
 // The key legend printed under the Gantt charts.
 inline constexpr const char* kGanttLegend =
-    "F/B/b/W compute, O optimizer, T TP all-reduce, A EP all-to-all, - exposed communication, = gradient all-reduce, "
+    "F/B/b/W compute (3.1: micro-batch 3 of chunk 1), O optimizer, T TP all-reduce, A EP all-to-all, - exposed communication, = gradient all-reduce, "
     ". idle";
 
 }  // namespace rp::apps

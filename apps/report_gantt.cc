@@ -15,6 +15,7 @@ struct Bar {
   int64_t start = 0, end = 0;  // ns, relative to the step start
   char letter = 'F';
   int micro_batch = -1;
+  int chunk = 0;  // > 0: labelled micro_batch.chunk
 };
 
 std::string DrawRows(const std::vector<std::pair<std::string, std::vector<Bar>>>& rows, int64_t span_ns,
@@ -34,7 +35,9 @@ std::string DrawRows(const std::vector<std::pair<std::string, std::vector<Bar>>>
       a = std::clamp(a, 0, width - 1);
       e = std::clamp(e, a + 1, width);
       for (int c = a; c < e; ++c) cells[static_cast<size_t>(c)] = b.letter;
-      const std::string mb = b.micro_batch >= 0 ? absl::StrCat(b.micro_batch) : "";
+      const std::string mb = b.micro_batch < 0 ? ""
+                             : b.chunk > 0      ? absl::StrCat(b.micro_batch, ".", b.chunk)
+                                                : absl::StrCat(b.micro_batch);
       if (!mb.empty() && e - a >= static_cast<int>(mb.size()) + 1) {
         for (size_t i = 0; i < mb.size(); ++i) cells[static_cast<size_t>(a) + 1 + i] = mb[i];
       }
@@ -44,16 +47,17 @@ std::string DrawRows(const std::vector<std::pair<std::string, std::vector<Bar>>>
   return out;
 }
 
-// The letter and micro-batch of a compute interval of `op` (an F&B's backward part is a B).
-std::pair<char, int> ComputeLetter(const schedule::Op& op, int detail) {
+// The bar of a compute interval of `op` (an F&B's backward part is a B), without its times.
+Bar ComputeBar(const schedule::Op& op, int detail) {
   switch (op.kind) {
-    case schedule::OpKind::kForward: return {'F', op.micro_batch};
-    case schedule::OpKind::kBackward: return {'B', op.micro_batch};
-    case schedule::OpKind::kBackwardInput: return {'b', op.micro_batch};
-    case schedule::OpKind::kWeightGrad: return {'W', op.micro_batch};
+    case schedule::OpKind::kForward: return {.letter = 'F', .micro_batch = op.micro_batch, .chunk = op.chunk};
+    case schedule::OpKind::kBackward: return {.letter = 'B', .micro_batch = op.micro_batch, .chunk = op.chunk};
+    case schedule::OpKind::kBackwardInput: return {.letter = 'b', .micro_batch = op.micro_batch, .chunk = op.chunk};
+    case schedule::OpKind::kWeightGrad: return {.letter = 'W', .micro_batch = op.micro_batch, .chunk = op.chunk};
     case schedule::OpKind::kForwardBackward:
-      return detail == 1 ? std::pair<char, int>{'B', op.backward_micro_batch} : std::pair<char, int>{'F', op.micro_batch};
-    default: return {'#', -1};
+      return detail == 1 ? Bar{.letter = 'B', .micro_batch = op.backward_micro_batch, .chunk = op.backward_chunk}
+                         : Bar{.letter = 'F', .micro_batch = op.micro_batch, .chunk = op.chunk};
+    default: return {.letter = '#'};
   }
 }
 
@@ -86,10 +90,12 @@ std::string RenderGantt(const schedule::Program& program, const schedule::Parall
       switch (iv.kind) {
         case schedule::IntervalKind::kCompute: {
           if (op == nullptr) break;
-          const auto [letter, mb] = ComputeLetter(*op, iv.detail);
-          const bool first_piece = labelled != std::pair<int, int>{iv.op, iv.detail};
+          Bar bar = ComputeBar(*op, iv.detail);
+          bar.start = start;
+          bar.end = end;
+          if (labelled == std::pair<int, int>{iv.op, iv.detail}) bar.micro_batch = -1;  // not the first piece
           labelled = {iv.op, iv.detail};
-          compute.push_back({start, end, letter, first_piece ? mb : -1});
+          compute.push_back(bar);
           break;
         }
         case schedule::IntervalKind::kOptimizer: compute.push_back({start, end, 'O', -1}); break;

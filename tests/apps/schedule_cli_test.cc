@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -87,6 +88,28 @@ TEST(SweepCommand, TheCsvGivesTheChunksEachDeviceHeld) {
     chunks.push_back(row[static_cast<size_t>(col)]);
   }
   EXPECT_EQ(chunks, (std::vector<std::string>{"1", "2", "2", "2"}));
+  fs::remove_all(dir);
+}
+
+// The text Gantt names the chunk of an op after a device's first (micro-batch.chunk, as the SVG): with
+// two chunks a device runs F1 twice, and the chart drew both as "F1".
+TEST(PredictCommand, TheGanttNamesTheChunkOfAnOp) {
+  const fs::path dir = TempDir("gantt_chunks");
+  for (const std::string schedule : {"interleaved --virtual_stages=2", "dualpipev"}) {
+    const Result r = RunBinary("predict --pp=2 --dp=1 --tp=1 --microbatches=4 --schedule=" + schedule, dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::vector<std::string> rows = LinesStartingWith(r.out, "rank 0 |");
+    ASSERT_EQ(rows.size(), 1u) << r.out;
+    EXPECT_TRUE(std::regex_search(rows[0], std::regex("[FBbW][0-9]+\\.1"))) << schedule << ": " << rows[0];
+    EXPECT_FALSE(std::regex_search(rows[0], std::regex("[0-9]\\.0"))) << schedule << ": chunk 0 is unmarked: " << rows[0];
+  }
+  // One chunk: no mark.
+  const Result r = RunBinary("predict --pp=2 --dp=1 --tp=1 --microbatches=4", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> rows = LinesStartingWith(r.out, "rank 0 |");
+  ASSERT_EQ(rows.size(), 1u) << r.out;
+  EXPECT_TRUE(std::regex_search(rows[0], std::regex("F[0-9]"))) << rows[0];
+  EXPECT_FALSE(std::regex_search(rows[0], std::regex("[0-9]\\.[0-9]"))) << rows[0];
   fs::remove_all(dir);
 }
 
