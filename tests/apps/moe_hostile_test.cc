@@ -1,0 +1,49 @@
+// A hostile user of the MoE fields (hunt-harden, ep-left), through the binary under an address-space
+// limit: sizes that used to take the whole micro-batch at once.
+#include <filesystem>
+#include <string>
+
+#include "apps/cli.h"
+#include "gtest/gtest.h"
+#include "tests/apps/binary_runner.h"
+
+namespace rp::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using Result = rp::apps::testing::BinaryResult;
+
+// `ringpipe <args>` under `ulimit -v <kb>` (in a fresh directory).
+Result RunUnder(int kb, const std::string& args) {
+  const fs::path dir = rp::apps::testing::TempDir("ringpipe_moe_hostile", "run");
+  Result r = rp::apps::testing::RunBinaryInShell("ulimit -v " + std::to_string(kb), args, dir);
+  fs::remove_all(dir);
+  return r;
+}
+
+// A MoE stage's stored bytes were measured by a forward and a Bi of a whole micro-batch through the
+// real model before every run and prediction: this prediction took 41 s and 1.1 GB, and aborted
+// under a 600 MB address-space limit. They are now fitted from a few small row counts (checked
+// against whole micro-batches in tests/schedule/workload_cost_test.cc).
+TEST(HostileInput, AWideMoePredictionNeedsNoWholeMicroBatchForward) {
+  const Result r = RunUnder(600000,
+                            "predict --hidden=1024x3 --moe_layers=all --experts=2 --expert_hidden=1024"
+                            " --microbatch_size=30000 --train_size=60000 --capacity_factor=1.25");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("predicted"), std::string::npos) << r.out;
+}
+
+// The fit probed at most 64 rows for the count the capacity starts to drop at: with C·k/E = 0.99
+// (experts 2, top_k 2, capacity_factor 0.99) it drops from 100 rows on, so the stage was measured on
+// the whole micro-batch again and this prediction aborted under the same 600 MB limit. The first
+// dropping count now comes from the capacity formula (100): probes of 1, 100 and 101 rows.
+TEST(HostileInput, AMoeWhoseCapacityDropsPastSixtyFourRowsNeedsNoWholeMicroBatchForward) {
+  const Result r = RunUnder(600000,
+                            "predict --hidden=1024x3 --moe_layers=all --experts=2 --top_k=2 --expert_hidden=1024"
+                            " --microbatch_size=30000 --train_size=60000 --capacity_factor=0.99");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("predicted"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace rp::apps
