@@ -40,6 +40,8 @@ class Simulation {
   // devices -1 without messages.
   const FabricMessage& longest_transit_message() const { return longest_message_; }
   Nanos longest_transit() const { return longest_transit_; }
+  // Prediction::transit_bound: the busiest port's time serving messages plus the longest service.
+  Nanos transit_bound() const;
 
  private:
   struct Arrived {
@@ -166,6 +168,8 @@ class Simulation {
   std::vector<bool> queued_;
   FabricMessage longest_message_{.src = -1, .dst = -1};
   Nanos longest_transit_{0};
+  std::vector<Nanos> port_busy_;  // per fabric port: Σ of its messages' last byte − start
+  Nanos longest_service_{0};      // max arrival − start
 };
 
 }  // namespace rp::schedule::internal
