@@ -21,6 +21,11 @@ namespace {
 constexpr double kMaxModelFloats = double{1 << 28};
 constexpr double kMaxMessagesPerDeviceStep = double{1 << 22};
 constexpr uint64_t kMaxRowBytes = uint64_t{1} << 30;
+// Kept-slot counts of a step's routing (schedule::StepRouting: per MoE block, DP replica,
+// micro-batch and expert, 8 bytes each), which a run records every step and an EP prediction
+// builds: at most 2^24 (128 MiB). Above it `predict` died of std::bad_alloc (86 GB for 10 blocks
+// of 65536 experts, dp 64, 256 micro-batches).
+constexpr double kMaxRoutingCounts = double{1 << 24};
 
 int NumLayers(const RunConfig& cfg) { return static_cast<int>(cfg.hidden.size()) + 1; }
 
@@ -177,6 +182,17 @@ absl::Status CheckMoe(const RunConfig& cfg) {
     if (expert_weights > kMaxModelFloats) {
       return FieldError("experts", absl::StrFormat("the MoE blocks hold %.0f weights; at most %.0f (1 GiB of fp32)",
                                                    expert_weights, kMaxModelFloats));
+    }
+    const double counts = static_cast<double>(blocks) * cfg.dp * cfg.microbatches * cfg.experts;
+    if (counts > kMaxRoutingCounts) {
+      const char* field = cfg.experts >= std::max(cfg.dp, cfg.microbatches) ? "experts"
+                          : cfg.microbatches >= cfg.dp                       ? "microbatches"
+                                                                             : "dp";
+      return FieldError(field, absl::StrFormat("a step's MoE routing (%d blocks x dp=%d x microbatches=%d x "
+                                               "experts=%d kept-slot counts) would take %.3g GB; at most %.0f "
+                                               "counts (128 MiB)",
+                                               blocks, cfg.dp, cfg.microbatches, cfg.experts, counts * 8 / 1e9,
+                                               kMaxRoutingCounts));
     }
   }
   return CheckEp(cfg, blocks);

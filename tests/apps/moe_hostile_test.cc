@@ -1,5 +1,6 @@
 // A hostile user of the MoE fields (hunt-harden, ep-left), through the binary under an address-space
-// limit: sizes that used to take the whole micro-batch at once.
+// limit: sizes that used to take the whole micro-batch or the whole routing table at once.
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -43,6 +44,24 @@ TEST(HostileInput, AMoeWhoseCapacityDropsPastSixtyFourRowsNeedsNoWholeMicroBatch
                             " --microbatch_size=30000 --train_size=60000 --capacity_factor=0.99");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("predicted"), std::string::npos) << r.out;
+}
+
+// A step's routing table holds a count per MoE block, replica, micro-batch and expert: 10 blocks of
+// 65536 experts, dp 64 and 256 micro-batches are 1.1e10 counts (86 GB), and `predict` died of
+// std::bad_alloc (exit 134 under a 3 GB limit). It is bad input naming --experts, as in run (whose
+// memory estimate already refused it).
+TEST(HostileInput, AHugeMoeRoutingTableIsBadInputNamingExperts) {
+  for (const char* sub : {"predict", "run --virtual_time"}) {
+    const Result r = RunUnder(3000000, std::string(sub) +
+                                           " --hidden=8x11 --moe_layers=all --experts=65536 --expert_hidden=1"
+                                           " --ep=64 --dp=64 --microbatches=256 --microbatch_size=1"
+                                           " --train_size=100000");
+    EXPECT_EQ(r.exit_code, kExitBadInput) << sub << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe " + std::string(sub).substr(0, std::string(sub).find(' ')) + ": --experts: ", 0), 0u)
+        << sub << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << sub << ": " << r.out;
+  }
 }
 
 }  // namespace
