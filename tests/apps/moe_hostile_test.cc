@@ -22,16 +22,20 @@ Result RunUnder(int kb, const std::string& args) {
   return r;
 }
 
+// `predict <args>` under a 600 MB address-space limit succeeds.
+void ExpectPredictsWithin600MB(const std::string& args) {
+  const Result r = RunUnder(600000, "predict " + args);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  EXPECT_NE(r.out.find("predicted"), std::string::npos) << args << "\n" << r.out;
+}
+
 // A MoE stage's stored bytes were measured by a forward and a Bi of a whole micro-batch through the
 // real model before every run and prediction: this prediction took 41 s and 1.1 GB, and aborted
 // under a 600 MB address-space limit. They are now fitted from a few small row counts (checked
 // against whole micro-batches in tests/schedule/workload_cost_test.cc).
 TEST(HostileInput, AWideMoePredictionNeedsNoWholeMicroBatchForward) {
-  const Result r = RunUnder(600000,
-                            "predict --hidden=1024x3 --moe_layers=all --experts=2 --expert_hidden=1024"
+  ExpectPredictsWithin600MB("--hidden=1024x3 --moe_layers=all --experts=2 --expert_hidden=1024"
                             " --microbatch_size=30000 --train_size=60000 --capacity_factor=1.25");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("predicted"), std::string::npos) << r.out;
 }
 
 // The fit probed at most 64 rows for the count the capacity starts to drop at: with C·k/E = 0.99
@@ -39,11 +43,8 @@ TEST(HostileInput, AWideMoePredictionNeedsNoWholeMicroBatchForward) {
 // the whole micro-batch again and this prediction aborted under the same 600 MB limit. The first
 // dropping count now comes from the capacity formula (100): probes of 1, 100 and 101 rows.
 TEST(HostileInput, AMoeWhoseCapacityDropsPastSixtyFourRowsNeedsNoWholeMicroBatchForward) {
-  const Result r = RunUnder(600000,
-                            "predict --hidden=1024x3 --moe_layers=all --experts=2 --top_k=2 --expert_hidden=1024"
+  ExpectPredictsWithin600MB("--hidden=1024x3 --moe_layers=all --experts=2 --top_k=2 --expert_hidden=1024"
                             " --microbatch_size=30000 --train_size=60000 --capacity_factor=0.99");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("predicted"), std::string::npos) << r.out;
 }
 
 // A step's routing table holds a count per MoE block, replica, micro-batch and expert: 10 blocks of
