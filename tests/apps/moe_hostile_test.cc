@@ -1,5 +1,6 @@
 // A hostile user of the MoE fields (hunt-harden, ep-left), through the binary under an address-space
-// limit: sizes that used to take the whole micro-batch or the whole routing table at once.
+// limit: sizes that used to take the whole micro-batch or the whole routing table at once, or
+// slipped past the time budget.
 #include <algorithm>
 #include <filesystem>
 #include <string>
@@ -63,6 +64,20 @@ TEST(HostileInput, AHugeMoeRoutingTableIsBadInputNamingExperts) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_TRUE(r.out.empty()) << sub << ": " << r.out;
   }
+}
+
+// The time budget (modeled step and communication within 1e12 ms) left the EP all-to-alls out: with
+// 2^20-row micro-batches whose token rows stand for 1 GiB each on 1 MB/s links, `predict` passed it
+// and then failed in the predictor with "predict: a message of device 2 arrives past the largest
+// modeled time" — no field named. It is now refused by the budget, naming the link's bandwidth.
+TEST(HostileInput, EpAllToAllsCountInTheTimeBudget) {
+  const Result r = RunUnder(3000000,
+                            "predict --preset=s3-4d --ep_row_bytes=1G --microbatch_size=1048576"
+                            " --train_size=10000000 --bandwidth_gbps=0.001");
+  EXPECT_EQ(r.exit_code, kExitBadInput) << r.err;
+  EXPECT_EQ(r.err.rfind("ringpipe predict: --bandwidth_gbps: the modeled times would not fit", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
 }  // namespace
