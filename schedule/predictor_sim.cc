@@ -49,11 +49,6 @@ Simulation::Simulation(const ExecutionPlan& plan, const PredictOptions& opts,
   }
 }
 
-Nanos Simulation::transit_bound() const {
-  const Nanos busiest = port_busy_.empty() ? Nanos(0) : *std::max_element(port_busy_.begin(), port_busy_.end());
-  return busiest + longest_service_;
-}
-
 double Simulation::FactorOf(const Device& d, int compute_op) const {
   if (opts_.compute_op_factor) return opts_.compute_op_factor(d.rank, compute_op);
   if (!opts_.compute_factor.empty()) return opts_.compute_factor[static_cast<size_t>(d.rank)];
@@ -130,16 +125,7 @@ absl::Status Simulation::Run() {
           "predict: a message of device ", p.msg.src, " arrives past the largest modeled time "
           "(", kMaxModeledNs, " ns): the configuration's times do not fit"));
     }
-    for (int port : {t.egress_port, t.ingress_port}) {
-      if (port < 0) continue;
-      if (port_busy_.size() <= static_cast<size_t>(port)) port_busy_.resize(static_cast<size_t>(port) + 1, Nanos(0));
-      port_busy_[static_cast<size_t>(port)] += t.last_byte - t.start;
-    }
-    longest_service_ = std::max(longest_service_, t.arrival - t.start);
-    if (t.arrival - t.ready > longest_transit_) {
-      longest_transit_ = t.arrival - t.ready;
-      longest_message_ = p.msg;
-    }
+    transits_.Add(p.msg, t);
     Channel& ch = channels_[static_cast<size_t>(p.channel)];
     ch.committed.push_back(t);
     if (ch.waiter >= 0) {
