@@ -43,7 +43,7 @@ uint64_t CountFor(uint64_t bytes, int n);
 // Bytes one rank of a row allocates at most: its send and receive buffers, the lossy codecs' staging
 // buffer on the untimed path (every block but its own, a slot per message: comm/alltoall_runner.cc),
 // timed, a copy of every message it sends (each owns its bytes), and its n − 1 links to its peers
-// (about 2 KiB each untimed, 18 KiB timed: n² of them for the row).
+// (about 2 KiB each, timed or not: n² of them for the row).
 double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool timed);
 // Messages one rank sends in one all-to-all of `bytes`: n − 1 blocks of CountFor(bytes, n) / n
 // elements, each max(1, ⌈block / (segment / 4)⌉) messages (docs/collectives.md "All-to-all").

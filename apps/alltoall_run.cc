@@ -105,9 +105,12 @@ double RankHostBytes(const Settings& s, uint64_t bytes, uint64_t segment, bool t
   if (timed) total += buffer;
   // Its links to every peer (comm/communicator.cc: one per ordered pair, created on first use) with,
   // timed, their fabric channels. Measured beyond the buffers with 1 KiB rows on 256 ranks (65280
-  // pairs): 126 MB peak RSS untimed, 1.14 GB timed — 1.9 and 17.4 KiB a pair.
-  constexpr double kPairBytes = 2.5 * 1024, kTimedPairBytes = 20.0 * 1024;
-  total += static_cast<double>(n - 1) * (timed ? kTimedPairBytes : kPairBytes);
+  // pairs): 125 MB peak RSS untimed, 121 MB timed, 1.8 KiB a pair either way (from 128 to 256 ranks:
+  // 1.8 and 1.7 KiB a pair; 512 ranks, 2 KiB rows: 475 and 458 MB). Timed links held 17.4 KiB
+  // each (1.14 GB at 256 ranks) while their unbounded queues reserved 64 nodes up front
+  // (comm/unbounded_queue.h).
+  constexpr double kPairBytes = 2.5 * 1024;
+  total += static_cast<double>(n - 1) * kPairBytes;
   return total;
 }
 

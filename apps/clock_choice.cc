@@ -107,29 +107,45 @@ nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict) {
 namespace {
 
 // The predicted longest transit of `options`' plan at its last step (every slow link acts by then).
-absl::StatusOr<schedule::Prediction> PredictLastStep(const schedule::ExecutorOptions& options) {
+// With EP all-to-alls, whose blocks follow the run's routing (unknown before the run), at least the
+// transit bound of a prediction whose blocks are as large as a router can make them
+// (schedule::BusiestBlockRouting; Prediction::transit_bound): a skewed router changes both the
+// blocks and the order messages meet in at the ports, and its longest transit exceeded balanced
+// routing's by 25 % and the busiest blocks' own longest transit by as much
+// (tests/apps/message_wait_test.cc).
+absl::StatusOr<MessageWait> PredictLongestTransit(const schedule::ExecutorOptions& options) {
   RP_ASSIGN_OR_RETURN(const schedule::ExecutionPlan plan,
                       schedule::BuildPlan(schedule::PlanOptionsFor(options)));
   schedule::PredictOptions popts = schedule::PredictOptionsFor(options);
   popts.step = std::max(0, options.steps - 1);
-  return schedule::Predict(plan, popts);
+  const auto wait = [](const schedule::Prediction& q, Nanos transit, bool any_routing) {
+    return MessageWait{.transit_ns = static_cast<double>(transit.count()),
+                       .healthy_transit_ns = static_cast<double>(transit.count()),
+                       .src = q.longest_transit_src,
+                       .dst = q.longest_transit_dst,
+                       .any_routing = any_routing};
+  };
+  RP_ASSIGN_OR_RETURN(const schedule::Prediction p, schedule::Predict(plan, popts));
+  if (plan.has_ep_exchanges()) {
+    const schedule::StepRouting busiest =
+        schedule::BusiestBlockRouting(options.model, options.grid.dp, options.ep,
+                                      options.program.num_micro_batches, options.microbatch_size);
+    popts.routing = &busiest;
+    RP_ASSIGN_OR_RETURN(const schedule::Prediction any, schedule::Predict(plan, popts));
+    if (any.transit_bound > p.longest_transit) return wait(any, any.transit_bound, true);
+  }
+  return wait(p, p.longest_transit, false);
 }
 
 }  // namespace
 
 absl::StatusOr<MessageWait> LongestMessageWait(const schedule::ExecutorOptions& options) {
-  MessageWait w;
-  RP_ASSIGN_OR_RETURN(const schedule::Prediction slowed, PredictLastStep(options));
-  w.transit_ns = static_cast<double>(slowed.longest_transit.count());
-  w.src = slowed.longest_transit_src;
-  w.dst = slowed.longest_transit_dst;
+  RP_ASSIGN_OR_RETURN(MessageWait w, PredictLongestTransit(options));
   schedule::ExecutorOptions healthy = options;
   std::erase_if(healthy.faults.op_faults, [](const OpFault& f) { return f.kind == OpFaultKind::kSlowLink; });
-  if (healthy.faults.op_faults.size() == options.faults.op_faults.size()) {
-    w.healthy_transit_ns = w.transit_ns;
-  } else {
-    RP_ASSIGN_OR_RETURN(const schedule::Prediction p, PredictLastStep(healthy));
-    w.healthy_transit_ns = static_cast<double>(p.longest_transit.count());
+  if (healthy.faults.op_faults.size() != options.faults.op_faults.size()) {
+    RP_ASSIGN_OR_RETURN(const MessageWait h, PredictLongestTransit(healthy));
+    w.healthy_transit_ns = h.transit_ns;
   }
   return w;
 }
@@ -140,10 +156,12 @@ absl::Status CheckMessagesFitTheWatchdog(const RunConfig& cfg, const MessageWait
   if (wall_s < cfg.watchdog_timeout) return absl::OkStatus();
   const bool slowed = wait.healthy_transit_ns * time_scale / 1e9 < cfg.watchdog_timeout;
   return absl::InvalidArgumentError(absl::StrFormat(
-      "--%s: at time scale %g the longest wait for one message (rank %d -> rank %d, %g ms modeled from "
+      "--%s: at time scale %g the longest wait for one message (rank %d -> rank %d, %s%g ms modeled from "
       "ready to arrival%s) takes %g s of wall time, not less than watchdog_timeout (%g s), which would "
       "report its receiver as stalled: %s",
-      slowed ? "fault" : field, time_scale, wait.src, wait.dst, wait.transit_ns / 1e6,
+      slowed ? "fault" : field, time_scale, wait.src, wait.dst,
+      wait.any_routing ? "whichever way the router sends the EP all-to-alls' tokens, up to " : "",
+      wait.transit_ns / 1e6,
       slowed ? absl::StrFormat(", %g ms without the slow links", wait.healthy_transit_ns / 1e6) : "", wall_s,
       cfg.watchdog_timeout,
       slowed ? "lower the slow link's factor or the time scale, or raise watchdog_timeout"

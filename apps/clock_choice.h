@@ -72,13 +72,19 @@ nlohmann::json ClockJson(const ClockChoice& clock, const HostVerdict& verdict);
 // The longest a real-clock run of `options` may sleep for one message already sent: the predicted
 // arrival − ready of its slowest message (schedule::Prediction::longest_transit: its transfer and
 // latency, slowed by link faults, and the time it queued for busy ports), with the faults of
-// `options` (slow links from their step on) and without --fault's slow links. A receiver's wait
+// `options` (slow links from their step on) and without --fault's slow links. The EP all-to-alls'
+// blocks follow the run's routing, unknown before it: they are bounded by the largest a router can
+// make them (schedule::BusiestBlockRouting; balanced routing, what a prediction assumes, is below a
+// skewed router's busiest expert owner's traffic). A receiver's wait
 // longer than the watchdog timeout is reported as a stall, as an op longer than it would be
 // (CheckOpsFitTheWatchdog), so such a run is bad input too.
 struct MessageWait {
   double transit_ns = 0;          // with every fault of `options`
   double healthy_transit_ns = 0;  // without the slow links of options.faults.op_faults
   int src = -1, dst = -1;         // the slowest message's global ranks (-1: no messages)
+  // The EP all-to-alls' bound for any routing (Prediction::transit_bound of the busiest blocks)
+  // is the longest: src, dst name the busiest blocks' slowest message.
+  bool any_routing = false;
 };
 [[nodiscard]] absl::StatusOr<MessageWait> LongestMessageWait(const schedule::ExecutorOptions& options);
 // InvalidArgument "--FIELD: ..." when the longest message wait takes watchdog_timeout or more of wall

@@ -21,6 +21,11 @@ namespace {
 constexpr double kMaxModelFloats = double{1 << 28};
 constexpr double kMaxMessagesPerDeviceStep = double{1 << 22};
 constexpr uint64_t kMaxRowBytes = uint64_t{1} << 30;
+// Kept-slot counts of a step's routing (schedule::StepRouting: per MoE block, DP replica,
+// micro-batch and expert, 8 bytes each), which a run records every step and an EP prediction
+// builds: at most 2^24 (128 MiB). Above it `predict` died of std::bad_alloc (86 GB for 10 blocks
+// of 65536 experts, dp 64, 256 micro-batches).
+constexpr double kMaxRoutingCounts = double{1 << 24};
 
 int NumLayers(const RunConfig& cfg) { return static_cast<int>(cfg.hidden.size()) + 1; }
 
@@ -56,17 +61,6 @@ std::string MoeFieldOf(const std::string& msg) {
   return "";
 }
 
-// Modeled messages one device puts on the fabric per step for the EP all-to-alls (an upper bound):
-// per MoE block, micro-batch and pass (F, B, and a split backward's Bi), a dispatch and a combine,
-// each two rounds (counts, rows) of ep - 1 peers, a block of at most top_k x microbatch_size rows.
-double EpMessages(const RunConfig& cfg, int blocks) {
-  const double widest = *std::max_element(cfg.hidden.begin(), cfg.hidden.end());
-  const double row_bytes = EpRowBytes(cfg) > 0 ? static_cast<double>(EpRowBytes(cfg)) : 4.0 * widest;
-  const double block_bytes = row_bytes * cfg.top_k * cfg.microbatch_size;
-  const double per_block =
-      cfg.segment_bytes > 0 ? 1 + std::ceil(block_bytes / static_cast<double>(cfg.segment_bytes)) : 2;
-  return blocks * static_cast<double>(cfg.microbatches) * 3 * 2 * (cfg.ep - 1) * per_block;
-}
 
 absl::Status CheckValues(const RunConfig& cfg) {
   if (cfg.top_k > cfg.experts) {
@@ -115,7 +109,7 @@ absl::Status CheckEp(const RunConfig& cfg, int blocks) {
                                                "would encode bf16 bytes again; set ep_row_bytes to the row in fp32 (",
                                                std::min(2 * EpRowBytes(cfg), kMaxRowBytes), ") to model an EP wire format"));
   }
-  if (const double m = EpMessages(cfg, blocks); m > kMaxMessagesPerDeviceStep) {
+  if (const double m = EpTrafficPerDeviceStep(cfg, blocks).messages; m > kMaxMessagesPerDeviceStep) {
     return FieldError(cfg.segment_bytes > 0 ? "segment_bytes" : "ep",
                       absl::StrFormat("about %.3g modeled EP all-to-all messages per device per step; at most %.3g", m,
                                       kMaxMessagesPerDeviceStep));
@@ -178,8 +172,30 @@ absl::Status CheckMoe(const RunConfig& cfg) {
       return FieldError("experts", absl::StrFormat("the MoE blocks hold %.0f weights; at most %.0f (1 GiB of fp32)",
                                                    expert_weights, kMaxModelFloats));
     }
+    const double counts = static_cast<double>(blocks) * cfg.dp * cfg.microbatches * cfg.experts;
+    if (counts > kMaxRoutingCounts) {
+      const char* field = cfg.experts >= std::max(cfg.dp, cfg.microbatches) ? "experts"
+                          : cfg.microbatches >= cfg.dp                       ? "microbatches"
+                                                                             : "dp";
+      return FieldError(field, absl::StrFormat("a step's MoE routing (%d blocks x dp=%d x microbatches=%d x "
+                                               "experts=%d kept-slot counts) would take %.3g GB; at most %.0f "
+                                               "counts (128 MiB)",
+                                               blocks, cfg.dp, cfg.microbatches, cfg.experts, counts * 8 / 1e9,
+                                               kMaxRoutingCounts));
+    }
   }
   return CheckEp(cfg, blocks);
+}
+
+EpTraffic EpTrafficPerDeviceStep(const RunConfig& cfg, int blocks) {
+  if (cfg.ep <= 1 || blocks == 0 || cfg.hidden.empty()) return {};
+  const double widest = *std::max_element(cfg.hidden.begin(), cfg.hidden.end());
+  const double row_bytes = EpRowBytes(cfg) > 0 ? static_cast<double>(EpRowBytes(cfg)) : 4.0 * widest;
+  const double block_bytes = row_bytes * cfg.top_k * cfg.microbatch_size;
+  const double per_block =
+      cfg.segment_bytes > 0 ? 1 + std::ceil(block_bytes / static_cast<double>(cfg.segment_bytes)) : 2;
+  const double exchanges = blocks * static_cast<double>(cfg.microbatches) * 3 * 2 * (cfg.ep - 1);
+  return {.messages = exchanges * per_block, .bytes = exchanges * block_bytes};
 }
 
 uint64_t EpRowBytes(const RunConfig& cfg) {

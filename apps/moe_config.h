@@ -42,6 +42,16 @@ absl::StatusOr<std::vector<int>> ResolveMoeLayers(const RunConfig& cfg);
 // the expert weights and the EP messages within the budgets of a run.
 [[nodiscard]] absl::Status CheckMoe(const RunConfig& cfg);
 
+// Upper bounds of the modeled messages and bytes one device puts on the fabric per step for the EP
+// all-to-alls of `blocks` MoE blocks (none when ep == 1): per block, micro-batch and pass (F, B, and a
+// split backward's Bi), a dispatch and a combine to each of ep − 1 peers, two rounds (counts, rows),
+// a block of at most top_k × microbatch_size rows of EpRowBytes (4 × the widest layer when 0).
+struct EpTraffic {
+  double messages = 0;
+  double bytes = 0;
+};
+EpTraffic EpTrafficPerDeviceStep(const RunConfig& cfg, int blocks);
+
 // The modeled bytes one real token row stands for in the EP all-to-all (ExecutorOptions::
 // ep_row_bytes): ep_row_bytes if set; else with the fixed cost model 0 (the real row, 4 x its width);
 // with the FLOPs cost model the described model's tokens one real row stands for, in bf16 as its

@@ -5,7 +5,11 @@
 // rule counts a thread blocked on the host as able to post, so a sender stuck behind a receiver
 // that waits for a later message would stall the emulation; comm/communicator.h). The queue is
 // boost::lockfree::queue, node-based: it grows with what is in flight and keeps its nodes for
-// reuse, so memory follows the actual backlog rather than a worst-case capacity.
+// reuse, so memory follows the actual backlog rather than a worst-case capacity. It reserves no
+// node up front (only the queue's own dummy): a node is a 64-byte-aligned allocation of about
+// 256 bytes here, so the 64 it used to reserve cost 17 KiB a queue — per ordered pair of ranks of a
+// timed all-to-all (comm/communicator.h A2aLink), 1.1 GB at 256 ranks, where one call puts a
+// message or two on most links.
 //
 // Memory ordering: boost::lockfree::queue's push publishes the node with a release CAS on the
 // tail and pop reads it with acquire, so what the producer wrote before Push happens-before what
@@ -36,7 +40,7 @@ class UnboundedQueue {
 
  public:
   UnboundedQueue(int spin_iterations, int yield_iterations)
-      : queue_(64), spin_iterations_(spin_iterations), yield_iterations_(yield_iterations) {}
+      : queue_(0), spin_iterations_(spin_iterations), yield_iterations_(yield_iterations) {}
   UnboundedQueue(const UnboundedQueue&) = delete;
   UnboundedQueue& operator=(const UnboundedQueue&) = delete;
 

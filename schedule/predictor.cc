@@ -103,8 +103,9 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
   pred.tp = shape.tp;
   pred.folded = fold;
   pred.balanced_routing_assumed = sim.balanced_routing_assumed();
-  pred.longest_transit = sim.longest_transit();
-  if (const FabricMessage& m = sim.longest_transit_message(); m.src >= 0) {
+  pred.longest_transit = sim.transits().longest_transit();
+  pred.transit_bound = sim.transits().transit_bound();
+  if (const FabricMessage& m = sim.transits().longest_message(); m.src >= 0) {
     pred.longest_transit_src = plan.grid.RankAtDevice(m.src);
     pred.longest_transit_dst = plan.grid.RankAtDevice(m.dst);
   }

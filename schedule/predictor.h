@@ -91,6 +91,12 @@ struct Prediction {
   Nanos longest_transit{0};
   int longest_transit_src = -1;
   int longest_transit_dst = -1;
+  // A bound on any message's transit in a step whose message sizes are at most this prediction's
+  // (and whose other messages are the same): a port serves its messages one at a time, FIFO, so a
+  // message waits for its ports at most as long as the busiest port is busy over the whole step,
+  // then takes at most the longest service (first byte to arrival) — whatever the order the
+  // messages meet in, which a different routing of the EP all-to-alls changes.
+  Nanos transit_bound{0};
 
   const std::vector<OpInterval>& Timeline(const ParallelGrid& grid, int rank) const {
     const Coord c = grid.CoordOf(rank);

@@ -125,10 +125,7 @@ absl::Status Simulation::Run() {
           "predict: a message of device ", p.msg.src, " arrives past the largest modeled time "
           "(", kMaxModeledNs, " ns): the configuration's times do not fit"));
     }
-    if (t.arrival - t.ready > longest_transit_) {
-      longest_transit_ = t.arrival - t.ready;
-      longest_message_ = p.msg;
-    }
+    transits_.Add(p.msg, t);
     Channel& ch = channels_[static_cast<size_t>(p.channel)];
     ch.committed.push_back(t);
     if (ch.waiter >= 0) {

@@ -20,6 +20,7 @@
 #include "schedule/metrics.h"
 #include "schedule/plan.h"
 #include "schedule/predictor.h"
+#include "schedule/transit_stats.h"
 
 namespace rp::schedule::internal {
 
@@ -36,10 +37,8 @@ class Simulation {
   const std::vector<OpInterval>& intervals(int i) const { return devs_[static_cast<size_t>(i)].intervals; }
   Nanos end(int i) const { return devs_[static_cast<size_t>(i)].cursor; }
   uint64_t modeled_bytes(int i) const { return devs_[static_cast<size_t>(i)].modeled_bytes; }
-  // The committed message with the longest arrival − ready (the first of equals); transit 0 and
-  // devices -1 without messages.
-  const FabricMessage& longest_transit_message() const { return longest_message_; }
-  Nanos longest_transit() const { return longest_transit_; }
+  // The committed messages' transits (the longest: the first of equals).
+  const TransitStats& transits() const { return transits_; }
 
  private:
   struct Arrived {
@@ -164,8 +163,7 @@ class Simulation {
   std::priority_queue<Pending> pending_;
   std::vector<int> runnable_;
   std::vector<bool> queued_;
-  FabricMessage longest_message_{.src = -1, .dst = -1};
-  Nanos longest_transit_{0};
+  TransitStats transits_;
 };
 
 }  // namespace rp::schedule::internal

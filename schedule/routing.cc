@@ -45,6 +45,29 @@ StepRouting BalancedRouting(const MlpConfig& model, int dp, int microbatches,
   return r;
 }
 
+StepRouting BusiestBlockRouting(const MlpConfig& model, int dp, int ep, int microbatches,
+                                int microbatch_size) {
+  const MoeConfig& moe = model.moe;
+  StepRouting r = StepRouting::Zero(static_cast<int>(moe.layers.size()), dp, microbatches,
+                                    moe.experts);
+  if (moe.layers.empty() || moe.experts < 1 || ep < 1) return r;
+  const int64_t slots = static_cast<int64_t>(moe.top_k) * microbatch_size;
+  const int64_t cap = ExpertCapacity(moe.capacity_factor, moe.top_k, microbatch_size, moe.experts);
+  const int64_t per_expert = cap < 0 ? microbatch_size : std::min<int64_t>(microbatch_size, cap);
+  const int per_rank = moe.experts / ep;
+  for (int b = 0; b < r.blocks; ++b) {
+    for (int d = 0; d < dp; ++d) {
+      for (int mb = 0; mb < microbatches; ++mb) {
+        for (int e = 0; e < moe.experts; ++e) {
+          const int64_t before = static_cast<int64_t>(e % per_rank) * per_expert;  // the rank's earlier experts
+          r.at(b, d, mb, e) = std::clamp<int64_t>(slots - before, 0, per_expert);
+        }
+      }
+    }
+  }
+  return r;
+}
+
 int64_t EpRows(const StepRouting& routing, int block, int mb, std::span<const int> group,
                int experts_per_rank, int from, int to) {
   int64_t rows = 0;

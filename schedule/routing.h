@@ -50,6 +50,16 @@ struct StepRouting {
 // prediction without a run assumes.
 StepRouting BalancedRouting(const MlpConfig& model, int dp, int microbatches, int microbatch_size);
 
+// The routing that makes every EP all-to-all block as large as any routing can: each source routes
+// all its top_k · microbatch_size slots to every EP rank's experts at once, filling them in order
+// up to min(microbatch_size, capacity) each (a token picks an expert once; rp::ExpertCapacity), so
+// each block from EP rank q to EP rank p carries min(top_k · T, (experts / ep) · min(T, capacity))
+// rows — the block of a router that sends every token of every sender to p. Not a routing one
+// step can have (a source's slots are counted once per EP rank): a bound on each block whichever
+// way a skewed router leans, and with Prediction::transit_bound on how long one message may take
+// (apps::LongestMessageWait). ep divides experts.
+StepRouting BusiestBlockRouting(const MlpConfig& model, int dp, int ep, int microbatches, int microbatch_size);
+
 // Token rows that EP rank `from` dispatches to EP rank `to` for (block, mb): Σ of replica
 // group[from]'s kept slots over `to`'s experts [to·experts_per_rank, (to+1)·experts_per_rank).
 // `group` lists the EP group's DP replicas by EP rank.

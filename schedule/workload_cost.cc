@@ -20,7 +20,8 @@ constexpr double kMaxOpNanos = 1e15;
 int BalancedLayers(int layers, int stages, int k) { return layers / stages + (k < layers % stages ? 1 : 0); }
 
 // What a stage keeps for `rows` rows of micro-batch `key`: after its forward, and after a Bi of a
-// zero output gradient (what a split backward keeps until W). The stage holds every key it measured.
+// zero output gradient (what a split backward keeps until W). A W then frees the key, so a stage
+// holds one measurement's rows at a time.
 struct Kept {
   int64_t after_forward = 0, after_input_grad = 0;
 };
@@ -33,7 +34,23 @@ absl::StatusOr<Kept> MeasureKept(MlpStage& stage, int key, int64_t rows) {
   const Tensor dy(rows, stage.output_dim());
   RP_RETURN_IF_ERROR(stage.BackwardInput(key, dy, identity).status());
   k.after_input_grad = stage.activation_bytes() - before;
+  RP_RETURN_IF_ERROR(stage.BackwardWeight(key));
   return k;
+}
+
+// The smallest row count in [2, rows] at which `drops` (whether a count's kept (token, slot)s fall
+// short of proportional) holds, or 0 if none does. `r` = C·k/E is the capacity's slots per token:
+// a count T drops when ⌈r·T⌉ < T, i.e. from about T = 1 / (1 − r) on (never when r >= 1). That
+// estimate is moved to the exact boundary with `drops` itself, which calls the MoE layer's
+// ExpertCapacity: T − ⌈r·T⌉ = ⌊(1 − r)·T⌋ grows with T, so `drops` holds from one count on.
+int64_t FirstDroppingRows(double r, int64_t rows, const std::function<bool(int64_t)>& drops) {
+  if (rows < 2 || !drops(rows)) return 0;
+  const double estimate = r < 1 ? std::ceil(1 / (1 - r)) : static_cast<double>(rows);
+  int64_t t = std::clamp<int64_t>(estimate < static_cast<double>(rows) ? static_cast<int64_t>(estimate) : rows,
+                                  2, rows);
+  while (t > 2 && drops(t - 1)) --t;
+  while (!drops(t)) ++t;  // ends at rows at the latest: drops(rows)
+  return t;
 }
 
 // A stage's stored bytes for a micro-batch of `rows` rows, from a few small measurements. Its
@@ -41,8 +58,10 @@ absl::StatusOr<Kept> MeasureKept(MlpStage& stage, int key, int64_t rows) {
 // experts keeps min(T, capacity(T)) of its T tokens: a stage keeps a·T + b·kept(T) bytes, with
 // kept(T) = top_k · min(T, capacity(T)) (0 without MoE blocks) — per-token tensors, and per kept
 // (token, slot) the experts' rows. a and b are solved from T = 1 and the smallest T whose kept(T)
-// is not T · kept(1) (the capacity starts to drop), checked on a third count; a stage that does not
-// fit (or where those counts are not small against `rows`) is measured on the whole micro-batch.
+// is not T · kept(1) (the capacity starts to drop: FirstDroppingRows, from the capacity formula, so
+// a capacity that drops only from thousands of rows on is probed there), checked on the count after
+// it; a stage that does not fit, or whose probes together would pass more rows than the micro-batch,
+// is measured on the whole micro-batch.
 // (Measuring every stage whole ran a forward and a Bi of the whole micro-batch through the real
 // model before every run and prediction: minutes for a 4096-wide MoE block and 8 576 rows.)
 absl::StatusOr<Kept> StoredBytes(MlpStage& stage, const MlpConfig& mlp, int64_t rows) {
@@ -56,21 +75,15 @@ absl::StatusOr<Kept> StoredBytes(MlpStage& stage, const MlpConfig& mlp, int64_t 
   int key = 0;
   RP_ASSIGN_OR_RETURN(const Kept one, MeasureKept(stage, key++, 1));
   if (rows == 1) return one;
-  // The smallest row count whose kept (token, slot)s are not proportional to it, if any is small.
-  constexpr int64_t kMaxProbe = 64;
-  int64_t t2 = 0;
-  for (int64_t t = 2; t <= std::min(rows, kMaxProbe); ++t) {
-    if (kept(t) != t * kept(1)) {
-      t2 = t;
-      break;
-    }
-  }
-  const bool proportional = t2 == 0 && (rows <= kMaxProbe || kept(rows) == rows * kept(1));
+  // The smallest row count whose kept (token, slot)s are not proportional to it, if any.
+  const double slots_per_token = mlp.moe.capacity_factor * mlp.moe.top_k / mlp.moe.experts;
+  const int64_t t2 = FirstDroppingRows(slots_per_token, moe && mlp.moe.capacity_factor > 0 ? rows : 0,
+                                       [&](int64_t t) { return kept(t) != t * kept(1); });
   std::optional<Kept> fit_at_2;
   std::function<int64_t(int64_t, int64_t, int64_t)> predict;  // (T, m1, m2) -> bytes
-  if (proportional) {
+  if (t2 == 0) {
     predict = [](int64_t t, int64_t m1, int64_t) { return t * m1; };
-  } else if (t2 != 0) {
+  } else if (1 + t2 + (t2 + 1) < rows) {  // the probes pass fewer rows than the micro-batch
     RP_ASSIGN_OR_RETURN(fit_at_2, MeasureKept(stage, key++, t2));
     const int64_t k1 = kept(1), k2 = kept(t2), det = k2 - t2 * k1;  // != 0 by the choice of t2
     predict = [&kept, t2, k1, det](int64_t t, int64_t m1, int64_t m2) -> int64_t {

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "schedule/generators.h"
 #include "schedule/plan.h"
+#include "runtime/model/moe.h"
 #include "schedule/routing.h"
 
 namespace rp::schedule {
@@ -165,6 +166,51 @@ TEST(Routing, BalancedSpreadsSlotsEvenlyUnderTheCapacity) {
   EXPECT_EQ(EpRows(k, 0, 0, group, 2, 0, 1), 0);
   EXPECT_EQ(MoeBlockIndex(m, 1), 0);
   EXPECT_EQ(MoeBlockIndex(m, 2), -1);
+}
+
+// The busiest-block routing bounds what the real-clock watchdog lets one message take: each block
+// from one EP rank to another must be what the MoE layer's own routing (RouteTokens with its
+// ExpertCapacity) keeps for that rank when every token prefers its experts, spread over them — the
+// largest block any router addresses to one rank — over top-1/2, dropless and dropping
+// capacities, 1 and 2 experts per rank.
+TEST(Routing, TheBusiestBlockIsWhatAllTokensPreferringOneRankKeep) {
+  struct Case {
+    int experts, ep, top_k;
+    double capacity;
+  };
+  constexpr int kTokens = 8;
+  for (const Case c : {Case{4, 2, 1, 0}, Case{4, 2, 2, 0}, Case{4, 2, 2, 1.0}, Case{4, 2, 1, 0.5},
+                       Case{4, 4, 2, 0}, Case{4, 4, 1, 1.25}, Case{2, 2, 2, 3.0}}) {
+    MlpConfig m;
+    m.hidden = {8, 8, 8};
+    m.moe.layers = {1};
+    m.moe.experts = c.experts;
+    m.moe.top_k = c.top_k;
+    m.moe.capacity_factor = c.capacity;
+    const int per = c.experts / c.ep;
+    std::vector<int> group(static_cast<size_t>(c.ep));
+    std::iota(group.begin(), group.end(), 0);
+    const StepRouting busiest = BusiestBlockRouting(m, c.ep, c.ep, /*microbatches=*/1, kTokens);
+    for (int to = 0; to < c.ep; ++to) {
+      // Every token's probabilities favour rank `to`'s experts, token t its (t + j) mod per-th
+      // j-th: the tokens spread over them, so each keeps up to its capacity.
+      std::vector<float> probs(static_cast<size_t>(kTokens * c.experts), 0.01f);
+      for (int t = 0; t < kTokens; ++t) {
+        for (int j = 0; j < per; ++j) {
+          probs[static_cast<size_t>(t * c.experts + to * per + (t + j) % per)] = 0.5f - 0.01f * static_cast<float>(j);
+        }
+      }
+      const MoeRouting real = RouteTokens(ConstMatrixView(probs.data(), kTokens, c.experts), c.top_k,
+                                          ExpertCapacity(c.capacity, c.top_k, kTokens, c.experts));
+      int64_t kept = 0;
+      for (int b = 0; b < per; ++b) kept += real.kept[static_cast<size_t>(to * per + b)];
+      for (int from = 0; from < c.ep; ++from) {
+        EXPECT_EQ(EpRows(busiest, 0, 0, group, per, from, to), kept)
+            << "experts " << c.experts << " ep " << c.ep << " top_k " << c.top_k << " capacity "
+            << c.capacity << " to " << to;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -167,9 +167,10 @@ TEST(WorkloadCost, DenseStoredBytesEqualAWholeMicroBatchsForward) {
 
 // A MoE block keeps its experts' rows only for the (token, slot)s the capacity keeps, which rounds
 // with the row count (⌈C·k·T/E⌉): the fit from small row counts must still give a whole
-// micro-batch's bytes — dropless, capacities that drop from 2 or 3 rows on, one close to 1 that
-// drops only past the probes (C·k/E = 0.99: from 100 rows on), top-1 and top-2, one and several
-// blocks per stage next to dense layers, TP-sharded dense layers, a skewed router.
+// micro-batch's bytes — dropless, capacities that drop from 2 or 3 rows on, ones close to 1 that
+// drop only from 100 or 200 rows on (C·k/E = 0.99, 0.995: probed there, 450 rows fit, 150 are
+// measured whole), top-1 and top-2, one and several blocks per stage next to dense layers,
+// TP-sharded dense layers, a skewed router.
 TEST(WorkloadCost, MoeStoredBytesEqualAWholeMicroBatchsForward) {
   struct Moe {
     int experts, top_k;
@@ -177,7 +178,7 @@ TEST(WorkloadCost, MoeStoredBytesEqualAWholeMicroBatchsForward) {
     double skew;
   };
   for (const Moe& m : {Moe{4, 1, 0, 0}, Moe{4, 2, 1.25, 0}, Moe{2, 1, 0.5, 0}, Moe{4, 1, 1.0, 0.5},
-                       Moe{2, 2, 3.0, 0}, Moe{2, 2, 0.99, 0}, Moe{1, 1, 0.7, 0}}) {
+                       Moe{2, 2, 3.0, 0}, Moe{2, 2, 0.99, 0}, Moe{4, 2, 1.99, 0.5}, Moe{1, 1, 0.7, 0}}) {
     MlpConfig mlp;
     mlp.input_dim = 12;
     mlp.hidden = {24, 24, 24, 24};
@@ -191,7 +192,7 @@ TEST(WorkloadCost, MoeStoredBytesEqualAWholeMicroBatchsForward) {
     const std::string config = "E " + std::to_string(m.experts) + " k " + std::to_string(m.top_k) +
                                " C " + std::to_string(m.capacity);
     for (const StageLayout& l : {StageLayout{1, 1, 1, {}}, StageLayout{2, 1, 2, {}}, StageLayout{2, 1, 1, {3, 2}}}) {
-      for (int rows : {1, 2, 3, 7, 64, 150}) ExpectStoredBytesOfAWholeMicroBatch(mlp, l, rows, config);
+      for (int rows : {1, 2, 3, 7, 64, 150, 450}) ExpectStoredBytesOfAWholeMicroBatch(mlp, l, rows, config);
     }
   }
 }
