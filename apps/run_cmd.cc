@@ -277,15 +277,7 @@ int Run(const ParsedArgs& args) {
   auto plan = BuildPlan(*cfg, /*for_run=*/true);
   if (!plan.ok()) return Fail(kExitBadInput, plan.status());
 
-  // On the virtual clock the trace holds nothing of the host (no wall stamps; events in modeled
-  // order): the same options write the same bytes (runtime/tracer.h, docs/runtime.md).
-  Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents,
-                cfg->virtual_time ? TraceClock::kVirtual : TraceClock::kWall);
   schedule::ExecutorOptions options = plan->executor;
-  // Only a requested trace is recorded: recording every op and port message costs the device
-  // threads a lock, an allocation and a copy each (a 512-device virtual run: 325 MB peak RSS
-  // with the tracer attached, 192 MB without).
-  options.tracer = cfg->trace.empty() ? nullptr : &tracer;
   if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), cfg->steps, options.faults); !st.ok()) {
     return Fail(kExitBadInput, st);
   }
@@ -346,6 +338,16 @@ int Run(const ParsedArgs& args) {
       return Fail(kExitBadInput, st);
     }
   }
+  // On the virtual clock the trace holds nothing of the host (no wall stamps; events in modeled
+  // order): the same options write the same bytes (runtime/tracer.h, docs/runtime.md). On the real
+  // clock its wall origin is when it is built: here, after --time_scale=auto's trial runs, so the
+  // trace's wall times are the measured run's, not the calibration's as well.
+  Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents,
+                cfg->virtual_time ? TraceClock::kVirtual : TraceClock::kWall);
+  // Only a requested trace is recorded: recording every op and port message costs the device
+  // threads a lock, an allocation and a copy each (a 512-device virtual run: 325 MB peak RSS
+  // with the tracer attached, 192 MB without).
+  options.tracer = cfg->trace.empty() ? nullptr : &tracer;
   auto exec = schedule::Executor::Create(options);
   if (!exec.ok()) return create_failed(exec.status());
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",
