@@ -174,26 +174,6 @@ int Fail(int code, const absl::Status& st) {
   return code;
 }
 
-// A failed run's host.time_scale_choice: its clock and why, and whether the host kept the scale over
-// the steps committed before the failure (their upper median by measured time, as a run's headline
-// step; null when none was committed). The failed report had no host section: nothing said which
-// clock or scale its steps' measured times were taken at.
-nlohmann::json FailedRunClockJson(const RunConfig& cfg, const ClockChoice& clock, const WatchdogFit& fit,
-                                  const std::vector<schedule::StepRecord>& steps) {
-  if (steps.empty()) {
-    nlohmann::json j = ClockJson(clock, HostVerdict{});
-    if (clock.mode != ClockChoice::Mode::kVirtual) j["host_fidelity_trusted"] = j["suggested_scale"] = nullptr;
-    return j;
-  }
-  std::vector<const schedule::StepRecord*> by_measured;
-  for (const schedule::StepRecord& s : steps) by_measured.push_back(&s);
-  std::stable_sort(by_measured.begin(), by_measured.end(),
-                   [](const auto* a, const auto* b) { return a->measured_ms < b->measured_ms; });
-  const schedule::StepRecord& median = *by_measured[by_measured.size() / 2];
-  const double fidelity = schedule::Fidelity(FromMillis(median.measured_ms), FromMillis(median.emulated_ms));
-  return ClockJson(clock, JudgeHostFidelity(clock, fidelity, cfg.watchdog_timeout, WatchdogScaleLimit(cfg, fit)));
-}
-
 // A run that failed at run time still writes its report (marked failed, with the failure and every
 // step committed before it) and its trace, when they were asked for (issue 13 §5).
 void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunFailure* failure,
