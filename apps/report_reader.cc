@@ -152,7 +152,12 @@ absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& sect
   const json& devices = Get(section, "devices");
   if (!devices.is_array()) return BadField(path + ".devices", absl::StrCat("expected a list, got ", ShortDump(devices)));
   if (devices.empty()) return BadField(path + ".devices", "no devices to draw");
-  for (size_t i = 0; i < devices.size() && p.rows.size() < kMaxRows; ++i) {
+  // Refused, not cut (the rows past kMaxRows were left out without a word).
+  if (devices.size() > kMaxRows) {
+    return BadField(path + ".devices",
+                    absl::StrCat(devices.size(), " devices; a chart draws at most ", kMaxRows, " rows"));
+  }
+  for (size_t i = 0; i < devices.size(); ++i) {
     const json& d = devices[i];
     const std::string dev = absl::StrCat(path, ".devices[", i, "]");
     if (!d.is_object()) return BadField(dev, absl::StrCat("expected an object, got ", ShortDump(d)));

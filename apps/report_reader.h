@@ -8,7 +8,8 @@
 // absent, but every value given must be of its type and within bounds, else the report is refused
 // naming the value by its path ("timeline.predicted.devices[3].ops[2].end_ms: must be in [0, 1e+12]
 // ms, got -5"): times finite, in [0, 1e12] ms (the largest modeled time), an op's end not before its
-// start; ranks, pp and tp below the report's layout; at least one device per panel. Strings are
+// start; ranks, pp and tp below the report's layout; at least one device and at most kMaxRows per
+// panel (more are refused, never drawn cut short). Strings are
 // shown as printable UTF-8, and the sizes are bounded
 // (kMaxReportBytes of text, kMaxJsonDepth of nesting, kMaxRows rows, kMaxBars bars, kMaxParsedBytes of
 // the rest). The text is parsed as it is read (ReadChunk: it is never held whole), each op of a drawn

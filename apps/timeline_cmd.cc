@@ -168,13 +168,15 @@ int Run(const ParsedArgs& args) {
         // chart's title), the chart drawing the failed run's predicted step (nothing was measured).
         if (const schedule::RunFailure* f = (*exec)->failure(); f != nullptr) {
           host.time_scale_choice = FailedRunClockJson(*cfg, *clock, fit, f->steps);
-          FailedTimeline failed = FailedTimelineOutputs(*cfg, *plan, *f, host, args.Has("title") ? args.Text("title") : "");
+          FailedTimeline failed =
+              FailedTimelineOutputs(*cfg, *plan, *f, host, args.Has("title") ? args.Text("title") : "");
           if (!cfg->report_json.empty()) outputs.Set("report_json", std::move(failed.report_json));
           if (!failed.svg.empty()) outputs.Set("out", std::move(failed.svg));
           if (absl::Status st = outputs.Commit(); !st.ok()) {
             std::fprintf(stderr, "ringpipe timeline: %s\n", std::string(st.message()).c_str());
           } else {
-            std::fprintf(stderr, "ringpipe timeline: the failed run's chart and report were written (status \"failed\")\n");
+            std::fprintf(stderr,
+                         "ringpipe timeline: the failed run's chart and report were written (status \"failed\")\n");
           }
         }
         return fail(kExitFault, std::string(run.status().message()));

@@ -178,7 +178,8 @@ class GeneratedReport {
     pending_.clear();
     at_ = 0;
     if (state_ == 0) {
-      pending_ = R"({"schema":"ringpipe-report/2","layout":{"pp":64,"tp":1,"world":64},"timeline":{"predicted":{"devices":[)";
+      pending_ = R"({"schema":"ringpipe-report/2","layout":{"pp":64,"tp":1,"world":64},)"
+                 R"("timeline":{"predicted":{"devices":[)";
       state_ = 1;
       return true;
     }
@@ -263,6 +264,26 @@ TEST(TimelineReader, StreamedOpsFollowTheDomsRules) {
                          "]}]}}}");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->panels[0].bars.size(), 1u);
+}
+
+// A report of more devices than a chart has rows (kMaxRows) was drawn cut short without a word: its
+// first 4096 devices, "wrote t.svg: 4096 device rows". Now refused naming the count and the cap; at the
+// cap it is drawn whole.
+TEST(TimelineReader, MoreDevicesThanAChartHasRowsAreRefusedNotCut) {
+  auto report = [](size_t devices) {
+    std::string text = R"({"schema":"ringpipe-report/2","timeline":{"predicted":{"devices":[)";
+    for (size_t i = 0; i < devices; ++i) {
+      absl::StrAppend(&text, i > 0 ? "," : "", R"({"ops":[{"start_ms":)", i, R"(,"end_ms":)", i + 1, "}]}");
+    }
+    return text + "]}}}";
+  };
+  absl::StatusOr<TimelineReport> all = ReadTimelineReport(report(kMaxRows));
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->rows, kMaxRows);
+  EXPECT_EQ(all->panels[0].bars.size(), kMaxRows);
+  absl::StatusOr<TimelineReport> more = ReadTimelineReport(report(kMaxRows + 1));
+  ASSERT_FALSE(more.ok()) << more->rows << " rows drawn";
+  EXPECT_EQ(more.status().message(), "timeline.predicted.devices: 4097 devices; a chart draws at most 4096 rows");
 }
 
 // `timeline` failed at run time without writing anything: a stall (the host kept the run from
