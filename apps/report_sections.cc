@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "apps/config.h"
+#include "apps/flags.h"
 #include "runtime/status_macros.h"
 
 namespace rp::apps::report_internal {
@@ -48,6 +49,9 @@ constexpr size_t kMemberBytes = 96;
 constexpr size_t kContainerBytes = 64;
 constexpr size_t kStringBytes = 48;
 size_t LongTextBytes(const std::string& s) { return s.size() > 15 ? s.size() + 17 : 0; }
+
+// The longest reason a "not JSON" error quotes from the parser.
+constexpr size_t kMaxWhyBytes = 200;
 
 // An nlohmann SAX handler that builds the DOM of the sections drawn as the text is parsed, and stops
 // the parse at once (returns false) on a syntax error, nesting deeper than kMaxJsonDepth, or more than
@@ -95,9 +99,15 @@ class SectionParser {
     top.key = std::move(k);
     return top.skip || Charge(kMemberBytes + LongTextBytes(top.key));
   }
-  bool parse_error(size_t /*position*/, const std::string& /*token*/, const nlohmann::detail::exception& /*e*/) {
+  bool parse_error(size_t /*position*/, const std::string& /*token*/, const nlohmann::detail::exception& e) {
+    // nlohmann's words without their "[json.exception.parse_error.101] " tag: where and why.
+    const std::string what = e.what();
+    const size_t tag = what.rfind("] ", what.find(' ') == std::string::npos ? 0 : what.find(' '));
+    why_ = tag == std::string::npos ? what : what.substr(tag + 2);
     return Fail(Error::kNotJson);
   }
+  // Why the text is not JSON (kNotJson), as nlohmann says it.
+  const std::string& why() const { return why_; }
 
  private:
   // Where a container sits: the sections' path down to an op list, an element of one (kOp), or
@@ -250,6 +260,7 @@ class SectionParser {
   json op_;                  // that element
   size_t bars_ = 0;          // over the panels
   Error error_ = Error::kNone;
+  std::string why_;
 };
 
 }  // namespace
@@ -265,7 +276,16 @@ absl::StatusOr<ParsedSections> ParseSections(const ReadChunk& read, size_t max_b
   RP_RETURN_IF_ERROR(buffer.status());
   switch (sections.error()) {
     case SectionParser::Error::kNone: break;
-    case SectionParser::Error::kNotJson: return absl::InvalidArgumentError("is not JSON");
+    case SectionParser::Error::kNotJson: {
+      // One line, cut (the last token read is quoted whole, and may be long).
+      std::string why = OneLine(sections.why());
+      if (why.size() > kMaxWhyBytes) {
+        size_t cut = kMaxWhyBytes;
+        while (cut > 0 && (static_cast<unsigned char>(why[cut]) & 0xc0) == 0x80) --cut;
+        why = why.substr(0, cut) + "...";
+      }
+      return absl::InvalidArgumentError(why.empty() ? "is not JSON" : absl::StrCat("is not JSON: ", why));
+    }
     case SectionParser::Error::kTooDeep:
       return absl::InvalidArgumentError(absl::StrCat("is not a report: nested deeper than ", kMaxJsonDepth, " levels"));
     case SectionParser::Error::kTooLarge:

@@ -64,7 +64,8 @@ struct ParsedSections {
   std::array<StreamedOps, kPanelKeys.size()> panels;  // by kPanelKeys
 };
 
-// Parses the text `read` gives. InvalidArgument, one line, for text that is not JSON, nested deeper
+// Parses the text `read` gives. InvalidArgument, one line, for text that is not JSON ("is not JSON:
+// parse error at line L, column C: ...", the parser's words, cut to about 200 bytes), nested deeper
 // than kMaxJsonDepth, or holding more than kMaxParsedBytes besides its ops; a read error is returned
 // as it is. More than `max_bars` ops over the panels (devices past kMaxRows aside) is a panel's error
 // (InvalidArgument, at the device where the count passed it).

@@ -266,6 +266,23 @@ TEST(TimelineReader, StreamedOpsFollowTheDomsRules) {
   EXPECT_EQ(t->panels[0].bars.size(), 1u);
 }
 
+// A report that is not JSON said only "is not JSON" (its header promised "is not JSON: ..."): a user
+// with a 300 MB report that a tool cut short or a hand edit broke could not tell where. Now nlohmann's
+// words, where and why, on one line cut to a readable length (its last token is quoted whole).
+TEST(TimelineReader, TextThatIsNotJsonIsRefusedSayingWhereAndWhy) {
+  EXPECT_EQ(ReadTimelineReport(std::string("{\n  \"schema\": tru }")).status().message(),
+            "is not JSON: parse error at line 2, column 16: syntax error while parsing value - invalid literal; "
+            "last read: '\"schema\": tru '");
+  EXPECT_EQ(ReadTimelineReport(std::string(R"({"timeline":{"predicted":{"step_ms":1e999}}})")).status().message(),
+            "is not JSON: number overflow parsing '1e999'");
+  const std::string cut = "{\"a\":\"" + std::string(5000, 'x');
+  const absl::StatusOr<TimelineReport> t = ReadTimelineReport(cut);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message().substr(0, 52), "is not JSON: parse error at line 1, column 5007: syn");
+  EXPECT_LE(t.status().message().size(), 220u) << t.status().message();
+  EXPECT_EQ(OneLine(std::string(t.status().message())), t.status().message());
+}
+
 // A report of more devices than a chart has rows (kMaxRows) was drawn cut short without a word: its
 // first 4096 devices, "wrote t.svg: 4096 device rows". Now refused naming the count and the cap; at the
 // cap it is drawn whole.
