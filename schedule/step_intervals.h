@@ -12,7 +12,7 @@
 //   optimizer step  one kGradAllReduce per bucket of the rank (RankPlan::bucket_order), one kGradWait
 //                   and one kOptimizer;
 //   kTpAllReduce / kAllReduce ops  none (sizes only).
-// tests/schedule/step_intervals_test.cc holds the count to the predictor's and the emulator's
+// tests/apps/timeline_test.cc (StepIntervals.*) holds the count to the predictor's and the emulator's
 // timelines over the schedules, TP, EP, DP buckets and chunked layouts.
 //
 // Thread safety: pure function.
