@@ -217,13 +217,15 @@ TEST(RealClockTrace, KeepsTheMeasuredAndTheModeledProcesses) {
 
 // The trace's wall clock starts at the measured run, after --time_scale=auto's trial runs: it was
 // built before them, so every wall stamp included the whole calibration (each op started later than
-// all the trials' wall seconds together). Now the first op starts before the trials' time is over —
-// each trial built its own executor and ran two steps, more than the run's start up to its first op.
+// all the trials' wall seconds together). Now the first op starts before the trials' time is over:
+// each trial built its own executor and ran two steps of 450 modeled ms (at least 0.9 s at the first
+// scale tried, 1), the run only its executor before its first op (with 0.5 / 1 ms ops the run's setup
+// on a loaded host outlasted the trials once: 323 ms against 310).
 TEST(RealClockTrace, WallTimesStartAtTheRunNotAtTheCalibration) {
   const fs::path dir = rp::apps::testing::TempDir("ringpipe_trace_test", "wall_origin");
   const fs::path trace = dir / "t.json", report = dir / "r.json";
   const BinaryResult r = RunBinary(
-      "run --dp=2 --pp=2 --tp=1 --hidden=32x4 --microbatches=2 --forward_ms=0.5 --backward_ms=1 "
+      "run --dp=2 --pp=2 --tp=1 --hidden=32x4 --microbatches=2 --forward_ms=50 --backward_ms=100 "
       "--steps=2 --reference=false --time_scale=auto --trace=" + trace.string() + " --report_json=" +
       report.string(), dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
