@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/status_macros.h"
+#include "runtime/time.h"
+#include "schedule/metrics.h"
 #include "schedule/plan.h"
 #include "schedule/predictor.h"
 
@@ -227,6 +229,22 @@ absl::Status CheckChosenScaleFitsTheWatchdog(const RunConfig& cfg, const Watchdo
   RP_RETURN_IF_ERROR(CheckOpsFitTheWatchdog(cfg, scale, "watchdog_timeout", fit.op_factor));
   return fit.message_wait ? CheckMessagesFitTheWatchdog(cfg, *fit.message_wait, scale, "watchdog_timeout")
                           : absl::OkStatus();
+}
+
+nlohmann::json FailedRunClockJson(const RunConfig& cfg, const ClockChoice& clock, const WatchdogFit& fit,
+                                  const std::vector<schedule::StepRecord>& steps) {
+  if (steps.empty()) {
+    nlohmann::json j = ClockJson(clock, HostVerdict{});
+    if (clock.mode != ClockChoice::Mode::kVirtual) j["host_fidelity_trusted"] = j["suggested_scale"] = nullptr;
+    return j;
+  }
+  std::vector<const schedule::StepRecord*> by_measured;
+  for (const schedule::StepRecord& s : steps) by_measured.push_back(&s);
+  std::stable_sort(by_measured.begin(), by_measured.end(),
+                   [](const auto* a, const auto* b) { return a->measured_ms < b->measured_ms; });
+  const schedule::StepRecord& median = *by_measured[by_measured.size() / 2];
+  const double fidelity = schedule::Fidelity(FromMillis(median.measured_ms), FromMillis(median.emulated_ms));
+  return ClockJson(clock, JudgeHostFidelity(clock, fidelity, cfg.watchdog_timeout, WatchdogScaleLimit(cfg, fit)));
 }
 
 }  // namespace rp::apps

@@ -119,4 +119,11 @@ double WatchdogScaleLimit(const RunConfig& cfg, const WatchdogFit& fit);
 [[nodiscard]] absl::Status CheckChosenScaleFitsTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
                                                            double scale);
 
+// A run that failed at run time (`run`, `timeline`): its host.time_scale_choice — its clock and why,
+// and whether the host kept the scale over the steps committed before the failure (their upper median
+// by measured time, as a run's headline step; null when none was committed). The failed report had no
+// host section: nothing said which clock or scale its steps' measured times were taken at.
+nlohmann::json FailedRunClockJson(const RunConfig& cfg, const ClockChoice& clock, const WatchdogFit& fit,
+                                  const std::vector<schedule::StepRecord>& steps);
+
 }  // namespace rp::apps

@@ -287,7 +287,12 @@ absl::Status OutputFiles::CheckAll(const std::vector<std::pair<std::string, std:
 }
 
 void OutputFiles::Set(const std::string& flag, std::string contents) {
-  if (Output* o = Find(flag); o != nullptr && !o->is_dir) o->files = {{o->path, std::move(contents)}};
+  // Emplaced: a braced list's elements are const, so `files = {{path, std::move(contents)}}` copied the
+  // contents once more (a 722 MB chart held twice).
+  if (Output* o = Find(flag); o != nullptr && !o->is_dir) {
+    o->files.clear();
+    o->files.emplace_back(o->path, std::move(contents));
+  }
 }
 
 void OutputFiles::SetInDir(const std::string& flag, const std::string& name, std::string contents) {

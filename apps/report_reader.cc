@@ -1,22 +1,20 @@
 #include "apps/report_reader.h"
 
 #include <algorithm>
-#include <array>
-#include <cstring>
-#include <istream>
-#include <streambuf>
 #include <cmath>
-#include <limits>
+#include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "apps/config.h"
 #include "apps/flags.h"
+#include "apps/report_sections.h"
 #include "nlohmann/json.hpp"
 #include "runtime/status_macros.h"
 
 namespace rp::apps {
+namespace report_internal {
 namespace {
 
 using json = nlohmann::json;
@@ -30,136 +28,6 @@ constexpr int64_t kMaxMicrobatches = int64_t{1} << 20;
 constexpr int64_t kMaxChunks = 1024;
 constexpr int64_t kMaxSteps = int64_t{1} << 24;
 
-// Pulls the text from a ReadChunk for the parser's std::istream; a read error ends the text and is
-// kept (status()).
-class ChunkBuffer : public std::streambuf {
- public:
-  explicit ChunkBuffer(const ReadChunk& read) : read_(read) {}
-  const absl::Status& status() const { return status_; }
-
- protected:
-  int_type underflow() override {
-    if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-    if (!status_.ok()) return traits_type::eof();
-    absl::StatusOr<size_t> n = read_(buffer_.data(), buffer_.size());
-    if (!n.ok()) status_ = n.status();
-    if (!n.ok() || *n == 0) return traits_type::eof();
-    setg(buffer_.data(), buffer_.data(), buffer_.data() + *n);
-    return traits_type::to_int_type(*gptr());
-  }
-
- private:
-  const ReadChunk& read_;
-  std::array<char, 65536> buffer_;
-  absl::Status status_;
-};
-
-// Heap bytes a value of the DOM takes at most (libstdc++, 64-bit, malloc's 16-byte overhead): an
-// array element (a 16-byte json, three times: while the vector grows it holds the old and the new,
-// twice as large, storage), an object member (a tree node: its
-// links, key and json), a container or a string (its own allocation) and a long string's text.
-constexpr size_t kArrayElementBytes = 48;
-constexpr size_t kMemberBytes = 96;
-constexpr size_t kContainerBytes = 64;
-constexpr size_t kStringBytes = 48;
-size_t LongTextBytes(const std::string& s) { return s.size() > 15 ? s.size() + 17 : 0; }
-// What one op of a report's timeline takes ({"kind", "op", "start_ms", "end_ms", "mb", "chunk"}: an
-// element, an object, six members and two strings): how many ops kMaxParsedBytes holds, for the error.
-constexpr size_t kOpBytes = kArrayElementBytes + kContainerBytes + 6 * kMemberBytes + 2 * kStringBytes;
-
-// An nlohmann SAX handler that builds the DOM of the sections drawn as the text is parsed, and stops
-// the parse at once (returns false) on a syntax error, nesting deeper than kMaxJsonDepth, or more than
-// kMaxParsedBytes of DOM: so a hostile report costs at most that much memory, never its text's
-// size in DOM. Kept: the top-level "schema", "layout", "schedule" and "timeline" but its "emulated"
-// rows (not drawn); every other value is parsed and dropped.
-class SectionParser {
- public:
-  enum class Error { kNone, kNotJson, kTooDeep, kTooLarge };
-  Error error() const { return error_; }
-  const json& root() const { return root_; }
-
-  bool null() { return Value(json(nullptr), 0); }
-  bool boolean(bool v) { return Value(json(v), 0); }
-  bool number_integer(json::number_integer_t v) { return Value(json(v), 0); }
-  bool number_unsigned(json::number_unsigned_t v) { return Value(json(v), 0); }
-  bool number_float(json::number_float_t v, const json::string_t& /*text*/) { return Value(json(v), 0); }
-  bool string(json::string_t& v) {
-    const size_t bytes = kStringBytes + LongTextBytes(v);
-    return Value(json(std::move(v)), bytes);
-  }
-  bool binary(json::binary_t& /*v*/) { return Fail(Error::kNotJson); }  // not in JSON text
-  bool start_object(size_t /*elements*/) { return Open(json::object()); }
-  bool start_array(size_t /*elements*/) { return Open(json::array()); }
-  bool end_object() { return Close(); }
-  bool end_array() { return Close(); }
-  bool key(json::string_t& k) {
-    Frame& top = stack_.back();
-    if (top.value == nullptr) return true;
-    // The root's members: only the sections drawn; the timeline's: not the emulated rows.
-    top.skip = (stack_.size() == 1 && k != "timeline" && k != "layout" && k != "schedule" && k != "schema") ||
-               (stack_.size() == 2 && stack_.front().key == "timeline" && k == "emulated");
-    top.key = std::move(k);
-    return top.skip || Charge(kMemberBytes + LongTextBytes(top.key));
-  }
-  bool parse_error(size_t /*position*/, const std::string& /*token*/, const nlohmann::detail::exception& /*e*/) {
-    return Fail(Error::kNotJson);
-  }
-
- private:
-  // A container being parsed: null while skipped; an object's last key and whether its value is skipped.
-  struct Frame {
-    json* value = nullptr;
-    std::string key;
-    bool skip = false;
-  };
-
-  bool Fail(Error e) {
-    if (error_ == Error::kNone) error_ = e;
-    return false;
-  }
-  bool Charge(size_t bytes) {
-    parsed_bytes_ += bytes;
-    return parsed_bytes_ <= kMaxParsedBytes || Fail(Error::kTooLarge);
-  }
-  // Where the next value goes: null if it is skipped.
-  json* Slot(size_t bytes, bool& ok) {
-    ok = true;
-    if (stack_.empty()) return &root_;
-    Frame& top = stack_.back();
-    if (top.value == nullptr || (top.value->is_object() && top.skip)) return nullptr;
-    if (top.value->is_object()) {
-      ok = Charge(bytes);
-      return &(*top.value)[top.key];
-    }
-    ok = Charge(kArrayElementBytes + bytes);
-    top.value->push_back(nullptr);
-    return &top.value->back();
-  }
-  bool Value(json v, size_t bytes) {
-    bool ok = true;
-    if (json* slot = Slot(bytes, ok); slot != nullptr && ok) *slot = std::move(v);
-    return ok;
-  }
-  bool Open(json container) {
-    if (stack_.size() + 1 > static_cast<size_t>(kMaxJsonDepth)) return Fail(Error::kTooDeep);
-    bool ok = true;
-    json* slot = Slot(kContainerBytes, ok);
-    if (!ok) return false;
-    if (slot != nullptr) *slot = std::move(container);
-    stack_.push_back({slot, "", false});
-    return true;
-  }
-  bool Close() {
-    stack_.pop_back();
-    return true;
-  }
-
-  json root_;
-  std::vector<Frame> stack_;
-  size_t parsed_bytes_ = 0;
-  Error error_ = Error::kNone;
-};
-
 // `text` as printable UTF-8 (OneLine), cut to at most kMaxShown bytes on a character boundary.
 std::string Shown(const std::string& text) {
   std::string s = OneLine(text);
@@ -170,7 +38,7 @@ std::string Shown(const std::string& text) {
   return s + "...";
 }
 
-std::string ShortSchema(const json& v) { return Shown(v.get_ref<const std::string&>()); }
+}  // namespace
 
 const json& Get(const json& j, const char* key) {
   static const json kNull;
@@ -183,7 +51,6 @@ absl::Status BadField(const std::string& path, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
 }
 
-// A time in ms: a finite number in [0, kMaxReportMs]. Absent: `fallback` if it is set, else an error.
 absl::StatusOr<double> Ms(const json& j, const char* key, const std::string& path, std::optional<double> fallback) {
   const json& v = Get(j, key);
   const std::string where = absl::StrCat(path, ".", key);
@@ -197,7 +64,6 @@ absl::StatusOr<double> Ms(const json& j, const char* key, const std::string& pat
   return d;
 }
 
-// An integer in [lo, hi]; absent: `fallback`.
 absl::StatusOr<int64_t> Int(const json& j, const char* key, const std::string& path, int64_t lo, int64_t hi,
                             int64_t fallback) {
   const json& v = Get(j, key);
@@ -211,7 +77,6 @@ absl::StatusOr<int64_t> Int(const json& j, const char* key, const std::string& p
   return v.get<int64_t>();
 }
 
-// A string shown in the chart; absent: "".
 absl::StatusOr<std::string> Str(const json& j, const char* key, const std::string& path) {
   const json& v = Get(j, key);
   if (v.is_null()) return std::string();
@@ -219,10 +84,7 @@ absl::StatusOr<std::string> Str(const json& j, const char* key, const std::strin
   return Shown(v.get_ref<const std::string&>());
 }
 
-// The report's layout sizes (each absent: the largest layout), bounding the device coordinates.
-struct Layout {
-  int64_t world = kMaxPredictDevices, pp = kMaxPredictDevices, tp = kMaxPredictDevices;
-};
+namespace {
 
 svg::BarClass ClassOf(const std::string& kind, const std::string& op) {
   if (kind == "tp_allreduce") return svg::BarClass::kTpComm;
@@ -236,15 +98,66 @@ svg::BarClass ClassOf(const std::string& kind, const std::string& op) {
   return svg::BarClass::kOptimizer;
 }
 
+}  // namespace
+
+absl::StatusOr<svg::GanttBar> OpBar(const json& op, const std::string& where, int row) {
+  if (!op.is_object()) return BadField(where, absl::StrCat("expected an object, got ", ShortDump(op)));
+  svg::GanttBar b;
+  b.row = row;
+  RP_ASSIGN_OR_RETURN(b.start_ms, Ms(op, "start_ms", where, std::nullopt));
+  RP_ASSIGN_OR_RETURN(b.end_ms, Ms(op, "end_ms", where, std::nullopt));
+  if (b.end_ms < b.start_ms) {
+    return BadField(where + ".end_ms", absl::StrCat("is before start_ms (", b.end_ms, " < ", b.start_ms, ")"));
+  }
+  RP_ASSIGN_OR_RETURN(const std::string kind, Str(op, "kind", where));
+  RP_ASSIGN_OR_RETURN(const std::string name, Str(op, "op", where));
+  b.cls = ClassOf(kind, name);
+  RP_ASSIGN_OR_RETURN(const int64_t mb, Int(op, "mb", where, 0, kMaxMicrobatches - 1, -1));
+  RP_ASSIGN_OR_RETURN(const int64_t chunk, Int(op, "chunk", where, 0, kMaxChunks - 1, -1));
+  if (mb >= 0 && b.cls != svg::BarClass::kWait) {
+    b.label = absl::StrCat(mb);
+    if (chunk >= 0) absl::StrAppend(&b.label, ".", chunk);
+  }
+  return b;
+}
+
+}  // namespace report_internal
+
+namespace {
+
+using json = nlohmann::json;
+using report_internal::BadField;
+using report_internal::Get;
+using report_internal::Int;
+using report_internal::kMaxMicrobatches;
+using report_internal::kMaxSteps;
+using report_internal::Ms;
+using report_internal::Str;
+using report_internal::StreamedOps;
+
+std::string ShortSchema(const json& v) { return report_internal::Shown(v.get_ref<const std::string&>()); }
+
+// The report's layout sizes (each absent: the largest layout), bounding the device coordinates.
+struct Layout {
+  int64_t world = kMaxPredictDevices, pp = kMaxPredictDevices, tp = kMaxPredictDevices;
+};
+
+// A panel of the timeline: its devices' rows and their ops' bars — from the DOM's op lists, or, for
+// the lists ParseSections streamed, `streamed`'s bars (its error at the device it names).
 absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& section, const std::string& path,
-                                       const Layout& layout, size_t max_bars, size_t& bars) {
+                                       const Layout& layout, size_t max_bars, size_t& bars, StreamedOps* streamed) {
   svg::GanttPanel p;
   p.title = title;
   RP_ASSIGN_OR_RETURN(p.span_ms, Ms(section, "step_ms", path, 0.0));
   const json& devices = Get(section, "devices");
   if (!devices.is_array()) return BadField(path + ".devices", absl::StrCat("expected a list, got ", ShortDump(devices)));
   if (devices.empty()) return BadField(path + ".devices", "no devices to draw");
-  for (size_t i = 0; i < devices.size() && p.rows.size() < kMaxRows; ++i) {
+  // Refused, not cut (the rows past kMaxRows were left out without a word).
+  if (devices.size() > kMaxRows) {
+    return BadField(path + ".devices",
+                    absl::StrCat(devices.size(), " devices; a chart draws at most ", kMaxRows, " rows"));
+  }
+  for (size_t i = 0; i < devices.size(); ++i) {
     const json& d = devices[i];
     const std::string dev = absl::StrCat(path, ".devices[", i, "]");
     if (!d.is_object()) return BadField(dev, absl::StrCat("expected an object, got ", ShortDump(d)));
@@ -255,6 +168,10 @@ absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& sect
     p.rows.push_back(absl::StrFormat("rank %d  (pp %d, tp %d)", rank, pp, tp));
     const json& ops = Get(d, "ops");
     if (ops.is_null()) continue;
+    if (report_internal::IsStreamedOps(ops)) {
+      if (streamed != nullptr && streamed->error_device == row) return streamed->error;
+      continue;
+    }
     if (!ops.is_array()) return BadField(dev + ".ops", absl::StrCat("expected a list, got ", ShortDump(ops)));
     for (size_t k = 0; k < ops.size(); ++k) {
       // Refused, not cut: the chart would silently leave out the rest of the step.
@@ -262,69 +179,28 @@ absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& sect
         return absl::ResourceExhaustedError(
             absl::StrCat(dev, ".ops: more than ", max_bars, " ops to draw over the panels, the most a chart draws"));
       }
-      const json& op = ops[k];
-      const std::string where = absl::StrCat(dev, ".ops[", k, "]");
-      if (!op.is_object()) return BadField(where, absl::StrCat("expected an object, got ", ShortDump(op)));
-      svg::GanttBar b;
-      b.row = row;
-      RP_ASSIGN_OR_RETURN(b.start_ms, Ms(op, "start_ms", where, std::nullopt));
-      RP_ASSIGN_OR_RETURN(b.end_ms, Ms(op, "end_ms", where, std::nullopt));
-      if (b.end_ms < b.start_ms) {
-        return BadField(where + ".end_ms", absl::StrCat("is before start_ms (", b.end_ms, " < ", b.start_ms, ")"));
-      }
-      RP_ASSIGN_OR_RETURN(const std::string kind, Str(op, "kind", where));
-      RP_ASSIGN_OR_RETURN(const std::string name, Str(op, "op", where));
-      b.cls = ClassOf(kind, name);
-      RP_ASSIGN_OR_RETURN(const int64_t mb, Int(op, "mb", where, 0, kMaxMicrobatches - 1, -1));
-      RP_ASSIGN_OR_RETURN(const int64_t chunk, Int(op, "chunk", where, 0, kMaxChunks - 1, -1));
-      if (mb >= 0 && b.cls != svg::BarClass::kWait) {
-        b.label = absl::StrCat(mb);
-        if (chunk >= 0) absl::StrAppend(&b.label, ".", chunk);
-      }
-      p.span_ms = std::max(p.span_ms, b.end_ms);
+      RP_ASSIGN_OR_RETURN(svg::GanttBar b, report_internal::OpBar(ops[k], absl::StrCat(dev, ".ops[", k, "]"), row));
       p.bars.push_back(std::move(b));
       ++bars;
     }
   }
+  if (streamed != nullptr) {
+    bars += streamed->bars.size();
+    if (p.bars.empty()) {
+      p.bars = std::move(streamed->bars);
+    } else {
+      p.bars.insert(p.bars.end(), std::make_move_iterator(streamed->bars.begin()),
+                    std::make_move_iterator(streamed->bars.end()));
+    }
+  }
+  for (const svg::GanttBar& b : p.bars) p.span_ms = std::max(p.span_ms, b.end_ms);
   return p;
 }
 
-}  // namespace
-
-absl::StatusOr<TimelineReport> ReadTimelineReport(const ReadChunk& read) {
-  SectionParser sections;
-  ChunkBuffer buffer(read);
-  std::istream in(&buffer);
-  json::sax_parse(in, &sections, json::input_format_t::json, /*strict=*/true);
-  RP_RETURN_IF_ERROR(buffer.status());
-  switch (sections.error()) {
-    case SectionParser::Error::kNone: break;
-    case SectionParser::Error::kNotJson: return absl::InvalidArgumentError("is not JSON");
-    case SectionParser::Error::kTooDeep:
-      return absl::InvalidArgumentError(absl::StrCat("is not a report: nested deeper than ", kMaxJsonDepth, " levels"));
-    case SectionParser::Error::kTooLarge:
-      return absl::InvalidArgumentError(
-          absl::StrCat("holds more than the ", kMaxParsedBytes >> 20, " MiB this reader keeps of the sections it draws "
-                       "(\"timeline\" but its emulated rows, \"layout\", \"schedule\"): about ", kMaxParsedBytes / kOpBytes,
-                       " ops of a report's timeline"));
-  }
-  return ReadTimelineReport(sections.root());
-}
-
-absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text) {
-  if (text.size() > kMaxReportBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("is larger than ", kMaxReportBytes, " bytes"));
-  }
-  size_t at = 0;
-  return ReadTimelineReport([&](char* buf, size_t size) -> absl::StatusOr<size_t> {
-    const size_t n = std::min(size, text.size() - at);
-    std::memcpy(buf, text.data() + at, n);
-    at += n;
-    return n;
-  });
-}
-
-absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report, size_t max_bars) {
+// The timeline of a report's DOM; `streamed` (by report_internal::kPanelKeys; null for a report built
+// in memory) the op lists streamed out of it.
+absl::StatusOr<TimelineReport> FromSections(const json& report, size_t max_bars,
+                                            std::array<StreamedOps, report_internal::kPanelKeys.size()>* streamed) {
   const json& schema = Get(report, "schema");
   if (!schema.is_string()) {
     return absl::InvalidArgumentError(absl::StrCat("has no \"schema\" (a ", kReportSchemaRead,
@@ -362,13 +238,15 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report, 
                                               is_median ? "the median step" : "the last step, not the median",
                                               virtual_clock ? "the virtual clock's modeled times (= emulated)"
                                                             : "wall clock on the device threads / time scale"),
-                              m, "timeline.measured", layout, max_bars, bars));
+                              m, "timeline.measured", layout, max_bars, bars,
+                              streamed != nullptr ? &(*streamed)[0] : nullptr));
     out.panels.push_back(std::move(panel));
     out.measured_step_ms = out.panels.back().span_ms;
   }
   if (const json& p = Get(t, "predicted"); !p.is_null()) {
     RP_ASSIGN_OR_RETURN(svg::GanttPanel panel,
-                        Panel("predicted — the predictor's step", p, "timeline.predicted", layout, max_bars, bars));
+                        Panel("predicted — the predictor's step", p, "timeline.predicted", layout, max_bars, bars,
+                              streamed != nullptr ? &(*streamed)[1] : nullptr));
     out.panels.push_back(std::move(panel));
     out.predicted_step_ms = out.panels.back().span_ms;
   }
@@ -391,6 +269,30 @@ absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report, 
     absl::StrAppend(&out.title, " (first replica)");
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<TimelineReport> ReadTimelineReport(const ReadChunk& read) {
+  RP_ASSIGN_OR_RETURN(report_internal::ParsedSections sections, report_internal::ParseSections(read, kMaxBars));
+  return FromSections(sections.root, kMaxBars, &sections.panels);
+}
+
+absl::StatusOr<TimelineReport> ReadTimelineReport(const std::string& text) {
+  if (text.size() > kMaxReportBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("is larger than ", kMaxReportBytes, " bytes"));
+  }
+  size_t at = 0;
+  return ReadTimelineReport([&](char* buf, size_t size) -> absl::StatusOr<size_t> {
+    const size_t n = std::min(size, text.size() - at);
+    std::memcpy(buf, text.data() + at, n);
+    at += n;
+    return n;
+  });
+}
+
+absl::StatusOr<TimelineReport> ReadTimelineReport(const nlohmann::json& report, size_t max_bars) {
+  return FromSections(report, max_bars, nullptr);
 }
 
 }  // namespace rp::apps

@@ -8,13 +8,16 @@
 // absent, but every value given must be of its type and within bounds, else the report is refused
 // naming the value by its path ("timeline.predicted.devices[3].ops[2].end_ms: must be in [0, 1e+12]
 // ms, got -5"): times finite, in [0, 1e12] ms (the largest modeled time), an op's end not before its
-// start; ranks, pp and tp below the report's layout; at least one device per panel. Strings are
+// start; ranks, pp and tp below the report's layout; at least one device and at most kMaxRows per
+// panel (more are refused, never drawn cut short). Strings are
 // shown as printable UTF-8, and the sizes are bounded
-// (kMaxReportBytes of text, kMaxJsonDepth of nesting, kMaxParsedBytes of parsed sections, kMaxRows
-// rows, kMaxBars bars). The text is parsed as it is read (ReadChunk: it is never held whole), and
-// only the sections it draws are kept in memory (the per-device and per-step sections and the
-// timeline's emulated rows are skipped while parsing), so memory stays within about kMaxParsedBytes
-// whatever the file holds.
+// (kMaxReportBytes of text, kMaxJsonDepth of nesting, kMaxRows rows, kMaxBars bars, kMaxParsedBytes of
+// the rest). The text is parsed as it is read (ReadChunk: it is never held whole), each op of a drawn
+// panel becomes a bar as soon as it is parsed (apps/report_sections.h: about sizeof(svg::GanttBar),
+// 64 bytes, an op), and of the rest only the sections drawn are kept (the per-device and per-step
+// sections and the timeline's emulated rows are skipped while parsing), so memory stays within about
+// kMaxBars bars plus kMaxParsedBytes whatever the file holds — and any report within the chart's cap
+// (kMaxBars ops over its panels, what `ringpipe timeline` itself draws) is read.
 //
 // Thread safety: pure functions.
 //
@@ -38,11 +41,14 @@ inline constexpr size_t kMaxReportBytes = size_t{1} << 30;
 // The schema this reader reads (apps/report.h writes it).
 inline constexpr const char* kReportSchemaRead = "ringpipe-report/2";
 inline constexpr size_t kMaxRows = 4096;
-// The DOM the reader keeps of the sections it draws, at most (an upper estimate of its heap bytes):
-// about 340000 ops of a timeline — a 64-row report of 5000 ops a row. A report of 33 million numbers
-// in its timeline (66 MB of text) took over 600 MB of memory before a cap on the count of values
-// refused it (about 1 GB at that cap), dying of std::bad_alloc under a tighter address-space limit.
+// The DOM the reader keeps of the sections it draws besides their ops, at most (an upper estimate of
+// its heap bytes). A report of 33 million numbers in its timeline (66 MB of text) took over 600 MB of
+// memory before a cap on the count of values refused it (about 1 GB at that cap), dying of
+// std::bad_alloc under a tighter address-space limit. The ops were kept in it too (about 340000 of
+// them fitted), so reports `ringpipe timeline` had written were refused: they are now bars at once.
 inline constexpr size_t kMaxParsedBytes = size_t{256} << 20;
+// The most ops a chart draws over its panels (ReadTimelineReport refuses more, never draws a step cut
+// short; `ringpipe timeline` refuses a step of more before predicting it).
 inline constexpr size_t kMaxBars = size_t{1} << 22;
 
 struct TimelineReport {
@@ -54,7 +60,8 @@ struct TimelineReport {
 };
 
 // InvalidArgument (one line) for text that is not JSON, too large (kMaxParsedBytes: "holds more than
-// the 256 MiB this reader keeps ...") or too deep, a report of another
+// the 256 MiB this reader keeps ..."; more than kMaxBars ops: "timeline.predicted.devices[1].ops: more
+// than 4194304 ops to draw ...") or too deep, a report of another
 // schema, or one with no timeline to draw: "is not JSON: ...", "has \"schema\": \"ringpipe-report/1\"; ...",
 // "has no \"timeline\" section ...", "\"timeline\" holds neither measured nor predicted devices", or a bad
 // value: "<path>: <reason>" with a path that starts with "timeline.", "layout." or "schedule.".

@@ -174,26 +174,6 @@ int Fail(int code, const absl::Status& st) {
   return code;
 }
 
-// A failed run's host.time_scale_choice: its clock and why, and whether the host kept the scale over
-// the steps committed before the failure (their upper median by measured time, as a run's headline
-// step; null when none was committed). The failed report had no host section: nothing said which
-// clock or scale its steps' measured times were taken at.
-nlohmann::json FailedRunClockJson(const RunConfig& cfg, const ClockChoice& clock, const WatchdogFit& fit,
-                                  const std::vector<schedule::StepRecord>& steps) {
-  if (steps.empty()) {
-    nlohmann::json j = ClockJson(clock, HostVerdict{});
-    if (clock.mode != ClockChoice::Mode::kVirtual) j["host_fidelity_trusted"] = j["suggested_scale"] = nullptr;
-    return j;
-  }
-  std::vector<const schedule::StepRecord*> by_measured;
-  for (const schedule::StepRecord& s : steps) by_measured.push_back(&s);
-  std::stable_sort(by_measured.begin(), by_measured.end(),
-                   [](const auto* a, const auto* b) { return a->measured_ms < b->measured_ms; });
-  const schedule::StepRecord& median = *by_measured[by_measured.size() / 2];
-  const double fidelity = schedule::Fidelity(FromMillis(median.measured_ms), FromMillis(median.emulated_ms));
-  return ClockJson(clock, JudgeHostFidelity(clock, fidelity, cfg.watchdog_timeout, WatchdogScaleLimit(cfg, fit)));
-}
-
 // A run that failed at run time still writes its report (marked failed, with the failure and every
 // step committed before it) and its trace, when they were asked for (issue 13 §5).
 void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunFailure* failure,
@@ -277,15 +257,7 @@ int Run(const ParsedArgs& args) {
   auto plan = BuildPlan(*cfg, /*for_run=*/true);
   if (!plan.ok()) return Fail(kExitBadInput, plan.status());
 
-  // On the virtual clock the trace holds nothing of the host (no wall stamps; events in modeled
-  // order): the same options write the same bytes (runtime/tracer.h, docs/runtime.md).
-  Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents,
-                cfg->virtual_time ? TraceClock::kVirtual : TraceClock::kWall);
   schedule::ExecutorOptions options = plan->executor;
-  // Only a requested trace is recorded: recording every op and port message costs the device
-  // threads a lock, an allocation and a copy each (a 512-device virtual run: 325 MB peak RSS
-  // with the tracer attached, 192 MB without).
-  options.tracer = cfg->trace.empty() ? nullptr : &tracer;
   if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), cfg->steps, options.faults); !st.ok()) {
     return Fail(kExitBadInput, st);
   }
@@ -346,6 +318,16 @@ int Run(const ParsedArgs& args) {
       return Fail(kExitBadInput, st);
     }
   }
+  // On the virtual clock the trace holds nothing of the host (no wall stamps; events in modeled
+  // order): the same options write the same bytes (runtime/tracer.h, docs/runtime.md). On the real
+  // clock its wall origin is when it is built: here, after --time_scale=auto's trial runs, so the
+  // trace's wall times are the measured run's, not the calibration's as well.
+  Tracer tracer(cfg->world_size(), cfg->devices_per_node, kMaxTraceEvents,
+                cfg->virtual_time ? TraceClock::kVirtual : TraceClock::kWall);
+  // Only a requested trace is recorded: recording every op and port message costs the device
+  // threads a lock, an allocation and a copy each (a 512-device virtual run: 325 MB peak RSS
+  // with the tracer attached, 192 MB without).
+  options.tracer = cfg->trace.empty() ? nullptr : &tracer;
   auto exec = schedule::Executor::Create(options);
   if (!exec.ok()) return create_failed(exec.status());
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",

@@ -30,6 +30,7 @@
 //   std::string svg_text = svg::RenderChart(c);
 #pragma once
 
+#include <deque>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -111,7 +112,8 @@ struct GanttBar {
 struct GanttPanel {
   std::string title;              // e.g. "measured (step 2, median)"
   std::vector<std::string> rows;  // row labels, top to bottom, e.g. "rank 0 (0/0/0)"
-  std::vector<GanttBar> bars;
+  // A deque: a report's reader appends up to millions of bars without copying them as it grows.
+  std::deque<GanttBar> bars;
   double span_ms = 0;             // the step time: the time axis runs 0 .. span_ms
 };
 

@@ -10,8 +10,12 @@
 //   ringpipe timeline --from_report=report.json --out=t.svg     # a saved `run`/`predict` report
 //
 // It draws the report's "timeline" section (docs/report.md; apps/report_reader.h reads it), so a saved
-// report gives the same chart. Exit codes: 0 ok; 2 bad input (nothing run, nothing written); 3 the
-// run failed at run time; 1 the file could not be written.
+// report gives the same chart. A step of more ops than a chart draws (kMaxBars) is refused before it
+// is predicted or run, from the plan's count (schedule/step_intervals.h). Exit codes: 0 ok; 2 bad input
+// (nothing run, nothing written); 3 the run failed at run time (without fault flags: a stall — the host
+// kept the run from progressing for the watchdog timeout — or a device's exception; as `run`, the
+// outputs are still written, marked failed: the report's status and the chart's title, the chart of
+// the predicted step); 1 the file could not be written.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -32,13 +36,28 @@
 #include "apps/shared_flags.h"
 #include "apps/subcommands.h"
 #include "apps/svg.h"
+#include "apps/timeline_failed.h"
 #include "schedule/executor.h"
 #include "schedule/predictor.h"
+#include "schedule/step_intervals.h"
 
 namespace rp::apps {
 namespace {
 
 using json = nlohmann::json;
+
+// At most how many ops the chart of `plan`'s step would draw over `panels` panels: the intervals of
+// the report's timeline rows (the first replica's first kMaxTimelineRows devices) but sends, counted
+// from the plan (a chart also leaves out the zero-length ones). A step over kMaxBars is refused with
+// this before it is predicted or run, which may take long and much memory.
+uint64_t OpsToDraw(const Plan& plan, int panels) {
+  const int rows = std::min(plan.grid.shape().pp * plan.grid.shape().tp, kMaxTimelineRows);  // TimelineJson's
+  uint64_t ops = 0;
+  for (int rank = 0; rank < rows; ++rank) {
+    ops += schedule::CountStepIntervals(plan.execution, plan.grid.CoordOf(rank).pp).others;
+  }
+  return ops * static_cast<uint64_t>(panels);
+}
 
 int Run(const ParsedArgs& args) {
   auto fail = [](int code, const std::string& msg) {
@@ -92,6 +111,15 @@ int Run(const ParsedArgs& args) {
     }
     auto plan = BuildPlan(*cfg, /*for_run=*/!predict_only);
     if (!plan.ok()) return fail(kExitBadInput, std::string(plan.status().message()));
+    // A run draws its measured step above the predicted one.
+    const int panels = predict_only ? 1 : 2;
+    if (const uint64_t ops = OpsToDraw(*plan, panels); ops > kMaxBars) {
+      return fail(kExitBadInput, absl::StrCat("--microbatches: the step has ", ops, " ops to draw (",
+                                              std::min(plan->grid.shape().pp * plan->grid.shape().tp, kMaxTimelineRows),
+                                              " device rows, ", predict_only ? "predicted" : "measured and predicted",
+                                              "); a chart draws at most ", kMaxBars,
+                                              ": draw a step with fewer micro-batches"));
+    }
     json report;
     if (predict_only) {
       if (absl::Status st = CheckPredictable(*cfg, *plan); !st.ok()) return fail(kExitBadInput, std::string(st.message()));
@@ -135,7 +163,24 @@ int Run(const ParsedArgs& args) {
       auto run = (*exec)->Run();
       host.threads = sampler.Stop();
       host.peak_rss_bytes = ReadProcStatus().peak_rss_bytes;
-      if (!run.ok()) return fail(kExitFault, std::string(run.status().message()));
+      if (!run.ok()) {
+        // As `run`: the outputs asked for are still written, marked failed (the report's status, the
+        // chart's title), the chart drawing the failed run's predicted step (nothing was measured).
+        if (const schedule::RunFailure* f = (*exec)->failure(); f != nullptr) {
+          host.time_scale_choice = FailedRunClockJson(*cfg, *clock, fit, f->steps);
+          FailedTimeline failed =
+              FailedTimelineOutputs(*cfg, *plan, *f, host, args.Has("title") ? args.Text("title") : "");
+          if (!cfg->report_json.empty()) outputs.Set("report_json", std::move(failed.report_json));
+          if (!failed.svg.empty()) outputs.Set("out", std::move(failed.svg));
+          if (absl::Status st = outputs.Commit(); !st.ok()) {
+            std::fprintf(stderr, "ringpipe timeline: %s\n", std::string(st.message()).c_str());
+          } else {
+            std::fprintf(stderr,
+                         "ringpipe timeline: the failed run's chart and report were written (status \"failed\")\n");
+          }
+        }
+        return fail(kExitFault, std::string(run.status().message()));
+      }
       host.threads = std::max(host.threads, run->threads_at_first_step - 1);
       // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
       const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host, cfg->watchdog_timeout,
@@ -179,6 +224,18 @@ std::vector<FlagSpec> Flags() {
 }
 
 }  // namespace
+
+FailedTimeline FailedTimelineOutputs(const RunConfig& cfg, const Plan& plan, const schedule::RunFailure& failure,
+                                     const HostUsage& host, const std::string& title) {
+  const json report = BuildFailedRunReport(cfg, plan, failure.prediction, failure, &host);
+  FailedTimeline out{.report_json = DumpJson(report, 2) + "\n", .svg = ""};
+  if (absl::StatusOr<TimelineReport> timeline = ReadTimelineReport(report); timeline.ok()) {
+    out.svg = svg::RenderGantt(absl::StrCat(title.empty() ? timeline->title : title, " — the run FAILED at step ",
+                                            failure.step, " (nothing measured): the predicted step"),
+                               timeline->panels);
+  }
+  return out;
+}
 
 Subcommand TimelineSubcommand() {
   return {"timeline", "SVG Gantt chart of one step (device rows, measured and predicted), from a run or a report",

@@ -378,7 +378,8 @@ TEST(HostileInput, AReportTooLargeToKeepIsRefusedInBoundedMemory) {
   const fs::path big = dir / "big.json";
   {
     std::ofstream f(big, std::ios::binary);
-    f << R"({"schema":"ringpipe-report/2","timeline":{"predicted":{"devices":[{"ops":[)";
+    // In a key the reader keeps (an op list's ops are bars as they are parsed, tests/apps/timeline_test.cc).
+    f << R"({"schema":"ringpipe-report/2","timeline":{"predicted":{"devices":[{"notes":[)";
     std::string block;
     for (size_t i = 0; i < (size_t{1} << 19); ++i) block += "0,";
     for (int i = 0; i < 64; ++i) f << block;  // 2^25 zeros

@@ -215,5 +215,40 @@ TEST(RealClockTrace, KeepsTheMeasuredAndTheModeledProcesses) {
   fs::remove_all(dir);
 }
 
+// The trace's wall clock starts at the measured run, after --time_scale=auto's trial runs: it was
+// built before them, so every wall stamp included the whole calibration (each op started later than
+// all the trials' wall seconds together). Now the first op starts before the trials' time is over:
+// each trial built its own executor and ran two steps of 450 modeled ms (at least 0.9 s at the first
+// scale tried, 1), the run only its executor before its first op (with 0.5 / 1 ms ops the run's setup
+// on a loaded host outlasted the trials once: 323 ms against 310).
+TEST(RealClockTrace, WallTimesStartAtTheRunNotAtTheCalibration) {
+  const fs::path dir = rp::apps::testing::TempDir("ringpipe_trace_test", "wall_origin");
+  const fs::path trace = dir / "t.json", report = dir / "r.json";
+  const BinaryResult r = RunBinary(
+      "run --dp=2 --pp=2 --tp=1 --hidden=32x4 --microbatches=2 --forward_ms=50 --backward_ms=100 "
+      "--steps=2 --reference=false --time_scale=auto --trace=" + trace.string() + " --report_json=" +
+      report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json root = json::parse(ReadFile(trace), nullptr, /*allow_exceptions=*/false);
+  const json rep = json::parse(ReadFile(report), nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(root.is_discarded());
+  ASSERT_FALSE(rep.is_discarded());
+  double trials_us = 0;
+  for (const json& t : rep["host"]["time_scale_choice"]["calibration_trials"]) {
+    trials_us += t["wall_seconds"].get<double>() * 1e6;
+  }
+  ASSERT_GT(trials_us, 0) << rep["host"]["time_scale_choice"].dump();
+  double first_us = -1;
+  for (const json& e : root["traceEvents"]) {
+    if (e["ph"] != "X" || e.value("cat", "") == "port" || e["pid"].get<int>() != 0) continue;  // measured ops
+    const double ts = e["args"]["wall_start_us"].get<double>();
+    first_us = first_us < 0 ? ts : std::min(first_us, ts);
+  }
+  ASSERT_GE(first_us, 0);
+  EXPECT_LT(first_us, trials_us) << "the trace's first op at " << first_us << " us; the trials took " << trials_us
+                                 << " us";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
