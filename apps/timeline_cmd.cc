@@ -200,7 +200,7 @@ int Run(const ParsedArgs& args) {
   const std::string title = args.Has("title") ? args.Text("title") : timeline->title;
   outputs.Set("out", svg::RenderGantt(title, timeline->panels));
   if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, std::string(st.message()));
-  std::printf("wrote %s: %zu device rows", OneLine(out).c_str(), timeline->rows);
+  std::printf("wrote %s: %zu device row%s", OneLine(out).c_str(), timeline->rows, timeline->rows == 1 ? "" : "s");
   if (timeline->measured_step_ms >= 0) std::printf(", measured step %.3f ms", timeline->measured_step_ms);
   if (timeline->predicted_step_ms >= 0) std::printf(", predicted step %.3f ms", timeline->predicted_step_ms);
   std::printf("\n");

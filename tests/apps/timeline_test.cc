@@ -131,6 +131,19 @@ TEST(Timeline, AStepTooLargeToDrawIsRefusedBeforePredicting) {
   fs::remove_all(dir);
 }
 
+// The line `timeline` ends with counts its rows in words that agree with the count ("1 device rows").
+TEST(Timeline, TheLastLineCountsItsRowsInGoodEnglish) {
+  const fs::path dir = rp::apps::testing::TempDir("ringpipe_timeline", "rows_line");
+  const fs::path svg = dir / "t.svg";
+  const BinaryResult one = RunBinary("timeline --predict_only --pp=1 --tp=1 --dp=1 --out=" + svg.string(), dir);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find(": 1 device row, predicted step"), std::string::npos) << one.out;
+  const BinaryResult two = RunBinary("timeline --predict_only --pp=2 --tp=1 --dp=1 --out=" + svg.string(), dir);
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_NE(two.out.find(": 2 device rows, predicted step"), std::string::npos) << two.out;
+  fs::remove_all(dir);
+}
+
 // `timeline --from_report` kept a DOM of the report's timeline and refused one of more than about
 // 342000 ops ("holds more than the 256 MiB this reader keeps"), yet `timeline --report_json` (and
 // `run`, `predict`) wrote such reports: `timeline --predict_only --pp=2 --microbatches=80000
