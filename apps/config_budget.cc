@@ -22,6 +22,16 @@ std::string Exact(double x) {
   return std::string(buf, r.ptr);
 }
 
+absl::Status CheckOpTimesMs(const char* field, const std::vector<double>& list) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!(list[i] >= 0) || list[i] > kMaxOpNs / 1e6) {
+      return FieldError(field, absl::StrCat("entry ", i + 1, " of ", list.size(), " is ", Exact(list[i]),
+                                            "; must be in [0, 1e9] ms"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 absl::Status CheckPerStage(const char* field, const std::vector<double>& v, int pp, bool allow_empty) {
@@ -33,12 +43,7 @@ absl::Status CheckPerStage(const char* field, const std::vector<double>& v, int 
     return FieldError(field, absl::StrCat("has ", v.size(), " values; expected 1 or one per pipeline stage (pp=",
                                           pp, ")"));
   }
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!(v[i] >= 0) || v[i] > kMaxOpNs / 1e6) {
-      return FieldError(field, absl::StrCat("value ", i, " (", Exact(v[i]), ") must be in [0, 1e9] ms"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckOpTimesMs(field, v);
 }
 
 double At(const std::vector<double>& list, int s) { return list.size() == 1 ? list[0] : list[static_cast<size_t>(s)]; }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,6 +36,9 @@ struct ModeledSizes {
   double layers = 1;            // layers of the model
 };
 
+// Each entry of a per-stage op time list (forward_ms, backward_ms, weight_grad_ms) in [0, 1e9] ms, else
+// FieldError with its 1-based position: "--forward_ms: entry 2 of 3 is -1; must be in [0, 1e9] ms".
+absl::Status CheckOpTimesMs(const char* field, const std::vector<double>& list);
 // The cost model's checks (fixed: per-stage F/B/W lists; FLOPs: the described transformer) and the
 // modeled F + B + optimizer of one micro-batch in ns of the busiest rank. `time_field` receives the
 // field that makes the times large, `sizes` the modeled sizes, `longest_op` the longest single

@@ -62,12 +62,7 @@ absl::Status CheckUnusedFieldRanges(const RunConfig& cfg) {
   }
   for (auto [field, list] : {std::pair{"forward_ms", &cfg.forward_ms}, {"backward_ms", &cfg.backward_ms},
                              {"weight_grad_ms", &cfg.weight_grad_ms}}) {
-    for (size_t i = 0; i < list->size(); ++i) {
-      const double v = (*list)[i];
-      if (!(v >= 0) || v > kMaxOpNs / 1e6) {
-        return FieldError(field, absl::StrCat("value ", i, " (", Exact(v), ") must be in [0, 1e9] ms"));
-      }
-    }
+    RP_RETURN_IF_ERROR(budget::CheckOpTimesMs(field, *list));
   }
   if (absl::Status st = ValidateOptimizerConfig(cfg.optimizer); !st.ok()) {
     const std::string msg(st.message());

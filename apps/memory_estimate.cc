@@ -1,7 +1,5 @@
 #include "apps/memory_estimate.h"
 
-#include <thread>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -31,10 +29,12 @@ constexpr double kReportBytesPerDevice = 8.0 * 1024;
 // receives and sends): the predictor's record, and for the report's timeline rows its JSON entry.
 // Measured (peak RSS, release build): 1F1B pp=64 x m=2048 423 MB (786K intervals, all in the report's
 // rows), pp=1024 x m=128 243 MB (49K of them in the rows), tp=2 pp=64 x m=2048 on 4096 layers 14.2 GB.
+// The report's rows, peak with --report_json minus without, 2026-11-26 on 8x255 layers: 513 B per
+// interval at pp=64 x m=512, 770 B at tp=2 pp=16 x m=256 (384 B was under: 326 MB against 275 MB).
 constexpr double kPredictBytesPerDevice = 4.0 * 1024;
 constexpr double kProgramBytesPerSlot = 512;
 constexpr double kPredictBytesPerInterval = 448;
-constexpr double kReportBytesPerTimelineInterval = 384;
+constexpr double kReportBytesPerTimelineInterval = 1024;
 // Resident memory an allocator arena keeps (see EstimateRunMemory).
 constexpr double kArenaBytes = 512.0 * 1024;
 // A Chrome trace event as a JSON document node, and as text.
@@ -177,10 +177,12 @@ MemoryEstimate EstimatePredictMemory(const RunConfig& cfg) {
   const double cuts = moe ? 4 * layers : cfg.tp > 1 ? layers + stages : 0;
   const double replica = cfg.tp * m * ((split ? 3 : 2) * (stages + cuts) + 4 * stages);
   // One replica played (replicas that do not fold are bounded by the predictor's message budget,
-  // CheckPredictable, which says why they do not), and the report's timeline rows: the first
-  // replica's first kMaxTimelineRows devices, their share of its intervals.
+  // CheckPredictable, which says why they do not), and with --report_json the report's timeline rows:
+  // the first replica's first kMaxTimelineRows devices, their share of its intervals (without it the
+  // timeline section is not built, apps/predict_cmd.cc).
   const double replica_devices = static_cast<double>(cfg.pp) * cfg.tp;
-  const double rows = std::min<double>(replica_devices, kMaxTimelineRows) / replica_devices;
+  const double rows =
+      cfg.report_json.empty() ? 0 : std::min<double>(replica_devices, kMaxTimelineRows) / replica_devices;
   est.parts.push_back({"predicted timelines", "microbatches",
                        replica * (kPredictBytesPerInterval + rows * kReportBytesPerTimelineInterval)});
   return est;

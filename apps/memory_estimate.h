@@ -56,7 +56,7 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg);
 double ModelBufferBytes(const RunConfig& cfg);
 // `predict`: the predictor's per-device state and the report of every device (measured: about 3 kB per
 // device at DP = 65536, report written), the schedule program, and the timelines of the devices it
-// plays and of the report's rows.
+// plays and, with --report_json only, of the report's timeline rows.
 MemoryEstimate EstimatePredictMemory(const RunConfig& cfg);
 
 // MemAvailable of /proc/meminfo in bytes; +infinity when it cannot be read. The environment variable

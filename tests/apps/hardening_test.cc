@@ -573,7 +573,7 @@ TEST(Hardening, OutOfRangeValuesAreRefusedEvenWhereUnused) {
   ExpectBadInput(RunBinary("predict --steps=1 --flops_device=v100 --report_json=" + report, dir),
                  "--flops_device: unknown device 'v100'", "device, fixed cost model");
   ExpectBadInput(RunBinary("predict --cost_model=flops --forward_ms=-1 --report_json=" + report, dir),
-                 "--forward_ms: value 0 (-1) must be in [0, 1e9] ms", "forward_ms, flops cost model");
+                 "--forward_ms: entry 1 of 1 is -1; must be in [0, 1e9] ms", "forward_ms, flops cost model");
   ExpectBadInput(RunBinary("predict --cost_model=flops --lr=0 --report_json=" + report, dir), "--lr: must be > 0",
                  "lr, flops cost model");
   EXPECT_FALSE(fs::exists(report));
