@@ -91,6 +91,11 @@ template <bool kAccumulate>
 __attribute__((target("avx2"))) void MatMulsAvx2(const float* a, int64_t rows, int64_t a_row,
                                                  int64_t a_col, const float* b, int64_t m, float* out,
                                                  int64_t T) {
+  // No terms (an expert that got no tokens): b may be null, and an empty sum is 0.
+  if (T == 0) {
+    if (!kAccumulate) std::fill_n(out, rows * m, 0.0f);
+    return;
+  }
   int64_t j = 0;
   for (; j + 4 <= rows; j += 4) {
     RowsAvx2<4, kAccumulate>(a + j * a_row, a_row, a_col, b, m, out + j * m, T);

@@ -87,6 +87,23 @@ INSTANTIATE_TEST_SUITE_P(Kernels, MatMulShapes,
                                                p.param.m);
                          });
 
+// An empty inner dimension (an expert that got no tokens): the product is zero, an accumulation
+// leaves its target as it was, and the empty operands' null data is never offset (UBSan flagged
+// `b + c` on a null pointer in the config fuzzer's wide-MoE seed).
+TEST(MatMul, AnEmptyInnerDimensionGivesZerosAndAddsNothing) {
+  Tensor y = Random(3, 40, 5);
+  ASSERT_TRUE(MatMul(ConstMatrixView(nullptr, 3, 0), ConstMatrixView(nullptr, 0, 40), y).ok());
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 40; ++c) EXPECT_EQ(y.at(r, c), 0.0f) << r << "," << c;
+  }
+  Tensor g = Random(5, 40, 6);
+  const Tensor before = g;
+  ASSERT_TRUE(MatMulTransposedAAccumulate(ConstMatrixView(nullptr, 0, 5), ConstMatrixView(nullptr, 0, 40), g).ok());
+  for (int r = 0; r < 5; ++r) {
+    for (int c = 0; c < 40; ++c) EXPECT_EQ(g.at(r, c), before.at(r, c)) << r << "," << c;
+  }
+}
+
 TEST(MatMul, ColumnSliceOfWeightsGivesTheSameBits) {
   // What makes a column-parallel shard exact: its output columns equal the full product's.
   Tensor x = Random(9, 12, 8), w = Random(12, 10, 9), full(9, 10);
