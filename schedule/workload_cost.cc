@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <functional>
-#include <optional>
+#include <memory>
 #include <span>
 
 #include "absl/strings/str_cat.h"
@@ -38,75 +38,87 @@ absl::StatusOr<Kept> MeasureKept(MlpStage& stage, int key, int64_t rows) {
   return k;
 }
 
-// The smallest row count in [2, rows] at which `drops` (whether a count's kept (token, slot)s fall
-// short of proportional) holds, or 0 if none does. `r` = C·k/E is the capacity's slots per token:
-// a count T drops when ⌈r·T⌉ < T, i.e. from about T = 1 / (1 − r) on (never when r >= 1). That
-// estimate is moved to the exact boundary with `drops` itself, which calls the MoE layer's
-// ExpertCapacity: T − ⌈r·T⌉ = ⌊(1 − r)·T⌋ grows with T, so `drops` holds from one count on.
-int64_t FirstDroppingRows(double r, int64_t rows, const std::function<bool(int64_t)>& drops) {
-  if (rows < 2 || !drops(rows)) return 0;
-  const double estimate = r < 1 ? std::ceil(1 / (1 - r)) : static_cast<double>(rows);
-  int64_t t = std::clamp<int64_t>(estimate < static_cast<double>(rows) ? static_cast<int64_t>(estimate) : rows,
-                                  2, rows);
-  while (t > 2 && drops(t - 1)) --t;
-  while (!drops(t)) ++t;  // ends at rows at the latest: drops(rows)
-  return t;
+// Bytes a·T + b·kept(T) (see StoredBytes), one (a, b) per Kept field.
+struct KeptForm {
+  int64_t a[2] = {0, 0}, b[2] = {0, 0};
+  Kept At(int64_t t, int64_t kept) const {
+    return {.after_forward = a[0] * t + b[0] * kept, .after_input_grad = a[1] * t + b[1] * kept};
+  }
+};
+bool operator==(const Kept& x, const Kept& y) {
+  return x.after_forward == y.after_forward && x.after_input_grad == y.after_input_grad;
 }
 
-// A stage's stored bytes for a micro-batch of `rows` rows, from a few small measurements. Its
-// input rows are all equal (zeros), so every token takes the same top-k experts and each of those
-// experts keeps min(T, capacity(T)) of its T tokens: a stage keeps a·T + b·kept(T) bytes, with
-// kept(T) = top_k · min(T, capacity(T)) (0 without MoE blocks) — per-token tensors, and per kept
-// (token, slot) the experts' rows. a and b are solved from T = 1 and the smallest T whose kept(T)
-// is not T · kept(1) (the capacity starts to drop: FirstDroppingRows, from the capacity formula, so
-// a capacity that drops only from thousands of rows on is probed there), checked on the count after
-// it; a stage that does not fit, or whose probes together would pass more rows than the micro-batch,
-// is measured on the whole micro-batch.
+// A stage's stored bytes for a micro-batch of `rows` rows, from a few measurements of at most 3
+// rows. Its input rows are all equal (zeros), so every token takes the same top-k experts and each
+// of those experts keeps min(T, capacity(T)) of its T tokens: a stage keeps a·T + b·kept(T) bytes,
+// with kept(T) = top_k · min(T, capacity(T)) (0 without MoE blocks) — per-token tensors, and per
+// kept (token, slot) the experts' rows.
+// - kept proportional to T up to the micro-batch (no MoE block, or a capacity that does not drop
+//   there): T = 1 gives the slope, checked at T = 2.
+// - a capacity that drops: a and b are solved from T = 1 and 2 on `make_probe`'s stage, which
+//   differs only in a capacity factor of E / (4k) that keeps one row per expert for 1 to 4 rows
+//   (kept(2) = kept(1)): the slots' bytes do not depend on the factor, only their count does. The
+//   form is checked on the probe at T = 3 and on the stage itself at T = 1 and 3.
+// A stage that does not fit, or a micro-batch of at most 3 rows, is measured whole. `probe_rows`
+// adds the rows passed through the model.
 // (Measuring every stage whole ran a forward and a Bi of the whole micro-batch through the real
-// model before every run and prediction: minutes for a 4096-wide MoE block and 8 576 rows.)
-absl::StatusOr<Kept> StoredBytes(MlpStage& stage, const MlpConfig& mlp, int64_t rows) {
+// model before every run and prediction: minutes for a 4096-wide MoE block and 8 576 rows. Fitting
+// on the stage itself needed a count at which its capacity drops, about 1 / (1 − C·k/E): 100 rows
+// at C·k/E = 0.99, which took the config fuzzer past its 10 s limit on a 1024-wide block, and
+// 10 000 rows at 0.9999.)
+absl::StatusOr<Kept> StoredBytes(MlpStage& stage, const MlpConfig& mlp, int64_t rows,
+                                 const std::function<absl::StatusOr<std::unique_ptr<MlpStage>>(const MlpConfig&)>&
+                                     make_probe,
+                                 int64_t& probe_rows) {
   const bool moe = std::any_of(stage.layers().begin(), stage.layers().end(),
                                [](const MlpStage::LayerInfo& l) { return l.kind == ShardKind::kMoe; });
-  auto kept = [&](int64_t t) -> int64_t {
+  auto kept_with = [&](double capacity_factor, int64_t t) -> int64_t {
     if (!moe) return 0;
-    const int64_t cap = ExpertCapacity(mlp.moe.capacity_factor, mlp.moe.top_k, t, mlp.moe.experts);
+    const int64_t cap = ExpertCapacity(capacity_factor, mlp.moe.top_k, t, mlp.moe.experts);
     return static_cast<int64_t>(mlp.moe.top_k) * (cap < 0 ? t : std::min(t, cap));
   };
+  auto kept = [&](int64_t t) { return kept_with(mlp.moe.capacity_factor, t); };
   int key = 0;
-  RP_ASSIGN_OR_RETURN(const Kept one, MeasureKept(stage, key++, 1));
-  if (rows == 1) return one;
-  // The smallest row count whose kept (token, slot)s are not proportional to it, if any.
-  const double slots_per_token = mlp.moe.capacity_factor * mlp.moe.top_k / mlp.moe.experts;
-  const int64_t t2 = FirstDroppingRows(slots_per_token, moe && mlp.moe.capacity_factor > 0 ? rows : 0,
-                                       [&](int64_t t) { return kept(t) != t * kept(1); });
-  std::optional<Kept> fit_at_2;
-  std::function<int64_t(int64_t, int64_t, int64_t)> predict;  // (T, m1, m2) -> bytes
-  if (t2 == 0) {
-    predict = [](int64_t t, int64_t m1, int64_t) { return t * m1; };
-  } else if (1 + t2 + (t2 + 1) < rows) {  // the probes pass fewer rows than the micro-batch
-    RP_ASSIGN_OR_RETURN(fit_at_2, MeasureKept(stage, key++, t2));
-    const int64_t k1 = kept(1), k2 = kept(t2), det = k2 - t2 * k1;  // != 0 by the choice of t2
-    predict = [&kept, t2, k1, det](int64_t t, int64_t m1, int64_t m2) -> int64_t {
-      const int64_t num = m2 - t2 * m1;
-      if (num % det != 0) return -1;  // not of the form a·T + b·kept(T): measure whole
-      const int64_t b = num / det, a = m1 - b * k1;
-      return a * t + b * kept(t);
-    };
+  auto measure = [&](MlpStage& s, int64_t t) {
+    probe_rows += t;
+    return MeasureKept(s, key++, t);
+  };
+  if (rows <= 3) return measure(stage, rows);
+  RP_ASSIGN_OR_RETURN(const Kept one, measure(stage, 1));
+  // T − ⌈(C·k/E)·T⌉ grows with T, so if the micro-batch's count is proportional every smaller one is.
+  if (kept(rows) == rows * kept(1)) {
+    RP_ASSIGN_OR_RETURN(const Kept two, measure(stage, 2));
+    const KeptForm slope{.a = {one.after_forward, one.after_input_grad}};
+    if (two == slope.At(2, 0)) return slope.At(rows, 0);
+    return measure(stage, rows);
   }
-  if (predict) {
-    // A third count checks the form (the next count after the probes, within the micro-batch).
-    const int64_t t3 = std::min(rows, (t2 != 0 ? t2 : 1) + 1);
-    RP_ASSIGN_OR_RETURN(const Kept check, MeasureKept(stage, key++, t3));
-    const Kept two = fit_at_2.value_or(Kept{});
-    const Kept fit{.after_forward = predict(rows, one.after_forward, two.after_forward),
-                   .after_input_grad = predict(rows, one.after_input_grad, two.after_input_grad)};
-    if (fit.after_forward >= 0 && fit.after_input_grad >= 0 &&
-        predict(t3, one.after_forward, two.after_forward) == check.after_forward &&
-        predict(t3, one.after_input_grad, two.after_input_grad) == check.after_input_grad) {
-      return fit;
+  MlpConfig probe_mlp = mlp;
+  probe_mlp.moe.capacity_factor = static_cast<double>(mlp.moe.experts) / (4.0 * mlp.moe.top_k);
+  auto probe_kept = [&](int64_t t) { return kept_with(probe_mlp.moe.capacity_factor, t); };
+  const int64_t k1 = probe_kept(1), det = probe_kept(2) - 2 * k1;  // = −top_k
+  RP_ASSIGN_OR_RETURN(const std::unique_ptr<MlpStage> probe, make_probe(probe_mlp));
+  RP_ASSIGN_OR_RETURN(const Kept p1, measure(*probe, 1));
+  RP_ASSIGN_OR_RETURN(const Kept p2, measure(*probe, 2));
+  KeptForm form;
+  bool fits = det != 0;
+  for (int f = 0; f < 2 && fits; ++f) {
+    const int64_t m1 = f == 0 ? p1.after_forward : p1.after_input_grad;
+    const int64_t m2 = f == 0 ? p2.after_forward : p2.after_input_grad;
+    fits = (m2 - 2 * m1) % det == 0;  // m2 − 2·m1 = b·(kept(2) − 2·kept(1))
+    form.b[f] = fits ? (m2 - 2 * m1) / det : 0;
+    form.a[f] = m1 - form.b[f] * k1;
+  }
+  if (fits) {
+    RP_ASSIGN_OR_RETURN(const Kept p3, measure(*probe, 3));
+    RP_ASSIGN_OR_RETURN(const Kept three, measure(stage, 3));
+    const Kept whole = form.At(rows, kept(rows));
+    if (p3 == form.At(3, probe_kept(3)) && one == form.At(1, kept(1)) && three == form.At(3, kept(3)) &&
+        whole.after_forward >= 0 && whole.after_input_grad >= 0) {
+      return whole;
     }
   }
-  return MeasureKept(stage, key, rows);
+  return measure(stage, rows);
 }
 
 }  // namespace
@@ -252,7 +264,8 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int
     const int rank = k % pp;
     grads[static_cast<size_t>(rank)] += stage->params().size() * sizeof(float);
     b.stage_gradient.push_back(stage->params().size() * sizeof(float));
-    RP_ASSIGN_OR_RETURN(const Kept kept, StoredBytes(*stage, mlp, microbatch_size));
+    auto make_probe = [&](const MlpConfig& probe) { return MlpStage::Create(probe, part, k, /*tp_rank=*/0); };
+    RP_ASSIGN_OR_RETURN(const Kept kept, StoredBytes(*stage, mlp, microbatch_size, make_probe, b.probe_rows));
     const auto after_forward = static_cast<uint64_t>(kept.after_forward);
     b.stored[static_cast<size_t>(rank)] += after_forward;
     b.stage_stored.push_back({.after_forward = after_forward,

@@ -65,6 +65,9 @@ struct WorkloadBytes {
   std::vector<std::array<uint64_t, 2>> stage_tp;
   std::vector<uint64_t> stage_gradient;
   std::vector<StageStored> stage_stored;  // stored activations of one micro-batch of stage k
+  // Rows passed through the model to measure stage_stored (a few per stage, not the micro-batch's,
+  // unless a stage's bytes do not fit the form a·T + b·kept(T) the measurements assume).
+  int64_t probe_rows = 0;
 };
 
 // Places a cost model's per-model-stage entries (CostModel::model_stages, stage_stored) on

@@ -168,9 +168,8 @@ TEST(WorkloadCost, DenseStoredBytesEqualAWholeMicroBatchsForward) {
 // A MoE block keeps its experts' rows only for the (token, slot)s the capacity keeps, which rounds
 // with the row count (⌈C·k·T/E⌉): the fit from small row counts must still give a whole
 // micro-batch's bytes — dropless, capacities that drop from 2 or 3 rows on, ones close to 1 that
-// drop only from 100 or 200 rows on (C·k/E = 0.99, 0.995: probed there, 450 rows fit, 150 are
-// measured whole), top-1 and top-2, one and several blocks per stage next to dense layers,
-// TP-sharded dense layers, a skewed router.
+// drop only from 100, 200 or 10 000 rows on (C·k/E = 0.99, 0.995, 0.9999), top-1 and top-2, one
+// and several blocks per stage next to dense layers, TP-sharded dense layers, a skewed router.
 TEST(WorkloadCost, MoeStoredBytesEqualAWholeMicroBatchsForward) {
   struct Moe {
     int experts, top_k;
@@ -178,7 +177,8 @@ TEST(WorkloadCost, MoeStoredBytesEqualAWholeMicroBatchsForward) {
     double skew;
   };
   for (const Moe& m : {Moe{4, 1, 0, 0}, Moe{4, 2, 1.25, 0}, Moe{2, 1, 0.5, 0}, Moe{4, 1, 1.0, 0.5},
-                       Moe{2, 2, 3.0, 0}, Moe{2, 2, 0.99, 0}, Moe{4, 2, 1.99, 0.5}, Moe{1, 1, 0.7, 0}}) {
+                       Moe{2, 2, 3.0, 0}, Moe{2, 2, 0.99, 0}, Moe{4, 2, 1.99, 0.5}, Moe{1, 1, 0.7, 0},
+                       Moe{2, 2, 0.9999, 0}}) {
     MlpConfig mlp;
     mlp.input_dim = 12;
     mlp.hidden = {24, 24, 24, 24};
@@ -192,8 +192,35 @@ TEST(WorkloadCost, MoeStoredBytesEqualAWholeMicroBatchsForward) {
     const std::string config = "E " + std::to_string(m.experts) + " k " + std::to_string(m.top_k) +
                                " C " + std::to_string(m.capacity);
     for (const StageLayout& l : {StageLayout{1, 1, 1, {}}, StageLayout{2, 1, 2, {}}, StageLayout{2, 1, 1, {3, 2}}}) {
-      for (int rows : {1, 2, 3, 7, 64, 150, 450}) ExpectStoredBytesOfAWholeMicroBatch(mlp, l, rows, config);
+      for (int rows : {1, 2, 3, 4, 7, 64, 150, 450, 20001}) {
+        ExpectStoredBytesOfAWholeMicroBatch(mlp, l, rows, config);
+      }
     }
+  }
+}
+
+// The measurements pass a few rows per stage through the model, not the micro-batch's nor the
+// count where the capacity starts to drop (C·k/E = 0.99: from 100 rows on): the config fuzzer's
+// 1024-wide layout with two blocks of 30 000 rows (it timed out at 10 s when the fit probed 100 and 101
+// rows on the stage itself), and the same with dense layers only.
+TEST(WorkloadCost, StoredBytesAreMeasuredOnAFewRowsPerStage) {
+  for (bool with_moe : {true, false}) {
+    MlpConfig mlp;
+    mlp.input_dim = 16;
+    mlp.hidden = {1024, 1024, 1024};
+    mlp.classes = 4;
+    if (with_moe) {
+      mlp.moe.layers = {1, 2};
+      mlp.moe.experts = 2;
+      mlp.moe.top_k = 2;
+      mlp.moe.expert_hidden = 1023;
+      mlp.moe.capacity_factor = 0.99;
+    }
+    absl::StatusOr<WorkloadBytes> b = MlpWorkloadBytes(mlp, /*pp=*/2, /*v=*/1, /*tp=*/1, {}, 30000);
+    ASSERT_TRUE(b.ok()) << b.status();
+    // Per stage: 1 + 2 rows (proportional), or 1 + 3 on the stage and 1 + 2 + 3 on the probe.
+    EXPECT_LE(b->probe_rows, 2 * (with_moe ? 10 : 3)) << "MoE " << with_moe;
+    EXPECT_GT(b->stored[0], 30000u * 1024 * sizeof(float)) << "MoE " << with_moe;
   }
 }
 
