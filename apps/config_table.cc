@@ -221,9 +221,9 @@ std::vector<ConfigField>* BuildFieldTable() {
                        "MoE: capacity factor C >= 0: each expert keeps at most ceil(C x top_k x tokens / experts) "
                        "token slots per source, dropping the rest by token order; 0: dropless."));
   f->push_back(NumberF("aux_loss", RP_MEMBER(aux_loss),
-                       "MoE: coefficient of the load-balancing auxiliary loss (Switch style), >= 0; 0: none."));
+                       "MoE: coefficient of the load-balancing auxiliary loss (Switch style), in [0, 1000]; 0: none."));
   f->push_back(NumberF("router_skew", RP_MEMBER(router_skew),
-                       "MoE: a fixed router preference for low expert indices, >= 0 (0: none): a reproducible load "
+                       "MoE: a fixed router preference for low expert indices, in [0, 10000] (0: none): a reproducible load "
                        "imbalance whose busiest expert owner becomes the EP straggler."));
   f->push_back(IntF("ep", RP_MEMBER(ep), 1, kMaxDevices,
                     "Expert parallelism: EP degree, carved out of DP (dp a multiple of ep), dividing experts; > 1 "

@@ -67,13 +67,21 @@ absl::Status CheckValues(const RunConfig& cfg) {
     return FieldError("top_k", absl::StrCat(cfg.top_k, " is more than experts=", cfg.experts,
                                             " (each token picks top_k distinct experts)"));
   }
-  for (const auto& [name, v] : {std::pair{"capacity_factor", cfg.capacity_factor}, {"aux_loss", cfg.aux_loss},
-                                {"router_skew", cfg.router_skew}}) {
-    if (!(std::isfinite(v) && v >= 0)) {
-      return FieldError(name, absl::StrCat("must be finite and >= 0", std::string(name) == "capacity_factor"
-                                                                          ? " (0 = dropless)"
-                                                                          : "",
-                                           ", got ", v));
+  // capacity_factor: any finite C (a capacity past every token count keeps every slot). The other
+  // two are bounded where fp32 still holds what they feed: the auxiliary loss's router gradient and
+  // the logit offsets (past ~100 the router already picks the lowest experts every time).
+  struct Bounded {
+    const char* name;
+    double value, max;
+    const char* note;
+  };
+  for (const Bounded& b : {Bounded{"capacity_factor", cfg.capacity_factor, HUGE_VAL, " (0 = dropless)"},
+                           Bounded{"aux_loss", cfg.aux_loss, kMaxAuxLoss, ""},
+                           Bounded{"router_skew", cfg.router_skew, kMaxRouterSkew, ""}}) {
+    if (!(std::isfinite(b.value) && b.value >= 0 && b.value <= b.max)) {
+      return FieldError(b.name, absl::StrCat(b.max == HUGE_VAL ? "must be finite and >= 0"
+                                                               : absl::StrCat("must be in [0, ", b.max, "]"),
+                                             b.note, ", got ", b.value));
     }
   }
   if (cfg.ep_row_bytes % 4 != 0 || cfg.ep_row_bytes > kMaxRowBytes) {

@@ -174,6 +174,24 @@ int Fail(int code, const absl::Status& st) {
   return code;
 }
 
+// The second line of a run that failed because a value left its number format's range (a sum past
+// fp32's, a gradient past a lossy codec's: comm/codec.h's OutOfRange): the config values that
+// drive the model's values there.
+std::string DivergedHint(const RunConfig& cfg) {
+  std::vector<std::string> knobs = {absl::StrCat("a smaller --lr (now ", cfg.optimizer.lr, ")")};
+  if (!cfg.moe_layers.empty() && cfg.aux_loss > 0) {
+    knobs.push_back(absl::StrCat("a smaller --aux_loss (now ", cfg.aux_loss, ")"));
+  }
+  if (cfg.codec != comm::Codec::kFp32) {
+    knobs.push_back(absl::StrCat("--codec=fp32 (now ", comm::CodecName(cfg.codec), ")"));
+  }
+  if (cfg.ep > 1 && cfg.ep_codec != comm::Codec::kFp32) {
+    knobs.push_back(absl::StrCat("--ep_codec=fp32 (now ", comm::CodecName(cfg.ep_codec), ")"));
+  }
+  return absl::StrCat("a value left the range of its number format: the training diverged; try ",
+                      absl::StrJoin(knobs, ", or "));
+}
+
 // A run that failed at run time still writes its report (marked failed, with the failure and every
 // step committed before it) and its trace, when they were asked for (issue 13 §5).
 void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunFailure* failure,
@@ -345,7 +363,9 @@ int Run(const ParsedArgs& args) {
     }
     if (f != nullptr) host.time_scale_choice = FailedRunClockJson(*cfg, *clock, fit, f->steps);
     WriteFailedRun(*cfg, *plan, f, host, tracer, outputs);
-    return Fail(kExitFault, result.status());
+    const int code = Fail(kExitFault, result.status());
+    if (absl::IsOutOfRange(result.status())) std::fprintf(stderr, "ringpipe run: %s\n", DivergedHint(*cfg).c_str());
+    return code;
   }
   // The sampler's period can miss a run of a few ms; the executor's reading at the first step
   // boundary was taken while every device thread was alive (and the sampler's, not counted).

@@ -96,8 +96,8 @@ struct MlpConfig {
 
 // InvalidArgument naming the field: input_dim, classes (>= 2), hidden[i] >= 1; with MoE layers
 // moe_layers (entries strictly increasing, each a layer 0 < l < L − 1 with in_dim == out_dim),
-// experts (>= 1), top_k (1 or 2, <= experts), expert_hidden (>= 1), capacity_factor and aux_loss
-// (finite, >= 0).
+// experts (>= 1), top_k (1 or 2, <= experts), expert_hidden (>= 1), capacity_factor (finite,
+// >= 0), aux_loss and router_skew (in [0, kMaxAuxLoss], [0, kMaxRouterSkew]).
 [[nodiscard]] absl::Status ValidateMlpConfig(const MlpConfig& config);
 
 enum class ShardKind { kReplicated, kColumnParallel, kRowParallel, kMoe };

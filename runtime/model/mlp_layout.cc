@@ -79,13 +79,13 @@ absl::Status ValidateMoeConfig(const MlpConfig& config) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "capacity_factor must be finite and >= 0 (0 = dropless), got %g", moe.capacity_factor));
   }
-  if (!std::isfinite(moe.aux_loss) || moe.aux_loss < 0) {
+  if (!(moe.aux_loss >= 0 && moe.aux_loss <= kMaxAuxLoss)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("aux_loss must be finite and >= 0, got %g", moe.aux_loss));
+        absl::StrFormat("aux_loss must be in [0, %g], got %g", kMaxAuxLoss, moe.aux_loss));
   }
-  if (!std::isfinite(moe.router_skew) || moe.router_skew < 0) {
+  if (!(moe.router_skew >= 0 && moe.router_skew <= kMaxRouterSkew)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("router_skew must be finite and >= 0, got %g", moe.router_skew));
+        absl::StrFormat("router_skew must be in [0, %g], got %g", kMaxRouterSkew, moe.router_skew));
   }
   return absl::OkStatus();
 }

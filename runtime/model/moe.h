@@ -59,6 +59,13 @@
 
 namespace rp {
 
+// Bounds of MoeConfig's aux_loss and router_skew: past them the router's gradient (α·E·f_i / T per
+// token) or its logit offsets leave the range fp32 holds them in (converting such a double to float
+// is undefined behaviour). Switch Transformers use α = 0.01; a skew of ~100 already sends every
+// token to the lowest experts.
+inline constexpr double kMaxAuxLoss = 1e3;
+inline constexpr double kMaxRouterSkew = 1e4;
+
 // Which layers are mixture-of-experts blocks and their shape (MlpConfig::moe).
 struct MoeConfig {
   // Global indices of the layers that become MoE blocks (moe_layers), strictly increasing. A block
@@ -69,10 +76,11 @@ struct MoeConfig {
   int top_k = 1;               // k in {1, 2}, k <= E
   int expert_hidden = 64;      // h >= 1: each expert is d -> h -> d
   double capacity_factor = 0;  // C >= 0 (finite); 0 = dropless
-  double aux_loss = 0;         // α >= 0 (finite); 0 = no auxiliary loss
+  double aux_loss = 0;         // α in [0, kMaxAuxLoss]; 0 = no auxiliary loss
   // A fixed, untrained preference of the router for low expert indices: logit z_e gains
-  // −router_skew · e / (E − 1) before the softmax (>= 0, finite; 0 = none). A reproducible load
-  // imbalance (the busiest expert's owner becomes the EP group's straggler) for studies and tests.
+  // −router_skew · e / (E − 1) before the softmax (in [0, kMaxRouterSkew]; 0 = none). A
+  // reproducible load imbalance (the busiest expert's owner becomes the EP group's straggler) for
+  // studies and tests.
   double router_skew = 0;
 
   bool enabled() const { return !layers.empty(); }

@@ -670,5 +670,41 @@ TEST(Hardening, BenchmarkSizesStayInTheRequestedRange) {
   fs::remove_all(dir);
 }
 
+// 16. Values that drive the model's numbers out of fp32. aux_loss and router_skew passed validation
+// at any finite value: --aux_loss=1e12 failed at run time as an fp32 overflow naming no field, and a
+// router skew near 1e308 converted out of float's range (undefined behaviour) in every forward.
+// Both are bounded now. A learning rate cannot be (whether a run diverges depends on the model):
+// --lr=1e30 fails at run time as a fault (exit 3) whose second line says the training diverged
+// and names the values to lower.
+TEST(Hardening, ValuesThatDriveTheModelOutOfFp32) {
+  const fs::path dir = TempDir("fp32_range");
+  const std::string moe = " --hidden=64x4 --moe_layers=all";
+  for (const std::string sub : {"run --steps=2 --virtual_time", "predict"}) {
+    const std::string name = sub.substr(0, sub.find(' '));
+    ExpectBadInput(RunBinary(sub + moe + " --aux_loss=1e12", dir),
+                   "ringpipe " + name + ": --aux_loss: must be in [0, 1000], got 1e+12", sub + " aux_loss");
+    ExpectBadInput(RunBinary(sub + moe + " --router_skew=1e300", dir),
+                   "ringpipe " + name + ": --router_skew: must be in [0, 10000], got 1e+300", sub + " router_skew");
+  }
+  // At the bounds the runs train.
+  const Result bounds = RunBinary("run --steps=2 --virtual_time" + moe + " --aux_loss=1000 --router_skew=10000", dir);
+  EXPECT_EQ(bounds.exit_code, 0) << bounds.err;
+
+  const fs::path report = dir / "r.json";
+  const Result r = RunBinary("run --lr=1e30 --steps=3 --virtual_time --report_json=" + report.string(), dir);
+  EXPECT_EQ(r.exit_code, kExitFault) << r.err;
+  EXPECT_NE(r.err.find("overflows fp32"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\nringpipe run: a value left the range of its number format: the training diverged; try a "
+                       "smaller --lr (now 1e+30)\n"),
+            std::string::npos)
+      << r.err;
+  // The failed run's report says so too.
+  ASSERT_TRUE(fs::exists(report));
+  const json rep = json::parse(ReadFile(report));
+  EXPECT_EQ(rep["status"], "failed");
+  EXPECT_EQ(rep["failure"]["code"], "OUT_OF_RANGE");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps

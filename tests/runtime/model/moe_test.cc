@@ -135,6 +135,16 @@ TEST(MoeConfig, ErrorsNameTheField) {
   c = MoeModel(1, 0, 0);
   c.moe.router_skew = -1;
   expect(c, "router_skew");
+  // Past these bounds the router's gradient or logits leave fp32 (a float conversion of such a
+  // double is undefined behaviour); at them the config is valid.
+  c = MoeModel(1, 0, kMaxAuxLoss * 1.001);
+  expect(c, "aux_loss");
+  c = MoeModel(1, 0, 0);
+  c.moe.router_skew = 1e300;
+  expect(c, "router_skew");
+  c = MoeModel(1, 0, kMaxAuxLoss);
+  c.moe.router_skew = kMaxRouterSkew;
+  EXPECT_TRUE(ValidateMlpConfig(c).ok()) << ValidateMlpConfig(c);
   EXPECT_EQ(PartitionMlp(MoeModel(1, 0, 0), 1, 1, {}, 3).status().message().find("ep"), 0u);
 }
 
