@@ -101,7 +101,7 @@ absl::StatusOr<Kept> StoredBytes(MlpStage& stage, const MlpConfig& mlp, int64_t 
   RP_ASSIGN_OR_RETURN(const Kept p1, measure(*probe, 1));
   RP_ASSIGN_OR_RETURN(const Kept p2, measure(*probe, 2));
   KeptForm form;
-  bool fits = det != 0;
+  bool fits = true;
   for (int f = 0; f < 2 && fits; ++f) {
     const int64_t m1 = f == 0 ? p1.after_forward : p1.after_input_grad;
     const int64_t m2 = f == 0 ? p2.after_forward : p2.after_input_grad;
