@@ -15,6 +15,8 @@
 #include "apps/report.h"
 #include "runtime/model/dataset.h"
 #include "runtime/tracer.h"
+#include "schedule/executor.h"
+#include "schedule/metrics.h"
 
 namespace rp::apps {
 namespace {
@@ -130,6 +132,21 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
     est.parts.push_back({"experts", E / 4 >= h / 64 ? "experts" : "expert_hidden", experts});
     est.parts.push_back({"expert activations", "microbatch_size",
                          (cfg.dp * tp * in_flight * stored + tp * ep * eval_stored) * 4 * 2});
+  }
+
+  // What a run keeps of every step until its end (schedule/executor.cc; the median step, whose figures
+  // the report shows, is known only then): each device's figures on two timelines and, with EP, its
+  // EP byte counters; the step's record; with MoE the step's routing (kept slots per block, replica,
+  // micro-batch and expert, which the step's own prediction replays) and each expert's tokens.
+  {
+    const double world = cfg.world_size();
+    double per_step = sizeof(schedule::StepRecord) + world * 2 * sizeof(schedule::DeviceMetrics);
+    if (mlp.moe.enabled()) {
+      const double blocks = static_cast<double>(mlp.moe.layers.size()), E = mlp.moe.experts;
+      per_step += world * 2 * sizeof(uint64_t) +
+                  8 * blocks * (static_cast<double>(cfg.dp) * cfg.microbatches * E + E);
+    }
+    est.parts.push_back({"step records", "steps", static_cast<double>(cfg.steps) * per_step});
   }
 
   // Events a traced run records: a few per op, bounded by the tracer's cap (no --trace: none).

@@ -18,6 +18,9 @@
 //   expert activations  (MoE) per micro-batch in flight and block, the router's and the combine's
 //                 tensors and up to ep × top_k × microbatch_size expert rows of d + 2h, doubled for
 //                 exchange buffers and backward temporaries; the held-out evaluation's batch once;
+//   step records  what the run keeps of every step until its end: each device's figures on two
+//                 timelines (and EP byte counters), and with MoE the step's routing — kept slots per
+//                 block, replica, micro-batch and expert — and per-expert token totals;
 //   trace         the tracer's event buffers at their cap (kMaxTraceEvents events), and the Chrome
 //                 JSON document when --trace is written;
 //   devices       a thread stack's resident part and the report entry per device.

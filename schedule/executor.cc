@@ -414,27 +414,27 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     }
     // Each failed step's prediction: per step where the step's inputs are known without the run
     // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
-    std::vector<Prediction> step_pred;
+    std::vector<Nanos> step_time;
     if (!plan->has_ep_exchanges()) {
-      absl::StatusOr<std::vector<Prediction>> each = PredictEachStep(popts);
-      if (each.ok()) step_pred = *std::move(each);
+      absl::StatusOr<StepPredictions> each = PredictEachStep(popts, /*keep=*/0);
+      if (each.ok()) step_time = std::move(each->step_time);
     }
     for (StepRecord& r : failure->steps) {
-      r.predicted_ms = ToMillis(step_pred.empty() ? pred.step_time
-                                                  : step_pred[static_cast<size_t>(r.step)].step_time);
+      r.predicted_ms = ToMillis(step_time.empty() ? pred.step_time
+                                                  : step_time[static_cast<size_t>(r.step)]);
     }
     return failed;
   }
-  absl::StatusOr<std::vector<Prediction>> step_pred = PredictEachStep(popts);
+  absl::StatusOr<StepPredictions> step_pred = PredictEachStep(popts, MedianStep());
   join_reference(/*cancel=*/!step_pred.ok());
   if (!step_pred.ok()) return step_pred.status();
   if (o.run_reference && !o.virtual_time) reference = ReferenceLosses(cancel_reference);
   return Assemble(*cluster, pred, *std::move(step_pred), wall_seconds, reference);
 }
 
-absl::StatusOr<std::vector<Prediction>> Executor::Impl::PredictEachStep(
-    const PredictOptions& popts) {
-  std::vector<Prediction> step_pred;
+absl::StatusOr<Executor::Impl::StepPredictions> Executor::Impl::PredictEachStep(
+    const PredictOptions& popts, size_t keep) {
+  StepPredictions step_pred;
   const int world = plan->grid.world_size();
   const bool per_step = o.faults.jitter.max_fraction > 0 || !plan->link_faults.empty() ||
                         plan->has_ep_exchanges();
@@ -456,9 +456,18 @@ absl::StatusOr<std::vector<Prediction>> Executor::Impl::PredictEachStep(
     }
     if (plan->has_ep_exchanges()) pk.routing = &records[static_cast<size_t>(k)].routing;
     RP_ASSIGN_OR_RETURN(Prediction p, Predict(*plan, pk));
-    step_pred.push_back(std::move(p));
+    step_pred.step_time.push_back(p.step_time);
+    if (static_cast<size_t>(k) == keep) step_pred.kept = std::move(p);
   }
   return step_pred;
+}
+
+size_t Executor::Impl::MedianStep() const {
+  std::vector<size_t> idx(records.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](size_t a, size_t b) { return records[a].measured_ms < records[b].measured_ms; });
+  return idx[idx.size() / 2];
 }
 
 // --- Executor ---

@@ -66,8 +66,17 @@ class Executor::Impl {
   absl::Status CheckFaults(int world);  // part of Build
   absl::Status MakeFabric(int world);   // part of Build
   absl::StatusOr<RunResult> Run();
-  // Per-step predictions after the run (empty when one prediction fits every step).
-  absl::StatusOr<std::vector<Prediction>> PredictEachStep(const PredictOptions& popts);
+  // Per-step predictions after the run: each step's predicted time (empty when one prediction
+  // fits every step) and the whole prediction of step `keep` alone (the median step's: the
+  // report's predicted timelines) — a prediction holds every device's figures and timelines, so
+  // keeping one per step grew a run's memory with its steps.
+  struct StepPredictions {
+    std::vector<Nanos> step_time;
+    std::optional<Prediction> kept;
+  };
+  absl::StatusOr<StepPredictions> PredictEachStep(const PredictOptions& popts, size_t keep);
+  // The median step by measured time (of an even count, the upper median); records not empty.
+  size_t MedianStep() const;
 
   // step_book.cc
   absl::StatusOr<Nanos> OnStepBoundary(Nanos max_end);
@@ -104,7 +113,7 @@ class Executor::Impl {
   absl::StatusOr<std::vector<double>> ReferenceLosses(const std::atomic<bool>& cancel) const;
   // `reference`: ReferenceLosses' result when o.run_reference (else ignored).
   absl::StatusOr<RunResult> Assemble(const Cluster& cluster, const Prediction& pred,
-                                     std::vector<Prediction> step_pred, double wall_seconds,
+                                     StepPredictions step_pred, double wall_seconds,
                                      const absl::StatusOr<std::vector<double>>& reference);
 
   // run_failure.cc

@@ -33,13 +33,20 @@ absl::StatusOr<std::vector<double>> Executor::Impl::ReferenceLosses(
 }
 
 absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const Prediction& pred,
-                                                   std::vector<Prediction> step_pred,
+                                                   StepPredictions step_pred,
                                                    double wall_seconds,
                                                    const absl::StatusOr<std::vector<double>>& reference) {
   const ParallelGrid& g = plan->grid;
   const int world = g.world_size();
+  // The median step by measured time (of an even count, the slower of the two middle ones — the upper
+  // median): one actual step, whose times are the headline step times on all three timelines and
+  // which gives the per-device figures and, when its intervals were kept, the timelines (else the
+  // last step's) — so a headline never is a value no step had, and the bubble of a device is
+  // (headline step − busy) / headline step.
+  const size_t med = MedianStep();
   RunResult res;
-  res.steps = records;
+  res.steps = std::move(records);  // the run is over: its records become the result's
+  records.clear();
   res.virtual_time = o.virtual_time;
   res.time_scale = o.time_scale;
   res.wall_seconds = wall_seconds;
@@ -56,21 +63,8 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   }
   for (size_t k = 0; k < res.steps.size(); ++k) {
     StepRecord& r = res.steps[k];
-    r.predicted_ms = ToMillis(step_pred.empty() ? pred.step_time : step_pred[k].step_time);
+    r.predicted_ms = ToMillis(step_pred.step_time.empty() ? pred.step_time : step_pred.step_time[k]);
     res.max_replica_divergence = std::max(res.max_replica_divergence, r.replica_divergence);
-  }
-  // The median step by measured time (of an even count, the slower of the two middle ones — the upper
-  // median): one actual step, whose times are the headline step times on all three timelines and
-  // which gives the per-device figures and, when its intervals were kept, the timelines (else the
-  // last step's) — so a headline never is a value no step had, and the bubble of a device is
-  // (headline step − busy) / headline step.
-  size_t med = 0;
-  {
-    std::vector<size_t> idx(records.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::stable_sort(idx.begin(), idx.end(),
-                     [&](size_t a, size_t b) { return records[a].measured_ms < records[b].measured_ms; });
-    med = idx[idx.size() / 2];
   }
   res.median_step = static_cast<int>(med);
   res.measured_step_ms = res.steps[med].measured_ms;
@@ -82,8 +76,8 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   const Scaling sc = ComputeScaling(pred.single_device_time, FromMillis(res.measured_step_ms), world);
   res.speedup = sc.speedup;
   res.efficiency = sc.efficiency;
-  res.final_loss = records.back().loss;
-  res.final_accuracy = records.back().accuracy;
+  res.final_loss = res.steps.back().loss;
+  res.final_accuracy = res.steps.back().accuracy;
   res.chance_accuracy = data->MajorityFraction(Split::kTest);
   const size_t tl = kept[med].empty() ? kept.size() - 1 : med;
   res.timeline_step = static_cast<int>(tl);
@@ -97,7 +91,7 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
     res.measured_pipeline = ComputePipelineFigures(measured);
     res.emulated_pipeline = ComputePipelineFigures(emulated);
   }
-  res.prediction = step_pred.empty() ? pred : std::move(step_pred[med]);
+  res.prediction = step_pred.kept.has_value() ? *std::move(step_pred.kept) : pred;
   res.predicted_speedup = res.prediction.speedup;
   for (int r = 0; r < world; ++r) {
     const DeviceRunner& x = *runners[static_cast<size_t>(r)];

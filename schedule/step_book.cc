@@ -161,7 +161,7 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   }
   metrics.push_back(std::move(m));
   kept.push_back(std::move(intervals));
-  records.push_back(rec);
+  records.push_back(std::move(rec));
   const bool last = step == o.steps - 1;
   if (last || (o.eval_every > 0 && (step + 1) % o.eval_every == 0)) {
     // The last step's evaluation is the run's final figure: nothing left to overlap it with.
