@@ -200,14 +200,20 @@ TEST(Hardening, TheMemoryEstimateBoundsTheRunsGrowth) {
         "--dp=2 --pp=1 --tp=2 --hidden=64x3 --moe_layers=1 --experts=8 --expert_hidden=2048 --top_k=2 "
         "--microbatches=2",
         "--dp=64 --pp=1 --tp=1 --hidden=8x8 --moe_layers=all --experts=1024 --expert_hidden=1 --ep=64 "
-        "--microbatches=2 --microbatch_size=1"}) {
+        "--microbatches=2 --microbatch_size=1",
+        // What a run keeps per step until its end: here the MoE routing tables (2 blocks x 16 replicas x
+        // 8 micro-batches x 1024 experts, 2 MB a step), half the estimate.
+        "--dp=16 --pp=1 --tp=1 --hidden=8x3 --moe_layers=all --experts=1024 --expert_hidden=1 --ep=16 "
+        "--microbatches=8 --microbatch_size=1 --steps=40"}) {
+    const std::string run =
+        layout.find("--steps") == std::string::npos ? "run --virtual_time --steps=2 " : "run --virtual_time ";
     ::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "1000", 1);  // refused: the message says the estimate
-    const Result refused = RunBinary("run --virtual_time --steps=2 " + layout, dir);
+    const Result refused = RunBinary(run + layout, dir);
     ::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES");
     const size_t at = refused.err.find("allocate about ");
     ASSERT_NE(at, std::string::npos) << layout << "\n" << refused.err;
     const double estimate_gb = std::stod(refused.err.substr(at + 15));
-    const Result r = RunBinary("run --virtual_time --steps=2 " + layout + " --report_json=" + report.string(), dir);
+    const Result r = RunBinary(run + layout + " --report_json=" + report.string(), dir);
     ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
     const json h = json::parse(ReadFile(report))["host"];
     const double growth = h["peak_rss_bytes"].get<double>() - h["rss_before_run_bytes"].get<double>();
