@@ -80,10 +80,15 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   // two copies per replica (measured: a 1024x8 MLP over pp = 2 peaks at 427 MB against 1F1B's 218 MB).
   const double copies = cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2 : 1;
   double model = cfg.dp * copies * weights * 4 * per_replica;
-  // The reference trainer: weights, gradients, optimizer state and its gradient totals.
-  if (cfg.reference) model += weights * 4 * (3 + states);
-  // Virtual clock: the held-out evaluation's copy of replica 0 (weights + gradients).
-  if (cfg.virtual_time) model += weights * 4 * 2;
+  // The reference trainer: weights, gradients, optimizer state and its gradient totals — with EP,
+  // once per EP rank of a group (its replicas run in lockstep, each a whole model; the dense layers
+  // were counted once: 0.485 GB grown against 0.511 GB estimated at dp 4, ep 4, 512x8).
+  const bool moe = mlp.moe.enabled();
+  const double ep_replicas = moe ? std::max(1, cfg.ep) : 1;
+  if (cfg.reference) model += ep_replicas * weights * 4 * (3 + states);
+  // Virtual clock: the held-out evaluation's copy of replica 0 (weights + gradients), one per EP
+  // rank.
+  if (cfg.virtual_time) model += ep_replicas * weights * 4 * 2;
   est.parts.push_back({"model", cfg.dp > 64 ? "dp" : "hidden", model});
 
   const bool gpipe = cfg.schedule == schedule::ScheduleKind::kGPipe;
@@ -112,7 +117,7 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   // router's probabilities and the combined rows, and on the experts' side up to ep × top_k × T rows of
   // d + 2h (input, pre-activation, activation) — doubled for the exchange buffers and backward's
   // temporaries; the evaluation's 512-row batches likewise, once.
-  if (mlp.moe.enabled()) {
+  if (moe) {
     const double E = mlp.moe.experts, k = mlp.moe.top_k, h = mlp.moe.expert_hidden, ep = cfg.ep;
     const double tp = std::max(1, cfg.tp), T = cfg.microbatch_size;
     constexpr double kEvalRows = 512;
@@ -130,8 +135,10 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
     if (cfg.virtual_time) experts += ep * tp * shard * 4 * 2;
     // Blame the factor furthest above its default (4 experts of hidden 64).
     est.parts.push_back({"experts", E / 4 >= h / 64 ? "experts" : "expert_hidden", experts});
+    // The reference trainer runs one micro-batch of each EP group at a time, its replicas in lockstep.
+    const double reference_stored = cfg.reference ? tp * ep * stored : 0;
     est.parts.push_back({"expert activations", "microbatch_size",
-                         (cfg.dp * tp * in_flight * stored + tp * ep * eval_stored) * 4 * 2});
+                         (cfg.dp * tp * in_flight * stored + reference_stored + tp * ep * eval_stored) * 4 * 2});
   }
 
   // What a run keeps of every step until its end (schedule/executor.cc; the median step, whose figures
@@ -141,7 +148,7 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   {
     const double world = cfg.world_size();
     double per_step = sizeof(schedule::StepRecord) + world * 2 * sizeof(schedule::DeviceMetrics);
-    if (mlp.moe.enabled()) {
+    if (moe) {
       const double blocks = static_cast<double>(mlp.moe.layers.size()), E = mlp.moe.experts;
       per_step += world * 2 * sizeof(uint64_t) +
                   8 * blocks * (static_cast<double>(cfg.dp) * cfg.microbatches * E + E);

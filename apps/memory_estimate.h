@@ -7,7 +7,8 @@
 //   model         dp replicas of the model's fp32 weights, gradients and optimizer state (SGD 1, Adam 2
 //                 copies; DualPipe two of each, every stage living on two ranks), the reference
 //                 trainer's copy, the held-out evaluation's copy of replica 0 (virtual clock: weights
-//                 and gradients), and the all-reduce buffers (3 × gradients);
+//                 and gradients) — both once per EP rank with MoE — and the all-reduce buffers
+//                 (3 × gradients);
 //   activations   per device, the activations of the micro-batches in flight (GPipe: all of them;
 //                 other schedules: at most pp × virtual_stages, or the schedule's larger peak — ZB-H2
 //                 2·pp − 1, interleaved its warm-up + 1 chunks), 3 tensors of microbatch_size rows
@@ -17,7 +18,8 @@
 //                 TP-sharded), the reference trainer's full model per EP rank, the evaluation copy;
 //   expert activations  (MoE) per micro-batch in flight and block, the router's and the combine's
 //                 tensors and up to ep × top_k × microbatch_size expert rows of d + 2h, doubled for
-//                 exchange buffers and backward temporaries; the held-out evaluation's batch once;
+//                 exchange buffers and backward temporaries; the reference trainer's micro-batch of
+//                 each EP rank; the held-out evaluation's batch once;
 //   step records  what the run keeps of every step until its end: each device's figures on two
 //                 timelines (and EP byte counters), and with MoE the step's routing — kept slots per
 //                 block, replica, micro-batch and expert — and per-expert token totals;
