@@ -111,9 +111,9 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
 
   // Mixture of experts (docs/model.md): a block's router (d × E) and experts (d → h → d each) are not in
   // the dense count above. Every TP rank holds the router and its EP rank's E/ep experts (a block is
-  // never TP-sharded), so a replica holds tp copies; the reference trainer one full model (all E
-  // experts) per EP rank of a group; the evaluation copy one EP group's shards (all experts per TP
-  // rank). Stored per micro-batch in flight, on every device of a block's stage: the input, the
+  // never TP-sharded), so a replica holds tp copies; the reference trainer the router per EP rank of a
+  // group and every expert once (sharded as the run's EP group), on every TP rank; the evaluation copy
+  // one EP group's shards (all experts per TP rank). Stored per micro-batch in flight, on every device of a block's stage: the input, the
   // router's probabilities and the combined rows, and on the experts' side up to ep × top_k × T rows of
   // d + 2h (input, pre-activation, activation) — doubled for the exchange buffers and backward's
   // temporaries; the evaluation's 512-row batches likewise, once.
@@ -131,7 +131,7 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
     }
     const double shard = router + expert_floats / ep;  // one device's share of the blocks
     double experts = cfg.dp * tp * shard * 4 * per_replica;
-    if (cfg.reference) experts += ep * (router + expert_floats) * 4 * (3 + states);
+    if (cfg.reference) experts += tp * (ep * router + expert_floats) * 4 * (3 + states);
     if (cfg.virtual_time) experts += ep * tp * shard * 4 * 2;
     // Blame the factor furthest above its default (4 experts of hidden 64).
     est.parts.push_back({"experts", E / 4 >= h / 64 ? "experts" : "expert_hidden", experts});

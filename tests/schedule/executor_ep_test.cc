@@ -239,6 +239,28 @@ TEST(ExecutorEp, RealClockRunCompletes) {
   }
 }
 
+// The run's own reference (the report's reference_loss) shards its experts over the EP group: with
+// top-2 routing and drops, an EP group of 2 (every sum over at most two copies, so the run's ring
+// order is the reference's rank order) and one TP rank it reproduces every step's loss bit for bit;
+// over 4 EP ranks the first step's (no update yet: the sums of the updates differ in order later).
+TEST(ExecutorEp, TheRunsOwnReferenceMatchesItsLosses) {
+  for (const EpSetup s : {EpSetup{.dp = 2, .pp = 2, .tp = 1, .ep = 2, .top_k = 2, .capacity = 0.75},
+                          EpSetup{.dp = 4, .pp = 1, .tp = 1, .ep = 4, .top_k = 2}}) {
+    ExecutorOptions o = MakeOptions(s, 3);
+    o.run_reference = true;
+    absl::StatusOr<RunResult> r = CreateAndRun(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const StepRecord& st : r->steps) {
+      if (s.dp > 2 && st.step > 0) {
+        EXPECT_LE(st.loss_rel_diff, 1e-5) << Name(s) << " step " << st.step;
+        continue;
+      }
+      EXPECT_EQ(st.loss, st.reference_loss) << Name(s) << " step " << st.step;
+      EXPECT_EQ(st.loss_rel_diff, 0.0) << Name(s) << " step " << st.step;
+    }
+  }
+}
+
 TEST(ExecutorEp, BadOptionsNameTheField) {
   ExecutorOptions o = MakeOptions({.dp = 4, .ep = 3}, 1);
   auto a = Executor::Create(o);
