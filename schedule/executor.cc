@@ -416,7 +416,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
     std::vector<Nanos> step_time;
     if (!plan->has_ep_exchanges()) {
-      absl::StatusOr<StepPredictions> each = PredictEachStep(popts, /*keep=*/0);
+      absl::StatusOr<StepPredictions> each = PredictEachStep(popts, /*keep=*/std::nullopt);
       if (each.ok()) step_time = std::move(each->step_time);
     }
     for (StepRecord& r : failure->steps) {
@@ -433,7 +433,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
 }
 
 absl::StatusOr<Executor::Impl::StepPredictions> Executor::Impl::PredictEachStep(
-    const PredictOptions& popts, size_t keep) {
+    const PredictOptions& popts, std::optional<size_t> keep) {
   StepPredictions step_pred;
   const int world = plan->grid.world_size();
   const bool per_step = o.faults.jitter.max_fraction > 0 || !plan->link_faults.empty() ||
@@ -457,7 +457,7 @@ absl::StatusOr<Executor::Impl::StepPredictions> Executor::Impl::PredictEachStep(
     if (plan->has_ep_exchanges()) pk.routing = &records[static_cast<size_t>(k)].routing;
     RP_ASSIGN_OR_RETURN(Prediction p, Predict(*plan, pk));
     step_pred.step_time.push_back(p.step_time);
-    if (static_cast<size_t>(k) == keep) step_pred.kept = std::move(p);
+    if (keep == static_cast<size_t>(k)) step_pred.kept = std::move(p);
   }
   return step_pred;
 }

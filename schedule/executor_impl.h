@@ -67,14 +67,15 @@ class Executor::Impl {
   absl::Status MakeFabric(int world);   // part of Build
   absl::StatusOr<RunResult> Run();
   // Per-step predictions after the run: each step's predicted time (empty when one prediction
-  // fits every step) and the whole prediction of step `keep` alone (the median step's: the
-  // report's predicted timelines) — a prediction holds every device's figures and timelines, so
-  // keeping one per step grew a run's memory with its steps.
+  // fits every step) and the whole prediction of step `keep` alone, if any (the median step's:
+  // the report's predicted timelines) — a prediction holds every device's figures and timelines,
+  // so keeping one per step grew a run's memory with its steps.
   struct StepPredictions {
     std::vector<Nanos> step_time;
     std::optional<Prediction> kept;
   };
-  absl::StatusOr<StepPredictions> PredictEachStep(const PredictOptions& popts, size_t keep);
+  absl::StatusOr<StepPredictions> PredictEachStep(const PredictOptions& popts,
+                                                  std::optional<size_t> keep);
   // The median step by measured time (of an even count, the upper median); records not empty.
   size_t MedianStep() const;
 

@@ -40,9 +40,9 @@ absl::Status CheckGroup(std::span<MlpStage* const> shards, int tp, size_t inputs
 // One all-to-all among the exchanges `ex` (one per source, same TP rank): receiver r takes, from
 // each of `senders` senders in rank order, the block the sender addressed to r. A receiver past
 // every sender's destinations (sources 1..G-1 when the experts all live on source 0, as in the
-// reference trainer) takes one empty block: it owns no rows, and `senders` × bins zero counts
-// made the reference hold senders × experts counts per source and block (64 × 1024 of them,
-// 369 MB over 11 blocks at ep 64 and 1024 experts).
+// reference trainer without shard_experts) takes one empty block: it owns no rows, and `senders` ×
+// bins zero counts made that reference hold senders × experts counts per source and block (64 ×
+// 1024 of them, 369 MB over 11 blocks at ep 64 and 1024 experts).
 // With `wire`, each block from s != r then goes through it (as the receiver got it).
 absl::Status DeliverSerial(std::span<EpExchange* const> ex, size_t senders, const EpWireFn& wire) {
   const int bins = ex[0]->bins;
