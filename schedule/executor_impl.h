@@ -2,7 +2,8 @@
 //   executor.cc     Create (validation, plan, fabric, runners) and Run (communicators, devices,
 //                   the stall monitor)
 //   step_book.cc    the step boundary: loss, divergence, accuracy, per-device step metrics
-//   run_result.cc   RunResult: medians, per-device reports on three timelines, the reference
+//   run_result.cc   RunResult: medians, per-step predictions, per-device reports on three
+//                   timelines, the reference
 //   run_failure.cc  RunFailure: the first failure, wait chains, rollback of uncommitted updates
 #pragma once
 
@@ -66,18 +67,6 @@ class Executor::Impl {
   absl::Status CheckFaults(int world);  // part of Build
   absl::Status MakeFabric(int world);   // part of Build
   absl::StatusOr<RunResult> Run();
-  // Per-step predictions after the run: each step's predicted time (empty when one prediction
-  // fits every step) and the whole prediction of step `keep` alone, if any (the median step's:
-  // the report's predicted timelines) — a prediction holds every device's figures and timelines,
-  // so keeping one per step grew a run's memory with its steps.
-  struct StepPredictions {
-    std::vector<Nanos> step_time;
-    std::optional<Prediction> kept;
-  };
-  absl::StatusOr<StepPredictions> PredictEachStep(const PredictOptions& popts,
-                                                  std::optional<size_t> keep);
-  // The median step by measured time (of an even count, the upper median); records not empty.
-  size_t MedianStep() const;
 
   // step_book.cc
   absl::StatusOr<Nanos> OnStepBoundary(Nanos max_end);
@@ -109,6 +98,18 @@ class Executor::Impl {
   Thread eval_thread;  // rp::Thread: explicit stack size, as the device threads
 
   // run_result.cc
+  // Per-step predictions after the run: each step's predicted time (empty when one prediction
+  // fits every step) and the whole prediction of step `keep` alone, if any (the median step's:
+  // the report's predicted timelines) — a prediction holds every device's figures and timelines,
+  // so keeping one per step grew a run's memory with its steps.
+  struct StepPredictions {
+    std::vector<Nanos> step_time;
+    std::optional<Prediction> kept;
+  };
+  absl::StatusOr<StepPredictions> PredictEachStep(const PredictOptions& popts,
+                                                  std::optional<size_t> keep);
+  // The median step by measured time (of an even count, the upper median); records not empty.
+  size_t MedianStep() const;
   // The single-device FP32 reference's loss per step (with EP: each EP group's replicas in
   // lockstep; reference_trainer.h), o.steps of them; stops early (Cancelled) once *cancel is set.
   absl::StatusOr<std::vector<double>> ReferenceLosses(const std::atomic<bool>& cancel) const;

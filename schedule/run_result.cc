@@ -1,5 +1,6 @@
 // RunResult (executor_impl.h): step times on the three timelines, fidelities, per-device reports
-// of the median step (the headline step), bytes and memory, host figures, and the single-device reference.
+// of the median step (the headline step), bytes and memory, host figures, the per-step predictions
+// and the single-device reference.
 #include <algorithm>
 #include <cmath>
 
@@ -36,6 +37,44 @@ absl::StatusOr<std::vector<double>> Executor::Impl::ReferenceLosses(
     losses.push_back(sr.loss);
   }
   return losses;
+}
+
+absl::StatusOr<Executor::Impl::StepPredictions> Executor::Impl::PredictEachStep(
+    const PredictOptions& popts, std::optional<size_t> keep) {
+  StepPredictions step_pred;
+  const int world = plan->grid.world_size();
+  const bool per_step = o.faults.jitter.max_fraction > 0 || !plan->link_faults.empty() ||
+                        plan->has_ep_exchanges();
+  if (!per_step) return step_pred;
+  std::vector<int> ops_per_step(static_cast<size_t>(world), 0);
+  for (int r = 0; r < world; ++r) {
+    for (const Op& op : o.program.ranks[static_cast<size_t>(plan->grid.CoordOf(r).pp)]) {
+      ops_per_step[static_cast<size_t>(r)] += IsDeviceCompute(op.kind);
+    }
+  }
+  for (int k = 0; k < o.steps; ++k) {
+    PredictOptions pk = popts;
+    pk.step = k;
+    if (o.faults.jitter.max_fraction > 0) {
+      pk.compute_op_factor = [this, &ops_per_step, k](int rank, int i) {
+        return injector.ComputeFactor(rank,
+                                      int64_t{k} * ops_per_step[static_cast<size_t>(rank)] + i);
+      };
+    }
+    if (plan->has_ep_exchanges()) pk.routing = &records[static_cast<size_t>(k)].routing;
+    RP_ASSIGN_OR_RETURN(Prediction p, Predict(*plan, pk));
+    step_pred.step_time.push_back(p.step_time);
+    if (keep == static_cast<size_t>(k)) step_pred.kept = std::move(p);
+  }
+  return step_pred;
+}
+
+size_t Executor::Impl::MedianStep() const {
+  std::vector<size_t> idx(records.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](size_t a, size_t b) { return records[a].measured_ms < records[b].measured_ms; });
+  return idx[idx.size() / 2];
 }
 
 absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const Prediction& pred,
