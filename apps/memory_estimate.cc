@@ -81,7 +81,7 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   const double copies = cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2 : 1;
   double model = cfg.dp * copies * weights * 4 * per_replica;
   // The reference trainer: weights, gradients, optimizer state and its gradient totals — with EP,
-  // once per EP rank of a group (its replicas run in lockstep, each a whole model; the dense layers
+  // once per EP rank of a group (its replicas run in lockstep, each holding the dense layers; they
   // were counted once: 0.485 GB grown against 0.511 GB estimated at dp 4, ep 4, 512x8).
   const bool moe = mlp.moe.enabled();
   const double ep_replicas = moe ? std::max(1, cfg.ep) : 1;
@@ -113,10 +113,11 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   // the dense count above. Every TP rank holds the router and its EP rank's E/ep experts (a block is
   // never TP-sharded), so a replica holds tp copies; the reference trainer the router per EP rank of a
   // group and every expert once (sharded as the run's EP group), on every TP rank; the evaluation copy
-  // one EP group's shards (all experts per TP rank). Stored per micro-batch in flight, on every device of a block's stage: the input, the
-  // router's probabilities and the combined rows, and on the experts' side up to ep × top_k × T rows of
-  // d + 2h (input, pre-activation, activation) — doubled for the exchange buffers and backward's
-  // temporaries; the evaluation's 512-row batches likewise, once.
+  // one EP group's shards (all experts per TP rank). Stored per micro-batch in flight, on every device
+  // of a block's stage: the input, the router's probabilities and the combined rows, and on the
+  // experts' side up to ep × top_k × T rows of d + 2h (input, pre-activation, activation) — doubled
+  // for the exchange buffers and backward's temporaries; the evaluation's 512-row batches likewise,
+  // once.
   if (moe) {
     const double E = mlp.moe.experts, k = mlp.moe.top_k, h = mlp.moe.expert_hidden, ep = cfg.ep;
     const double tp = std::max(1, cfg.tp), T = cfg.microbatch_size;
@@ -141,7 +142,7 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
                          (cfg.dp * tp * in_flight * stored + reference_stored + tp * ep * eval_stored) * 4 * 2});
   }
 
-  // What a run keeps of every step until its end (schedule/executor.cc; the median step, whose figures
+  // What a run keeps of every step until its end (schedule/step_book.cc; the median step, whose figures
   // the report shows, is known only then): each device's figures on two timelines and, with EP, its
   // EP byte counters; the step's record; with MoE the step's routing (kept slots per block, replica,
   // micro-batch and expert, which the step's own prediction replays) and each expert's tokens.
