@@ -123,12 +123,7 @@ absl::Status AllToAllRunner::ExchangeBlocks(const float* send, std::span<const s
       Stamped<A2aMsg> m;
       RP_RETURN_IF_ERROR(
           Receive(src, s, k, static_cast<uint32_t>(g.size), static_cast<int64_t>(in.size), &m));
-      float* dst_elems = recv + in.begin + g.begin;
-      if (codec_ == Codec::kFp32) {
-        if (g.size > 0) std::memcpy(dst_elems, m.body.payload, g.size * sizeof(float));
-      } else {
-        Decode(codec_, m.body.payload, g.size, dst_elems);
-      }
+      FromWire(codec_, m.body.payload, g.size, recv + in.begin + g.begin);
       RP_RETURN_IF_ERROR(Acknowledge(src, s));
     }
   }
@@ -187,35 +182,56 @@ absl::Status AllToAllRunner::FailLocal(const absl::Status& s, const char* what, 
   return out;
 }
 
-absl::Status AllToAllRunner::Check(const A2aMsg& w, int peer, int step, int32_t segment,
-                                   uint32_t elems, int64_t block) {
-  if (w.op_id != op_id_ || w.kind != kind_ || w.codec != codec_) {
-    return Fail(absl::FailedPreconditionError(
-                    absl::StrCat("mismatched collectives: this rank runs ", OpName(kind_), " #",
-                                 op_id_, " with ", CodecName(codec_), ", the peer sent ",
-                                 OpName(w.kind), " #", w.op_id, " with ", CodecName(w.codec))),
-                "receiving from", peer, step);
+absl::Status CheckHeader(const A2aMsg& w, uint64_t op_id, OpKind kind, Codec codec,
+                         int32_t segment, uint32_t elems, int64_t block) {
+  if (w.op_id != op_id || w.kind != kind || w.codec != codec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mismatched collectives: this rank runs ", OpName(kind), " #", op_id, " with ",
+                     CodecName(codec), ", the peer sent ", OpName(w.kind), " #", w.op_id,
+                     " with ", CodecName(w.codec)));
   }
   if (block >= 0 && w.block_elems != static_cast<uint64_t>(block)) {
-    return Fail(absl::FailedPreconditionError(
-                    absl::StrCat("mismatched counts: this rank expects a block of ", block,
-                                 " elements from the peer, which sends ", w.block_elems)),
-                "receiving from", peer, step);
+    return absl::FailedPreconditionError(
+        absl::StrCat("mismatched counts: this rank expects a block of ", block,
+                     " elements from the peer, which sends ", w.block_elems));
   }
   if (segment == kCountsSegment && (w.segment != kCountsSegment || w.elems != elems)) {
-    return Fail(absl::FailedPreconditionError(
-                    absl::StrCat("mismatched counts: this rank has ", elems,
-                                 " count entries (bins) per peer, the peer sent ", w.elems)),
-                "receiving from", peer, step);
+    return absl::FailedPreconditionError(
+        absl::StrCat("mismatched counts: this rank has ", elems,
+                     " count entries (bins) per peer, the peer sent ", w.elems));
   }
   if (w.segment != segment || w.elems != elems) {
-    return Fail(absl::FailedPreconditionError(absl::StrCat(
-                    "mismatched segments (is segment_bytes equal on all ranks?): expected "
-                    "segment ",
-                    segment, " of ", elems, " elements, got segment ", w.segment, " of ", w.elems,
-                    " elements")),
-                "receiving from", peer, step);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mismatched segments (is segment_bytes equal on all ranks?): expected segment ", segment,
+        " of ", elems, " elements, got segment ", w.segment, " of ", w.elems, " elements"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<std::byte[]>> WireCopy(Codec codec, const float* src, size_t elems,
+                                                      size_t index) {
+  const uint64_t wire = SegmentWireBytes(codec, elems);
+  auto copy = std::make_unique_for_overwrite<std::byte[]>(std::max<uint64_t>(wire, 1));
+  if (codec == Codec::kFp32) {
+    if (elems > 0) std::memcpy(copy.get(), src, wire);
+  } else if (elems > 0) {
+    RP_RETURN_IF_ERROR(Encode(codec, src, elems, copy.get(), index));
+  }
+  return copy;
+}
+
+void FromWire(Codec codec, const std::byte* wire, size_t elems, float* dst) {
+  if (codec == Codec::kFp32) {
+    if (elems > 0) std::memcpy(dst, wire, elems * sizeof(float));
+  } else {
+    Decode(codec, wire, elems, dst);
+  }
+}
+
+absl::Status AllToAllRunner::Check(const A2aMsg& w, int peer, int step, int32_t segment,
+                                   uint32_t elems, int64_t block) {
+  const absl::Status s = CheckHeader(w, op_id_, kind_, codec_, segment, elems, block);
+  if (!s.ok()) return Fail(s, "receiving from", peer, step);
   return absl::OkStatus();
 }
 

@@ -7,18 +7,34 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "comm/alltoall_timing.h"
 #include "comm/communicator.h"
 #include "comm/ring_steps.h"
 #include "runtime/time.h"
 
 namespace rp::comm::internal {
+
+// A received message's header against what the receiver expects: the same call (op_id, kind,
+// codec), a block of `block` elements (-1 = not known yet), and message `segment` of `elems`
+// elements (kCountsSegment: the counts, `elems` = bins). FailedPrecondition naming both sides'
+// values; the caller adds rank, peer and step.
+absl::Status CheckHeader(const A2aMsg& w, uint64_t op_id, OpKind kind, Codec codec,
+                         int32_t segment, uint32_t elems, int64_t block);
+// A timed message's bytes: elems elements of src as they travel (copied, or encoded in `codec`;
+// `index` = the first element's index in the caller's block, for encode errors), at least one
+// byte. Encode's errors.
+absl::StatusOr<std::unique_ptr<std::byte[]>> WireCopy(Codec codec, const float* src, size_t elems,
+                                                      size_t index);
+// The receive side of WireCopy: elems elements into dst.
+void FromWire(Codec codec, const std::byte* wire, size_t elems, float* dst);
 
 class AllToAllRunner {
  public:

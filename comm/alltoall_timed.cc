@@ -157,13 +157,9 @@ absl::Status AllToAllRunner::TimedBlocks(const float* send, std::span<const size
     const Range g = ring::SplitSegment(Range{0, out.size}, pieces, p.message);
     const float* src = send + out.begin + g.begin;
     const uint64_t wire = SegmentWireBytes(codec_, g.size);
-    auto copy = std::make_unique_for_overwrite<std::byte[]>(std::max<uint64_t>(wire, 1));
-    if (codec_ == Codec::kFp32) {
-      if (g.size > 0) std::memcpy(copy.get(), src, wire);
-    } else if (g.size > 0) {
-      absl::Status st = Encode(codec_, src, g.size, copy.get(), out.begin + g.begin);
-      if (!st.ok()) return FailLocal(st, "encoding for", dst, p.step);
-    }
+    absl::StatusOr<std::unique_ptr<std::byte[]>> copy =
+        WireCopy(codec_, src, g.size, out.begin + g.begin);
+    if (!copy.ok()) return FailLocal(copy.status(), "encoding for", dst, p.step);
     const A2aMsg m{.payload = nullptr,
                    .owned = true,
                    .op_id = op_id_,
@@ -172,7 +168,7 @@ absl::Status AllToAllRunner::TimedBlocks(const float* send, std::span<const size
                    .segment = p.message,
                    .kind = kind_,
                    .codec = codec_};
-    return PostOwned(dst, m, std::move(copy), wire, p.bytes, p.ready, p.step);
+    return PostOwned(dst, m, std::move(*copy), wire, p.bytes, p.ready, p.step);
   };
   std::vector<a2a::PairwiseTimer::Post> posts = timer.Begin();
   auto flush = [&]() -> absl::Status {  // everything released is posted before any wait
@@ -192,12 +188,7 @@ absl::Status AllToAllRunner::TimedBlocks(const float* send, std::span<const size
       RP_RETURN_IF_ERROR(ReceiveTimed(static_cast<int>(us), s, k, static_cast<uint32_t>(g.size),
                                       static_cast<int64_t>(in.size), &m, &t));
       std::unique_ptr<std::byte[]> owned(const_cast<std::byte*>(m.body.payload));
-      float* dst_elems = recv + in.begin + g.begin;
-      if (codec_ == Codec::kFp32) {
-        if (g.size > 0) std::memcpy(dst_elems, owned.get(), g.size * sizeof(float));
-      } else {
-        Decode(codec_, owned.get(), g.size, dst_elems);
-      }
+      FromWire(codec_, owned.get(), g.size, recv + in.begin + g.begin);
       timer.OnReceive(t.arrival, t.ready, &posts);
     }
   }

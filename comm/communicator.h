@@ -343,6 +343,7 @@ class RankComm {
   friend class Communicator;
   friend class internal::RingRunner;
   friend class internal::AllToAllRunner;
+  friend class EventAllToAll;
   RankComm(Communicator* group, int rank) : group_(group), rank_(rank) {}
 
   OwningChannel<Buffer>* P2PChannel(int src, int dst);

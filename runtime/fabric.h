@@ -192,7 +192,8 @@ class Fabric {
   // --- Gates (one signaller, one waiter, e.g. "bucket done") ---
   // Marks `gate` done at modeled time t and releases its waiter (bound >= t).
   void Signal(GateId gate, Nanos t);
-  // Waits until `gate` is signalled; returns its time; lp's bound becomes >= it.
+  // Waits until `gate` is signalled; returns its time; lp's bound becomes >= it. Stall reports
+  // name `site`, or the gate's own once set (Scope::SetGateSite).
   [[nodiscard]] absl::StatusOr<Nanos> AwaitGate(LpId lp, GateId gate, const WaitSite& site);
   // Makes `gate` reusable (not signalled). Only when nobody waits on it.
   void ResetGate(GateId gate);
@@ -270,8 +271,10 @@ class Fabric {
   };
   struct Gate {
     bool signalled = false;
+    bool has_site = false;  // Scope::SetGateSite was called since the last reset
     Nanos time{0};
     LpId waiter = -1;
+    WaitSite site;
   };
   struct Rendezvous {
     int members = 0;
@@ -360,6 +363,9 @@ class Fabric::Scope {
   // (from its sender) at `site`, or is idle.
   void Awaiting(LpId lp, ChannelId channel, const WaitSite& site);
   void Idle(LpId lp);
+  // For stall reports: whoever awaits `gate` (now or later, until ResetGate) waits at `site` —
+  // e.g. handlers that run a thread's collective name the peer it awaits as they go.
+  void SetGateSite(GateId gate, const WaitSite& site);
 
  private:
   friend class Fabric;

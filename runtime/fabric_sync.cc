@@ -50,7 +50,7 @@ absl::StatusOr<Nanos> Fabric::AwaitGate(LpId lp, GateId gate, const WaitSite& si
   Unlocker lock(this);
   Gate& g = gates_[static_cast<size_t>(gate)];
   Lp& l = *lps_[static_cast<size_t>(lp)];
-  l.site = site;
+  l.site = g.has_site ? g.site : site;
   if (!g.signalled) {
     if (aborted_.load(std::memory_order_acquire)) return abort_status_;
     g.waiter = lp;
@@ -189,6 +189,14 @@ void Fabric::Scope::Awaiting(LpId lp, ChannelId channel, const WaitSite& site) {
   l.site = site;
   l.awaited_channel = channel;
   l.state = LpWait::State::kAwaitChannel;  // excluded either way: the tree is unchanged
+}
+
+void Fabric::Scope::SetGateSite(GateId gate, const WaitSite& site) {
+  fabric_.mu_.AssertHeld();
+  Gate& g = fabric_.gates_[static_cast<size_t>(gate)];
+  g.site = site;
+  g.has_site = true;
+  if (g.waiter >= 0) fabric_.lps_[static_cast<size_t>(g.waiter)]->site = site;
 }
 
 void Fabric::Scope::Idle(LpId lp) {

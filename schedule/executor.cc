@@ -265,6 +265,15 @@ absl::Status Executor::Impl::MakeCommunicators() {
         RP_ASSIGN_OR_RETURN(slot, make(plan->EpGroup(r, nullptr), false, ring_clock));
       }
     }
+    if (o.virtual_time) {
+      ctx.ep_streams.resize(static_cast<size_t>(g.world_size()));
+      for (int r = 0; r < g.world_size(); ++r) {
+        int index = 0;
+        (void)plan->EpGroup(r, &index);
+        ctx.ep_streams[static_cast<size_t>(r)] =
+            std::make_unique<comm::EventAllToAll>(&ctx.Ep(r).rank(index));
+      }
+    }
   }
   return absl::OkStatus();
 }

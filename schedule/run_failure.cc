@@ -176,12 +176,27 @@ std::vector<int> WaitChainEnds(const std::vector<ErrorRecord>& errs, const std::
   return ends;
 }
 
+// The failure that heads the report: the first one a device reported, unless that was a
+// consequence — a wait released because another failure aborted the fabric (Aborted, Cancelled),
+// whose message carries that failure — which can reach the watchdog before the thread that failed
+// does (a collective run by handlers fails in whichever thread commits); then the failure it
+// carries, as its rank recorded it.
+absl::Status HeadStatus(const std::vector<ErrorRecord>& errs, const absl::Status& first) {
+  if (!absl::IsAborted(first) && !absl::IsCancelled(first)) return first;
+  for (const ErrorRecord& e : errs) {
+    if (!absl::IsCancelled(e.status) && !absl::IsAborted(e.status) &&
+        !e.status.message().empty() && absl::StrContains(first.message(), e.status.message())) {
+      return e.status;
+    }
+  }
+  return first;
+}
+
 }  // namespace
 
-absl::Status Executor::Impl::Fail(const absl::Status& run) {
+absl::Status Executor::Impl::Fail(const absl::Status& first_reported) {
   // Every thread has joined: the devices' state is ours.
   RunFailure f;
-  f.status = run;
   f.committed_steps = committed;
   // Bookkeep records step k at the boundary that commits it. A held-out evaluation that failed
   // at that boundary leaves it uncommitted; one that ran while the next step trained (virtual
@@ -198,6 +213,7 @@ absl::Status Executor::Impl::Fail(const absl::Status& run) {
     MutexLock lock(&ctx.errors_mu);
     errs = ctx.errors;
   }
+  const absl::Status run = HeadStatus(errs, first_reported);
   const ErrorRecord* root = RootError(errs, run);
   std::string where = "first failure: unknown rank";
   const ParallelGrid& g = plan->grid;

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "comm/alltoall_event.h"
 #include "comm/comm_stream.h"
 #include "comm/communicator.h"
 #include "runtime/clock.h"
@@ -121,6 +122,10 @@ struct RunContext {
   std::vector<std::unique_ptr<comm::EventCommStream>> tp_streams;
   // EP groups (ExecutionPlan::EpGroupId; ep > 1 with MoE layers): compute streams.
   std::vector<std::unique_ptr<comm::Communicator>> eps;
+  // Per device, on a virtual clock with EP groups: its EP all-to-alls as handlers fed by the
+  // fabric while the compute thread awaits their end on a gate (comm/alltoall_event.h). Empty:
+  // the compute thread awaits each message (AllToAllV::Run).
+  std::vector<std::unique_ptr<comm::EventAllToAll>> ep_streams;
   RendezvousId barrier = -1;
   // Per device: bytes of heap its thread makes resident in bulk before the first step and frees
   // at once, for that step's first touches to reuse (runtime/heap.h). Empty: none.

@@ -374,18 +374,34 @@ TEST(MoeBinary, EpIsASweepAxis) {
 }
 
 // A failing EP all-to-all names its site (rank, coordinates, step, op) once. Eight MoE blocks of 2
-// experts at top-2 diverge to NaN in step 2 (with ep = 1 too: the model, not EP); the NaN stops a DP
-// all-reduce, and the EP all-to-alls waiting on that replica fail — the first failure reported. Its
-// site was prefixed twice ("rank 5 (dp 2, pp 1, tp 0) step 2 op B3: rank 5 (dp 2, pp 1, tp 0) step 2
-// op B3: ...").
+// experts at top-2 diverge (with ep = 1 too: the model, not EP); with fp16 token rows a value
+// leaves fp16's range in an EP dispatch, whose all-to-all fails encoding it. Its site was prefixed
+// twice ("rank 5 (dp 2, pp 1, tp 0) step 2 op B3: rank 5 (dp 2, pp 1, tp 0) step 2 op B3: ...").
 TEST(MoeRun, AFailedEpAllToAllNamesItsSiteOnce) {
   const fs::path dir = TempDir("ep_failure");
   const Result r = RunBinary("run --virtual_time --steps=3 --dp=4 --pp=2 --tp=1 --moe_layers=all --ep=2 --experts=2 "
-                             "--top_k=2 --hidden=64x9", dir);
+                             "--top_k=2 --hidden=64x9 --ep_codec=fp16", dir);
   EXPECT_EQ(r.exit_code, 3) << r.err;
   ASSERT_NE(r.err.find("all-to-all-v"), std::string::npos) << r.err;  // an EP all-to-all failed
+  EXPECT_NE(r.err.find("encoding for rank"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("aborted because"), std::string::npos) << r.err;  // the failure, not a consequence
   const std::regex twice(R"((rank \d+ \(dp \d+, pp \d+, tp \d+\) step \d+ op [^ ]+: )\1)");
   EXPECT_FALSE(std::regex_search(r.err, twice)) << r.err;
+  fs::remove_all(dir);
+}
+
+// The same model with FP32 rows: the NaN reaches a DP all-reduce first (its ring refuses the
+// sum), and the EP all-to-alls waiting on that replica are released by the abort. A released wait
+// can reach the watchdog before the failure itself (the ring runs in whichever thread commits):
+// the report still heads with the failure that caused the others, not with a consequence.
+TEST(MoeRun, TheReportHeadsWithTheFailureNotAWaitItReleased) {
+  const fs::path dir = TempDir("ep_root");
+  const Result r = RunBinary("run --virtual_time --steps=3 --dp=4 --pp=2 --tp=1 --moe_layers=all --ep=2 --experts=2 "
+                             "--top_k=2 --hidden=64x9", dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const std::regex head(R"(ringpipe run: rank \d+ step 2 gradient bucket \d+ \(DP all-reduce\): .* overflows fp32)");
+  EXPECT_TRUE(std::regex_search(r.err, head)) << r.err;
+  EXPECT_EQ(r.err.find("aborted because"), std::string::npos) << r.err;
   fs::remove_all(dir);
 }
 
