@@ -30,17 +30,9 @@ NEW=${NEW:-build/release/apps/ringpipe}
 BASE_DIR=${BASE_DIR:-/tmp/ringpipe-baseline}
 
 [ -x "$NEW" ] || { echo "scaling: build the release preset first ($NEW missing)" >&2; exit 2; }
-if [ "$BASE_REF" != none ]; then
-  if [ ! -x "$BASE_DIR/build/release/apps/ringpipe" ] ||
-     [ "$(git -C "$BASE_DIR" rev-parse HEAD 2>/dev/null)" != "$(git rev-parse "$BASE_REF")" ]; then
-    rm -rf "$BASE_DIR"
-    git worktree prune
-    git worktree add --detach "$BASE_DIR" "$BASE_REF" >/dev/null
-    (cd "$BASE_DIR" && cmake --preset release >/dev/null &&
-       cmake --build --preset release -j "$(nproc)" --target ringpipe >/dev/null)
-  fi
-  BASE="$BASE_DIR/build/release/apps/ringpipe"
-fi
+# shellcheck source=bench/baseline.sh
+. bench/baseline.sh
+[ "$BASE_REF" = none ] || BASE=$(baseline_binary "$BASE_REF" "$BASE_DIR")
 
 REPORT=$(mktemp -d)/report.json
 trap 'rm -rf "$(dirname "$REPORT")"' EXIT

@@ -45,7 +45,9 @@ EventAllToAll::EventAllToAll(RankComm* rc)
     to_[static_cast<size_t>(p)] = rc_.AllToAllLink(r_, p)->fabric_channel;
     fabric_.SetChannelHandler(
         rc_.AllToAllLink(p, r_)->fabric_channel,
-        [this, p](Fabric::Scope& scope, ChannelId, Delivery d) { OnMessage(scope, p, std::move(d)); });
+        [this, p](Fabric::Scope& scope, ChannelId, Delivery d) {
+          OnMessage(scope, p, std::move(d));
+        });
   }
 }
 
@@ -58,7 +60,8 @@ absl::StatusOr<CollectiveResult> EventAllToAll::Run(
       AllToAllV::Create(&rc_, send, send_counts, bins, recv, recv_counts, options, wire).status());
   if (rc_.group().aborted()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ", internal::OpName(OpKind::kAllToAllV),
+        absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ",
+                     internal::OpName(OpKind::kAllToAllV),
                      ": communicator aborted earlier: ", rc_.group().abort_status().ToString()));
   }
   Call c;
@@ -108,9 +111,10 @@ absl::StatusOr<CollectiveResult> EventAllToAll::Run(
     rc_.Account(done_, options.codec);
     return std::move(done_);
   }
-  // The fabric was aborted (by another rank's failure, or the run's) — this call is dropped, so no handler writes into the caller's buffers once this
-  // returns, and the error says it is a consequence (as AllToAllV's "aborted because the group
-  // failed"), so the run's report names the rank that failed first.
+  // The fabric was aborted (by another rank's failure, or the run's): the call is dropped, so no
+  // handler writes into the caller's buffers once this returns, and the error says it is a
+  // consequence (as AllToAllV's "aborted because the group failed"), so the run's report names
+  // the rank that failed first.
   absl::Status out;
   fabric_.Run([&](Fabric::Scope&) {
     if (!status_.ok() || !call_.has_value()) {
@@ -178,7 +182,8 @@ absl::Status EventAllToAll::Handle(Fabric::Scope& scope, int peer, Delivery& d) 
   const size_t up = static_cast<size_t>(peer);
   if (!c.blocks) {
     const size_t ub = static_cast<size_t>(c.bins);
-    RP_RETURN_IF_ERROR(Check(pl->header, peer, 0, kCountsSegment, static_cast<uint32_t>(c.bins), -1));
+    RP_RETURN_IF_ERROR(
+        Check(pl->header, peer, 0, kCountsSegment, static_cast<uint32_t>(c.bins), -1));
     std::memcpy(c.recv_counts->data() + up * ub, pl->bytes.get(), ub * sizeof(int64_t));
   } else {
     const Range in{c.recv_off[up], c.recv_off[up + 1] - c.recv_off[up]};
@@ -257,7 +262,8 @@ absl::Status EventAllToAll::PostCounts(Fabric::Scope& scope, const a2a::Pairwise
   pl->header = A2aMsg{.payload = nullptr,
                       .owned = true,
                       .op_id = c.op_id,
-                      .block_elems = static_cast<uint64_t>(std::accumulate(mine, mine + ub, int64_t{0})),
+                      .block_elems = static_cast<uint64_t>(
+                          std::accumulate(mine, mine + ub, int64_t{0})),
                       .elems = static_cast<uint32_t>(c.bins),
                       .segment = kCountsSegment,
                       .kind = OpKind::kAllToAllV,
@@ -334,10 +340,11 @@ void EventAllToAll::End(Fabric::Scope& scope, absl::Status status) {
 // As AllToAllRunner::Fail: "rank R (device D) all-to-all-v #op <what> rank P (device Q) at step S".
 absl::Status EventAllToAll::Error(absl::Status s, const char* what, int peer, int step) const {
   return absl::Status(
-      s.code(), absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ",
-                             internal::OpName(OpKind::kAllToAllV), " #", call_->op_id, " ", what, " rank ",
-                             peer, " (device ", rc_.group().device(peer), ") at step ", step, ": ",
-                             s.message()));
+      s.code(),
+      absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ",
+                   internal::OpName(OpKind::kAllToAllV), " #", call_->op_id, " ", what, " rank ",
+                   peer, " (device ", rc_.group().device(peer), ") at step ", step, ": ",
+                   s.message()));
 }
 
 absl::Status EventAllToAll::Check(const internal::A2aMsg& w, int peer, int step, int32_t segment,

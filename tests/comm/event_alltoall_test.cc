@@ -33,6 +33,18 @@ LinkSpec Spec() {
   return s;
 }
 
+
+// n ranks on devices 1, 3, 5, ... (distinct from the ranks), LP r for rank r, an EventAllToAll
+// per rank (with `event`), and the fabric's commits in order (with `commits`).
+struct Group {
+  std::unique_ptr<Fabric> fabric;
+  std::unique_ptr<Communicator> comm;
+  std::vector<std::unique_ptr<EventAllToAll>> streams;
+};
+
+struct Commit;
+Group MakeGroup(int n, bool event, std::vector<Commit>* commits = nullptr);
+
 struct Commit {
   FabricMessage m;
   MessageTiming t;
@@ -41,6 +53,35 @@ struct Commit {
            a.m.ready == b.m.ready && a.t.start == b.t.start && a.t.arrival == b.t.arrival;
   }
 };
+
+Group MakeGroup(int n, bool event, std::vector<Commit>* commits) {
+  Group g;
+  std::vector<uint64_t> tie;
+  for (int i = 0; i < n; ++i) tie.push_back(static_cast<uint64_t>(i));
+  std::function<void(const FabricMessage&, const MessageTiming&)> on_commit;
+  if (commits != nullptr) {
+    on_commit = [commits](const FabricMessage& m, const MessageTiming& t) {
+      commits->push_back({m, t});
+    };
+  }
+  auto fabric = Fabric::Create({.links = Spec(), .num_devices = 2 * n, .faults = {},
+                                .tie_rank = tie, .on_commit = on_commit});
+  EXPECT_TRUE(fabric.ok()) << fabric.status();
+  g.fabric = std::move(fabric).value();
+  CommunicatorOptions o;
+  for (int r = 0; r < n; ++r) {
+    o.devices.push_back(2 * r + 1);
+    o.lps.push_back(r);
+  }
+  o.fabric = g.fabric.get();
+  auto comm = Communicator::Create(o);
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  g.comm = std::move(comm).value();
+  if (event) {
+    for (int r = 0; r < n; ++r) g.streams.push_back(std::make_unique<EventAllToAll>(&g.comm->rank(r)));
+  }
+  return g;
+}
 
 struct Case {
   int n = 2;
@@ -74,26 +115,7 @@ float Value(int call, int rank, size_t i) {
 // with `event`, through EventAllToAll; else AllToAllV::Run.
 Outcome RunCase(const Case& c, bool event) {
   Outcome out;
-  std::vector<uint64_t> tie;
-  for (int i = 0; i < c.n; ++i) tie.push_back(static_cast<uint64_t>(i));
-  auto fabric = Fabric::Create({.links = Spec(), .num_devices = 2 * c.n, .faults = {},
-                                .tie_rank = tie,
-                                .on_commit = [&](const FabricMessage& m, const MessageTiming& t) {
-                                  out.commits.push_back({m, t});
-                                }});
-  EXPECT_TRUE(fabric.ok()) << fabric.status();
-  CommunicatorOptions o;
-  for (int r = 0; r < c.n; ++r) {
-    o.devices.push_back(2 * r + 1);  // device ids distinct from ranks
-    o.lps.push_back(r);
-  }
-  o.fabric = fabric->get();
-  auto comm = Communicator::Create(o);
-  EXPECT_TRUE(comm.ok()) << comm.status();
-  std::vector<std::unique_ptr<EventAllToAll>> streams;
-  if (event) {
-    for (int r = 0; r < c.n; ++r) streams.push_back(std::make_unique<EventAllToAll>(&(*comm)->rank(r)));
-  }
+  Group g = MakeGroup(c.n, event, &out.commits);
   const size_t calls = c.counts.size(), n = static_cast<size_t>(c.n);
   out.status.resize(n);
   out.results.assign(n, std::vector<CollectiveResult>(calls));
@@ -111,11 +133,11 @@ Outcome RunCase(const Case& c, bool event) {
       const CollectiveOptions co{.codec = c.codec, .segment_bytes = c.segment_bytes};
       CollectiveResult res;
       if (event) {
-        RP_ASSIGN_OR_RETURN(res, streams[ur]->Run(send, counts, c.bins, &out.recv[ur][k],
+        RP_ASSIGN_OR_RETURN(res, g.streams[ur]->Run(send, counts, c.bins, &out.recv[ur][k],
                                                   &out.recv_counts[ur][k], co, c.wire, t,
                                                   {.rank = r, .op = "test all-to-all"}));
       } else {
-        RP_ASSIGN_OR_RETURN(auto op, AllToAllV::Create(&(*comm)->rank(r), send, counts, c.bins,
+        RP_ASSIGN_OR_RETURN(auto op, AllToAllV::Create(&g.comm->rank(r), send, counts, c.bins,
                                                        &out.recv[ur][k], &out.recv_counts[ur][k],
                                                        co, c.wire));
         RP_RETURN_IF_ERROR(op.Run(t));
@@ -124,19 +146,19 @@ Outcome RunCase(const Case& c, bool event) {
       out.results[ur][k] = res;
       t = std::max(res.end, kStart + c.lag[ur]);
     }
-    (*fabric)->Finish(r);
+    g.fabric->Finish(r);
     return absl::OkStatus();
   };
   std::vector<std::thread> threads;
   for (int r = 0; r < c.n; ++r) {
     threads.emplace_back([&, r] {
       absl::Status s = body(r);
-      if (!s.ok()) (*fabric)->Abort(s);  // as the executor does: the peers return
+      if (!s.ok()) g.fabric->Abort(s);  // as the executor does: the peers return
       out.status[static_cast<size_t>(r)] = std::move(s);
     });
   }
   for (auto& th : threads) th.join();
-  for (int r = 0; r < c.n; ++r) out.stats.push_back((*comm)->rank(r).stats());
+  for (int r = 0; r < c.n; ++r) out.stats.push_back(g.comm->rank(r).stats());
   return out;
 }
 
@@ -261,17 +283,7 @@ TEST(EventAllToAll, MismatchedBinsFailNamingRankPeerAndStep) {
   c.counts.push_back({{1, 2, 3}, {1, 2, 3}, {1, 2, 3}});
   c.lag.assign(3, Nanos(0));
   // Rank 1 says 2 bins per peer (its counts: 6 entries).
-  auto fabric = Fabric::Create({.links = Spec(), .num_devices = 6, .faults = {},
-                                .tie_rank = {0, 1, 2}, .on_commit = nullptr});
-  ASSERT_TRUE(fabric.ok());
-  CommunicatorOptions o;
-  o.devices = {1, 3, 5};
-  o.lps = {0, 1, 2};
-  o.fabric = fabric->get();
-  auto comm = Communicator::Create(o);
-  ASSERT_TRUE(comm.ok());
-  std::vector<std::unique_ptr<EventAllToAll>> streams;
-  for (int r = 0; r < 3; ++r) streams.push_back(std::make_unique<EventAllToAll>(&(*comm)->rank(r)));
+  Group g = MakeGroup(3, /*event=*/true);
   std::vector<absl::Status> st(3);
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
@@ -281,12 +293,12 @@ TEST(EventAllToAll, MismatchedBinsFailNamingRankPeerAndStep) {
       std::vector<float> send(6, 1.f), recv;
       std::vector<int64_t> recv_counts;
       st[static_cast<size_t>(r)] =
-          streams[static_cast<size_t>(r)]
+          g.streams[static_cast<size_t>(r)]
               ->Run(send, counts, r == 1 ? 2 : 1, &recv, &recv_counts, {.segment_bytes = 64}, {},
                     kStart, {.rank = r, .op = "test all-to-all"})
               .status();
-      if (!st[static_cast<size_t>(r)].ok()) (*fabric)->Abort(st[static_cast<size_t>(r)]);
-      (*fabric)->Finish(r);
+      if (!st[static_cast<size_t>(r)].ok()) g.fabric->Abort(st[static_cast<size_t>(r)]);
+      g.fabric->Finish(r);
     });
   }
   for (auto& t : threads) t.join();
@@ -307,17 +319,7 @@ TEST(EventAllToAll, MismatchedBinsFailNamingRankPeerAndStep) {
 // peer; once it aborts the fabric (as the executor does on a device's failure) its peers return
 // Aborted, saying so and carrying the first failure; rank 0 refuses further calls.
 TEST(EventAllToAll, AFailedCallIsTheFirstFailureAndItsPeersAreAborted) {
-  auto fabric = Fabric::Create({.links = Spec(), .num_devices = 6, .faults = {},
-                                .tie_rank = {0, 1, 2}, .on_commit = nullptr});
-  ASSERT_TRUE(fabric.ok());
-  CommunicatorOptions o;
-  o.devices = {1, 3, 5};
-  o.lps = {0, 1, 2};
-  o.fabric = fabric->get();
-  auto comm = Communicator::Create(o);
-  ASSERT_TRUE(comm.ok());
-  std::vector<std::unique_ptr<EventAllToAll>> streams;
-  for (int r = 0; r < 3; ++r) streams.push_back(std::make_unique<EventAllToAll>(&(*comm)->rank(r)));
+  Group g = MakeGroup(3, /*event=*/true);
   std::vector<absl::Status> st(3);
   absl::Status again;
   std::vector<std::thread> threads;
@@ -328,16 +330,16 @@ TEST(EventAllToAll, AFailedCallIsTheFirstFailureAndItsPeersAreAborted) {
       if (r == 0) send[3] = 1e6f;  // the second element of its block for rank 1
       std::vector<int64_t> recv_counts;
       const CollectiveOptions co{.codec = Codec::kFp16, .segment_bytes = 64};
-      absl::Status s = streams[static_cast<size_t>(r)]
+      absl::Status s = g.streams[static_cast<size_t>(r)]
                            ->Run(send, counts, 1, &recv, &recv_counts, co, {}, kStart,
                                  {.rank = r, .op = "test all-to-all"})
                            .status();
       if (!s.ok() && r == 0) {
-        (*fabric)->Abort(s);
-        again = streams[0]->Run(send, counts, 1, &recv, &recv_counts, co, {}, kStart, {}).status();
+        g.fabric->Abort(s);
+        again = g.streams[0]->Run(send, counts, 1, &recv, &recv_counts, co, {}, kStart, {}).status();
       }
       st[static_cast<size_t>(r)] = s;
-      (*fabric)->Finish(r);
+      g.fabric->Finish(r);
     });
   }
   for (auto& t : threads) t.join();
@@ -356,16 +358,8 @@ TEST(EventAllToAll, AFailedCallIsTheFirstFailureAndItsPeersAreAborted) {
 }
 
 TEST(EventAllToAll, BadArgumentsAreRefusedBeforeAnyMessage) {
-  auto fabric = Fabric::Create({.links = Spec(), .num_devices = 4, .faults = {},
-                                .tie_rank = {0, 1}, .on_commit = nullptr});
-  ASSERT_TRUE(fabric.ok());
-  CommunicatorOptions o;
-  o.devices = {0, 1};
-  o.lps = {0, 1};
-  o.fabric = fabric->get();
-  auto comm = Communicator::Create(o);
-  ASSERT_TRUE(comm.ok());
-  EventAllToAll a2a(&(*comm)->rank(0));
+  Group g = MakeGroup(2, /*event=*/false);
+  EventAllToAll a2a(&g.comm->rank(0));
   std::vector<float> send(3), recv;
   std::vector<int64_t> recv_counts;
   const std::vector<int64_t> counts{1, 1};  // sums to 2, send has 3
@@ -373,25 +367,15 @@ TEST(EventAllToAll, BadArgumentsAreRefusedBeforeAnyMessage) {
       a2a.Run(send, counts, 1, &recv, &recv_counts, {.segment_bytes = 64}, {}, kStart, {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
   EXPECT_NE(r.status().message().find("send_counts"), absl::string_view::npos) << r.status();
-  EXPECT_EQ((*fabric)->pending(), 0u);
-  EXPECT_EQ((*fabric)->committed(), 0u);
+  EXPECT_EQ(g.fabric->pending(), 0u);
+  EXPECT_EQ(g.fabric->committed(), 0u);
 }
 
 // Rank 2 never joins: ranks 0 and 1 wait on their gates, each naming the device of the rank whose
 // message it awaits (rank 2's, device 5) — the stall report a watchdog prints. Abort releases them.
 TEST(EventAllToAll, AWaitingRankNamesThePeerItAwaits) {
-  auto fabric = Fabric::Create({.links = Spec(), .num_devices = 6, .faults = {},
-                                .tie_rank = {0, 1, 2}, .on_commit = nullptr});
-  ASSERT_TRUE(fabric.ok());
-  CommunicatorOptions o;
-  o.devices = {1, 3, 5};
-  o.lps = {0, 1, 2};
-  o.fabric = fabric->get();
-  auto comm = Communicator::Create(o);
-  ASSERT_TRUE(comm.ok());
-  std::vector<std::unique_ptr<EventAllToAll>> streams;
-  for (int r = 0; r < 3; ++r) streams.push_back(std::make_unique<EventAllToAll>(&(*comm)->rank(r)));
-  (*fabric)->Finish(2);  // posts nothing: holds nothing back
+  Group g = MakeGroup(3, /*event=*/true);
+  g.fabric->Finish(2);  // posts nothing: holds nothing back
   std::vector<absl::Status> st(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -399,7 +383,7 @@ TEST(EventAllToAll, AWaitingRankNamesThePeerItAwaits) {
       const std::vector<int64_t> counts{2, 2, 2};
       std::vector<float> send(6, 1.f), recv;
       std::vector<int64_t> recv_counts;
-      st[static_cast<size_t>(r)] = streams[static_cast<size_t>(r)]
+      st[static_cast<size_t>(r)] = g.streams[static_cast<size_t>(r)]
                                        ->Run(send, counts, 1, &recv, &recv_counts,
                                              {.segment_bytes = 64}, {}, kStart,
                                              {.rank = r, .op = "test all-to-all", .step = 4})
@@ -410,7 +394,7 @@ TEST(EventAllToAll, AWaitingRankNamesThePeerItAwaits) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   std::vector<LpWait> waits;
   while (std::chrono::steady_clock::now() < deadline) {
-    waits = (*fabric)->Waits();
+    waits = g.fabric->Waits();
     if (waits[0].state == LpWait::State::kAwaitGate && waits[1].state == LpWait::State::kAwaitGate &&
         waits[0].site.peer == 5 && waits[1].site.peer == 5) {
       break;
@@ -424,7 +408,7 @@ TEST(EventAllToAll, AWaitingRankNamesThePeerItAwaits) {
     EXPECT_EQ(waits[static_cast<size_t>(r)].site.step, 4);
     EXPECT_STREQ(waits[static_cast<size_t>(r)].site.op, "test all-to-all");
   }
-  (*fabric)->Abort(absl::DeadlineExceededError("test: stalled"));
+  g.fabric->Abort(absl::DeadlineExceededError("test: stalled"));
   for (auto& t : threads) t.join();
   for (const absl::Status& s : st) EXPECT_FALSE(s.ok()) << s;
 }

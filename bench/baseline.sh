@@ -1,0 +1,15 @@
+# Sourced by the bench scripts: builds the ringpipe binary of a git revision in a worktree of its
+# own (reused while it is at that revision) and prints its path.
+#   BASE=$(baseline_binary 0b37b01 /tmp/ringpipe-baseline)
+baseline_binary() {
+  local ref=$1 dir=$2
+  if [ ! -x "$dir/build/release/apps/ringpipe" ] ||
+     [ "$(git -C "$dir" rev-parse HEAD 2>/dev/null)" != "$(git rev-parse "$ref")" ]; then
+    rm -rf "$dir"
+    git worktree prune
+    git worktree add --detach "$dir" "$ref" >/dev/null
+    (cd "$dir" && cmake --preset release >/dev/null &&
+       cmake --build --preset release -j "$(nproc)" --target ringpipe >/dev/null)
+  fi
+  echo "$dir/build/release/apps/ringpipe"
+}
