@@ -115,9 +115,14 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   // group and every expert once (sharded as the run's EP group), on every TP rank; the evaluation copy
   // one EP group's shards (all experts per TP rank). Stored per micro-batch in flight, on every device
   // of a block's stage: the input, the router's probabilities and the combined rows, and on the
-  // experts' side up to ep × top_k × T rows of d + 2h (input, pre-activation, activation) — doubled
-  // for the exchange buffers and backward's temporaries; the evaluation's 512-row batches likewise,
-  // once.
+  // experts' side the rows it received, of d + 2h (input, pre-activation, activation) — doubled for
+  // the exchange buffers and backward's temporaries; the evaluation's 512-row batches likewise,
+  // once. One device may receive up to ep × top_k × T rows of a micro-batch (a skewed router), but
+  // not all at once: an EP group's devices hold the same micro-batches in flight (one pipeline
+  // stage, one schedule) and together receive exactly what its ep sources send of each, ep × top_k
+  // × T rows (fewer with drops), whatever the routing. So the world holds top_k × T expert rows per
+  // device and micro-batch in flight; counting the one-device worst case on every device
+  // overstated MoE runs ep-fold (1024 devices at ep 64 were refused at 32.9 GB).
   if (moe) {
     const double E = mlp.moe.experts, k = mlp.moe.top_k, h = mlp.moe.expert_hidden, ep = cfg.ep;
     const double tp = std::max(1, cfg.tp), T = cfg.microbatch_size;
@@ -127,7 +132,7 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
       const double d = mlp.out_dim(l);
       router += d * E;
       expert_floats += E * (2 * d * h + h + d);
-      stored += T * (d + E) + k * T * d + ep * k * T * (d + 2 * h);
+      stored += T * (d + E) + k * T * d + k * T * (d + 2 * h);
       eval_stored = std::max(eval_stored, kEvalRows * (d + E) + k * kEvalRows * (2 * d + 2 * h));
     }
     const double shard = router + expert_floats / ep;  // one device's share of the blocks

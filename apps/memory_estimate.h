@@ -17,9 +17,10 @@
 //                 replica tp copies of each device's router and E/ep experts (a block is never
 //                 TP-sharded), the reference trainer's full model per EP rank, the evaluation copy;
 //   expert activations  (MoE) per micro-batch in flight and block, the router's and the combine's
-//                 tensors and up to ep × top_k × microbatch_size expert rows of d + 2h, doubled for
-//                 exchange buffers and backward temporaries; the reference trainer's micro-batch of
-//                 each EP rank; the held-out evaluation's batch once;
+//                 tensors and the expert rows of d + 2h it received — top_k × microbatch_size per
+//                 device on the whole (an EP group receives exactly what it sends, however skewed
+//                 the routing), doubled for exchange buffers and backward temporaries; the reference
+//                 trainer's micro-batch of each EP rank; the held-out evaluation's batch once;
 //   step records  what the run keeps of every step until its end: each device's figures on two
 //                 timelines (and EP byte counters), and with MoE the step's routing — kept slots per
 //                 block, replica, micro-batch and expert — and per-expert token totals;
