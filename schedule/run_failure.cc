@@ -16,6 +16,17 @@ std::string RankName(const ParallelGrid& g, int rank) {
   return absl::StrCat("rank ", rank, " (dp ", c.dp, ", pp ", c.pp, ", tp ", c.tp, ")");
 }
 
+// The rank whose message a waiting LP awaits, or -1: the sender of the channel it awaits, or, on a
+// gate that handlers running its collective will signal (a TP all-reduce, an EP all-to-all), the
+// device its wait site names (comm names devices: Fabric::Scope::SetGateSite).
+int AwaitedRank(const ParallelGrid& g, const LpWait& w) {
+  if (w.state == LpWait::State::kAwaitChannel) return w.peer < 0 ? -1 : w.peer / 2;
+  if (w.state == LpWait::State::kAwaitGate && w.site.peer >= 0 && w.site.peer < g.world_size()) {
+    return g.RankAtDevice(w.site.peer);
+  }
+  return -1;
+}
+
 }  // namespace
 
 absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
@@ -63,8 +74,8 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
   std::map<int, int> waits_for;
   for (const LpWait& w : waits) {
     const int rank = w.lp / 2;
-    if (w.state != LpWait::State::kAwaitChannel || w.peer < 0 || runs(rank)) continue;
-    const int peer = w.peer / 2;
+    const int peer = AwaitedRank(g, w);
+    if (peer < 0 || runs(rank)) continue;
     waiters.push_back({rank, peer, &w});
     auto [it, inserted] = waits_for.emplace(rank, peer);
     if (!inserted && runs(peer) && !runs(it->second)) it->second = peer;
@@ -111,7 +122,7 @@ void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
     ErrorRecord e{.rank = rank, .step = -1, .op = -1, .op_name = "stall", .waiting = {},
                   .status = stall};
     for (const LpWait& w : waits) {
-      if (w.lp / 2 == rank && w.state == LpWait::State::kAwaitChannel) {
+      if (w.lp / 2 == rank && AwaitedRank(plan->grid, w) >= 0) {
         e.op_name = w.site.op;
         e.step = w.site.step;
       }
