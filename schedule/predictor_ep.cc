@@ -18,8 +18,9 @@ enum { kEpChannel = 4 };  // predictor_sim.cc's ChannelKind::kEp
 void Simulation::PostEp(int lp, const Device& d, const PairwiseTimer::Post& p) {
   const EpExchangeSim& x = *d.ep;
   const int n = static_cast<int>(x.group.size());
-  const int peer = x.group[static_cast<size_t>(comm::a2a::SendPeer(n, x.index, p.step))];
-  Post(lp, ChannelFor(kEpChannel, d.rank, peer),
+  const size_t to = static_cast<size_t>(comm::a2a::SendPeer(n, x.index, p.step));
+  const int peer = x.group[to];
+  Post(lp, d.ep_to[to],
        {.src = plan_.grid.DeviceOf(d.rank), .dst = plan_.grid.DeviceOf(peer), .bytes = p.bytes,
         .ready = p.ready, .step = opts_.step},
        -1);
@@ -55,6 +56,12 @@ bool Simulation::EpStep(int dev, const Device::Part& part, const PassStep& s) {
                .start = d.segment_start, .end = d.cursor});
     EpExchangeSim x;
     x.group = plan_.EpGroup(d.rank, &x.index);
+    if (d.ep_to.empty()) {
+      for (int r : x.group) {
+        d.ep_to.push_back(ChannelFor(kEpChannel, d.rank, r));
+        d.ep_from.push_back(ChannelFor(kEpChannel, r, d.rank));
+      }
+    }
     x.start = d.cursor;
     const int n = static_cast<int>(x.group.size());
     const int per = plan_.options.model.moe.experts / n;
@@ -86,8 +93,8 @@ bool Simulation::EpStep(int dev, const Device::Part& part, const PassStep& s) {
   while (true) {
     PairwiseTimer& t = *x.timer;
     while (!t.done()) {
-      const int peer = x.group[static_cast<size_t>(comm::a2a::RecvPeer(n, x.index, t.step()))];
-      Channel& ch = channels_[static_cast<size_t>(ChannelFor(kEpChannel, peer, d.rank))];
+      const size_t from = static_cast<size_t>(comm::a2a::RecvPeer(n, x.index, t.step()));
+      Channel& ch = channels_[static_cast<size_t>(d.ep_from[from])];
       if (ch.committed.empty()) {
         ch.waiter = lp;
         return false;

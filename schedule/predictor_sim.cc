@@ -62,7 +62,10 @@ void Simulation::MakeRunnable(int lp) {
 }
 
 int Simulation::ChannelFor(int kind, int a, int b) {
-  auto [it, inserted] = channel_ids_.emplace(std::make_tuple(kind, a, b), 0);
+  // Ranks are below 2^28 (predict's device cap is 2^20), kinds below 2^8.
+  const uint64_t key = static_cast<uint64_t>(kind) << 56 | static_cast<uint64_t>(a) << 28 |
+                       static_cast<uint64_t>(b);
+  auto [it, inserted] = channel_ids_.emplace(key, 0);
   if (inserted) {
     it->second = static_cast<int>(channels_.size());
     channels_.emplace_back();

@@ -13,6 +13,7 @@
 #include <queue>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "comm/alltoall_timing.h"
 #include "comm/ring_timing.h"
@@ -44,9 +45,25 @@ class Simulation {
   struct Arrived {
     MessageTiming timing;
   };
+  // A channel's committed, not yet consumed messages, in order: a vector and a read index that
+  // rewinds once it is emptied. (A std::deque allocated its map and a 512-byte block per channel,
+  // and an EP layout has a channel per ordered pair of EP ranks: 258 048 at 4096 devices, ep 64.)
+  struct TimingFifo {
+    std::vector<MessageTiming> items;
+    size_t head = 0;
+    bool empty() const { return head == items.size(); }
+    const MessageTiming& front() const { return items[head]; }
+    void push_back(const MessageTiming& t) { items.push_back(t); }
+    void pop_front() {
+      if (++head == items.size()) {
+        items.clear();
+        head = 0;
+      }
+    }
+  };
   struct Channel {
-    std::deque<MessageTiming> committed;  // committed, not yet consumed (FIFO)
-    int waiter = -1;                      // LP blocked on it
+    TimingFifo committed;
+    int waiter = -1;  // LP blocked on it
   };
   struct Pending {
     int64_t time = 0;
@@ -112,6 +129,9 @@ class Simulation {
     std::optional<Ring> tp_ring;
     int ep_calls = 0;
     std::optional<EpExchangeSim> ep;
+    // The EP channels to and from each rank of its EP group, by EP rank (looked up once: a
+    // ChannelFor per message was a fifth of an EP layout's prediction).
+    std::vector<int> ep_to, ep_from;
     std::map<std::pair<int, int>, Nanos> act_ready, grad_ready;  // (mb, model stage)
     std::vector<bool> launched;
     bool at_optimizer = false;
@@ -159,7 +179,8 @@ class Simulation {
   std::vector<int> dev_of_rank_;  // global rank → simulated index, -1 if not simulated
   std::vector<uint64_t> lp_seq_;
   std::vector<Channel> channels_;
-  std::map<std::tuple<int, int, int>, int> channel_ids_;
+  // (kind, src rank, dst rank) packed into 64 bits → index in channels_ (ChannelFor).
+  absl::flat_hash_map<uint64_t, int> channel_ids_;
   std::priority_queue<Pending> pending_;
   std::vector<int> runnable_;
   std::vector<bool> queued_;
