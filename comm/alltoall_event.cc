@@ -24,13 +24,33 @@ using internal::kCountsSegment;
 using internal::OpKind;
 using ring::Range;
 
-// A message's header and its real bytes (a copy the receiver owns), carried by the fabric.
-struct A2aPayload final : FabricPayload {
-  A2aMsg header{};
-  std::unique_ptr<std::byte[]> bytes;
-};
+constexpr size_t kPoolSize = 64;
 
 }  // namespace
+
+// A message's header and its real bytes (a copy the receiver owns), carried by the fabric.
+struct EventAllToAll::Payload final : FabricPayload {
+  A2aMsg header{};
+  std::unique_ptr<std::byte[]> bytes;
+  uint64_t room = 0;  // bytes allocated
+};
+
+EventAllToAll::~EventAllToAll() = default;
+
+std::unique_ptr<EventAllToAll::Payload> EventAllToAll::TakePayload(uint64_t bytes) {
+  std::unique_ptr<Payload> p;
+  if (pool_.empty()) {
+    p = std::make_unique<Payload>();
+  } else {
+    p = std::move(pool_.back());
+    pool_.pop_back();
+  }
+  if (p->room < bytes) {
+    p->bytes = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    p->room = bytes;
+  }
+  return p;
+}
 
 EventAllToAll::EventAllToAll(RankComm* rc)
     : rc_(*rc),
@@ -174,7 +194,7 @@ void EventAllToAll::Pump(Fabric::Scope& scope) {
 absl::Status EventAllToAll::Handle(Fabric::Scope& scope, int peer, Delivery& d) {
   Call& c = *call_;
   const int step = c.timer->step();
-  const auto* pl = dynamic_cast<const A2aPayload*>(d.payload.get());
+  auto* pl = dynamic_cast<Payload*>(d.payload.get());
   if (pl == nullptr) {
     return Error(absl::InternalError("an all-to-all message without its data"), "receiving from",
                  peer, c.blocks ? step : 0);
@@ -192,6 +212,10 @@ absl::Status EventAllToAll::Handle(Fabric::Scope& scope, int peer, Delivery& d) 
     RP_RETURN_IF_ERROR(Check(pl->header, peer, step, c.received, static_cast<uint32_t>(g.size),
                              static_cast<int64_t>(in.size)));
     internal::FromWire(c.codec, pl->bytes.get(), g.size, c.recv->data() + in.begin + g.begin);
+  }
+  if (pool_.size() < kPoolSize) {
+    d.payload.release();
+    pool_.emplace_back(pl);
   }
   ++c.received;
   std::vector<a2a::PairwiseTimer::Post> posts;
@@ -256,8 +280,7 @@ absl::Status EventAllToAll::PostCounts(Fabric::Scope& scope, const a2a::Pairwise
   const size_t ub = static_cast<size_t>(c.bins);
   const int64_t* mine = c.send_counts.data() + static_cast<size_t>(dst) * ub;
   const uint64_t bytes = a2a::kCountBytes * ub;
-  auto pl = std::make_unique<A2aPayload>();
-  pl->bytes = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  std::unique_ptr<Payload> pl = TakePayload(bytes);
   std::memcpy(pl->bytes.get(), mine, bytes);
   pl->header = A2aMsg{.payload = nullptr,
                       .owned = true,
@@ -289,11 +312,10 @@ absl::Status EventAllToAll::PostBlock(Fabric::Scope& scope, const a2a::PairwiseT
   const Range g = ring::SplitSegment(Range{0, out.size}, pieces, p.message);
   const float* src = c.send.data() + out.begin + g.begin;
   const uint64_t wire = SegmentWireBytes(c.codec, g.size);
-  absl::StatusOr<std::unique_ptr<std::byte[]>> bytes =
-      internal::WireCopy(c.codec, src, g.size, out.begin + g.begin);
-  if (!bytes.ok()) return Error(bytes.status(), "encoding for", dst, p.step);
-  auto pl = std::make_unique<A2aPayload>();
-  pl->bytes = std::move(*bytes);
+  std::unique_ptr<Payload> pl = TakePayload(std::max<uint64_t>(wire, 1));
+  const absl::Status encoded =
+      internal::ToWire(c.codec, src, g.size, out.begin + g.begin, pl->bytes.get());
+  if (!encoded.ok()) return Error(encoded, "encoding for", dst, p.step);
   pl->header = A2aMsg{.payload = nullptr,
                       .owned = true,
                       .op_id = c.op_id,

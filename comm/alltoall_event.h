@@ -47,6 +47,7 @@ class EventAllToAll {
   // links to and from every peer and hands the channels into it to the fabric
   // (Fabric::SetChannelHandler): before any message is posted on them. `rc` outlives the object.
   explicit EventAllToAll(RankComm* rc);
+  ~EventAllToAll();
   EventAllToAll(const EventAllToAll&) = delete;
   EventAllToAll& operator=(const EventAllToAll&) = delete;
 
@@ -87,6 +88,10 @@ class EventAllToAll {
     WaitSite site;
   };
 
+  struct Payload;  // a message's header and bytes (alltoall_event.cc)
+  // A payload with room for `bytes`: a received one kept for reuse (its room grown if need be),
+  // else a new one.
+  std::unique_ptr<Payload> TakePayload(uint64_t bytes);
   void OnMessage(Fabric::Scope& scope, int peer, Delivery delivery);
   // Handles what can be handled: buffered messages the call awaits, round ends, the call's end.
   void Pump(Fabric::Scope& scope);
@@ -118,6 +123,9 @@ class EventAllToAll {
   // are in its channel's order. Usually a few: a linear search finds the awaited peer's first.
   std::deque<Buffered> inbox_;
   std::optional<Call> call_;
+  // Received payloads kept for the next posts: a rank receives about as many messages as it
+  // sends, so most posts allocate nothing. Payloads move between ranks' pools (under the lock).
+  std::vector<std::unique_ptr<Payload>> pool_;
   bool failed_ = false;   // a call failed: the run is aborted, messages are dropped
   absl::Status status_;   // the last call's outcome
   CollectiveResult done_;  // the last call's result (ok)

@@ -208,15 +208,20 @@ absl::Status CheckHeader(const A2aMsg& w, uint64_t op_id, OpKind kind, Codec cod
   return absl::OkStatus();
 }
 
+absl::Status ToWire(Codec codec, const float* src, size_t elems, size_t index, std::byte* wire) {
+  if (elems == 0) return absl::OkStatus();
+  if (codec == Codec::kFp32) {
+    std::memcpy(wire, src, elems * sizeof(float));
+    return absl::OkStatus();
+  }
+  return Encode(codec, src, elems, wire, index);
+}
+
 absl::StatusOr<std::unique_ptr<std::byte[]>> WireCopy(Codec codec, const float* src, size_t elems,
                                                       size_t index) {
-  const uint64_t wire = SegmentWireBytes(codec, elems);
-  auto copy = std::make_unique_for_overwrite<std::byte[]>(std::max<uint64_t>(wire, 1));
-  if (codec == Codec::kFp32) {
-    if (elems > 0) std::memcpy(copy.get(), src, wire);
-  } else if (elems > 0) {
-    RP_RETURN_IF_ERROR(Encode(codec, src, elems, copy.get(), index));
-  }
+  auto copy = std::make_unique_for_overwrite<std::byte[]>(
+      std::max<uint64_t>(SegmentWireBytes(codec, elems), 1));
+  RP_RETURN_IF_ERROR(ToWire(codec, src, elems, index, copy.get()));
   return copy;
 }
 

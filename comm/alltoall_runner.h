@@ -29,8 +29,10 @@ namespace rp::comm::internal {
 absl::Status CheckHeader(const A2aMsg& w, uint64_t op_id, OpKind kind, Codec codec,
                          int32_t segment, uint32_t elems, int64_t block);
 // A timed message's bytes: elems elements of src as they travel (copied, or encoded in `codec`;
-// `index` = the first element's index in the caller's block, for encode errors), at least one
-// byte. Encode's errors.
+// `index` = the first element's index in the caller's block, for encode errors) into `wire`
+// (SegmentWireBytes(codec, elems) bytes, 4-byte aligned). Encode's errors.
+absl::Status ToWire(Codec codec, const float* src, size_t elems, size_t index, std::byte* wire);
+// The same into a new buffer of at least one byte.
 absl::StatusOr<std::unique_ptr<std::byte[]>> WireCopy(Codec codec, const float* src, size_t elems,
                                                       size_t index);
 // The receive side of WireCopy: elems elements into dst.
