@@ -120,22 +120,38 @@ mode_t Umask() {
 // fsyncs and closes it; on failure closes it, removes `path` and unregisters `slot` (set to -1).
 // Errors name `target`, the output the file is for.
 absl::Status WriteAndClose(const std::string& flag, const std::string& target, int fd, const std::string& path,
-                           const std::string& contents, int& slot) {
-  auto fail = [&](const char* what, bool close_fd) {
-    const int err = errno;
+                           const OutputContents& contents, int& slot) {
+  auto fail_with = [&](const std::string& why, bool close_fd) {
     if (close_fd) ::close(fd);
     ::unlink(path.c_str());
     UnregisterTemp(slot);
     slot = -1;
-    return Bad(flag, target, absl::StrCat(what, ": ", Errno(err)));
+    return Bad(flag, target, why);
   };
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("cannot write", true);
-    done += static_cast<size_t>(n);
+  auto fail = [&](const char* what, bool close_fd) {
+    const int err = errno;
+    return fail_with(absl::StrCat(what, ": ", Errno(err)), close_fd);
+  };
+  int write_errno = 0;  // the write(2) that failed, if one did
+  auto write_all = [&](std::string_view piece) {
+    size_t done = 0;
+    while (done < piece.size()) {
+      const ssize_t n = ::write(fd, piece.data() + done, piece.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        write_errno = n < 0 ? errno : EIO;
+        return absl::DataLossError("cannot write");
+      }
+      done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  };
+  const absl::Status written = contents.writer ? contents.writer(write_all) : write_all(contents.text);
+  if (write_errno != 0) {
+    errno = write_errno;
+    return fail("cannot write", true);
   }
+  if (!written.ok()) return fail_with(std::string(written.message()), true);
   if (::fchmod(fd, 0666 & ~Umask()) != 0) return fail("cannot set permissions", true);
   if (::fsync(fd) != 0) return fail("cannot write (fsync)", true);
   if (::close(fd) != 0) return fail("cannot write (close)", false);
@@ -144,7 +160,7 @@ absl::Status WriteAndClose(const std::string& flag, const std::string& target, i
 
 // Writes `contents` to a new temporary file beside `target`; returns its path (registered in `slot`).
 absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string& target,
-                                      const std::string& contents, int& slot) {
+                                      const OutputContents& contents, int& slot) {
   std::string tmpl = TempTemplate(target);
   const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never through a symlink
   if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create a temporary file: ", Errno(errno)));
@@ -155,7 +171,7 @@ absl::StatusOr<std::string> WriteTemp(const std::string& flag, const std::string
 
 // Writes `contents` to the new file `path` inside a staging directory (registered in `slot`).
 absl::Status WriteNew(const std::string& flag, const std::string& target, const std::string& path,
-                      const std::string& contents, int& slot) {
+                      const OutputContents& contents, int& slot) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return Bad(flag, target, absl::StrCat("cannot create '", OneLine(path), "': ", Errno(errno)));
   slot = RegisterTemp(path);
@@ -291,13 +307,20 @@ void OutputFiles::Set(const std::string& flag, std::string contents) {
   // contents once more (a 722 MB chart held twice).
   if (Output* o = Find(flag); o != nullptr && !o->is_dir) {
     o->files.clear();
-    o->files.emplace_back(o->path, std::move(contents));
+    o->files.emplace_back(o->path, OutputContents{std::move(contents), nullptr});
+  }
+}
+
+void OutputFiles::SetStreamed(const std::string& flag, ContentWriter writer) {
+  if (Output* o = Find(flag); o != nullptr && !o->is_dir) {
+    o->files.clear();
+    o->files.emplace_back(o->path, OutputContents{"", std::move(writer)});
   }
 }
 
 void OutputFiles::SetInDir(const std::string& flag, const std::string& name, std::string contents) {
   if (Output* o = Find(flag); o != nullptr && o->is_dir) {
-    o->files.emplace_back((fs::path(o->path) / name).string(), std::move(contents));
+    o->files.emplace_back((fs::path(o->path) / name).string(), OutputContents{std::move(contents), nullptr});
   }
 }
 

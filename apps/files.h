@@ -42,10 +42,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -88,6 +91,16 @@ absl::Status CheckInputFile(const std::string& flag, const std::string& path);
 // file-size limit fails with EFBIG). Call once, from main, before any output is written.
 void InstallCleanupHandlers();
 
+// Writes a file's contents piece by piece through the sink it is given (e.g. rp::Tracer::
+// StreamChromeJson), so they need not be held whole; the first error it returns fails the commit.
+using ContentWriter = std::function<absl::Status(absl::FunctionRef<absl::Status(std::string_view)>)>;
+
+// A file output's contents: `text`, or what `writer` writes when set.
+struct OutputContents {
+  std::string text;
+  ContentWriter writer;
+};
+
 class OutputFiles {
  public:
   // An output `path` of flag `flag` ("" = none; "-" is refused: outputs are files). A directory
@@ -101,6 +114,10 @@ class OutputFiles {
   absl::Status CheckAll(const std::vector<std::pair<std::string, std::string>>& inputs) const;
   // The contents of a declared file output.
   void Set(const std::string& flag, std::string contents);
+  // The contents of a declared file output, written by `writer` into the temporary file at commit
+  // time (it must stay callable until Commit returns). A writer's error fails the commit like a
+  // write error ("--FLAG: 'PATH': <its message>"): every target stays as it was.
+  void SetStreamed(const std::string& flag, ContentWriter writer);
   // A file `name` (no '/') inside a declared directory output.
   void SetInDir(const std::string& flag, const std::string& name, std::string contents);
   // Writes every output that was given contents, all or none (see the header comment).
@@ -111,7 +128,7 @@ class OutputFiles {
     std::string flag, path;
     bool is_dir = false;
     std::vector<std::string> entries;  // a directory's file names
-    std::vector<std::pair<std::string, std::string>> files;  // (path, contents)
+    std::vector<std::pair<std::string, OutputContents>> files;  // (path, contents)
   };
   Output* Find(const std::string& flag);
   std::vector<Output> outputs_;

@@ -24,8 +24,8 @@
 //   step records  what the run keeps of every step until its end: each device's figures on two
 //                 timelines (and EP byte counters), and with MoE the step's routing — kept slots per
 //                 block, replica, micro-batch and expert — and per-expert token totals;
-//   trace         the tracer's event buffers at their cap (kMaxTraceEvents events), and the Chrome
-//                 JSON document when --trace is written;
+//   trace         the tracer's event buffers at their cap (kMaxTraceEvents events), their sorted
+//                 copy and the export's piece of text when --trace is written (streamed to the file);
 //   devices       a thread stack's resident part and the report entry per device.
 // It is an upper-bound estimate, not a measurement: it errs on the large side.
 //

@@ -203,7 +203,7 @@ void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunF
     outputs.Set("report_json",
                 DumpJson(BuildFailedRunReport(cfg, plan, failure->prediction, *failure, &host), 2) + "\n");
   }
-  if (!cfg.trace.empty()) outputs.Set("trace", tracer.ToChromeJson());
+  if (!cfg.trace.empty()) outputs.SetStreamed("trace", [&tracer](TextSink sink) { return tracer.StreamChromeJson(sink); });
   if (absl::Status st = outputs.Commit(); !st.ok()) {
     std::fprintf(stderr, "ringpipe run: %s\n", std::string(st.message()).c_str());
   } else {
@@ -398,7 +398,7 @@ int Run(const ParsedArgs& args) {
                  kMaxTraceEvents, static_cast<unsigned long long>(tracer.capped()));
   }
   if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
-  if (!cfg->trace.empty()) outputs.Set("trace", tracer.ToChromeJson());
+  if (!cfg->trace.empty()) outputs.SetStreamed("trace", [&tracer](TextSink sink) { return tracer.StreamChromeJson(sink); });
   if (absl::Status st = outputs.Commit(); !st.ok()) return Fail(kExitFailed, st);
   std::fputs(text.c_str(), stdout);
   return kExitOk;

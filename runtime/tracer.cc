@@ -71,6 +71,9 @@ int64_t Tracer::WallNow() const {
 
 std::vector<TraceEvent> Tracer::Events() const {
   std::vector<TraceEvent> all;
+  size_t total = 0;
+  for (size_t b = 0; b < static_cast<size_t>(num_devices_) * kStreams; ++b) total += buffers_[b].size();
+  all.reserve(total);  // one copy of the events, not up to two (a 1M-event trace: 88 MB each)
   // Buffer by buffer, (rank, stream) in order: the stable sort's ties keep each buffer's recording
   // order, which is its one thread's program order.
   for (size_t b = 0; b < static_cast<size_t>(num_devices_) * kStreams; ++b) {
@@ -94,10 +97,46 @@ std::vector<PortEvent> Tracer::SortedPortEvents() const {
   return sorted;
 }
 
-std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
+namespace {
+// Appends a trace's JSON text, handing it to `sink` in pieces of about kPiece bytes, so the text is
+// never held whole.
+class PieceWriter {
+ public:
+  static constexpr size_t kPiece = size_t{1} << 20;
+  explicit PieceWriter(TextSink sink) : sink_(sink) { text_.reserve(kPiece + 4096); }
+  // One element of the traceEvents array: dumped alone, so only this event's document exists at a
+  // time; the bytes are those of the whole array's dump (no indent: elements joined by ',').
+  void Element(const nlohmann::json& e) {
+    if (!first_) text_ += ',';
+    first_ = false;
+    text_ += e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (text_.size() >= kPiece) Flush();
+  }
+  void Raw(std::string_view s) { text_ += s; }
+  absl::Status Finish() {
+    Flush();
+    return status_;
+  }
+
+ private:
+  void Flush() {
+    if (status_.ok() && !text_.empty()) status_ = sink_(text_);
+    text_.clear();
+  }
+  TextSink sink_;
+  std::string text_;
+  bool first_ = true;
+  absl::Status status_;
+};
+}  // namespace
+
+absl::Status Tracer::StreamChromeJson(TextSink sink, const ChromeTraceOptions& options) const {
   using nlohmann::json;
   const int num_nodes = (num_devices_ + devices_per_node_ - 1) / devices_per_node_;
-  json events = json::array();
+  // The document is {"displayTimeUnit":"ms","traceEvents":[...]} (keys in nlohmann's sorted order),
+  // written element by element.
+  PieceWriter out(sink);
+  out.Raw(R"({"displayTimeUnit":"ms","traceEvents":[)");
   // The layouts written, in pid order: on kWall the measured one (layout 0) and, if asked, the
   // modeled one (layout 1); on kVirtual the modeled one alone (layout 0).
   const bool wall = clock_ == TraceClock::kWall;
@@ -106,19 +145,17 @@ std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
   for (int layout = 0; layout < layouts; ++layout) {
     for (int node = 0; node < num_nodes; ++node) {
       const int pid = layout * num_nodes + node;
-      events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
-                        {"args", {{"name", absl::StrCat("node ", node,
-                                                        is_modeled(layout) ? " (modeled)" : "")}}}});
-      events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
-                        {"args", {{"sort_index", pid}}}});
+      out.Element({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
+                   {"args", {{"name", absl::StrCat("node ", node, is_modeled(layout) ? " (modeled)" : "")}}}});
+      out.Element({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
+                   {"args", {{"sort_index", pid}}}});
     }
     for (int r = 0; r < num_devices_; ++r) {
       for (int s = 0; s < kStreams; ++s) {
-        events.push_back({{"ph", "M"}, {"name", "thread_name"},
-                          {"pid", layout * num_nodes + r / devices_per_node_},
-                          {"tid", r * kStreams + s},
-                          {"args", {{"name", absl::StrCat("rank ", r, " ",
-                                                          StreamName(static_cast<Stream>(s)))}}}});
+        out.Element({{"ph", "M"}, {"name", "thread_name"},
+                     {"pid", layout * num_nodes + r / devices_per_node_},
+                     {"tid", r * kStreams + s},
+                     {"args", {{"name", absl::StrCat("rank ", r, " ", StreamName(static_cast<Stream>(s)))}}}});
       }
     }
   }
@@ -147,13 +184,13 @@ std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
       const int64_t end = std::max(start, m ? e.model_end_ns : e.wall_end_ns);
       const int pid = layout * num_nodes + node;
       if (e.kind == OpKind::kFault) {
-        events.push_back({{"ph", "i"}, {"s", "t"}, {"name", name}, {"cat", "fault"},
-                          {"ts", Us(start)}, {"pid", pid}, {"tid", tid}, {"args", args}});
+        out.Element({{"ph", "i"}, {"s", "t"}, {"name", name}, {"cat", "fault"},
+                     {"ts", Us(start)}, {"pid", pid}, {"tid", tid}, {"args", args}});
         continue;
       }
-      events.push_back({{"ph", "X"}, {"name", name}, {"cat", OpKindName(e.kind)},
-                        {"ts", Us(start)}, {"dur", Us(end - start)}, {"pid", pid}, {"tid", tid},
-                        {"args", args}});
+      out.Element({{"ph", "X"}, {"name", name}, {"cat", OpKindName(e.kind)},
+                   {"ts", Us(start)}, {"dur", Us(end - start)}, {"pid", pid}, {"tid", tid},
+                   {"args", args}});
       if (e.flow_id != 0 && (e.kind == OpKind::kSend || e.kind == OpKind::kRecv)) {
         json flow = {{"name", "message"}, {"cat", "flow"}, {"id", e.flow_id},
                      {"pid", pid}, {"tid", tid}};
@@ -165,30 +202,40 @@ std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
           flow["bp"] = "e";  // binds to the enclosing slice: this receive
           flow["ts"] = std::max(Us(start), Us(end) - 0.001);
         }
-        events.push_back(std::move(flow));
+        out.Element(flow);
       }
     }
   }
   if (!port_events_.empty()) {
     const int pid = layouts * num_nodes;
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
-                      {"args", {{"name", "fabric ports (modeled)"}}}});
-    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
-                      {"args", {{"sort_index", pid}}}});
+    out.Element({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
+                 {"args", {{"name", "fabric ports (modeled)"}}}});
+    out.Element({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
+                 {"args", {{"sort_index", pid}}}});
     for (size_t p = 0; p < port_names_.size(); ++p) {
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid},
-                        {"tid", static_cast<int>(p)}, {"args", {{"name", port_names_[p]}}}});
+      out.Element({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid},
+                   {"tid", static_cast<int>(p)}, {"args", {{"name", port_names_[p]}}}});
     }
     for (const PortEvent& e : SortedPortEvents()) {
-      events.push_back({{"ph", "X"}, {"name", absl::StrCat(e.src, " → ", e.dst)},
-                        {"cat", "port"}, {"ts", Us(e.start_ns)},
-                        {"dur", Us(std::max<int64_t>(0, e.end_ns - e.start_ns))}, {"pid", pid},
-                        {"tid", e.port},
-                        {"args", {{"bytes", e.bytes}, {"queued_us", Us(e.start_ns - e.ready_ns)}}}});
+      out.Element({{"ph", "X"}, {"name", absl::StrCat(e.src, " → ", e.dst)},
+                   {"cat", "port"}, {"ts", Us(e.start_ns)},
+                   {"dur", Us(std::max<int64_t>(0, e.end_ns - e.start_ns))}, {"pid", pid},
+                   {"tid", e.port},
+                   {"args", {{"bytes", e.bytes}, {"queued_us", Us(e.start_ns - e.ready_ns)}}}});
     }
   }
-  json root = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
-  return root.dump();
+  out.Raw("]}");
+  return out.Finish();
+}
+
+std::string Tracer::ToChromeJson(const ChromeTraceOptions& options) const {
+  std::string text;
+  // The sink cannot fail, so neither can the export.
+  StreamChromeJson([&text](std::string_view piece) {
+    text.append(piece);
+    return absl::OkStatus();
+  }, options).IgnoreError();
+  return text;
 }
 
 std::string Tracer::ToCsv() const {
@@ -206,7 +253,15 @@ std::string Tracer::ToCsv() const {
 
 absl::Status Tracer::WriteChromeJson(const std::string& path,
                                      const ChromeTraceOptions& options) const {
-  return WriteFile(path, ToChromeJson(options));
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::NotFoundError(absl::StrCat("cannot open '", path, "' for writing"));
+  absl::Status st = StreamChromeJson([&](std::string_view piece) {
+    out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
+    return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("failed writing '", path, "'"));
+  }, options);
+  out.close();
+  if (st.ok() && !out) st = absl::DataLossError(absl::StrCat("failed writing '", path, "'"));
+  return st;
 }
 
 absl::Status Tracer::WriteCsv(const std::string& path) const { return WriteFile(path, ToCsv()); }

@@ -22,7 +22,7 @@
 // (device, stream) buffer at most its share, in chunks of at most kChunkEvents); later events of a
 // full buffer are dropped and counted (capped()), so a long run's trace cannot exhaust memory.
 //
-// Export (Events, ToChromeJson, ToCsv) reads every buffer and must run when no thread records any
+// Export (Events, StreamChromeJson, ToChromeJson, ToCsv) reads every buffer and must run when no thread records any
 // more (after rp::Cluster::Run returned: the joins order the writes before the reads).
 //
 // Chrome JSON (opens in Perfetto / chrome://tracing):
@@ -54,8 +54,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 
 namespace rp {
@@ -97,6 +99,9 @@ struct PortEvent {
   int64_t start_ns = 0;
   int64_t end_ns = 0;        // last byte: the port is free again
 };
+
+// Receives an export's text piece by piece (e.g. writes it to a file); an error stops the export.
+using TextSink = absl::FunctionRef<absl::Status(std::string_view)>;
 
 struct ChromeTraceOptions {
   // kWall: add "node n (modeled)" processes laid out in modeled time beside the measured ones.
@@ -170,6 +175,10 @@ class Tracer {
   std::vector<TraceEvent> Events() const;
   // The port events sorted by (start, port, src, dst, ready, end, bytes): the exports' order.
   std::vector<PortEvent> SortedPortEvents() const;
+  // The Chrome JSON handed to `sink` in pieces of about 1 MiB, in order, so the text is never held
+  // whole (one event's JSON document at a time); the first error `sink` returns stops the pieces
+  // and is returned. ToChromeJson is the same bytes in one string.
+  absl::Status StreamChromeJson(TextSink sink, const ChromeTraceOptions& options = {}) const;
   std::string ToChromeJson(const ChromeTraceOptions& options = {}) const;
   std::string ToCsv() const;
   [[nodiscard]] absl::Status WriteChromeJson(const std::string& path,
@@ -204,6 +213,7 @@ class Tracer {
       }
     }
     uint64_t capped() const { return capped_; }
+    size_t size() const { return kept_; }
 
    private:
     std::vector<std::unique_ptr<TraceEvent[]>> chunks_;

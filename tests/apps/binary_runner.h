@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "apps/cli.h"
 #include "gtest/gtest.h"
@@ -77,6 +78,14 @@ inline std::filesystem::path TempDir(const std::string& suite, const std::string
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// Every name in `dir`, sorted (temporary files and directories included: they start with '.').
+inline std::vector<std::string> Names(const std::filesystem::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 // Bad input: exit 2, one line on stderr that contains `what`, nothing on stdout.

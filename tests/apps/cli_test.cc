@@ -4,12 +4,10 @@
 #include "apps/flags.h"
 #include "apps/subcommands.h"
 
-#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <array>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using Result = rp::apps::testing::BinaryResult;
+using rp::apps::testing::Names;
 using rp::apps::testing::ReadFile;
 inline Result RunBinary(const std::string& args) {
   return rp::apps::testing::RunBinaryMerged(args);
@@ -97,135 +96,6 @@ TEST(OneLine, EscapesControlBytesAndBytesThatAreNotUtf8) {
   EXPECT_EQ(OneLine("caf\xc3\xa9"), "caf\xc3\xa9");           // valid UTF-8 stays
   EXPECT_EQ(OneLine("\xed\xa0\x80"), "\\xed\\xa0\\x80");     // a surrogate is not UTF-8
   EXPECT_EQ(OneLine("\xc3"), "\\xc3");                         // truncated sequence
-}
-
-TEST(WriteFileAtomically, WritesWholeFileAndLeavesNothingOnFailure) {
-  const fs::path dir = TempDir("atomic");
-  const fs::path ok = dir / "out.json";
-  ASSERT_TRUE(WriteFileAtomically(ok.string(), "{\"a\": 1}\n").ok());
-  std::ifstream f(ok);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  EXPECT_EQ(ss.str(), "{\"a\": 1}\n");
-  const fs::path bad = dir / "no_such_dir" / "out.json";
-  EXPECT_FALSE(WriteFileAtomically(bad.string(), "x").ok());
-  EXPECT_FALSE(fs::exists(bad));
-  size_t files = 0;
-  for ([[maybe_unused]] auto& e : fs::directory_iterator(dir)) ++files;
-  EXPECT_EQ(files, 1u);  // no temporary left behind
-  fs::remove_all(dir);
-}
-
-// Every name in `dir`, sorted (temporary files and directories included: they start with '.').
-std::vector<std::string> Names(const fs::path& dir) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// Holds the file-size limit at `bytes` (SIGXFSZ ignored: a write past it fails with EFBIG) while it lives.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) : old_handler_(std::signal(SIGXFSZ, SIG_IGN)) {
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    rlimit lim = old_;
-    lim.rlim_cur = bytes;
-    ok_ = ::setrlimit(RLIMIT_FSIZE, &lim) == 0;
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-  bool ok() const { return ok_; }
-
- private:
-  rlimit old_;
-  void (*old_handler_)(int);
-  bool ok_ = false;
-};
-
-// A directory output that exists is left exactly as it was when one of the renames fails: a directory
-// put where the last chart goes after the checks (a concurrent user) made the commit stop after the
-// others were renamed into place — sweep.csv and sweep.json were the new ones beside the old charts.
-TEST(OutputFilesCommit, AnExistingDirectoryIsLeftAsItWasWhenARenameFails) {
-  const fs::path dir = TempDir("commit_existing");
-  const fs::path out = dir / "out";
-  fs::create_directory(out);
-  std::ofstream(out / "sweep.csv") << "old csv";
-  std::ofstream(out / "chart.svg") << "old chart";
-  std::ofstream(out / "notes.txt") << "mine";
-  OutputFiles files;
-  ASSERT_TRUE(files.Declare("out_dir", out.string(), true, {"sweep.csv", "sweep.json", "chart.svg", "last.svg"}).ok());
-  ASSERT_TRUE(files.CheckAll({}).ok());
-  for (const char* name : {"sweep.csv", "sweep.json", "chart.svg", "last.svg"}) files.SetInDir("out_dir", name, "new");
-  fs::create_directory(out / "last.svg");
-  const absl::Status st = files.Commit();
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("last.svg': became a directory during the run"), std::string::npos) << st;
-  EXPECT_EQ(Names(out), (std::vector<std::string>{"chart.svg", "last.svg", "notes.txt", "sweep.csv"}));
-  EXPECT_EQ(ReadFile(out / "sweep.csv"), "old csv");
-  EXPECT_EQ(ReadFile(out / "chart.svg"), "old chart");
-  EXPECT_EQ(ReadFile(out / "notes.txt"), "mine");
-  EXPECT_TRUE(fs::is_empty(out / "last.svg"));
-  // Without the obstacle the same commit goes through, and the other files stay.
-  fs::remove(out / "last.svg");
-  ASSERT_TRUE(files.Commit().ok());
-  EXPECT_EQ(Names(out), (std::vector<std::string>{"chart.svg", "last.svg", "notes.txt", "sweep.csv", "sweep.json"}));
-  EXPECT_EQ(ReadFile(out / "sweep.csv"), "new");
-  EXPECT_EQ(ReadFile(out / "notes.txt"), "mine");
-  fs::remove_all(dir);
-}
-
-// A directory output that did not exist is created whole or not at all: a write that fails half way
-// (here the file-size limit, `ulimit -f`) leaves neither it nor the ancestors the commit made — before,
-// `out_dir` and its parents stayed behind, empty.
-TEST(OutputFilesCommit, ANewDirectoryIsNotLeftBehindWhenAWriteFails) {
-  const fs::path dir = TempDir("commit_new");
-  const fs::path out = dir / "a" / "b" / "out";
-  OutputFiles files;
-  ASSERT_TRUE(files.Declare("out_dir", out.string() + "/", true, {"small.csv", "big.svg"}).ok());
-  ASSERT_TRUE(files.CheckAll({}).ok());
-  files.SetInDir("out_dir", "small.csv", "x");
-  files.SetInDir("out_dir", "big.svg", std::string(64 << 10, 'y'));
-  {
-    FileSizeLimit limit(16 << 10);
-    ASSERT_TRUE(limit.ok());
-    const absl::Status st = files.Commit();
-    ASSERT_FALSE(st.ok());
-    EXPECT_NE(st.message().find("cannot write: File too large"), std::string::npos) << st;
-  }
-  EXPECT_EQ(Names(dir), std::vector<std::string>{});
-  ASSERT_TRUE(files.Commit().ok());
-  EXPECT_EQ(Names(dir / "a" / "b"), std::vector<std::string>{"out"});
-  EXPECT_EQ(Names(out), (std::vector<std::string>{"big.svg", "small.csv"}));
-  EXPECT_EQ(ReadFile(out / "small.csv"), "x");
-  EXPECT_EQ(fs::file_size(out / "big.svg"), 64u << 10);
-  fs::remove_all(dir);
-}
-
-// File outputs (run's --report_json and --trace) are committed together too: the second one's failure
-// puts the first one's old contents back (before, the first stayed the new one).
-TEST(OutputFilesCommit, FileOutputsAreRestoredWhenALaterOneFails) {
-  const fs::path dir = TempDir("commit_files");
-  const fs::path report = dir / "r.json", trace = dir / "t.json";
-  std::ofstream(report) << "old report";
-  OutputFiles files;
-  ASSERT_TRUE(files.Declare("report_json", report.string()).ok());
-  ASSERT_TRUE(files.Declare("trace", trace.string()).ok());
-  ASSERT_TRUE(files.CheckAll({}).ok());
-  files.Set("report_json", "new report");
-  files.Set("trace", "new trace");
-  fs::create_directory(trace);
-  ASSERT_FALSE(files.Commit().ok());
-  EXPECT_EQ(ReadFile(report), "old report");
-  EXPECT_EQ(Names(dir), (std::vector<std::string>{"r.json", "t.json"}));
-  fs::remove(trace);
-  ASSERT_TRUE(files.Commit().ok());
-  EXPECT_EQ(ReadFile(report), "new report");
-  EXPECT_EQ(ReadFile(trace), "new trace");
-  EXPECT_EQ(Names(dir), (std::vector<std::string>{"r.json", "t.json"}));
-  fs::remove_all(dir);
 }
 
 // Through the binary: a sweep whose files pass the file-size limit (`ulimit -f`) fails with one line
