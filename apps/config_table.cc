@@ -72,7 +72,7 @@ std::vector<ConfigField>* BuildFieldTable() {
                      "Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev or dualpipe "
                      "(docs/schedules.md)."));
   f->push_back(IntF("virtual_stages", RP_MEMBER(virtual_stages), 1, 1024,
-                    "Virtual stages (model chunks) per device; > 1 needs --schedule=interleaved (zb-v, dualpipev "
+                    "Virtual stages (model chunks) per device; > 1 needs --schedule=interleaved, which needs >= 2 (zb-v, dualpipev "
                     "and dualpipe always hold 2 chunks: 1 or 2 here)."));
   f->push_back(IntF("microbatch_group", RP_MEMBER(microbatch_group), 0, 1 << 20,
                     "Interleaved: Megatron's micro-batch group size N (pp <= N <= microbatches, microbatches mod N "

@@ -114,6 +114,13 @@ absl::Status CheckSchedule(const RunConfig& cfg) {
                                                "(schedule is ", name, ")"));
   }
   if (k == ScheduleKind::kInterleaved) {
+    // One chunk per device is 1F1B op for op: run under the interleaved name, the report would credit
+    // interleaving with 1F1B's bubble.
+    if (cfg.virtual_stages < 2) {
+      return FieldError("virtual_stages", absl::StrCat(cfg.virtual_stages, " with --schedule=interleaved is plain 1F1B; "
+                                                       "interleaving needs at least 2 chunks per device "
+                                                       "(--virtual_stages=2), or use --schedule=1f1b"));
+    }
     if (cfg.pytorch_rounds) {
       if (cfg.microbatch_group != 0) {
         return FieldError("microbatch_group", "must be 0 with pytorch_rounds (PyTorch derives the group size)");

@@ -181,7 +181,8 @@ TEST(Config, ValidationNamesTheField) {
       {{"--forward_ms=1,2,3"}, "--forward_ms"},
       {{"--backward_ms=4,4", "--weight_grad_ms=5"}, "--weight_grad_ms"},
       {{"--schedule=pipedream"}, "--schedule"},
-      {{"--schedule=interleaved", "--microbatches=3"}, "--microbatches"},
+      {{"--schedule=interleaved", "--virtual_stages=2", "--microbatches=3"}, "--microbatches"},
+      {{"--schedule=interleaved"}, "--virtual_stages"},  // v = 1 is 1F1B under another name
       {{"--virtual_stages=2"}, "--virtual_stages"},
       {{"--codec=fp8"}, "--codec"},
       {{"--segment_bytes=6"}, "--segment_bytes"},

@@ -425,8 +425,10 @@ TEST(SweepCommand, StragglerFactorAxisSlowsMeasuredAndPredictedAlike) {
 
 TEST(SweepCommand, ScheduleAxisDrawsGroupedBars) {
   const fs::path dir = TempDir("schedules");
-  const Result r = RunBinary("sweep --preset=s1 --predict_only --hidden=64x7 --pp=4 "
-                             "--axis=schedule=gpipe,1f1b,interleaved,zb-h1 --virtual_stages=1 --out_dir=" +
+  // Interleaved with its 2 chunks (with 1 it is 1F1B, an invalid point: ScheduleAxisMarksInterleavedWith
+  // OneChunkInvalid).
+  const Result r = RunBinary("sweep --preset=s1 --predict_only --hidden=64x8 --pp=4 "
+                             "--axis=schedule:virtual_stages=gpipe:1,1f1b:1,interleaved:2,zb-h1:1 --out_dir=" +
                                  dir.string(),
                              dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -434,6 +436,23 @@ TEST(SweepCommand, ScheduleAxisDrawsGroupedBars) {
   ASSERT_TRUE(doc.ok) << doc.error;
   EXPECT_EQ(doc.elements.at("rect"), 1 + 4 + 1);  // background, one predicted bar per schedule, legend
   EXPECT_NE(r.out.find("zb-h1"), std::string::npos) << r.out;
+}
+
+// Interleaved with one chunk per device is 1F1B op for op: a point that asks for it is invalid, its
+// error naming the field and what to use instead, and the other points run (before, it ran as 1F1B
+// labelled "interleaved").
+TEST(SweepCommand, ScheduleAxisMarksInterleavedWithOneChunkInvalid) {
+  const fs::path dir = TempDir("interleaved_v1");
+  const Result r = RunBinary("sweep --preset=s1 --predict_only --hidden=64x7 --pp=4 "
+                             "--axis=schedule=1f1b,interleaved --virtual_stages=1 --out_dir=" + dir.string(),
+                             dir);
+  EXPECT_EQ(r.exit_code, kExitSomePointsFailed) << r.err;
+  const auto csv = ReadCsv(dir / "sweep.csv");
+  ASSERT_EQ(csv.size(), 3u);
+  EXPECT_EQ(Cell(csv, 1, "status"), "ok");
+  EXPECT_EQ(Cell(csv, 2, "status"), "invalid");
+  EXPECT_EQ(Cell(csv, 2, "error"), "--virtual_stages: 1 with --schedule=interleaved is plain 1F1B; interleaving needs "
+                                   "at least 2 chunks per device (--virtual_stages=2), or use --schedule=1f1b");
 }
 
 // All eight schedules as one axis (issue 14), emulated on the virtual clock: every point runs, its
