@@ -128,10 +128,7 @@ absl::Status WriteAndClose(const std::string& flag, const std::string& target, i
     slot = -1;
     return Bad(flag, target, why);
   };
-  auto fail = [&](const char* what, bool close_fd) {
-    const int err = errno;
-    return fail_with(absl::StrCat(what, ": ", Errno(err)), close_fd);
-  };
+  auto fail = [&](const char* what, bool close_fd) { return fail_with(absl::StrCat(what, ": ", Errno(errno)), close_fd); };
   int write_errno = 0;  // the write(2) that failed, if one did
   auto write_all = [&](std::string_view piece) {
     size_t done = 0;

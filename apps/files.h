@@ -13,8 +13,9 @@
 // a dangling symbolic link, and the nearest existing ancestor is a writable directory).
 //
 // At the end Commit writes every output or none (a failure anywhere leaves every target as it was):
-//   1. Each file's contents go to a fresh temporary file beside its target (created with O_EXCL:
-//      never through a symlink, never shared with a concurrent run), fsynced. A directory output that
+//   1. Each file's contents (given whole, or written by a ContentWriter now) go to a fresh temporary
+//      file beside its target (created with O_EXCL: never through a symlink, never shared with a
+//      concurrent run), fsynced. A directory output that
 //      does not exist is built whole in a fresh staging directory beside it (`.NAME.ringpipe-XXXXXX`),
 //      its missing ancestors created first. A directory that exists is filled file by file instead —
 //      it may hold other files (`--out_dir=.`), which stay.
@@ -37,20 +38,20 @@
 //   RP_RETURN_IF_ERROR(out.Declare("report_json", cfg.report_json));
 //   RP_RETURN_IF_ERROR(out.CheckAll({{"config", cfg.config_file}}));  // before the run
 //   ... run ...
-//   out.Set("report_json", report.dump(2));
+//   out.Set("report_json", report.dump(2));  // or, not held whole: written at commit, in pieces
+//   out.SetStreamed("trace", [&](TextSink sink) { return tracer.StreamChromeJson(sink); });
 //   RP_RETURN_IF_ERROR(out.Commit());
 #pragma once
 
 #include <cstddef>
 #include <functional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/text_sink.h"
 
 namespace rp::apps {
 
@@ -93,7 +94,7 @@ void InstallCleanupHandlers();
 
 // Writes a file's contents piece by piece through the sink it is given (e.g. rp::Tracer::
 // StreamChromeJson), so they need not be held whole; the first error it returns fails the commit.
-using ContentWriter = std::function<absl::Status(absl::FunctionRef<absl::Status(std::string_view)>)>;
+using ContentWriter = std::function<absl::Status(TextSink)>;
 
 // A file output's contents: `text`, or what `writer` writes when set.
 struct OutputContents {

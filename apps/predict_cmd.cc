@@ -42,7 +42,9 @@ int Run(const ParsedArgs& args) {
   std::string text = RenderReport(report);
   absl::StrAppend(&text, "\npredicted step, first replica (", ScheduleName(cfg->schedule), "; ", kGanttLegend, ")\n",
                   RenderPredictedGantt(*plan, *pred, 96, std::min(16, cfg->pp * cfg->tp)));
-  if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
+  if (!cfg->report_json.empty()) {
+    outputs.SetStreamed("report_json", [&report](TextSink sink) { return StreamJson(report, 2, sink); });
+  }
   if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, st);
   std::fputs(text.c_str(), stdout);
   return kExitOk;

@@ -25,7 +25,9 @@
 
 #include "apps/config_fields.h"
 #include "apps/plan.h"
+#include "absl/status/status.h"
 #include "nlohmann/json.hpp"
+#include "runtime/text_sink.h"
 #include "schedule/executor.h"
 #include "schedule/metrics.h"
 #include "schedule/predictor.h"
@@ -50,6 +52,9 @@ struct HostUsage {
 // `json` as text (nlohmann's dump, indented by `indent`), never throwing: bytes that are not UTF-8
 // (a path a user gave) become U+FFFD.
 std::string DumpJson(const nlohmann::json& json, int indent = -1);
+// The same text followed by a newline, handed to `sink` in pieces (rp::TextPieces) instead of held
+// whole: a report written to a file (OutputFiles::SetStreamed). The sink's first error.
+absl::Status StreamJson(const nlohmann::json& json, int indent, TextSink sink);
 
 // `run` == nullptr: a predict-only report (`host` is then ignored; it may be null for a run too).
 // `with_timeline` false leaves the "timeline" section out: the per-op intervals of the first replica,

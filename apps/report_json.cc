@@ -343,6 +343,23 @@ std::string DumpJson(const json& j, int indent) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
+absl::Status StreamJson(const json& j, int indent, TextSink sink) {
+  // nlohmann's serializer (what dump runs) writes through an output adapter; this one hands the
+  // text on in pieces.
+  class Pieces : public nlohmann::detail::output_adapter_protocol<char> {
+   public:
+    explicit Pieces(TextSink sink) : text(sink) {}
+    void write_character(char c) override { text.Append(c); }
+    void write_characters(const char* s, std::size_t length) override { text.Append(std::string_view(s, length)); }
+    TextPieces text;
+  };
+  auto out = std::make_shared<Pieces>(sink);
+  nlohmann::detail::serializer<json> serializer(out, ' ', json::error_handler_t::replace);
+  serializer.dump(j, indent >= 0, false, static_cast<unsigned int>(std::max(indent, 0)));
+  out->text.Append('\n');
+  return out->text.Finish();
+}
+
 json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,
                  const schedule::RunResult* run, const HostUsage* host, bool with_timeline) {
   const schedule::ParallelGrid& grid = plan.grid;

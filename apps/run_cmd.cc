@@ -203,7 +203,9 @@ void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunF
     outputs.Set("report_json",
                 DumpJson(BuildFailedRunReport(cfg, plan, failure->prediction, *failure, &host), 2) + "\n");
   }
-  if (!cfg.trace.empty()) outputs.SetStreamed("trace", [&tracer](TextSink sink) { return tracer.StreamChromeJson(sink); });
+  if (!cfg.trace.empty()) {
+    outputs.SetStreamed("trace", [&tracer](TextSink sink) { return tracer.StreamChromeJson(sink); });
+  }
   if (absl::Status st = outputs.Commit(); !st.ok()) {
     std::fprintf(stderr, "ringpipe run: %s\n", std::string(st.message()).c_str());
   } else {
@@ -397,8 +399,12 @@ int Run(const ParsedArgs& args) {
     std::fprintf(stderr, "ringpipe run: the trace keeps at most %zu events (ops and port events); %llu later ones were dropped\n",
                  kMaxTraceEvents, static_cast<unsigned long long>(tracer.capped()));
   }
-  if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
-  if (!cfg->trace.empty()) outputs.SetStreamed("trace", [&tracer](TextSink sink) { return tracer.StreamChromeJson(sink); });
+  if (!cfg->report_json.empty()) {
+    outputs.SetStreamed("report_json", [&report](TextSink sink) { return StreamJson(report, 2, sink); });
+  }
+  if (!cfg->trace.empty()) {
+    outputs.SetStreamed("trace", [&tracer](TextSink sink) { return tracer.StreamChromeJson(sink); });
+  }
   if (absl::Status st = outputs.Commit(); !st.ok()) return Fail(kExitFailed, st);
   std::fputs(text.c_str(), stdout);
   return kExitOk;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <string_view>
 #include <tuple>
 
 #include "absl/status/status.h"
@@ -98,131 +99,138 @@ std::vector<PortEvent> Tracer::SortedPortEvents() const {
 }
 
 namespace {
-// Appends a trace's JSON text, handing it to `sink` in pieces of about kPiece bytes, so the text is
-// never held whole.
+// The elements of a trace's traceEvents array, each dumped alone (only one event's JSON document
+// exists at a time), joined by ',': the bytes of the whole array's one-line dump.
 class PieceWriter {
  public:
-  static constexpr size_t kPiece = size_t{1} << 20;
-  explicit PieceWriter(TextSink sink) : sink_(sink) { text_.reserve(kPiece + 4096); }
-  // One element of the traceEvents array: dumped alone, so only this event's document exists at a
-  // time; the bytes are those of the whole array's dump (no indent: elements joined by ',').
+  explicit PieceWriter(TextSink sink) : text_(sink) {}
   void Element(const nlohmann::json& e) {
-    if (!first_) text_ += ',';
+    if (!first_) text_.Append(',');
     first_ = false;
-    text_ += e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    if (text_.size() >= kPiece) Flush();
+    text_.Append(e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
-  void Raw(std::string_view s) { text_ += s; }
-  absl::Status Finish() {
-    Flush();
-    return status_;
-  }
+  void Raw(std::string_view s) { text_.Append(s); }
+  absl::Status Finish() { return text_.Finish(); }
 
  private:
-  void Flush() {
-    if (status_.ok() && !text_.empty()) status_ = sink_(text_);
-    text_.clear();
-  }
-  TextSink sink_;
-  std::string text_;
+  TextPieces text_;
   bool first_ = true;
-  absl::Status status_;
 };
-}  // namespace
 
-absl::Status Tracer::StreamChromeJson(TextSink sink, const ChromeTraceOptions& options) const {
-  using nlohmann::json;
-  const int num_nodes = (num_devices_ + devices_per_node_ - 1) / devices_per_node_;
-  // The document is {"displayTimeUnit":"ms","traceEvents":[...]} (keys in nlohmann's sorted order),
-  // written element by element.
-  PieceWriter out(sink);
-  out.Raw(R"({"displayTimeUnit":"ms","traceEvents":[)");
-  // The layouts written, in pid order: on kWall the measured one (layout 0) and, if asked, the
-  // modeled one (layout 1); on kVirtual the modeled one alone (layout 0).
-  const bool wall = clock_ == TraceClock::kWall;
-  const int layouts = wall && options.modeled_tracks ? 2 : 1;
-  const auto is_modeled = [wall](int layout) { return !wall || layout == 1; };
-  for (int layout = 0; layout < layouts; ++layout) {
-    for (int node = 0; node < num_nodes; ++node) {
-      const int pid = layout * num_nodes + node;
+// The Chrome JSON's layouts, in pid order: on kWall the measured one (layout 0) and, if asked, the
+// modeled one (layout 1); on kVirtual the modeled one alone (layout 0).
+struct ChromeLayouts {
+  bool wall = false;
+  int count = 1;
+  int num_nodes = 1;
+  int devices_per_node = 1;
+  bool modeled(int layout) const { return !wall || layout == 1; }
+};
+
+// Every layout's processes (one per node) and thread tracks (one per device stream), named.
+void WriteTracks(PieceWriter& out, const ChromeLayouts& l, int num_devices) {
+  for (int layout = 0; layout < l.count; ++layout) {
+    for (int node = 0; node < l.num_nodes; ++node) {
+      const int pid = layout * l.num_nodes + node;
       out.Element({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
-                   {"args", {{"name", absl::StrCat("node ", node, is_modeled(layout) ? " (modeled)" : "")}}}});
+                   {"args", {{"name", absl::StrCat("node ", node, l.modeled(layout) ? " (modeled)" : "")}}}});
       out.Element({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
                    {"args", {{"sort_index", pid}}}});
     }
-    for (int r = 0; r < num_devices_; ++r) {
-      for (int s = 0; s < kStreams; ++s) {
+    for (int r = 0; r < num_devices; ++r) {
+      for (int s = 0; s < Tracer::kStreams; ++s) {
         out.Element({{"ph", "M"}, {"name", "thread_name"},
-                     {"pid", layout * num_nodes + r / devices_per_node_},
-                     {"tid", r * kStreams + s},
+                     {"pid", layout * l.num_nodes + r / l.devices_per_node},
+                     {"tid", r * Tracer::kStreams + s},
                      {"args", {{"name", absl::StrCat("rank ", r, " ", StreamName(static_cast<Stream>(s)))}}}});
       }
     }
   }
-  for (const TraceEvent& e : Events()) {
-    const int node = e.rank / devices_per_node_;
-    const int tid = e.rank * kStreams + static_cast<int>(e.stream);
-    json args = {{"kind", OpKindName(e.kind)},
-                 {"rank", e.rank},
-                 {"stream", StreamName(e.stream)},
-                 {"modeled_start_us", Us(e.model_start_ns)},
-                 {"modeled_end_us", Us(e.model_end_ns)}};
-    if (wall) {
-      args["wall_start_us"] = Us(e.wall_start_ns);
-      args["wall_end_us"] = Us(e.wall_end_ns);
+}
+
+// One op on every layout: a complete event (an instant for a fault), and a flow end for a message.
+void WriteOp(PieceWriter& out, const ChromeLayouts& l, const TraceEvent& e) {
+  using nlohmann::json;
+  const int node = e.rank / l.devices_per_node;
+  const int tid = e.rank * Tracer::kStreams + static_cast<int>(e.stream);
+  json args = {{"kind", OpKindName(e.kind)},
+               {"rank", e.rank},
+               {"stream", StreamName(e.stream)},
+               {"modeled_start_us", Us(e.model_start_ns)},
+               {"modeled_end_us", Us(e.model_end_ns)}};
+  if (l.wall) {
+    args["wall_start_us"] = Us(e.wall_start_ns);
+    args["wall_end_us"] = Us(e.wall_end_ns);
+  }
+  if (e.bytes) args["bytes"] = e.bytes;
+  if (e.peer >= 0) args["peer"] = e.peer;
+  if (e.micro_batch >= 0) args["micro_batch"] = e.micro_batch;
+  if (e.step >= 0) args["step"] = e.step;
+  if (e.detail && *e.detail) args["detail"] = e.detail;
+  const std::string name = e.micro_batch >= 0 ? absl::StrCat(e.name, " mb", e.micro_batch) : std::string(e.name);
+  for (int layout = 0; layout < l.count; ++layout) {
+    const bool m = l.modeled(layout);
+    const int64_t start = m ? e.model_start_ns : e.wall_start_ns;
+    const int64_t end = std::max(start, m ? e.model_end_ns : e.wall_end_ns);
+    const int pid = layout * l.num_nodes + node;
+    if (e.kind == OpKind::kFault) {
+      out.Element({{"ph", "i"}, {"s", "t"}, {"name", name}, {"cat", "fault"},
+                   {"ts", Us(start)}, {"pid", pid}, {"tid", tid}, {"args", args}});
+      continue;
     }
-    if (e.bytes) args["bytes"] = e.bytes;
-    if (e.peer >= 0) args["peer"] = e.peer;
-    if (e.micro_batch >= 0) args["micro_batch"] = e.micro_batch;
-    if (e.step >= 0) args["step"] = e.step;
-    if (e.detail && *e.detail) args["detail"] = e.detail;
-    const std::string name = e.micro_batch >= 0 ? absl::StrCat(e.name, " mb", e.micro_batch)
-                                                : std::string(e.name);
-    for (int layout = 0; layout < layouts; ++layout) {
-      const bool m = is_modeled(layout);
-      const int64_t start = m ? e.model_start_ns : e.wall_start_ns;
-      const int64_t end = std::max(start, m ? e.model_end_ns : e.wall_end_ns);
-      const int pid = layout * num_nodes + node;
-      if (e.kind == OpKind::kFault) {
-        out.Element({{"ph", "i"}, {"s", "t"}, {"name", name}, {"cat", "fault"},
-                     {"ts", Us(start)}, {"pid", pid}, {"tid", tid}, {"args", args}});
-        continue;
+    out.Element({{"ph", "X"}, {"name", name}, {"cat", OpKindName(e.kind)},
+                 {"ts", Us(start)}, {"dur", Us(end - start)}, {"pid", pid}, {"tid", tid},
+                 {"args", args}});
+    if (e.flow_id != 0 && (e.kind == OpKind::kSend || e.kind == OpKind::kRecv)) {
+      json flow = {{"name", "message"}, {"cat", "flow"}, {"id", e.flow_id}, {"pid", pid}, {"tid", tid}};
+      if (e.kind == OpKind::kSend) {
+        flow["ph"] = "s";
+        flow["ts"] = Us(start);
+      } else {
+        flow["ph"] = "f";
+        flow["bp"] = "e";  // binds to the enclosing slice: this receive
+        flow["ts"] = std::max(Us(start), Us(end) - 0.001);
       }
-      out.Element({{"ph", "X"}, {"name", name}, {"cat", OpKindName(e.kind)},
-                   {"ts", Us(start)}, {"dur", Us(end - start)}, {"pid", pid}, {"tid", tid},
-                   {"args", args}});
-      if (e.flow_id != 0 && (e.kind == OpKind::kSend || e.kind == OpKind::kRecv)) {
-        json flow = {{"name", "message"}, {"cat", "flow"}, {"id", e.flow_id},
-                     {"pid", pid}, {"tid", tid}};
-        if (e.kind == OpKind::kSend) {
-          flow["ph"] = "s";
-          flow["ts"] = Us(start);
-        } else {
-          flow["ph"] = "f";
-          flow["bp"] = "e";  // binds to the enclosing slice: this receive
-          flow["ts"] = std::max(Us(start), Us(end) - 0.001);
-        }
-        out.Element(flow);
-      }
+      out.Element(flow);
     }
   }
+}
+
+// The "fabric ports (modeled)" process at `pid`: a track per port, a slice per message on it.
+void WritePorts(PieceWriter& out, int pid, const std::vector<std::string>& names,
+                const std::vector<PortEvent>& sorted) {
+  out.Element({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
+               {"args", {{"name", "fabric ports (modeled)"}}}});
+  out.Element({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
+               {"args", {{"sort_index", pid}}}});
+  for (size_t p = 0; p < names.size(); ++p) {
+    out.Element({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid},
+                 {"tid", static_cast<int>(p)}, {"args", {{"name", names[p]}}}});
+  }
+  for (const PortEvent& e : sorted) {
+    out.Element({{"ph", "X"}, {"name", absl::StrCat(e.src, " → ", e.dst)},
+                 {"cat", "port"}, {"ts", Us(e.start_ns)},
+                 {"dur", Us(std::max<int64_t>(0, e.end_ns - e.start_ns))}, {"pid", pid},
+                 {"tid", e.port},
+                 {"args", {{"bytes", e.bytes}, {"queued_us", Us(e.start_ns - e.ready_ns)}}}});
+  }
+}
+}  // namespace
+
+absl::Status Tracer::StreamChromeJson(TextSink sink, const ChromeTraceOptions& options) const {
+  const bool wall = clock_ == TraceClock::kWall;
+  const ChromeLayouts layouts{.wall = wall,
+                              .count = wall && options.modeled_tracks ? 2 : 1,
+                              .num_nodes = (num_devices_ + devices_per_node_ - 1) / devices_per_node_,
+                              .devices_per_node = devices_per_node_};
+  // The document is {"displayTimeUnit":"ms","traceEvents":[...]} (keys in nlohmann's sorted order),
+  // written element by element.
+  PieceWriter out(sink);
+  out.Raw(R"({"displayTimeUnit":"ms","traceEvents":[)");
+  WriteTracks(out, layouts, num_devices_);
+  for (const TraceEvent& e : Events()) WriteOp(out, layouts, e);
   if (!port_events_.empty()) {
-    const int pid = layouts * num_nodes;
-    out.Element({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
-                 {"args", {{"name", "fabric ports (modeled)"}}}});
-    out.Element({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
-                 {"args", {{"sort_index", pid}}}});
-    for (size_t p = 0; p < port_names_.size(); ++p) {
-      out.Element({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid},
-                   {"tid", static_cast<int>(p)}, {"args", {{"name", port_names_[p]}}}});
-    }
-    for (const PortEvent& e : SortedPortEvents()) {
-      out.Element({{"ph", "X"}, {"name", absl::StrCat(e.src, " → ", e.dst)},
-                   {"cat", "port"}, {"ts", Us(e.start_ns)},
-                   {"dur", Us(std::max<int64_t>(0, e.end_ns - e.start_ns))}, {"pid", pid},
-                   {"tid", e.port},
-                   {"args", {{"bytes", e.bytes}, {"queued_us", Us(e.start_ns - e.ready_ns)}}}});
-    }
+    WritePorts(out, layouts.count * layouts.num_nodes, port_names_, SortedPortEvents());
   }
   out.Raw("]}");
   return out.Finish();

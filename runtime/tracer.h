@@ -54,11 +54,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "runtime/text_sink.h"
 
 namespace rp {
 
@@ -99,9 +98,6 @@ struct PortEvent {
   int64_t start_ns = 0;
   int64_t end_ns = 0;        // last byte: the port is free again
 };
-
-// Receives an export's text piece by piece (e.g. writes it to a file); an error stops the export.
-using TextSink = absl::FunctionRef<absl::Status(std::string_view)>;
 
 struct ChromeTraceOptions {
   // kWall: add "node n (modeled)" processes laid out in modeled time beside the measured ones.

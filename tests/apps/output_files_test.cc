@@ -1,5 +1,5 @@
 // rp::apps::OutputFiles: every output written or none, a failure anywhere leaving every target as
-// it was; contents given whole (Set) or written piece by piece at commit time (SetStreamed).
+// it was; contents given whole (Set) or written piece by piece at commit time (SetStreamed, StreamJson).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -14,7 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "apps/files.h"
+#include "apps/report.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/apps/binary_runner.h"
 
 namespace rp::apps {
@@ -226,6 +228,31 @@ TEST(OutputFilesCommit, AFailedStreamedOutputLeavesEveryTargetAsItWas) {
   EXPECT_EQ(ReadFile(trace), "old trace");
   EXPECT_EQ(Names(dir), (std::vector<std::string>{"r.json", "t.json"}));
   fs::remove_all(dir);
+}
+
+// A report written to a file is handed out in pieces (StreamJson), not held as one string beside its
+// document: the pieces make DumpJson's text and a newline, bytes that are not UTF-8 (a path a user
+// gave) become U+FFFD as there, and the sink's first error ends it.
+TEST(StreamJson, ThePiecesAreTheDumpAndANewline) {
+  nlohmann::json doc = {{"config", {{"report_json", "/tmp/caf\xc3\xa9/\xff.json"}}}, {"rows", nlohmann::json::array()}};
+  for (int i = 0; i < 40000; ++i) doc["rows"].push_back({{"op", "F"}, {"start_ms", i * 0.125}, {"mb", i % 7}});
+  std::vector<std::string> pieces;
+  ASSERT_TRUE(StreamJson(doc, 2, [&](std::string_view p) {
+                pieces.emplace_back(p);
+                return absl::OkStatus();
+              }).ok());
+  ASSERT_GE(pieces.size(), 2u);
+  std::string joined;
+  for (const std::string& p : pieces) joined += p;
+  EXPECT_EQ(joined, DumpJson(doc, 2) + "\n");
+  EXPECT_NE(joined.find("caf\xc3\xa9/\xef\xbf\xbd.json"), std::string::npos);
+  int calls = 0;
+  EXPECT_EQ(StreamJson(doc, -1, [&](std::string_view) {
+              ++calls;
+              return absl::DataLossError("disk full");
+            }),
+            absl::DataLossError("disk full"));
+  EXPECT_EQ(calls, 1);
 }
 
 }  // namespace
