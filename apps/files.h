@@ -131,6 +131,8 @@ class OutputFiles {
     std::vector<std::string> entries;  // a directory's file names
     std::vector<std::pair<std::string, OutputContents>> files;  // (path, contents)
   };
+  // One Commit's state and steps (apps/files.cc).
+  class Committer;
   Output* Find(const std::string& flag);
   std::vector<Output> outputs_;
 };

@@ -307,6 +307,79 @@ void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
   }
 }
 
+absl::Status Executor::Impl::SizeFirstStepWarmUp(int world) {
+  // What a device touches first in step 0: its real activations (its peak of the real model's
+  // stored activations over its program), the optimizer's commit backup of weights
+  // and state (at most 3 × the weights: Adam), and message payloads, pipeline buffers and
+  // records (the 4th weights' worth, with 16 KiB).
+  ctx.warm_heap_bytes.resize(static_cast<size_t>(world));
+  std::vector<uint64_t> peak_activations;  // by pp rank
+  if (!o.warm_stage_stored.empty()) {
+    RP_ASSIGN_OR_RETURN(ValidationReport v, Validate(o.program, {.stage_stored = o.warm_stage_stored}));
+    peak_activations = std::move(v.peak_stored_bytes);
+  }
+  for (int r = 0; r < world; ++r) {
+    size_t weights = 0;
+    for (const auto& st : runners[static_cast<size_t>(r)]->stages()) {
+      weights += std::as_const(*st).params().size_bytes();
+    }
+    const size_t pp = static_cast<size_t>(plan->grid.CoordOf(r).pp);
+    const size_t activations = pp < peak_activations.size() ? peak_activations[pp] : 0;
+    ctx.warm_heap_bytes[static_cast<size_t>(r)] = activations + 4 * weights + (size_t{16} << 10);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::RunDevice(Device& dev) {
+  DeviceRunner& r = *runners[static_cast<size_t>(dev.rank())];
+  absl::Status s;
+  try {
+    s = r.Body(dev, [this](Nanos max_end) { return OnStepBoundary(max_end); });
+  } catch (const std::exception& e) {
+    s = absl::InternalError(absl::StrCat("rank ", r.rank(), " step ", r.cur_step(),
+                                         ": exception in the device thread: ", e.what()));
+  } catch (...) {
+    s = absl::InternalError(absl::StrCat("rank ", r.rank(), " step ", r.cur_step(),
+                                         ": unknown exception in the device thread"));
+  }
+  if (!s.ok()) {
+    const auto& ops = o.program.ranks[static_cast<size_t>(r.coord().pp)];
+    ctx.NoteError({.rank = r.rank(), .step = r.cur_step(), .op = r.cur_op(),
+                   .op_name = r.cur_op() >= 0 && static_cast<size_t>(r.cur_op()) < ops.size()
+                                  ? ToString(ops[static_cast<size_t>(r.cur_op())], plan->v)
+                                  : "step barrier",
+                   .waiting = r.waiting(), .status = s});
+  }
+  return s;
+}
+
+absl::Status Executor::Impl::FailedRun(const absl::Status& run, const Prediction& pred,
+                                       const PredictOptions& popts) {
+  const absl::Status failed = Fail(run);
+  failure->prediction = pred;
+  if (o.tracer != nullptr) {
+    // The trace says that the run failed, and where: an instant event on the first failing rank
+    // (every device thread has been joined: nobody else records), modeled at its step's start.
+    const int64_t now = o.tracer->WallNow();
+    o.tracer->Record({.wall_start_ns = now, .wall_end_ns = now, .model_start_ns = step_start.count(),
+                      .model_end_ns = step_start.count(), .name = "run failed",
+                      .detail = "its failure: the report's 'failure', run's last line",
+                      .rank = std::max(0, failure->rank), .step = failure->step,
+                      .kind = rp::OpKind::kFault});
+  }
+  // Each failed step's prediction: per step where the step's inputs are known without the run
+  // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
+  std::vector<Nanos> step_time;
+  if (!plan->has_ep_exchanges()) {
+    absl::StatusOr<StepPredictions> each = PredictEachStep(popts, /*keep=*/std::nullopt);
+    if (each.ok()) step_time = std::move(each->step_time);
+  }
+  for (StepRecord& r : failure->steps) {
+    r.predicted_ms = ToMillis(step_time.empty() ? pred.step_time : step_time[static_cast<size_t>(r.step)]);
+  }
+  return failed;
+}
+
 absl::StatusOr<RunResult> Executor::Impl::Run() {
   if (ran) return absl::FailedPreconditionError("executor: Run() may be called once");
   ran = true;
@@ -324,28 +397,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
     ctx.real_clock = real_clock_.get();
   }
   RP_RETURN_IF_ERROR(MakeCommunicators());
-  if (o.warm_first_step) {
-    // What a device touches first in step 0: its real activations (its peak of the real model's
-    // stored activations over its program), the optimizer's commit backup of weights
-    // and state (at most 3 × the weights: Adam), and message payloads, pipeline buffers and
-    // records (the 4th weights' worth, with 16 KiB).
-    ctx.warm_heap_bytes.resize(static_cast<size_t>(world));
-    std::vector<uint64_t> peak_activations;  // by pp rank
-    if (!o.warm_stage_stored.empty()) {
-      RP_ASSIGN_OR_RETURN(ValidationReport v,
-                          Validate(o.program, {.stage_stored = o.warm_stage_stored}));
-      peak_activations = std::move(v.peak_stored_bytes);
-    }
-    for (int r = 0; r < world; ++r) {
-      size_t weights = 0;
-      for (const auto& st : runners[static_cast<size_t>(r)]->stages()) {
-        weights += std::as_const(*st).params().size_bytes();
-      }
-      const size_t pp = static_cast<size_t>(plan->grid.CoordOf(r).pp);
-      const size_t activations = pp < peak_activations.size() ? peak_activations[pp] : 0;
-      ctx.warm_heap_bytes[static_cast<size_t>(r)] = activations + 4 * weights + (size_t{16} << 10);
-    }
-  }
+  if (o.warm_first_step) RP_RETURN_IF_ERROR(SizeFirstStepWarmUp(world));
   RP_ASSIGN_OR_RETURN(auto cluster,
                       Cluster::Create({.num_devices = world,
                                        .devices_per_node = o.placement.devices_per_node,
@@ -377,28 +429,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   };
   if (real_clock_) real_clock_->ResetEpoch();
   const auto w0 = std::chrono::steady_clock::now();
-  absl::Status run = cluster->Run([&](Device& dev) -> absl::Status {
-    DeviceRunner& r = *runners[static_cast<size_t>(dev.rank())];
-    absl::Status s;
-    try {
-      s = r.Body(dev, [this](Nanos max_end) { return OnStepBoundary(max_end); });
-    } catch (const std::exception& e) {
-      s = absl::InternalError(absl::StrCat("rank ", r.rank(), " step ", r.cur_step(),
-                                           ": exception in the device thread: ", e.what()));
-    } catch (...) {
-      s = absl::InternalError(absl::StrCat("rank ", r.rank(), " step ", r.cur_step(),
-                                           ": unknown exception in the device thread"));
-    }
-    if (!s.ok()) {
-      const auto& ops = o.program.ranks[static_cast<size_t>(r.coord().pp)];
-      ctx.NoteError({.rank = r.rank(), .step = r.cur_step(), .op = r.cur_op(),
-                     .op_name = r.cur_op() >= 0 && static_cast<size_t>(r.cur_op()) < ops.size()
-                                    ? ToString(ops[static_cast<size_t>(r.cur_op())], plan->v)
-                                    : "step barrier",
-                     .waiting = r.waiting(), .status = s});
-    }
-    return s;
-  });
+  absl::Status run = cluster->Run([this](Device& dev) { return RunDevice(dev); });
   const double wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   done.store(true, std::memory_order_release);
@@ -409,30 +440,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   if (run.ok() && !evaluation.ok()) run = evaluation;
   if (!run.ok()) {
     join_reference(/*cancel=*/true);
-    const absl::Status failed = Fail(run);
-    failure->prediction = pred;
-    if (o.tracer != nullptr) {
-      // The trace says that the run failed, and where: an instant event on the first failing rank
-      // (every device thread has been joined: nobody else records), modeled at its step's start.
-      const int64_t now = o.tracer->WallNow();
-      o.tracer->Record({.wall_start_ns = now, .wall_end_ns = now, .model_start_ns = step_start.count(),
-                        .model_end_ns = step_start.count(), .name = "run failed",
-                        .detail = "its failure: the report's 'failure', run's last line",
-                        .rank = std::max(0, failure->rank), .step = failure->step,
-                        .kind = rp::OpKind::kFault});
-    }
-    // Each failed step's prediction: per step where the step's inputs are known without the run
-    // (jitter, link faults); an EP step's routing may be incomplete, so it gets the plan's.
-    std::vector<Nanos> step_time;
-    if (!plan->has_ep_exchanges()) {
-      absl::StatusOr<StepPredictions> each = PredictEachStep(popts, /*keep=*/std::nullopt);
-      if (each.ok()) step_time = std::move(each->step_time);
-    }
-    for (StepRecord& r : failure->steps) {
-      r.predicted_ms = ToMillis(step_time.empty() ? pred.step_time
-                                                  : step_time[static_cast<size_t>(r.step)]);
-    }
-    return failed;
+    return FailedRun(run, pred, popts);
   }
   absl::StatusOr<StepPredictions> step_pred = PredictEachStep(popts, MedianStep());
   join_reference(/*cancel=*/!step_pred.ok());

@@ -67,10 +67,18 @@ class Executor::Impl {
   absl::Status CheckFaults(int world);  // part of Build
   absl::Status MakeFabric(int world);   // part of Build
   absl::StatusOr<RunResult> Run();
+  // Parts of Run: each device's heap warm-up size (ctx.warm_heap_bytes); a device thread's body,
+  // its error noted with rank, step and op; a failed run's status and failure record (with each
+  // step's prediction), and the trace's "run failed" event.
+  absl::Status SizeFirstStepWarmUp(int world);
+  absl::Status RunDevice(Device& dev);
+  absl::Status FailedRun(const absl::Status& run, const Prediction& pred, const PredictOptions& popts);
 
   // step_book.cc
   absl::StatusOr<Nanos> OnStepBoundary(Nanos max_end);
   absl::Status Bookkeep(int step);
+  void RecordLoss(StepRecord& rec) const;  // parts of Bookkeep
+  double ReplicaDivergence() const;
   void RecordRouting(StepRecord& rec);
   // Rank r's EP communicator counters so far: {real bytes, modeled bytes}.
   std::pair<uint64_t, uint64_t> EpBytes(int r) const;

@@ -65,20 +65,14 @@ absl::StatusOr<Nanos> Executor::Impl::OnStepBoundary(Nanos max_end) {
   return release;
 }
 
-absl::Status Executor::Impl::Bookkeep(int step) {
-  // The previous step's evaluation, if one runs: its record is final before this one is pushed,
-  // and its copy of the weights is free for this step's.
-  RP_RETURN_IF_ERROR(JoinEvaluation());
+// Loss and training accuracy of the step: Σ_d Σ_j loss_sum(d, j) in (d, j) order, from the TP rank
+// 0 of the last model stage's holder of micro-batch j's direction.
+void Executor::Impl::RecordLoss(StepRecord& rec) const {
   const ParallelGrid& g = plan->grid;
-  const GridShape s = g.shape();
-  StepRecord rec;
-  rec.step = step;
-  // Loss: Σ_d Σ_j loss_sum(d, j) in (d, j) order, from the TP rank 0 of the last model stage's
-  // holder of micro-batch j's direction.
   const int K = o.program.num_model_stages();
   double loss = 0;
   int64_t correct = 0;
-  for (int dp = 0; dp < s.dp; ++dp) {
+  for (int dp = 0; dp < g.shape().dp; ++dp) {
     for (int j = 0; j < layout.microbatches; ++j) {
       const int last_pp = o.program.RankOfModelStage(K - 1, o.program.DirectionOfMicroBatch(j));
       const DeviceRunner& x = *runners[static_cast<size_t>(g.RankOf({dp, last_pp, 0}))];
@@ -89,8 +83,13 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   const double B = static_cast<double>(layout.global_batch());
   rec.loss = loss / B;
   rec.train_accuracy = static_cast<double>(correct) / B;
-  // Divergence: max |w_r − w_0| over replicas, per shard; a MoE block's experts against the first
-  // replica with the same EP rank (EP ranks hold different experts).
+}
+
+// Divergence: max |w_r − w_0| over replicas, per shard; a MoE block's experts against the first
+// replica with the same EP rank (EP ranks hold different experts).
+double Executor::Impl::ReplicaDivergence() const {
+  const ParallelGrid& g = plan->grid;
+  const GridShape s = g.shape();
   // A maximum (NaN counts as +inf), so the replicas may be compared on several threads.
   const auto raise = [](double& div, double diff) {
     if (!(diff <= div)) div = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
@@ -125,7 +124,18 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   });
   double div = 0;
   for (double d : replica_div) raise(div, d);
-  rec.replica_divergence = div;
+  return div;
+}
+
+absl::Status Executor::Impl::Bookkeep(int step) {
+  // The previous step's evaluation, if one runs: its record is final before this one is pushed,
+  // and its copy of the weights is free for this step's.
+  RP_RETURN_IF_ERROR(JoinEvaluation());
+  const ParallelGrid& g = plan->grid;
+  StepRecord rec;
+  rec.step = step;
+  RecordLoss(rec);
+  rec.replica_divergence = ReplicaDivergence();
   RecordRouting(rec);
   // Step windows: emulated from the modeled start to the last op end; measured from the step's
   // start mapped to wall time to the last wall stamp (virtual clock: equal).
