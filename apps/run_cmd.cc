@@ -266,6 +266,62 @@ std::string ClockText(const RunConfig& cfg, const schedule::ExecutorOptions& opt
   return text;
 }
 
+// What the fault flags add to the slowest op beyond the config's own straggler (which the config's
+// checks count already), checked against the config's limits: the slowest rank's straggler factors
+// (the config's and --straggler's, multiplied as the executor does) over the config's, times the
+// largest --jitter draw (*op_factor). Values out of range are left to the executor's validation.
+absl::Status CheckFaultFlagFactors(const RunConfig& cfg, const ParsedArgs& args, const FaultPlan& faults,
+                                   double* op_factor) {
+  const char* op_field = "straggler";
+  double slowest = 1;
+  for (double f : schedule::StragglerFactors(faults, cfg.world_size())) {
+    if (f > slowest) slowest = f;  // NaN never is
+  }
+  *op_factor = std::max(1.0, slowest / cfg.straggler_factor);
+  const double jitter = faults.jitter.max_fraction;
+  if (jitter > 0 && jitter <= 10) {
+    *op_factor *= 1 + jitter;
+    if (args.Text("straggler").empty()) op_field = "jitter";
+  }
+  double link_factor = 1;
+  for (const OpFault& f : faults.op_faults) {
+    if (f.kind == OpFaultKind::kSlowLink) link_factor = std::max(link_factor, f.factor);
+  }
+  return CheckFaultFactors(cfg, *op_factor, link_factor, op_field);
+}
+
+// The exit for an executor that refused its options: an op index past the rank's program is the one
+// --fault range only the executor knows (bad input, named --fault).
+int CreateFailed(const absl::Status& st) {
+  constexpr absl::string_view kFaults = "executor: faults: ";
+  if (st.code() == absl::StatusCode::kInvalidArgument && absl::StartsWith(st.message(), kFaults) &&
+      absl::StartsWith(st.message().substr(kFaults.size()), "op fault ")) {
+    return Fail(kExitBadInput,
+                absl::InvalidArgumentError(absl::StrCat("--fault: ", st.message().substr(kFaults.size()))));
+  }
+  return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
+}
+
+// The slow links the run saw, and a --fault slow link that no message crossed: it slowed nothing (the
+// layout sends nothing that way).
+void ReportSlowLinks(const FaultPlan& faults, const schedule::RunResult& result) {
+  for (const schedule::RunResult::SlowLink& l : result.slow_links) {
+    std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d took %gx its link class's time from step %d\n",
+                 l.src, l.dst, l.factor, l.first_step);
+  }
+  for (const OpFault& f : faults.op_faults) {
+    if (f.kind != OpFaultKind::kSlowLink) continue;
+    const bool crossed = std::any_of(result.slow_links.begin(), result.slow_links.end(),
+                                     [&](const schedule::RunResult::SlowLink& l) {
+                                       return l.src == f.rank && l.dst == f.dst && l.factor == f.factor;
+                                     });
+    if (!crossed) {
+      std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d (x%g from step %d) carried no message: this "
+                   "layout sends nothing from rank %d to rank %d\n", f.rank, f.dst, f.factor, f.step, f.rank, f.dst);
+    }
+  }
+}
+
 int Run(const ParsedArgs& args) {
   auto cfg = LoadConfig(args, /*for_run=*/true);
   if (!cfg.ok()) return Fail(kExitBadInput, cfg.status());
@@ -281,30 +337,9 @@ int Run(const ParsedArgs& args) {
   if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), cfg->steps, options.faults); !st.ok()) {
     return Fail(kExitBadInput, st);
   }
-  // What the fault flags add to the slowest op beyond the config's own straggler (which the config's
-  // checks count already): the slowest rank's straggler factors (the config's and --straggler's,
-  // multiplied as the executor does) over the config's, times the largest --jitter draw. Values out
-  // of range are left to the executor's validation.
   double op_factor = 1;
-  const char* op_field = "straggler";
-  {
-    double slowest = 1;
-    for (double f : schedule::StragglerFactors(options.faults, cfg->world_size())) {
-      if (f > slowest) slowest = f;  // NaN never is
-    }
-    op_factor = std::max(1.0, slowest / cfg->straggler_factor);
-    const double jitter = options.faults.jitter.max_fraction;
-    if (jitter > 0 && jitter <= 10) {
-      op_factor *= 1 + jitter;
-      if (args.Text("straggler").empty()) op_field = "jitter";
-    }
-    double link_factor = 1;
-    for (const OpFault& f : options.faults.op_faults) {
-      if (f.kind == OpFaultKind::kSlowLink) link_factor = std::max(link_factor, f.factor);
-    }
-    if (absl::Status st = CheckFaultFactors(*cfg, op_factor, link_factor, op_field); !st.ok()) {
-      return Fail(kExitBadInput, st);
-    }
+  if (absl::Status st = CheckFaultFlagFactors(*cfg, args, options.faults, &op_factor); !st.ok()) {
+    return Fail(kExitBadInput, st);
   }
   // On a real clock every op and every wait for one message must end within the watchdog timeout
   // (a longer planned wait would be reported as a stall): a forced scale is checked here, auto's
@@ -315,19 +350,9 @@ int Run(const ParsedArgs& args) {
   HostUsage host;
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
   host.model_buffer_bytes = ModelBufferBytes(*cfg);
-  const auto create_failed = [](const absl::Status& st) {
-    // An op index past the rank's program is the one --fault range only the executor knows.
-    constexpr absl::string_view kFaults = "executor: faults: ";
-    if (st.code() == absl::StatusCode::kInvalidArgument && absl::StartsWith(st.message(), kFaults) &&
-        absl::StartsWith(st.message().substr(kFaults.size()), "op fault ")) {
-      return Fail(kExitBadInput,
-                  absl::InvalidArgumentError(absl::StrCat("--fault: ", st.message().substr(kFaults.size()))));
-    }
-    return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed, st);
-  };
   if (!cfg->virtual_time && cfg->time_scale_auto()) {
     // Validate before calibrating: a layout the executor refuses is bad input, whatever the clock.
-    if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
+    if (auto check = schedule::Executor::Create(options); !check.ok()) return CreateFailed(check.status());
     std::fprintf(stderr, "ringpipe run: time scale auto: measuring what this host keeps (short trial runs)...\n");
   }
   absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
@@ -349,7 +374,7 @@ int Run(const ParsedArgs& args) {
   // with the tracer attached, 192 MB without).
   options.tracer = cfg->trace.empty() ? nullptr : &tracer;
   auto exec = schedule::Executor::Create(options);
-  if (!exec.ok()) return create_failed(exec.status());
+  if (!exec.ok()) return CreateFailed(exec.status());
   std::fprintf(stderr, "ringpipe run: %s, %s, %d steps on %d device threads (%s)...\n",
                plan->grid.ToString().c_str(), schedule::ScheduleName(cfg->schedule), cfg->steps,
                cfg->world_size(), ClockText(*cfg, options, *clock).c_str());
@@ -376,22 +401,7 @@ int Run(const ParsedArgs& args) {
                                                 WatchdogScaleLimit(*cfg, fit));
   if (!verdict.trusted) std::fprintf(stderr, "ringpipe run: warning: %s\n", verdict.warning.c_str());
   host.time_scale_choice = ClockJson(*clock, verdict);
-  for (const schedule::RunResult::SlowLink& l : result->slow_links) {
-    std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d took %gx its link class's time from step %d\n",
-                 l.src, l.dst, l.factor, l.first_step);
-  }
-  // A --fault slow link that no message crossed slowed nothing (the layout sends nothing that way).
-  for (const OpFault& f : options.faults.op_faults) {
-    if (f.kind != OpFaultKind::kSlowLink) continue;
-    const bool crossed = std::any_of(result->slow_links.begin(), result->slow_links.end(),
-                                     [&](const schedule::RunResult::SlowLink& l) {
-                                       return l.src == f.rank && l.dst == f.dst && l.factor == f.factor;
-                                     });
-    if (!crossed) {
-      std::fprintf(stderr, "ringpipe run: slow link: rank %d -> rank %d (x%g from step %d) carried no message: this "
-                   "layout sends nothing from rank %d to rank %d\n", f.rank, f.dst, f.factor, f.step, f.rank, f.dst);
-    }
-  }
+  ReportSlowLinks(options.faults, *result);
   const nlohmann::json report =
       BuildReport(*cfg, *plan, result->prediction, &*result, &host, /*with_timeline=*/!cfg->report_json.empty());
   const std::string text = RunText(*cfg, *plan, *result, report);

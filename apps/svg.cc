@@ -95,40 +95,50 @@ int FittedHeight(const Chart& c, int width, int height) {
   return std::max(height, static_cast<int>(std::ceil(needed)));
 }
 
-// The body of one chart (no <svg> wrapper), drawn in [0, width] × [0, height].
-std::string ChartBody(const Chart& c, int width, int height) {
-  std::string out;
+// Where a chart's plot sits and how it maps data to it.
+struct Frame {
+  double left = 0, right = 0, top = 0, bottom = 0;
+  bool numeric = false;      // numeric x values (else categories)
+  std::vector<double> pos;   // each x position in axis units (log2 on a log x axis)
+  double xlo = 0, xhi = 1;
+  double ylo = 0, yhi = 1;
+  bool log_y = false;
+  bool have_data = false;
+  std::vector<double> ticks;  // y ticks
+  double X(double p) const { return left + (p - xlo) / (xhi - xlo) * (right - left); }
+  double Y(double v) const {
+    if (log_y) return bottom - (std::log10(v) - std::log10(ylo)) / (std::log10(yhi) - std::log10(ylo)) * (bottom - top);
+    return bottom - (v - ylo) / (yhi - ylo) * (bottom - top);
+  }
+  bool Drawn(double v) const { return Finite(v) && !(log_y && v <= 0); }
+};
+
+Frame PlanFrame(const Chart& c, int width, int height, const LegendPlan& legend) {
+  Frame f;
   const size_t n = !c.x_values.empty() ? c.x_values.size() : c.x_labels.size();
-  const double top = kChartTop;
-  const LegendPlan legend = PlanLegend(c, width, height);
-  const bool legend_below = legend.below;
-  const size_t legend_cols = legend.cols, legend_rows = legend.rows;
-  const double right_step = legend.right_step, legend_w = legend.width;
-  const double left = 68, right = width - legend_w - 12;
-  const double bottom = height - 46 - kLegendRowHeight * static_cast<double>(legend_rows);
-  absl::StrAppend(&out, Title(width / 2.0, 20, c.title, 15, width));
-
-  // --- x positions ---
-  const bool numeric = !c.x_values.empty();
-  const bool log_x = numeric && c.log_x &&
+  f.top = kChartTop;
+  f.left = 68;
+  f.right = width - legend.width - 12;
+  f.bottom = height - 46 - kLegendRowHeight * static_cast<double>(legend.rows);
+  // x positions
+  f.numeric = !c.x_values.empty();
+  const bool log_x = f.numeric && c.log_x &&
                      std::all_of(c.x_values.begin(), c.x_values.end(), [](double v) { return v > 0; });
-  std::vector<double> pos(n);
+  f.pos.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    pos[i] = numeric ? (log_x ? std::log2(c.x_values[i]) : c.x_values[i]) : static_cast<double>(i);
+    f.pos[i] = f.numeric ? (log_x ? std::log2(c.x_values[i]) : c.x_values[i]) : static_cast<double>(i);
   }
-  double xlo = n > 0 ? *std::min_element(pos.begin(), pos.end()) : 0;
-  double xhi = n > 0 ? *std::max_element(pos.begin(), pos.end()) : 1;
-  if (c.bars || !numeric) {
-    xlo -= 0.5;
-    xhi += 0.5;
+  f.xlo = n > 0 ? *std::min_element(f.pos.begin(), f.pos.end()) : 0;
+  f.xhi = n > 0 ? *std::max_element(f.pos.begin(), f.pos.end()) : 1;
+  if (c.bars || !f.numeric) {
+    f.xlo -= 0.5;
+    f.xhi += 0.5;
   } else {
-    const double pad = xhi > xlo ? (xhi - xlo) * 0.06 : 0.5;
-    xlo -= pad;
-    xhi += pad;
+    const double pad = f.xhi > f.xlo ? (f.xhi - f.xlo) * 0.06 : 0.5;
+    f.xlo -= pad;
+    f.xhi += pad;
   }
-  auto X = [&](double p) { return left + (p - xlo) / (xhi - xlo) * (right - left); };
-
-  // --- y range ---
+  // y range
   double ylo = std::numeric_limits<double>::infinity(), yhi = -ylo;
   for (const Series& s : c.series) {
     for (double v : s.y) {
@@ -137,59 +147,60 @@ std::string ChartBody(const Chart& c, int width, int height) {
       yhi = std::max(yhi, v);
     }
   }
-  const bool have_data = Finite(ylo);
-  std::vector<double> ticks;
-  bool log_y = c.log_y;
-  if (!have_data) {
+  f.have_data = Finite(ylo);
+  f.log_y = c.log_y;
+  if (!f.have_data) {
     ylo = 0;
     yhi = 1;
-    log_y = false;
+    f.log_y = false;
   }
-  if (log_y) {
+  if (f.log_y) {
     ylo = std::pow(10.0, std::floor(std::log10(ylo)));
     yhi = std::pow(10.0, std::ceil(std::log10(yhi)));
     if (yhi <= ylo) yhi = ylo * 10;
-    for (double t = ylo; t <= yhi * 1.0001; t *= 10) ticks.push_back(t);
+    for (double t = ylo; t <= yhi * 1.0001; t *= 10) f.ticks.push_back(t);
   } else {
     ylo = std::min(0.0, ylo);
     if (yhi <= ylo) yhi = ylo + 1;
-    ticks = NiceTicks(ylo, yhi * 1.04, 6);
-    yhi = std::max(yhi, ticks.back());
-    ylo = std::min(ylo, ticks.front());
+    f.ticks = NiceTicks(ylo, yhi * 1.04, 6);
+    yhi = std::max(yhi, f.ticks.back());
+    ylo = std::min(ylo, f.ticks.front());
   }
-  auto Y = [&](double v) {
-    if (log_y) return bottom - (std::log10(v) - std::log10(ylo)) / (std::log10(yhi) - std::log10(ylo)) * (bottom - top);
-    return bottom - (v - ylo) / (yhi - ylo) * (bottom - top);
-  };
+  f.ylo = ylo;
+  f.yhi = yhi;
+  return f;
+}
 
-  // --- grid, axes, ticks ---
-  for (double t : ticks) {
-    const double y = Y(t);
-    absl::StrAppend(&out, Line(left, y, right, y, "#e3e3e3", 1));
-    absl::StrAppend(&out, Text(left - 6, y + 4, FormatTick(t, c.y_bytes), 11, "end"));
+// Grid, axes, ticks and axis titles. Every x position gets its tick. On a numeric axis a label that
+// would overlap one already placed is left out (its neighbours tell its value): first the labels that
+// say no point ran there ("99 (invalid)"), then the two ends, then the others from left to right
+// (`--axis=seed=1..60` on a log2 axis printed 60 labels on top of each other). A category's label is
+// its only name: always drawn.
+void DrawAxes(std::string& out, const Chart& c, const Frame& f) {
+  const size_t n = f.pos.size();
+  for (double t : f.ticks) {
+    const double y = f.Y(t);
+    absl::StrAppend(&out, Line(f.left, y, f.right, y, "#e3e3e3", 1));
+    absl::StrAppend(&out, Text(f.left - 6, y + 4, FormatTick(t, c.y_bytes), 11, "end"));
   }
-  absl::StrAppend(&out, Line(left, top, left, bottom, "#333333", 1.2));
-  absl::StrAppend(&out, Line(left, bottom, right, bottom, "#333333", 1.2));
-  // Every x position gets its tick. On a numeric axis a label that would overlap one already placed is
-  // left out (its neighbours tell its value): first the labels that say no point ran there ("99
-  // (invalid)"), then the two ends, then the others from left to right (`--axis=seed=1..60` on a log2 axis
-  // printed 60 labels on top of each other). A category's label is its only name: always drawn.
+  absl::StrAppend(&out, Line(f.left, f.top, f.left, f.bottom, "#333333", 1.2));
+  absl::StrAppend(&out, Line(f.left, f.bottom, f.right, f.bottom, "#333333", 1.2));
   std::vector<std::string> tick_labels(n);
   std::vector<size_t> by_x(n);
   for (size_t i = 0; i < n; ++i) {
-    tick_labels[i] = i < c.x_labels.size() ? c.x_labels[i] : FormatTick(numeric ? c.x_values[i] : i, false);
+    tick_labels[i] = i < c.x_labels.size() ? c.x_labels[i] : FormatTick(f.numeric ? c.x_values[i] : i, false);
     by_x[i] = i;
   }
-  std::stable_sort(by_x.begin(), by_x.end(), [&](size_t a, size_t b) { return pos[a] < pos[b]; });
+  std::stable_sort(by_x.begin(), by_x.end(), [&](size_t a, size_t b) { return f.pos[a] < f.pos[b]; });
   std::vector<bool> labelled(n, false);
   std::vector<std::pair<double, double>> taken;  // [left, right] of the labels placed
   auto place = [&](size_t i) {
     if (labelled[i]) return;
-    if (!numeric) {
+    if (!f.numeric) {
       labelled[i] = true;
       return;
     }
-    const double half = kTickCharWidth * static_cast<double>(Glyphs(tick_labels[i])) / 2, x = X(pos[i]);
+    const double half = kTickCharWidth * static_cast<double>(Glyphs(tick_labels[i])) / 2, x = f.X(f.pos[i]);
     for (const auto& [l, r] : taken) {
       if (x - half < r + kTickLabelGap && l < x + half + kTickLabelGap) return;
     }
@@ -205,82 +216,84 @@ std::string ChartBody(const Chart& c, int width, int height) {
   }
   for (const size_t i : by_x) place(i);
   for (size_t i = 0; i < n; ++i) {
-    const double x = X(pos[i]);
-    absl::StrAppend(&out, Line(x, bottom, x, bottom + 5, "#333333", 1));
-    if (labelled[i]) absl::StrAppend(&out, Text(x, bottom + 18, tick_labels[i], 11, "middle"));
+    const double x = f.X(f.pos[i]);
+    absl::StrAppend(&out, Line(x, f.bottom, x, f.bottom + 5, "#333333", 1));
+    if (labelled[i]) absl::StrAppend(&out, Text(x, f.bottom + 18, tick_labels[i], 11, "middle"));
   }
-  absl::StrAppend(&out, Text((left + right) / 2, bottom + 36, c.x_label, 12, "middle"));
-  absl::StrAppend(&out, absl::StrCat("<text x=\"16\" y=\"", Num((top + bottom) / 2),
+  absl::StrAppend(&out, Text((f.left + f.right) / 2, f.bottom + 36, c.x_label, 12, "middle"));
+  absl::StrAppend(&out, absl::StrCat("<text x=\"16\" y=\"", Num((f.top + f.bottom) / 2),
                                      "\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 16 ",
-                                     Num((top + bottom) / 2), ")\">", Escape(c.y_label), "</text>\n"));
-  if (!have_data) absl::StrAppend(&out, Text((left + right) / 2, (top + bottom) / 2, "no data", 13, "middle"));
+                                     Num((f.top + f.bottom) / 2), ")\">", Escape(c.y_label), "</text>\n"));
+  if (!f.have_data) absl::StrAppend(&out, Text((f.left + f.right) / 2, (f.top + f.bottom) / 2, "no data", 13, "middle"));
+}
 
-  // --- series ---
+// Series k of a bar chart: a bar per drawn point, grouped around its x position.
+void DrawBars(std::string& out, const Chart& c, const Frame& f, size_t k) {
+  const Series& s = c.series[k];
+  const char* dash = s.dashed ? " stroke-dasharray=\"6 4\"" : "";
   const size_t ns = c.series.size();
-  for (size_t k = 0; k < ns; ++k) {
-    const Series& s = c.series[k];
-    const char* dash = s.dashed ? " stroke-dasharray=\"6 4\"" : "";
-    absl::StrAppend(&out, "<g class=\"series\" data-name=\"", Escape(s.name), "\">\n");
-    if (c.bars) {
-      const double group = (X(1) - X(0)) * 0.8;
-      const double bw = group / static_cast<double>(std::max<size_t>(ns, 1));
-      for (size_t i = 0; i < n && i < s.y.size(); ++i) {
-        const double v = s.y[i];
-        if (!Finite(v) || (log_y && v <= 0)) continue;
-        const double x0 = X(pos[i]) - group / 2 + bw * static_cast<double>(k);
-        const double base = log_y ? bottom : Y(std::max(0.0, ylo));
-        const double y = Y(v);
-        absl::StrAppend(&out, "<rect x=\"", Num(x0 + 1), "\" y=\"", Num(std::min(y, base)), "\" width=\"",
-                        Num(std::max(1.0, bw - 2)), "\" height=\"", Num(std::abs(base - y)), "\" fill=\"", s.color,
-                        "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,
-                        "\" stroke-width=\"1.5\"", dash, "/>\n");
-        if (s.marker != Marker::kCircle) {  // a plain bar is the circle's; the other shapes sit on its top
-          const double r = std::clamp(bw / 2 - 1.5, 1.5, 3.5);
-          absl::StrAppend(&out, MarkerAt(s.marker, x0 + bw / 2, std::min(y, base) - 1.5 * r - 1, r,
-                                         s.dashed ? "#ffffff" : s.color, s.color));
-        }
-      }
-    } else {
-      // Polylines broken at missing points, joining the points left to right (an axis may list its
-      // values in any order: `--axis=microbatches=16,2,8,4`).
-      std::vector<size_t> order(n);
-      for (size_t i = 0; i < n; ++i) order[i] = i;
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pos[a] < pos[b]; });
-      std::string pts;
-      auto flush = [&] {
-        if (!pts.empty()) {
-          absl::StrAppend(&out, "<polyline fill=\"none\" stroke=\"", s.color, "\" stroke-width=\"2\"", dash,
-                          " points=\"", pts, "\"/>\n");
-        }
-        pts.clear();
-      };
-      for (const size_t i : order) {
-        const double v = i < s.y.size() ? s.y[i] : std::numeric_limits<double>::quiet_NaN();
-        if (!Finite(v) || (log_y && v <= 0)) {
-          flush();
-          continue;
-        }
-        absl::StrAppend(&pts, pts.empty() ? "" : " ", Num(X(pos[i])), ",", Num(Y(v)));
-      }
-      flush();
-      for (size_t i = 0; i < n && i < s.y.size(); ++i) {
-        const double v = s.y[i];
-        if (!Finite(v) || (log_y && v <= 0)) continue;
-        absl::StrAppend(&out, MarkerAt(s.marker, X(pos[i]), Y(v), s.dashed ? 3.5 : 4, s.dashed ? "#ffffff" : s.color,
-                                       s.color));
-      }
+  const double group = (f.X(1) - f.X(0)) * 0.8;
+  const double bw = group / static_cast<double>(std::max<size_t>(ns, 1));
+  for (size_t i = 0; i < f.pos.size() && i < s.y.size(); ++i) {
+    const double v = s.y[i];
+    if (!f.Drawn(v)) continue;
+    const double x0 = f.X(f.pos[i]) - group / 2 + bw * static_cast<double>(k);
+    const double base = f.log_y ? f.bottom : f.Y(std::max(0.0, f.ylo));
+    const double y = f.Y(v);
+    absl::StrAppend(&out, "<rect x=\"", Num(x0 + 1), "\" y=\"", Num(std::min(y, base)), "\" width=\"",
+                    Num(std::max(1.0, bw - 2)), "\" height=\"", Num(std::abs(base - y)), "\" fill=\"", s.color,
+                    "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,
+                    "\" stroke-width=\"1.5\"", dash, "/>\n");
+    if (s.marker != Marker::kCircle) {  // a plain bar is the circle's; the other shapes sit on its top
+      const double r = std::clamp(bw / 2 - 1.5, 1.5, 3.5);
+      absl::StrAppend(&out, MarkerAt(s.marker, x0 + bw / 2, std::min(y, base) - 1.5 * r - 1, r,
+                                     s.dashed ? "#ffffff" : s.color, s.color));
     }
-    absl::StrAppend(&out, "</g>\n");
   }
+}
 
-  // --- legend ---
-  for (size_t k = 0; k < ns; ++k) {
+// A line series: polylines broken at missing points, joining the points left to right (an axis may
+// list its values in any order: `--axis=microbatches=16,2,8,4`), and a marker per point.
+void DrawLine(std::string& out, const Series& s, const Frame& f) {
+  const char* dash = s.dashed ? " stroke-dasharray=\"6 4\"" : "";
+  const size_t n = f.pos.size();
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return f.pos[a] < f.pos[b]; });
+  std::string pts;
+  auto flush = [&] {
+    if (!pts.empty()) {
+      absl::StrAppend(&out, "<polyline fill=\"none\" stroke=\"", s.color, "\" stroke-width=\"2\"", dash,
+                      " points=\"", pts, "\"/>\n");
+    }
+    pts.clear();
+  };
+  for (const size_t i : order) {
+    const double v = i < s.y.size() ? s.y[i] : std::numeric_limits<double>::quiet_NaN();
+    if (!f.Drawn(v)) {
+      flush();
+      continue;
+    }
+    absl::StrAppend(&pts, pts.empty() ? "" : " ", Num(f.X(f.pos[i])), ",", Num(f.Y(v)));
+  }
+  flush();
+  for (size_t i = 0; i < n && i < s.y.size(); ++i) {
+    const double v = s.y[i];
+    if (!f.Drawn(v)) continue;
+    absl::StrAppend(&out, MarkerAt(s.marker, f.X(f.pos[i]), f.Y(v), s.dashed ? 3.5 : 4, s.dashed ? "#ffffff" : s.color,
+                                   s.color));
+  }
+}
+
+// One entry per series: right of the plot, or in rows below it.
+void DrawLegend(std::string& out, const Chart& c, const Frame& f, const LegendPlan& legend, int width) {
+  for (size_t k = 0; k < c.series.size(); ++k) {
     const Series& s = c.series[k];
-    const double lx = legend_below ? 24 + static_cast<double>(k % legend_cols) * (width - 24) /
-                                              static_cast<double>(legend_cols)
-                                   : width - legend_w;
-    const double ly = legend_below ? bottom + 52 + kLegendRowHeight * static_cast<double>(k / legend_cols)
-                                   : top + 8 + right_step * static_cast<double>(k);
+    const double lx = legend.below ? 24 + static_cast<double>(k % legend.cols) * (width - 24) /
+                                              static_cast<double>(legend.cols)
+                                   : width - legend.width;
+    const double ly = legend.below ? f.bottom + 52 + kLegendRowHeight * static_cast<double>(k / legend.cols)
+                                   : f.top + 8 + legend.right_step * static_cast<double>(k);
     if (c.bars) {
       absl::StrAppend(&out, "<rect x=\"", Num(lx), "\" y=\"", Num(ly - 6), "\" width=\"22\" height=\"11\" fill=\"",
                       s.color, "\" fill-opacity=\"", s.dashed ? "0.22" : "0.9", "\" stroke=\"", s.color,
@@ -294,6 +307,25 @@ std::string ChartBody(const Chart& c, int width, int height) {
     }
     absl::StrAppend(&out, Text(lx + 30, ly + 4, s.name, 11, "start"));
   }
+}
+
+// The body of one chart (no <svg> wrapper), drawn in [0, width] × [0, height].
+std::string ChartBody(const Chart& c, int width, int height) {
+  std::string out;
+  const LegendPlan legend = PlanLegend(c, width, height);
+  const Frame f = PlanFrame(c, width, height, legend);
+  absl::StrAppend(&out, Title(width / 2.0, 20, c.title, 15, width));
+  DrawAxes(out, c, f);
+  for (size_t k = 0; k < c.series.size(); ++k) {
+    absl::StrAppend(&out, "<g class=\"series\" data-name=\"", Escape(c.series[k].name), "\">\n");
+    if (c.bars) {
+      DrawBars(out, c, f, k);
+    } else {
+      DrawLine(out, c.series[k], f);
+    }
+    absl::StrAppend(&out, "</g>\n");
+  }
+  DrawLegend(out, c, f, legend, width);
   return out;
 }
 

@@ -59,147 +59,162 @@ uint64_t OpsToDraw(const Plan& plan, int panels) {
   return ops * static_cast<uint64_t>(panels);
 }
 
-int Run(const ParsedArgs& args) {
-  auto fail = [](int code, const std::string& msg) {
-    std::fprintf(stderr, "ringpipe timeline: %s\n", msg.c_str());
-    return code;
-  };
-  const std::string out = args.Text("out");
+int Fail(int code, const std::string& msg) {
+  std::fprintf(stderr, "ringpipe timeline: %s\n", msg.c_str());
+  return code;
+}
+
+// --from_report: the saved report's timeline, read as it is parsed. kExitOk, or the exit code of the
+// error it printed.
+int ReadFromReport(const ParsedArgs& args, const std::string& out, OutputFiles& outputs,
+                   absl::StatusOr<TimelineReport>& timeline) {
   const std::string from = args.Text("from_report");
+  // In command-line order: the first flag given is named (a hash set's order changes run to run).
+  for (const auto& [name, value] : args.occurrences) {
+    if (name != "from_report" && name != "out" && name != "title") {
+      return Fail(kExitBadInput, absl::StrCat("--", name, ": cannot be combined with --from_report (the report "
+                                                          "holds its own config)"));
+    }
+  }
+  if (absl::Status st = outputs.Declare("out", out); !st.ok()) return Fail(kExitBadInput, std::string(st.message()));
+  if (absl::Status st = outputs.CheckAll({{"from_report", from}}); !st.ok()) {
+    return Fail(kExitBadInput, std::string(st.message()));
+  }
+  auto file = InputFile::Open("from_report", from, kMaxReportBytes);
+  if (!file.ok()) return Fail(kExitBadInput, std::string(file.status().message()));
+  // Parsed as it is read: the text is never held whole (apps/report_reader.h).
+  absl::Status read_status;
+  timeline = ReadTimelineReport([&](char* buf, size_t size) -> absl::StatusOr<size_t> {
+    absl::StatusOr<size_t> n = file->Read(buf, size);
+    if (!n.ok()) read_status = n.status();
+    return n;
+  });
+  if (!read_status.ok()) return Fail(kExitBadInput, std::string(read_status.message()));
+  if (!timeline.ok()) {
+    // A bad value is named by its path in the report ("timeline.predicted.devices[3].ops[2].end_ms: ...").
+    const absl::string_view why = timeline.status().message();
+    const bool field = absl::StartsWith(why, "timeline.") || absl::StartsWith(why, "layout.") ||
+                       absl::StartsWith(why, "schedule.");
+    return Fail(kExitBadInput, absl::StrCat("--from_report: '", OneLine(from), field ? "': " : "' ", why));
+  }
+  return kExitOk;
+}
+
+// A layout from flags and config: predicted only, or run (its failure still writes the outputs asked
+// for, marked failed). kExitOk, or the exit code of the error it printed.
+int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_only, OutputFiles& outputs,
+                   absl::StatusOr<TimelineReport>& timeline) {
+  auto cfg = LoadConfig(args, /*for_run=*/!predict_only);
+  if (!cfg.ok()) return Fail(kExitBadInput, std::string(cfg.status().message()));
+  for (const auto& [flag, path] : {std::pair{"out", out}, {"report_json", cfg->report_json}}) {
+    if (absl::Status st = outputs.Declare(flag, path); !st.ok()) return Fail(kExitBadInput, std::string(st.message()));
+  }
+  if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) {
+    return Fail(kExitBadInput, std::string(st.message()));
+  }
+  auto plan = BuildPlan(*cfg, /*for_run=*/!predict_only);
+  if (!plan.ok()) return Fail(kExitBadInput, std::string(plan.status().message()));
+  // A run draws its measured step above the predicted one.
+  const int panels = predict_only ? 1 : 2;
+  if (const uint64_t ops = OpsToDraw(*plan, panels); ops > kMaxBars) {
+    return Fail(kExitBadInput, absl::StrCat("--microbatches: the step has ", ops, " ops to draw (",
+                                            std::min(plan->grid.shape().pp * plan->grid.shape().tp, kMaxTimelineRows),
+                                            " device rows, ", predict_only ? "predicted" : "measured and predicted",
+                                            "); a chart draws at most ", kMaxBars,
+                                            ": draw a step with fewer micro-batches"));
+  }
+  json report;
+  if (predict_only) {
+    if (absl::Status st = CheckPredictable(*cfg, *plan); !st.ok()) return Fail(kExitBadInput, std::string(st.message()));
+    auto pred = schedule::Predict(plan->execution, plan->predict);
+    if (!pred.ok()) return Fail(kExitBadInput, std::string(pred.status().message()));
+    report = BuildReport(*cfg, *plan, *pred, nullptr);
+  } else {
+    schedule::ExecutorOptions options = plan->executor;
+    // The host section as `run` writes it (its clock choice and whether the host kept the scale).
+    HostUsage host;
+    host.rss_before_bytes = ReadProcStatus().rss_bytes;
+    host.model_buffer_bytes = ModelBufferBytes(*cfg);
+    const auto create_failed = [&](const absl::Status& st) {
+      return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
+                  std::string(st.message()));
+    };
+    // As `run`: every op and every wait for one message within the watchdog on a real clock.
+    const WatchdogFit fit = WatchdogFitOf(options);
+    schedule::CalibrationOptions calibration;
+    calibration.target = kHostFidelityTarget;
+    if (absl::Status st = FitTheWatchdog(*cfg, fit, calibration); !st.ok()) {
+      return Fail(kExitBadInput, std::string(st.message()));
+    }
+    if (!cfg->virtual_time && cfg->time_scale_auto()) {
+      if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
+      std::fprintf(stderr, "ringpipe timeline: time scale auto: measuring what this host keeps (short trial runs)...\n");
+    }
+    absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
+    if (!clock.ok()) return Fail(kExitFailed, std::string(clock.status().message()));
+    if (clock->mode == ClockChoice::Mode::kAuto) {
+      std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
+      if (absl::Status st = CheckChosenScaleFitsTheWatchdog(*cfg, fit, clock->scale); !st.ok()) {
+        return Fail(kExitBadInput, std::string(st.message()));
+      }
+    }
+    auto exec = schedule::Executor::Create(options);
+    if (!exec.ok()) return create_failed(exec.status());
+    std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan->grid.ToString().c_str(),
+                 schedule::ScheduleName(cfg->schedule), cfg->steps);
+    ThreadSampler sampler;
+    auto run = (*exec)->Run();
+    host.threads = sampler.Stop();
+    host.peak_rss_bytes = ReadProcStatus().peak_rss_bytes;
+    if (!run.ok()) {
+      // As `run`: the outputs asked for are still written, marked failed (the report's status, the
+      // chart's title), the chart drawing the failed run's predicted step (nothing was measured).
+      if (const schedule::RunFailure* f = (*exec)->failure(); f != nullptr) {
+        host.time_scale_choice = FailedRunClockJson(*cfg, *clock, fit, f->steps);
+        FailedTimeline failed =
+            FailedTimelineOutputs(*cfg, *plan, *f, host, args.Has("title") ? args.Text("title") : "");
+        if (!cfg->report_json.empty()) outputs.Set("report_json", std::move(failed.report_json));
+        if (!failed.svg.empty()) outputs.Set("out", std::move(failed.svg));
+        if (absl::Status st = outputs.Commit(); !st.ok()) {
+          std::fprintf(stderr, "ringpipe timeline: %s\n", std::string(st.message()).c_str());
+        } else {
+          std::fprintf(stderr,
+                       "ringpipe timeline: the failed run's chart and report were written (status \"failed\")\n");
+        }
+      }
+      return Fail(kExitFault, std::string(run.status().message()));
+    }
+    host.threads = std::max(host.threads, run->threads_at_first_step - 1);
+    // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
+    const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host, cfg->watchdog_timeout,
+                                                  WatchdogScaleLimit(*cfg, fit));
+    if (!verdict.trusted) std::fprintf(stderr, "ringpipe timeline: warning: %s\n", verdict.warning.c_str());
+    host.time_scale_choice = ClockJson(*clock, verdict);
+    report = BuildReport(*cfg, *plan, run->prediction, &*run, &host);
+  }
+  if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
+  timeline = ReadTimelineReport(report);
+  if (timeline.status().code() == absl::StatusCode::kResourceExhausted) {
+    return Fail(kExitBadInput, absl::StrCat("--microbatches: the step has too many ops to draw: ",
+                                            timeline.status().message(), "; draw a step with fewer micro-batches"));
+  }
+  if (!timeline.ok()) return Fail(kExitFailed, absl::StrCat("report ", timeline.status().message()));
+  return kExitOk;
+}
+
+int Run(const ParsedArgs& args) {
+  const std::string out = args.Text("out");
   const bool predict_only = args.Bool("predict_only", false);
-  if (out.empty()) return fail(kExitBadInput, "--out: required (the SVG file to write)");
+  if (out.empty()) return Fail(kExitBadInput, "--out: required (the SVG file to write)");
 
   OutputFiles outputs;
   absl::StatusOr<TimelineReport> timeline;
-  if (args.Has("from_report")) {
-    // In command-line order: the first flag given is named (a hash set's order changes run to run).
-    for (const auto& [name, value] : args.occurrences) {
-      if (name != "from_report" && name != "out" && name != "title") {
-        return fail(kExitBadInput, absl::StrCat("--", name, ": cannot be combined with --from_report (the report "
-                                                            "holds its own config)"));
-      }
-    }
-    if (absl::Status st = outputs.Declare("out", out); !st.ok()) return fail(kExitBadInput, std::string(st.message()));
-    if (absl::Status st = outputs.CheckAll({{"from_report", from}}); !st.ok()) {
-      return fail(kExitBadInput, std::string(st.message()));
-    }
-    auto file = InputFile::Open("from_report", from, kMaxReportBytes);
-    if (!file.ok()) return fail(kExitBadInput, std::string(file.status().message()));
-    // Parsed as it is read: the text is never held whole (apps/report_reader.h).
-    absl::Status read_status;
-    timeline = ReadTimelineReport([&](char* buf, size_t size) -> absl::StatusOr<size_t> {
-      absl::StatusOr<size_t> n = file->Read(buf, size);
-      if (!n.ok()) read_status = n.status();
-      return n;
-    });
-    if (!read_status.ok()) return fail(kExitBadInput, std::string(read_status.message()));
-    if (!timeline.ok()) {
-      // A bad value is named by its path in the report ("timeline.predicted.devices[3].ops[2].end_ms: ...").
-      const absl::string_view why = timeline.status().message();
-      const bool field = absl::StartsWith(why, "timeline.") || absl::StartsWith(why, "layout.") ||
-                         absl::StartsWith(why, "schedule.");
-      return fail(kExitBadInput, absl::StrCat("--from_report: '", OneLine(from), field ? "': " : "' ", why));
-    }
-  } else {
-    auto cfg = LoadConfig(args, /*for_run=*/!predict_only);
-    if (!cfg.ok()) return fail(kExitBadInput, std::string(cfg.status().message()));
-    for (const auto& [flag, path] : {std::pair{"out", out}, {"report_json", cfg->report_json}}) {
-      if (absl::Status st = outputs.Declare(flag, path); !st.ok()) return fail(kExitBadInput, std::string(st.message()));
-    }
-    if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) {
-      return fail(kExitBadInput, std::string(st.message()));
-    }
-    auto plan = BuildPlan(*cfg, /*for_run=*/!predict_only);
-    if (!plan.ok()) return fail(kExitBadInput, std::string(plan.status().message()));
-    // A run draws its measured step above the predicted one.
-    const int panels = predict_only ? 1 : 2;
-    if (const uint64_t ops = OpsToDraw(*plan, panels); ops > kMaxBars) {
-      return fail(kExitBadInput, absl::StrCat("--microbatches: the step has ", ops, " ops to draw (",
-                                              std::min(plan->grid.shape().pp * plan->grid.shape().tp, kMaxTimelineRows),
-                                              " device rows, ", predict_only ? "predicted" : "measured and predicted",
-                                              "); a chart draws at most ", kMaxBars,
-                                              ": draw a step with fewer micro-batches"));
-    }
-    json report;
-    if (predict_only) {
-      if (absl::Status st = CheckPredictable(*cfg, *plan); !st.ok()) return fail(kExitBadInput, std::string(st.message()));
-      auto pred = schedule::Predict(plan->execution, plan->predict);
-      if (!pred.ok()) return fail(kExitBadInput, std::string(pred.status().message()));
-      report = BuildReport(*cfg, *plan, *pred, nullptr);
-    } else {
-      schedule::ExecutorOptions options = plan->executor;
-      // The host section as `run` writes it (its clock choice and whether the host kept the scale).
-      HostUsage host;
-      host.rss_before_bytes = ReadProcStatus().rss_bytes;
-      host.model_buffer_bytes = ModelBufferBytes(*cfg);
-      const auto create_failed = [&](const absl::Status& st) {
-        return fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
-                    std::string(st.message()));
-      };
-      // As `run`: every op and every wait for one message within the watchdog on a real clock.
-      const WatchdogFit fit = WatchdogFitOf(options);
-      schedule::CalibrationOptions calibration;
-      calibration.target = kHostFidelityTarget;
-      if (absl::Status st = FitTheWatchdog(*cfg, fit, calibration); !st.ok()) {
-        return fail(kExitBadInput, std::string(st.message()));
-      }
-      if (!cfg->virtual_time && cfg->time_scale_auto()) {
-        if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
-        std::fprintf(stderr, "ringpipe timeline: time scale auto: measuring what this host keeps (short trial runs)...\n");
-      }
-      absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
-      if (!clock.ok()) return fail(kExitFailed, std::string(clock.status().message()));
-      if (clock->mode == ClockChoice::Mode::kAuto) {
-        std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
-        if (absl::Status st = CheckChosenScaleFitsTheWatchdog(*cfg, fit, clock->scale); !st.ok()) {
-          return fail(kExitBadInput, std::string(st.message()));
-        }
-      }
-      auto exec = schedule::Executor::Create(options);
-      if (!exec.ok()) return create_failed(exec.status());
-      std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan->grid.ToString().c_str(),
-                   schedule::ScheduleName(cfg->schedule), cfg->steps);
-      ThreadSampler sampler;
-      auto run = (*exec)->Run();
-      host.threads = sampler.Stop();
-      host.peak_rss_bytes = ReadProcStatus().peak_rss_bytes;
-      if (!run.ok()) {
-        // As `run`: the outputs asked for are still written, marked failed (the report's status, the
-        // chart's title), the chart drawing the failed run's predicted step (nothing was measured).
-        if (const schedule::RunFailure* f = (*exec)->failure(); f != nullptr) {
-          host.time_scale_choice = FailedRunClockJson(*cfg, *clock, fit, f->steps);
-          FailedTimeline failed =
-              FailedTimelineOutputs(*cfg, *plan, *f, host, args.Has("title") ? args.Text("title") : "");
-          if (!cfg->report_json.empty()) outputs.Set("report_json", std::move(failed.report_json));
-          if (!failed.svg.empty()) outputs.Set("out", std::move(failed.svg));
-          if (absl::Status st = outputs.Commit(); !st.ok()) {
-            std::fprintf(stderr, "ringpipe timeline: %s\n", std::string(st.message()).c_str());
-          } else {
-            std::fprintf(stderr,
-                         "ringpipe timeline: the failed run's chart and report were written (status \"failed\")\n");
-          }
-        }
-        return fail(kExitFault, std::string(run.status().message()));
-      }
-      host.threads = std::max(host.threads, run->threads_at_first_step - 1);
-      // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
-      const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host, cfg->watchdog_timeout,
-                                                    WatchdogScaleLimit(*cfg, fit));
-      if (!verdict.trusted) std::fprintf(stderr, "ringpipe timeline: warning: %s\n", verdict.warning.c_str());
-      host.time_scale_choice = ClockJson(*clock, verdict);
-      report = BuildReport(*cfg, *plan, run->prediction, &*run, &host);
-    }
-    if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
-    timeline = ReadTimelineReport(report);
-    if (timeline.status().code() == absl::StatusCode::kResourceExhausted) {
-      return fail(kExitBadInput, absl::StrCat("--microbatches: the step has too many ops to draw: ",
-                                              timeline.status().message(), "; draw a step with fewer micro-batches"));
-    }
-    if (!timeline.ok()) return fail(kExitFailed, absl::StrCat("report ", timeline.status().message()));
-  }
+  const int code = args.Has("from_report") ? ReadFromReport(args, out, outputs, timeline)
+                                            : DrawFromConfig(args, out, predict_only, outputs, timeline);
+  if (code != kExitOk) return code;
   const std::string title = args.Has("title") ? args.Text("title") : timeline->title;
   outputs.Set("out", svg::RenderGantt(title, timeline->panels));
-  if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, std::string(st.message()));
+  if (absl::Status st = outputs.Commit(); !st.ok()) return Fail(kExitFailed, std::string(st.message()));
   std::printf("wrote %s: %zu device row%s", OneLine(out).c_str(), timeline->rows, timeline->rows == 1 ? "" : "s");
   if (timeline->measured_step_ms >= 0) std::printf(", measured step %.3f ms", timeline->measured_step_ms);
   if (timeline->predicted_step_ms >= 0) std::printf(", predicted step %.3f ms", timeline->predicted_step_ms);
