@@ -56,6 +56,92 @@ double MemoryEstimate::total() const {
   return t;
 }
 
+namespace {
+
+// Micro-batches whose activations a pipeline rank holds at once, at most (the peak over ranks).
+double MicroBatchesInFlight(const RunConfig& cfg) {
+  const bool gpipe = cfg.schedule == schedule::ScheduleKind::kGPipe;
+  double in_flight =
+      gpipe ? cfg.microbatches : std::min<double>(cfg.microbatches, static_cast<double>(cfg.pp) * cfg.chunks());
+  // Schedules whose ranks hold more than pp micro-batches of their layers (../shared/SCHEDULES.md): ZB-H2
+  // 2p - 1 on every rank; interleaved rank 0 its warm-up + 1 chunks, 2(p - 1) + (v - 1)N + 1 (v = 1: 2p - 1).
+  const double m = cfg.microbatches, p = cfg.pp, v = cfg.chunks();
+  if (cfg.schedule == schedule::ScheduleKind::kZeroBubbleH2) in_flight = std::max(in_flight, std::min(m, 2 * p - 1));
+  if (cfg.schedule == schedule::ScheduleKind::kInterleaved) {
+    const double n = cfg.pytorch_rounds      ? std::floor(m / std::max(1.0, std::floor(m / p)))
+                     : cfg.microbatch_group ? cfg.microbatch_group
+                                             : p;
+    in_flight = std::max(in_flight, std::min(m * v, 2 * (p - 1) + (v - 1) * n + 1) / v);
+  }
+  return in_flight;
+}
+
+// Mixture of experts (docs/model.md): a block's router (d × E) and experts (d → h → d each) are not in
+// the dense count above. Every TP rank holds the router and its EP rank's E/ep experts (a block is
+// never TP-sharded), so a replica holds tp copies; the reference trainer the router per EP rank of a
+// group and every expert once (sharded as the run's EP group), on every TP rank; the evaluation copy
+// one EP group's shards (all experts per TP rank). Stored per micro-batch in flight, on every device
+// of a block's stage: the input, the router's probabilities and the combined rows, and on the
+// experts' side the rows it received, of d + 2h (input, pre-activation, activation) — doubled for
+// the exchange buffers and backward's temporaries; the evaluation's 512-row batches likewise,
+// once. One device may receive up to ep × top_k × T rows of a micro-batch (a skewed router), but
+// not all at once: an EP group's devices hold the same micro-batches in flight (one pipeline
+// stage, one schedule) and together receive exactly what its ep sources send of each, ep × top_k
+// × T rows (fewer with drops), whatever the routing. So the world holds top_k × T expert rows per
+// device and micro-batch in flight; counting the one-device worst case on every device
+// overstated MoE runs ep-fold (1024 devices at ep 64 were refused at 32.9 GB).
+void AddExpertParts(const RunConfig& cfg, const MlpConfig& mlp, double per_replica, double states, double in_flight,
+                    MemoryEstimate& est) {
+  const double E = mlp.moe.experts, k = mlp.moe.top_k, h = mlp.moe.expert_hidden, ep = cfg.ep;
+  const double tp = std::max(1, cfg.tp), T = cfg.microbatch_size;
+  constexpr double kEvalRows = 512;
+  double router = 0, expert_floats = 0, stored = 0, eval_stored = 0;
+  for (const int l : mlp.moe.layers) {
+    const double d = mlp.out_dim(l);
+    router += d * E;
+    expert_floats += E * (2 * d * h + h + d);
+    stored += T * (d + E) + k * T * d + k * T * (d + 2 * h);
+    eval_stored = std::max(eval_stored, kEvalRows * (d + E) + k * kEvalRows * (2 * d + 2 * h));
+  }
+  const double shard = router + expert_floats / ep;  // one device's share of the blocks
+  double experts = cfg.dp * tp * shard * 4 * per_replica;
+  if (cfg.reference) experts += tp * (ep * router + expert_floats) * 4 * (3 + states);
+  if (cfg.virtual_time) experts += ep * tp * shard * 4 * 2;
+  // Blame the factor furthest above its default (4 experts of hidden 64).
+  est.parts.push_back({"experts", E / 4 >= h / 64 ? "experts" : "expert_hidden", experts});
+  // The reference trainer runs one micro-batch of each EP group at a time, its replicas in lockstep.
+  const double reference_stored = cfg.reference ? tp * ep * stored : 0;
+  est.parts.push_back({"expert activations", "microbatch_size",
+                       (cfg.dp * tp * in_flight * stored + reference_stored + tp * ep * eval_stored) * 4 * 2});
+}
+
+// What a run keeps of every step until its end (schedule/step_book.cc; the median step, whose figures
+// the report shows, is known only then): each device's figures on two timelines and, with EP, its
+// EP byte counters; the step's record; with MoE the step's routing (kept slots per block, replica,
+// micro-batch and expert, which the step's own prediction replays) and each expert's tokens. And the
+// events a traced run records.
+void AddRecordParts(const RunConfig& cfg, const MlpConfig& mlp, MemoryEstimate& est) {
+  const double world = cfg.world_size();
+  double per_step = sizeof(schedule::StepRecord) + world * 2 * sizeof(schedule::DeviceMetrics);
+  if (mlp.moe.enabled()) {
+    const double blocks = static_cast<double>(mlp.moe.layers.size()), E = mlp.moe.experts;
+    per_step += world * 2 * sizeof(uint64_t) +
+                8 * blocks * (static_cast<double>(cfg.dp) * cfg.microbatches * E + E);
+  }
+  est.parts.push_back({"step records", "steps", static_cast<double>(cfg.steps) * per_step});
+
+  // Events a traced run records: a few per op, bounded by the tracer's cap (no --trace: none).
+  if (!cfg.trace.empty()) {
+    const double ops = static_cast<double>(cfg.world_size()) * cfg.microbatches * cfg.chunks() * 12.0 * cfg.steps;
+    const double events = std::min(ops, static_cast<double>(kMaxTraceEvents));
+    // The buffers, Events()' sorted copy and the export's text (streamed: one piece at a time).
+    est.parts.push_back(
+        {"trace", "steps", events * (sizeof(TraceEvent) * 2 + kChromeBytesPerEvent) + kChromePieceBytes});
+  }
+}
+
+}  // namespace
+
 MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   MemoryEstimate est;
   const DatasetConfig data{.input_dim = cfg.input_dim, .classes = cfg.classes, .train_size = cfg.train_size,
@@ -95,86 +181,14 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   if (cfg.virtual_time) model += ep_replicas * weights * 4 * 2;
   est.parts.push_back({"model", cfg.dp > 64 ? "dp" : "hidden", model});
 
-  const bool gpipe = cfg.schedule == schedule::ScheduleKind::kGPipe;
-  double in_flight =
-      gpipe ? cfg.microbatches : std::min<double>(cfg.microbatches, static_cast<double>(cfg.pp) * cfg.chunks());
-  // Schedules whose ranks hold more than pp micro-batches of their layers (../shared/SCHEDULES.md): ZB-H2
-  // 2p - 1 on every rank; interleaved rank 0 its warm-up + 1 chunks, 2(p - 1) + (v - 1)N + 1 (v = 1: 2p - 1).
-  const double m = cfg.microbatches, p = cfg.pp, v = cfg.chunks();
-  if (cfg.schedule == schedule::ScheduleKind::kZeroBubbleH2) in_flight = std::max(in_flight, std::min(m, 2 * p - 1));
-  if (cfg.schedule == schedule::ScheduleKind::kInterleaved) {
-    const double n = cfg.pytorch_rounds      ? std::floor(m / std::max(1.0, std::floor(m / p)))
-                     : cfg.microbatch_group ? cfg.microbatch_group
-                                             : p;
-    in_flight = std::max(in_flight, std::min(m * v, 2 * (p - 1) + (v - 1) * n + 1) / v);
-  }
+  const double in_flight = MicroBatchesInFlight(cfg);
   // Each pipeline rank stores its layers' share; over a replica the widths add up once per micro-batch.
   const double activations = static_cast<double>(cfg.dp) * in_flight * 3 * cfg.microbatch_size * widths * 4 *
                              std::max(1, cfg.tp);
   est.parts.push_back({"activations", "microbatch_size", activations});
 
-  // Mixture of experts (docs/model.md): a block's router (d × E) and experts (d → h → d each) are not in
-  // the dense count above. Every TP rank holds the router and its EP rank's E/ep experts (a block is
-  // never TP-sharded), so a replica holds tp copies; the reference trainer the router per EP rank of a
-  // group and every expert once (sharded as the run's EP group), on every TP rank; the evaluation copy
-  // one EP group's shards (all experts per TP rank). Stored per micro-batch in flight, on every device
-  // of a block's stage: the input, the router's probabilities and the combined rows, and on the
-  // experts' side the rows it received, of d + 2h (input, pre-activation, activation) — doubled for
-  // the exchange buffers and backward's temporaries; the evaluation's 512-row batches likewise,
-  // once. One device may receive up to ep × top_k × T rows of a micro-batch (a skewed router), but
-  // not all at once: an EP group's devices hold the same micro-batches in flight (one pipeline
-  // stage, one schedule) and together receive exactly what its ep sources send of each, ep × top_k
-  // × T rows (fewer with drops), whatever the routing. So the world holds top_k × T expert rows per
-  // device and micro-batch in flight; counting the one-device worst case on every device
-  // overstated MoE runs ep-fold (1024 devices at ep 64 were refused at 32.9 GB).
-  if (moe) {
-    const double E = mlp.moe.experts, k = mlp.moe.top_k, h = mlp.moe.expert_hidden, ep = cfg.ep;
-    const double tp = std::max(1, cfg.tp), T = cfg.microbatch_size;
-    constexpr double kEvalRows = 512;
-    double router = 0, expert_floats = 0, stored = 0, eval_stored = 0;
-    for (const int l : mlp.moe.layers) {
-      const double d = mlp.out_dim(l);
-      router += d * E;
-      expert_floats += E * (2 * d * h + h + d);
-      stored += T * (d + E) + k * T * d + k * T * (d + 2 * h);
-      eval_stored = std::max(eval_stored, kEvalRows * (d + E) + k * kEvalRows * (2 * d + 2 * h));
-    }
-    const double shard = router + expert_floats / ep;  // one device's share of the blocks
-    double experts = cfg.dp * tp * shard * 4 * per_replica;
-    if (cfg.reference) experts += tp * (ep * router + expert_floats) * 4 * (3 + states);
-    if (cfg.virtual_time) experts += ep * tp * shard * 4 * 2;
-    // Blame the factor furthest above its default (4 experts of hidden 64).
-    est.parts.push_back({"experts", E / 4 >= h / 64 ? "experts" : "expert_hidden", experts});
-    // The reference trainer runs one micro-batch of each EP group at a time, its replicas in lockstep.
-    const double reference_stored = cfg.reference ? tp * ep * stored : 0;
-    est.parts.push_back({"expert activations", "microbatch_size",
-                         (cfg.dp * tp * in_flight * stored + reference_stored + tp * ep * eval_stored) * 4 * 2});
-  }
-
-  // What a run keeps of every step until its end (schedule/step_book.cc; the median step, whose figures
-  // the report shows, is known only then): each device's figures on two timelines and, with EP, its
-  // EP byte counters; the step's record; with MoE the step's routing (kept slots per block, replica,
-  // micro-batch and expert, which the step's own prediction replays) and each expert's tokens.
-  {
-    const double world = cfg.world_size();
-    double per_step = sizeof(schedule::StepRecord) + world * 2 * sizeof(schedule::DeviceMetrics);
-    if (moe) {
-      const double blocks = static_cast<double>(mlp.moe.layers.size()), E = mlp.moe.experts;
-      per_step += world * 2 * sizeof(uint64_t) +
-                  8 * blocks * (static_cast<double>(cfg.dp) * cfg.microbatches * E + E);
-    }
-    est.parts.push_back({"step records", "steps", static_cast<double>(cfg.steps) * per_step});
-  }
-
-  // Events a traced run records: a few per op, bounded by the tracer's cap (no --trace: none).
-  if (!cfg.trace.empty()) {
-    const double ops = static_cast<double>(cfg.world_size()) * cfg.microbatches * cfg.chunks() * 12.0 * cfg.steps;
-    const double events = std::min(ops, static_cast<double>(kMaxTraceEvents));
-    // The buffers, Events()' sorted copy and the export's text (streamed: one piece at a time).
-    est.parts.push_back(
-        {"trace", "steps", events * (sizeof(TraceEvent) * 2 + kChromeBytesPerEvent) + kChromePieceBytes});
-  }
-
+  if (moe) AddExpertParts(cfg, mlp, per_replica, states, in_flight, est);
+  AddRecordParts(cfg, mlp, est);
   est.parts.push_back({"devices", "dp", cfg.world_size() * (kPerDeviceBytes + kReportBytesPerDevice)});
   // glibc's malloc arenas (one per thread up to 8 per core), each with memory it keeps once freed
   // (apps/main.cc keeps freed heap memory): measured 2026-11-26 on 2 cores, peak RSS above the other

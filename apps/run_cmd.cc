@@ -61,81 +61,87 @@ bool ReadReal(absl::string_view text, double* out) {
   return (word || IsDecimalText(t)) && absl::SimpleAtod(t, out);
 }
 
+// One item of --fault ("KIND:KEY=VALUE,..."): its kind, keys and ranges checked.
+absl::StatusOr<OpFault> ParseOpFault(absl::string_view item, int world_size, int steps) {
+  // Spaces around items, kinds, keys and values are the writer's layout ("a; b", "rank = 1").
+  const std::string text(absl::StripAsciiWhitespace(item));
+  std::vector<std::string> kind_args = absl::StrSplit(text, absl::MaxSplits(':', 1));
+  absl::StripAsciiWhitespace(&kind_args[0]);
+  OpFault f;
+  if (kind_args[0] == "throw") {
+    f.kind = OpFaultKind::kThrow;
+  } else if (kind_args[0] == "stall") {
+    f.kind = OpFaultKind::kStall;
+  } else if (kind_args[0] == "slow_link") {
+    f.kind = OpFaultKind::kSlowLink;
+  } else {
+    return BadFault("fault", text, "kind must be throw, stall or slow_link");
+  }
+  std::map<std::string, std::string> kv;
+  if (kind_args.size() > 1) {
+    for (absl::string_view p : absl::StrSplit(kind_args[1], ',', absl::SkipWhitespace())) {
+      std::vector<std::string> pair = absl::StrSplit(p, absl::MaxSplits('=', 1));
+      if (pair.size() != 2) return BadFault("fault", text, absl::StrCat("'", p, "' is not key=value"));
+      for (std::string& part : pair) absl::StripAsciiWhitespace(&part);
+      if (!kv.emplace(pair[0], pair[1]).second) {
+        return BadFault("fault", text, absl::StrCat(pair[0], " given twice"));
+      }
+    }
+  }
+  const bool link = f.kind == OpFaultKind::kSlowLink;
+  const std::vector<std::string> keys =
+      link ? std::vector<std::string>{"src", "dst", "factor", "step"}
+           : std::vector<std::string>{"rank", "step", "op"};
+  for (const auto& [k, v] : kv) {
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
+      return BadFault("fault", text, absl::StrCat("unknown key '", k, "' (", absl::StrJoin(keys, ", "), ")"));
+    }
+  }
+  auto get_int = [&](const std::string& k, int& out, bool required) -> absl::Status {
+    auto it = kv.find(k);
+    if (it == kv.end()) {
+      return required ? BadFault("fault", text, absl::StrCat("needs ", k, "=")) : absl::OkStatus();
+    }
+    if (!absl::SimpleAtoi(it->second, &out)) {
+      return BadFault("fault", text, absl::StrCat(k, " must be an integer"));
+    }
+    return absl::OkStatus();
+  };
+  auto check_rank = [&](const char* k, int r) -> absl::Status {
+    if (r >= 0 && r < world_size) return absl::OkStatus();
+    return BadFault("fault", text, absl::StrCat(k, "=", r, " is not a rank of the ", world_size, " devices"));
+  };
+  if (link) {
+    RP_RETURN_IF_ERROR(get_int("src", f.rank, true));
+    RP_RETURN_IF_ERROR(get_int("dst", f.dst, true));
+    RP_RETURN_IF_ERROR(get_int("step", f.step, false));
+    auto it = kv.find("factor");
+    if (it == kv.end() || !ReadReal(it->second, &f.factor)) {
+      return BadFault("fault", text, "needs factor=F (a number >= 1)");
+    }
+    // +inf is left to CheckFaultFactors, which says what it does to the modeled times.
+    if (!(f.factor >= 1)) return BadFault("fault", text, "factor must be a number >= 1");
+    RP_RETURN_IF_ERROR(check_rank("src", f.rank));
+    RP_RETURN_IF_ERROR(check_rank("dst", f.dst));
+    if (f.dst == f.rank) return BadFault("fault", text, "src and dst must differ (a link joins two devices)");
+  } else {
+    RP_RETURN_IF_ERROR(get_int("rank", f.rank, true));
+    RP_RETURN_IF_ERROR(get_int("step", f.step, true));
+    RP_RETURN_IF_ERROR(get_int("op", f.op, true));
+    RP_RETURN_IF_ERROR(check_rank("rank", f.rank));
+    if (f.op < 0) return BadFault("fault", text, absl::StrCat("op=", f.op, " is not an op index (>= 0)"));
+  }
+  if (f.step < 0 || f.step >= steps) {
+    return BadFault("fault", text, absl::StrCat("step=", f.step, " is not a step of the ", steps, " (--steps)"));
+  }
+  return f;
+}
+
 // Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag).
 absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, FaultPlan& plan) {
   const std::string fault = args.Text("fault");
   for (absl::string_view item : absl::StrSplit(fault, ';', absl::SkipWhitespace())) {
-    // Spaces around items, kinds, keys and values are the writer's layout ("a; b", "rank = 1").
-    const std::string text(absl::StripAsciiWhitespace(item));
-    std::vector<std::string> kind_args = absl::StrSplit(text, absl::MaxSplits(':', 1));
-    absl::StripAsciiWhitespace(&kind_args[0]);
-    OpFault f;
-    if (kind_args[0] == "throw") {
-      f.kind = OpFaultKind::kThrow;
-    } else if (kind_args[0] == "stall") {
-      f.kind = OpFaultKind::kStall;
-    } else if (kind_args[0] == "slow_link") {
-      f.kind = OpFaultKind::kSlowLink;
-    } else {
-      return BadFault("fault", text, "kind must be throw, stall or slow_link");
-    }
-    std::map<std::string, std::string> kv;
-    if (kind_args.size() > 1) {
-      for (absl::string_view p : absl::StrSplit(kind_args[1], ',', absl::SkipWhitespace())) {
-        std::vector<std::string> pair = absl::StrSplit(p, absl::MaxSplits('=', 1));
-        if (pair.size() != 2) return BadFault("fault", text, absl::StrCat("'", p, "' is not key=value"));
-        for (std::string& part : pair) absl::StripAsciiWhitespace(&part);
-        if (!kv.emplace(pair[0], pair[1]).second) {
-          return BadFault("fault", text, absl::StrCat(pair[0], " given twice"));
-        }
-      }
-    }
-    const bool link = f.kind == OpFaultKind::kSlowLink;
-    const std::vector<std::string> keys =
-        link ? std::vector<std::string>{"src", "dst", "factor", "step"}
-             : std::vector<std::string>{"rank", "step", "op"};
-    for (const auto& [k, v] : kv) {
-      if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
-        return BadFault("fault", text, absl::StrCat("unknown key '", k, "' (", absl::StrJoin(keys, ", "), ")"));
-      }
-    }
-    auto get_int = [&](const std::string& k, int& out, bool required) -> absl::Status {
-      auto it = kv.find(k);
-      if (it == kv.end()) {
-        return required ? BadFault("fault", text, absl::StrCat("needs ", k, "=")) : absl::OkStatus();
-      }
-      if (!absl::SimpleAtoi(it->second, &out)) {
-        return BadFault("fault", text, absl::StrCat(k, " must be an integer"));
-      }
-      return absl::OkStatus();
-    };
-    auto check_rank = [&](const char* k, int r) -> absl::Status {
-      if (r >= 0 && r < world_size) return absl::OkStatus();
-      return BadFault("fault", text, absl::StrCat(k, "=", r, " is not a rank of the ", world_size, " devices"));
-    };
-    if (link) {
-      RP_RETURN_IF_ERROR(get_int("src", f.rank, true));
-      RP_RETURN_IF_ERROR(get_int("dst", f.dst, true));
-      RP_RETURN_IF_ERROR(get_int("step", f.step, false));
-      auto it = kv.find("factor");
-      if (it == kv.end() || !ReadReal(it->second, &f.factor)) {
-        return BadFault("fault", text, "needs factor=F (a number >= 1)");
-      }
-      // +inf is left to CheckFaultFactors, which says what it does to the modeled times.
-      if (!(f.factor >= 1)) return BadFault("fault", text, "factor must be a number >= 1");
-      RP_RETURN_IF_ERROR(check_rank("src", f.rank));
-      RP_RETURN_IF_ERROR(check_rank("dst", f.dst));
-      if (f.dst == f.rank) return BadFault("fault", text, "src and dst must differ (a link joins two devices)");
-    } else {
-      RP_RETURN_IF_ERROR(get_int("rank", f.rank, true));
-      RP_RETURN_IF_ERROR(get_int("step", f.step, true));
-      RP_RETURN_IF_ERROR(get_int("op", f.op, true));
-      RP_RETURN_IF_ERROR(check_rank("rank", f.rank));
-      if (f.op < 0) return BadFault("fault", text, absl::StrCat("op=", f.op, " is not an op index (>= 0)"));
-    }
-    if (f.step < 0 || f.step >= steps) {
-      return BadFault("fault", text, absl::StrCat("step=", f.step, " is not a step of the ", steps, " (--steps)"));
-    }
+    RP_ASSIGN_OR_RETURN(OpFault f, ParseOpFault(item, world_size, steps));
     plan.op_faults.push_back(f);
   }
   const std::string straggler = args.Text("straggler");

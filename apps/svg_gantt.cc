@@ -58,8 +58,65 @@ const char* BarClassName(BarClass c) {
   return "?";
 }
 
+namespace {
+
+constexpr double kRowH = 26, kComputeH = 17;  // a device row; its compute bars (a DP strip below)
+
+// The legend's entries (idle first, then the classes the panels use), laid out left to right and
+// wrapped within the chart (every class in one line is about 1350 px wide); *lines: how many lines.
+struct LegendEntry {
+  std::string name;
+  const char* fill;
+  double x = 0;
+  int line = 0;
+};
+constexpr double kLegendLine = 18, kLegendChar = 6.5;  // 11 px DejaVu Sans: at most 6.5 px a character
+
+std::vector<LegendEntry> PlanLegend(const std::vector<GanttPanel>& panels, int width, int* lines) {
+  bool used[kNumBarClasses] = {};
+  for (const GanttPanel& p : panels) {
+    for (const GanttBar& b : p.bars) used[static_cast<int>(b.cls)] = true;
+  }
+  std::vector<LegendEntry> legend = {{"idle", "#eeeeee"}};
+  for (int c = 0; c < kNumBarClasses; ++c) {
+    if (used[c]) legend.push_back({BarClassName(static_cast<BarClass>(c)), FillOf(static_cast<BarClass>(c))});
+  }
+  *lines = 1;
+  for (double lx = 14; LegendEntry& e : legend) {
+    const double w = 18 + kLegendChar * static_cast<double>(e.name.size());
+    if (lx > 14 && lx + w > width - 8) {
+      lx = 14;
+      ++*lines;
+    }
+    e.x = lx;
+    e.line = *lines - 1;
+    lx += w + 16;
+  }
+  return legend;
+}
+
+// Bar `b` in its row at `ry`, from x0 to x1: its rect with a tooltip, and its label when it fits. A DP
+// all-reduce is a strip under the compute bars.
+void AppendBar(std::string& out, const GanttBar& b, double ry, double x0, double x1) {
+  const bool comm_strip = b.cls == BarClass::kDpComm;
+  const double top = comm_strip ? ry + 1 + kComputeH + 1 : ry + 1;
+  const double h = comm_strip ? kRowH - 3 - kComputeH - 1 : kComputeH;
+  absl::StrAppend(&out, "<rect x=\"", Num(x0), "\" y=\"", Num(top), "\" width=\"", Num(std::max(0.5, x1 - x0)),
+                  "\" height=\"", Num(h), "\" fill=\"", FillOf(b.cls), "\" stroke=\"#ffffff\" stroke-width=\"0.5\">",
+                  "<title>", Escape(absl::StrCat(BarClassName(b.cls), b.label.empty() ? "" : " ", b.label, ": ",
+                                                 absl::StrFormat("%.3f", b.start_ms), " .. ",
+                                                 absl::StrFormat("%.3f", b.end_ms), " ms")),
+                  "</title></rect>\n");
+  if (!b.label.empty() && !comm_strip && x1 - x0 >= 6.5 * static_cast<double>(b.label.size()) + 3) {
+    absl::StrAppend(&out, Text((x0 + x1) / 2, top + 12.5, b.label, 10, "middle",
+                               b.cls == BarClass::kWait ? "" : " fill=\"#ffffff\""));
+  }
+}
+
+}  // namespace
+
 std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>& panels, int width) {
-  constexpr double kRowH = 26, kComputeH = 17, kPanelTitle = 26, kAxisH = 24;
+  constexpr double kPanelTitle = 26, kAxisH = 24;
   size_t label_chars = 8;
   double span = 0;
   for (const GanttPanel& p : panels) {
@@ -71,37 +128,12 @@ std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>&
   auto X = [&](double ms) { return left + ms / span * (right - left); };
   const std::vector<double> ticks = NiceTicks(0, span, 10);
 
-  // Which classes appear (legend).
-  bool used[kNumBarClasses] = {};
   double height = 40;
   for (const GanttPanel& p : panels) {
     height += kPanelTitle + kAxisH + kRowH * static_cast<double>(p.rows.size()) + 12;
-    for (const GanttBar& b : p.bars) used[static_cast<int>(b.cls)] = true;
   }
-  // The legend's entries (idle first), laid out left to right and wrapped within the chart: every
-  // class in one line is about 1350 px wide.
-  struct LegendEntry {
-    std::string name;
-    const char* fill;
-    double x = 0;
-    int line = 0;
-  };
-  std::vector<LegendEntry> legend = {{"idle", "#eeeeee"}};
-  for (int c = 0; c < kNumBarClasses; ++c) {
-    if (used[c]) legend.push_back({BarClassName(static_cast<BarClass>(c)), FillOf(static_cast<BarClass>(c))});
-  }
-  constexpr double kLegendLine = 18, kLegendChar = 6.5;  // 11 px DejaVu Sans: at most 6.5 px a character
   int legend_lines = 1;
-  for (double lx = 14; LegendEntry& e : legend) {
-    const double w = 18 + kLegendChar * static_cast<double>(e.name.size());
-    if (lx > 14 && lx + w > width - 8) {
-      lx = 14;
-      ++legend_lines;
-    }
-    e.x = lx;
-    e.line = legend_lines - 1;
-    lx += w + 16;
-  }
+  const std::vector<LegendEntry> legend = PlanLegend(panels, width, &legend_lines);
   height += 50 + kLegendLine * (legend_lines - 1);
   std::string out = Header(width, static_cast<int>(height));
   // The text's size, reserved: a chart of millions of bars (a 722 MB SVG of 2^22 ops: about 172 bytes
@@ -135,20 +167,7 @@ std::string RenderGantt(const std::string& title, const std::vector<GanttPanel>&
     for (const GanttBar& b : p.bars) {
       if (b.row < 0 || static_cast<size_t>(b.row) >= p.rows.size() || !(b.end_ms > b.start_ms)) continue;
       const double ry = y + kRowH * static_cast<double>(b.row);
-      const bool comm_strip = b.cls == BarClass::kDpComm;
-      const double top = comm_strip ? ry + 1 + kComputeH + 1 : ry + 1;
-      const double h = comm_strip ? kRowH - 3 - kComputeH - 1 : kComputeH;
-      const double x0 = X(b.start_ms), x1 = X(b.end_ms);
-      absl::StrAppend(&out, "<rect x=\"", Num(x0), "\" y=\"", Num(top), "\" width=\"", Num(std::max(0.5, x1 - x0)),
-                      "\" height=\"", Num(h), "\" fill=\"", FillOf(b.cls), "\" stroke=\"#ffffff\" stroke-width=\"0.5\">",
-                      "<title>", Escape(absl::StrCat(BarClassName(b.cls), b.label.empty() ? "" : " ", b.label, ": ",
-                                                     absl::StrFormat("%.3f", b.start_ms), " .. ",
-                                                     absl::StrFormat("%.3f", b.end_ms), " ms")),
-                      "</title></rect>\n");
-      if (!b.label.empty() && !comm_strip && x1 - x0 >= 6.5 * static_cast<double>(b.label.size()) + 3) {
-        absl::StrAppend(&out, Text((x0 + x1) / 2, top + 12.5, b.label, 10, "middle",
-                                   b.cls == BarClass::kWait ? "" : " fill=\"#ffffff\""));
-      }
+      AppendBar(out, b, ry, X(b.start_ms), X(b.end_ms));
     }
     absl::StrAppend(&out, "</g>\n");
     y += kRowH * static_cast<double>(p.rows.size()) + 12;
