@@ -88,6 +88,16 @@ inline std::vector<std::string> Names(const std::filesystem::path& dir) {
   return out;
 }
 
+// Files in `dir` other than those named (temporary files would show up here).
+inline std::vector<std::string> Leftovers(const std::filesystem::path& dir, const std::vector<std::string>& expected) {
+  std::vector<std::string> extra;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (std::find(expected.begin(), expected.end(), name) == expected.end()) extra.push_back(name);
+  }
+  return extra;
+}
+
 // Bad input: exit 2, one line on stderr that contains `what`, nothing on stdout.
 inline void ExpectBadInput(const BinaryResult& r, const std::string& what, const std::string& context) {
   EXPECT_EQ(r.exit_code, kExitBadInput) << context << "\n" << r.err;
