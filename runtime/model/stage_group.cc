@@ -135,4 +135,44 @@ absl::StatusOr<std::vector<Tensor>> RunStageGroupSerial(std::span<MlpStage* cons
   return results;
 }
 
+// Declared in mlp.h (the TP group of one source); here beside its EP × TP generalisation.
+absl::StatusOr<Tensor> RunTpGroupSerial(std::span<MlpStage* const> shards, MlpStage::Pass pass,
+                                        int micro_batch, ConstMatrixView input) {
+  const int T = static_cast<int>(shards.size());
+  if (T < 1) return absl::InvalidArgumentError("RunTpGroupSerial: no shards");
+  for (int t = 0; t < T; ++t) {
+    const MlpStage* s = shards[static_cast<size_t>(t)];
+    if (s == nullptr || s->tp_rank() != t || s->tp() != T || s->stage() != shards[0]->stage()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "RunTpGroupSerial: shards[%d] is not tp rank %d of stage %d with tp=%d", t, t,
+          shards[0] ? shards[0]->stage() : -1, T));
+    }
+  }
+  for (MlpStage* s : shards) RP_RETURN_IF_ERROR(s->BeginPass(pass, micro_batch, input));
+  std::vector<std::span<float>> buffers(static_cast<size_t>(T));
+  std::vector<float> sum;
+  while (true) {
+    for (int t = 0; t < T; ++t) {
+      RP_ASSIGN_OR_RETURN(buffers[static_cast<size_t>(t)],
+                          shards[static_cast<size_t>(t)]->RunToAllReduce(micro_batch));
+    }
+    const size_t n = buffers[0].size();
+    for (int t = 1; t < T; ++t) {
+      RP_CHECK(buffers[static_cast<size_t>(t)].size() == n)
+          << "tp rank " << t << " reached an all-reduce of " << buffers[static_cast<size_t>(t)].size()
+          << " values, rank 0 one of " << n;
+    }
+    if (n == 0) break;
+    sum.assign(buffers[0].begin(), buffers[0].end());
+    for (int t = 1; t < T; ++t) RP_RETURN_IF_ERROR(Accumulate(sum, buffers[static_cast<size_t>(t)]));
+    for (std::span<float> b : buffers) std::copy(sum.begin(), sum.end(), b.begin());
+  }
+  Tensor result;
+  for (int t = 0; t < T; ++t) {
+    RP_ASSIGN_OR_RETURN(Tensor r, shards[static_cast<size_t>(t)]->EndPass(micro_batch));
+    if (t == 0) result = std::move(r);
+  }
+  return result;
+}
+
 }  // namespace rp
