@@ -12,11 +12,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/cli.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace rp::apps::testing {
 
@@ -25,6 +27,12 @@ struct BinaryResult {
   std::string out;     // stdout
   std::string err;     // stderr
 };
+
+// The JSON document in the file at `p` (throws nlohmann's parse_error when it is not one).
+inline nlohmann::json ReadJson(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return nlohmann::json::parse(f);
+}
 
 // The bytes of the file at `p` ("" if it cannot be read).
 inline std::string ReadFile(const std::filesystem::path& p) {
@@ -86,6 +94,39 @@ inline std::vector<std::string> Names(const std::filesystem::path& dir) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// CSV rows split on commas (the tests' values hold no quoted commas except `error`, which is last
+// among the columns they read by index before it... so they read columns by header name).
+inline std::vector<std::vector<std::string>> ReadCsv(const std::filesystem::path& p) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(ReadFile(p));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::string cell;
+    bool quoted = false;
+    for (char c : line) {
+      if (c == '"') {
+        quoted = !quoted;
+      } else if (c == ',' && !quoted) {
+        cells.push_back(cell);
+        cell.clear();
+      } else {
+        cell += c;
+      }
+    }
+    cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+inline std::string Cell(const std::vector<std::vector<std::string>>& csv, size_t row, const std::string& column) {
+  for (size_t c = 0; c < csv[0].size(); ++c) {
+    if (csv[0][c] == column) return c < csv[row].size() ? csv[row][c] : "<missing>";
+  }
+  return "<no column " + column + ">";
 }
 
 // Files in `dir` other than those named (temporary files would show up here).

@@ -27,10 +27,7 @@ using rp::apps::testing::RunBinary;
 
 fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_clock_test", name); }
 
-json ReadJson(const fs::path& p) {
-  std::ifstream f(p);
-  return json::parse(f);
-}
+using rp::apps::testing::ReadJson;
 
 // A small real-clock layout: 4 devices, 0.5 / 1 ms ops (trials take milliseconds).
 constexpr const char* kSmall =

@@ -30,10 +30,7 @@ using Result = rp::apps::testing::BinaryResult;
 fs::path TempDir(const std::string& name) { return rp::apps::testing::TempDir("ringpipe_moe", name); }
 Result RunBinary(const std::string& args, const fs::path& dir) { return rp::apps::testing::RunBinary(args, dir); }
 
-json ReadJson(const fs::path& p) {
-  std::ifstream f(p);
-  return json::parse(f);
-}
+using rp::apps::testing::ReadJson;
 
 RunConfig Hidden(std::vector<int> hidden, const std::string& moe_layers) {
   RunConfig c;

@@ -33,10 +33,7 @@ fs::path TempDir(const std::string& name) {
   return rp::apps::testing::TempDir("ringpipe_run_test", name);
 }
 
-json ReadJson(const fs::path& p) {
-  std::ifstream f(p);
-  return json::parse(f);
-}
+using rp::apps::testing::ReadJson;
 
 TEST(RunCommand, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) {
   const fs::path dir = TempDir("bad");
@@ -326,34 +323,6 @@ TEST(RunCommand, RealClockStartLineSaysHowLongTheStepsTake) {
   fs::remove_all(dir);
 }
 
-TEST(PredictCommand, ScenarioS1MatchesTheWriteUpsCorrectedNumbers) {
-  const fs::path dir = TempDir("s1");
-  const fs::path report = dir / "report.json";
-  // The write-up's "correct expectation with free p2p": --intra_alpha_us=0 (stage-to-stage
-  // transfers free, ring steps 20 ms).
-  const Result r = RunBinary("predict --preset=s1 --intra_alpha_us=0 --report_json=" + report.string(), dir);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json j = ReadJson(report);
-  EXPECT_EQ(j["mode"], "predict");
-  EXPECT_DOUBLE_EQ(j["step_time_ms"]["predicted"].get<double>(), 1210.0);  // 9 x 130 + 2 x 20
-  EXPECT_DOUBLE_EQ(j["t1_ms"].get<double>(), 4160.0);                      // 2 x 2 x 8 x 130
-  EXPECT_NEAR(j["speedup"]["predicted"].get<double>(), 4160.0 / 1210.0, 1e-9);  // 3.44
-  EXPECT_NEAR(j["efficiency"]["predicted"].get<double>(), 4160.0 / 1210.0 / 4, 1e-9);
-  EXPECT_EQ(j["schedule"]["global_batch"], 256);
-  // Predict has no measured fields.
-  EXPECT_FALSE(j["step_time_ms"].contains("measured"));
-  for (const char* key : {"fidelity", "steps", "replica_divergence", "host"}) EXPECT_FALSE(j.contains(key)) << key;
-  ASSERT_EQ(j["devices"].size(), 4u);
-  EXPECT_DOUBLE_EQ(j["devices"][0]["predicted"]["exposed_comm_ms"].get<double>(), 40.0);
-  // Rank 0 waits (p - 1)(F + B) = 130 ms for gradients that are not sent yet: bubble, not communication.
-  EXPECT_DOUBLE_EQ(j["devices"][0]["predicted"]["peer_wait_ms"].get<double>(), 130.0);
-  EXPECT_EQ(j["schema"], "ringpipe-report/2");
-  EXPECT_TRUE(j["timeline"].contains("predicted"));
-  EXPECT_FALSE(j["timeline"].contains("measured"));
-  EXPECT_FALSE(j["devices"][0].contains("busy_ms"));
-  fs::remove_all(dir);
-}
-
 TEST(RunCommand, ScenarioS1OnTheVirtualClockMeasuresThePredictedStep) {
   const fs::path dir = TempDir("s1run");
   const fs::path report = dir / "report.json";
@@ -367,43 +336,6 @@ TEST(RunCommand, ScenarioS1OnTheVirtualClockMeasuresThePredictedStep) {
   EXPECT_DOUBLE_EQ(j["step_time_ms"]["emulated"].get<double>(), 1370.0);
   EXPECT_DOUBLE_EQ(j["step_time_ms"]["predicted"].get<double>(), 1370.0);
   EXPECT_NEAR(j["speedup"]["measured"].get<double>(), 4160.0 / 1370.0, 1e-9);
-  fs::remove_all(dir);
-}
-
-TEST(PredictCommand, SixteenThousandDevicesPredictWithoutEmulating) {
-  const fs::path dir = TempDir("big");
-  const fs::path report = dir / "report.json";
-  const Result r = RunBinary("predict --dp=1024 --pp=16 --tp=1 --microbatches=64 --hidden=64x16 "
-                             "--report_json=" + report.string(), dir);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("more devices"), std::string::npos);  // the text table is summarised
-  const json j = ReadJson(report);
-  EXPECT_EQ(j["layout"]["world"], 16384);
-  EXPECT_EQ(j["devices"].size(), 16384u);
-  // 1F1B, uniform costs, m = 64, p = 16: the pipeline is (m + p − 1)(F + B) before the all-reduce.
-  EXPECT_GE(j["step_time_ms"]["predicted"].get<double>(), 79 * 6.0);
-  // `run` refuses what the machine's thread limit cannot hold, naming dp and pointing at predict.
-  ASSERT_EQ(::setenv("RINGPIPE_THREAD_LIMIT", "4096", 1), 0);
-  const Result refused = RunBinary("run --dp=1024 --pp=16 --tp=1 --hidden=64x16", dir);
-  ASSERT_EQ(::unsetenv("RINGPIPE_THREAD_LIMIT"), 0);
-  EXPECT_EQ(refused.exit_code, kExitBadInput);
-  EXPECT_NE(refused.err.find("--dp: "), std::string::npos) << refused.err;
-  EXPECT_NE(refused.err.find("use `ringpipe predict` for larger layouts"), std::string::npos) << refused.err;
-  fs::remove_all(dir);
-}
-
-TEST(PredictCommand, FlopsCostModelIsNamedInTheReport) {
-  const fs::path dir = TempDir("flops");
-  const fs::path report = dir / "report.json";
-  const Result r = RunBinary("predict --preset=s3-3d --report_json=" + report.string(), dir);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json j = ReadJson(report);
-  EXPECT_EQ(j["cost_model"]["kind"], "flops");
-  // 16 layers x 24·b·s·h²(1 + s/6h) forward FLOPs, halved by PP and by TP, at 312 x 0.5 TFLOPS.
-  const double h = 1024, s = 1024;
-  const double fwd_ms = 8 * 24 * s * h * h * (1 + s / (6 * h)) / 2 / (156e12) * 1e3;
-  EXPECT_NEAR(j["cost_model"]["stages"][0]["forward_ms"].get<double>(), fwd_ms, 1e-6);
-  EXPECT_NE(r.out.find("flops: 16-layer transformer"), std::string::npos);
   fs::remove_all(dir);
 }
 
@@ -454,31 +386,6 @@ TEST(RunCommand, EachStageIsModeledWithItsOwnSizes) {
   fs::remove_all(dir);
 }
 
-// Each rank stores the activations of the stages its schedule's placement gives it: a V (zb-v) puts
-// stages r and 2p − 1 − r on rank r, the loop (interleaved) r and r + p — read off one stage per rank.
-TEST(PredictCommand, StoredActivationsFollowTheSchedulesPlacement) {
-  const fs::path dir = TempDir("placement");
-  const fs::path report = dir / "report.json";
-  auto stages = [&](const std::string& flags) {
-    const Result r = RunBinary("predict --dp=1 --tp=1 --hidden=64,64,32,32,64,64,16 " + flags +
-                                   " --report_json=" + report.string(),
-                               dir);
-    EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
-    const json j = ReadJson(report);
-    std::vector<double> out;
-    for (const json& st : j["cost_model"]["stages"]) out.push_back(st["modeled_activation_bytes"]);
-    fs::remove(report);
-    return out;
-  };
-  const std::vector<double> one = stages("--pp=4 --schedule=1f1b");
-  ASSERT_EQ(one.size(), 4u);
-  EXPECT_NE(one[0] + one[3], one[0] + one[2]);  // the case tells the placements apart
-  EXPECT_EQ(stages("--pp=2 --schedule=zb-v --microbatches=4"), (std::vector<double>{one[0] + one[3], one[1] + one[2]}));
-  EXPECT_EQ(stages("--pp=2 --schedule=interleaved --virtual_stages=2 --microbatches=4"),
-            (std::vector<double>{one[0] + one[2], one[1] + one[3]}));
-  fs::remove_all(dir);
-}
-
 // A rank's modeled activation peak is counted stage by stage over its program, so it equals the real
 // model's peak on every device — also where a rank's chunks differ in size (a V, two directions, the
 // loop with unequal stages), which the peak in flight × the mean per chunk missed (zb-v rank 0:
@@ -507,38 +414,6 @@ TEST(RunCommand, TheModeledActivationPeakIsTheRealOneOnEverySchedule) {
     EXPECT_GE(peaks.size(), 2u) << flags << ": the ranks' peaks differ";
     fs::remove(report);
   }
-  fs::remove_all(dir);
-}
-
-// The FLOPs model times each chunk op by its own stage's layers, and a rank by the stages its
-// program's placement gives it. 14 layers over 8 stages of a V on 4 ranks: stages 0–5 hold 2
-// layers, 6 and 7 one; rank r holds stages r and 7 − r, so ranks 0 and 1 hold 3 layers, ranks 2
-// and 3 four (the loop placement would give 4, 4, 3, 3).
-TEST(PredictCommand, TheFlopsModelTimesEachStageByItsOwnLayers) {
-  const fs::path dir = TempDir("flops_stages");
-  const fs::path report = dir / "report.json";
-  const Result r = RunBinary("predict --cost_model=flops --flops_layers=14 --hidden=64x16 --dp=1 --tp=1 --pp=4 "
-                             "--schedule=zb-v --microbatches=8 --optimizer_ms=0 --report_json=" + report.string(),
-                             dir);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json j = ReadJson(report);
-  std::vector<double> forward, stored;
-  for (const json& st : j["cost_model"]["stages"]) {
-    forward.push_back(st["forward_ms"]);
-    stored.push_back(st["modeled_activation_bytes"]);
-  }
-  ASSERT_EQ(forward.size(), 4u);
-  // A rank's F per micro-batch is its two chunks' layers' F.
-  const double layer_f = forward[0] / 3;
-  EXPECT_NEAR(forward[1], 3 * layer_f, 1e-6);
-  EXPECT_NEAR(forward[2], 4 * layer_f, 1e-6);
-  EXPECT_NEAR(forward[3], 4 * layer_f, 1e-6);
-  EXPECT_EQ(stored[0], stored[1]);
-  EXPECT_DOUBLE_EQ(stored[2] / stored[0], 4.0 / 3.0);
-  // The busier ranks are 2 and 3 — by a third more compute.
-  const json& devs = j["devices"];
-  EXPECT_NEAR(devs[2]["predicted"]["busy_ms"].get<double>() / devs[0]["predicted"]["busy_ms"].get<double>(), 4.0 / 3.0,
-              1e-6);
   fs::remove_all(dir);
 }
 
