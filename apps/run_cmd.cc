@@ -328,6 +328,22 @@ void ReportSlowLinks(const FaultPlan& faults, const schedule::RunResult& result)
   }
 }
 
+// The exit of a run that failed at run time: the failure (its message already names rank, step, op,
+// missing peers and committed steps), the report and trace asked for, marked failed, and for a
+// value out of its number format's range the knobs that might keep the training in it.
+int FailedRunExit(const RunConfig& cfg, const Plan& plan, const schedule::RunFailure* f, const absl::Status& status,
+                  const ClockChoice& clock, const WatchdogFit& fit, HostUsage& host, const Tracer& tracer,
+                  OutputFiles& outputs) {
+  if (f != nullptr && f->seconds_after_fault >= 0) {
+    std::fprintf(stderr, "ringpipe run: injected fault detected %.3f s after it fired\n", f->seconds_after_fault);
+  }
+  if (f != nullptr) host.time_scale_choice = FailedRunClockJson(cfg, clock, fit, f->steps);
+  WriteFailedRun(cfg, plan, f, host, tracer, outputs);
+  const int code = Fail(kExitFault, status);
+  if (absl::IsOutOfRange(status)) std::fprintf(stderr, "ringpipe run: %s\n", DivergedHint(cfg).c_str());
+  return code;
+}
+
 int Run(const ParsedArgs& args) {
   auto cfg = LoadConfig(args, /*for_run=*/true);
   if (!cfg.ok()) return Fail(kExitBadInput, cfg.status());
@@ -340,11 +356,10 @@ int Run(const ParsedArgs& args) {
   if (!plan.ok()) return Fail(kExitBadInput, plan.status());
 
   schedule::ExecutorOptions options = plan->executor;
+  double op_factor = 1;
   if (absl::Status st = ParseFaultFlags(args, cfg->world_size(), cfg->steps, options.faults); !st.ok()) {
     return Fail(kExitBadInput, st);
-  }
-  double op_factor = 1;
-  if (absl::Status st = CheckFaultFlagFactors(*cfg, args, options.faults, &op_factor); !st.ok()) {
+  } else if (st = CheckFaultFlagFactors(*cfg, args, options.faults, &op_factor); !st.ok()) {
     return Fail(kExitBadInput, st);
   }
   // On a real clock every op and every wait for one message must end within the watchdog timeout
@@ -389,16 +404,7 @@ int Run(const ParsedArgs& args) {
   host.threads = sampler.Stop();
   host.peak_rss_bytes = ReadProcStatus().peak_rss_bytes;
   if (!result.ok()) {
-    // The message already names the first failure (rank, step, op, missing peers, committed steps).
-    const schedule::RunFailure* f = (*exec)->failure();
-    if (f != nullptr && f->seconds_after_fault >= 0) {
-      std::fprintf(stderr, "ringpipe run: injected fault detected %.3f s after it fired\n", f->seconds_after_fault);
-    }
-    if (f != nullptr) host.time_scale_choice = FailedRunClockJson(*cfg, *clock, fit, f->steps);
-    WriteFailedRun(*cfg, *plan, f, host, tracer, outputs);
-    const int code = Fail(kExitFault, result.status());
-    if (absl::IsOutOfRange(result.status())) std::fprintf(stderr, "ringpipe run: %s\n", DivergedHint(*cfg).c_str());
-    return code;
+    return FailedRunExit(*cfg, *plan, (*exec)->failure(), result.status(), *clock, fit, host, tracer, outputs);
   }
   // The sampler's period can miss a run of a few ms; the executor's reading at the first step
   // boundary was taken while every device thread was alive (and the sampler's, not counted).

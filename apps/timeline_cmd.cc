@@ -100,6 +100,74 @@ int ReadFromReport(const ParsedArgs& args, const std::string& out, OutputFiles& 
   return kExitOk;
 }
 
+// The run `timeline` draws, and its report in *report (the host section as `run` writes it: its
+// clock choice and whether the host kept the scale). A run that fails still writes the outputs asked
+// for, marked failed. kExitOk, or the exit code of the error it printed.
+int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, OutputFiles& outputs, json& report) {
+  schedule::ExecutorOptions options = plan.executor;
+  // The host section as `run` writes it (its clock choice and whether the host kept the scale).
+  HostUsage host;
+  host.rss_before_bytes = ReadProcStatus().rss_bytes;
+  host.model_buffer_bytes = ModelBufferBytes(cfg);
+  const auto create_failed = [&](const absl::Status& st) {
+    return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
+                std::string(st.message()));
+  };
+  // As `run`: every op and every wait for one message within the watchdog on a real clock.
+  const WatchdogFit fit = WatchdogFitOf(options);
+  schedule::CalibrationOptions calibration;
+  calibration.target = kHostFidelityTarget;
+  if (absl::Status st = FitTheWatchdog(cfg, fit, calibration); !st.ok()) {
+    return Fail(kExitBadInput, std::string(st.message()));
+  }
+  if (!cfg.virtual_time && cfg.time_scale_auto()) {
+    if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
+    std::fprintf(stderr, "ringpipe timeline: time scale auto: measuring what this host keeps (short trial runs)...\n");
+  }
+  absl::StatusOr<ClockChoice> clock = ChooseClock(cfg, &options, calibration);
+  if (!clock.ok()) return Fail(kExitFailed, std::string(clock.status().message()));
+  if (clock->mode == ClockChoice::Mode::kAuto) {
+    std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
+    if (absl::Status st = CheckChosenScaleFitsTheWatchdog(cfg, fit, clock->scale); !st.ok()) {
+      return Fail(kExitBadInput, std::string(st.message()));
+    }
+  }
+  auto exec = schedule::Executor::Create(options);
+  if (!exec.ok()) return create_failed(exec.status());
+  std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan.grid.ToString().c_str(),
+               schedule::ScheduleName(cfg.schedule), cfg.steps);
+  ThreadSampler sampler;
+  auto run = (*exec)->Run();
+  host.threads = sampler.Stop();
+  host.peak_rss_bytes = ReadProcStatus().peak_rss_bytes;
+  if (!run.ok()) {
+    // As `run`: the outputs asked for are still written, marked failed (the report's status, the
+    // chart's title), the chart drawing the failed run's predicted step (nothing was measured).
+    if (const schedule::RunFailure* f = (*exec)->failure(); f != nullptr) {
+      host.time_scale_choice = FailedRunClockJson(cfg, *clock, fit, f->steps);
+      FailedTimeline failed =
+          FailedTimelineOutputs(cfg, plan, *f, host, args.Has("title") ? args.Text("title") : "");
+      if (!cfg.report_json.empty()) outputs.Set("report_json", std::move(failed.report_json));
+      if (!failed.svg.empty()) outputs.Set("out", std::move(failed.svg));
+      if (absl::Status st = outputs.Commit(); !st.ok()) {
+        std::fprintf(stderr, "ringpipe timeline: %s\n", std::string(st.message()).c_str());
+      } else {
+        std::fprintf(stderr,
+                     "ringpipe timeline: the failed run's chart and report were written (status \"failed\")\n");
+      }
+    }
+    return Fail(kExitFault, std::string(run.status().message()));
+  }
+  host.threads = std::max(host.threads, run->threads_at_first_step - 1);
+  // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
+  const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host, cfg.watchdog_timeout,
+                                                WatchdogScaleLimit(cfg, fit));
+  if (!verdict.trusted) std::fprintf(stderr, "ringpipe timeline: warning: %s\n", verdict.warning.c_str());
+  host.time_scale_choice = ClockJson(*clock, verdict);
+  report = BuildReport(cfg, plan, run->prediction, &*run, &host);
+  return kExitOk;
+}
+
 // A layout from flags and config: predicted only, or run (its failure still writes the outputs asked
 // for, marked failed). kExitOk, or the exit code of the error it printed.
 int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_only, OutputFiles& outputs,
@@ -129,68 +197,8 @@ int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_
     auto pred = schedule::Predict(plan->execution, plan->predict);
     if (!pred.ok()) return Fail(kExitBadInput, std::string(pred.status().message()));
     report = BuildReport(*cfg, *plan, *pred, nullptr);
-  } else {
-    schedule::ExecutorOptions options = plan->executor;
-    // The host section as `run` writes it (its clock choice and whether the host kept the scale).
-    HostUsage host;
-    host.rss_before_bytes = ReadProcStatus().rss_bytes;
-    host.model_buffer_bytes = ModelBufferBytes(*cfg);
-    const auto create_failed = [&](const absl::Status& st) {
-      return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
-                  std::string(st.message()));
-    };
-    // As `run`: every op and every wait for one message within the watchdog on a real clock.
-    const WatchdogFit fit = WatchdogFitOf(options);
-    schedule::CalibrationOptions calibration;
-    calibration.target = kHostFidelityTarget;
-    if (absl::Status st = FitTheWatchdog(*cfg, fit, calibration); !st.ok()) {
-      return Fail(kExitBadInput, std::string(st.message()));
-    }
-    if (!cfg->virtual_time && cfg->time_scale_auto()) {
-      if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
-      std::fprintf(stderr, "ringpipe timeline: time scale auto: measuring what this host keeps (short trial runs)...\n");
-    }
-    absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
-    if (!clock.ok()) return Fail(kExitFailed, std::string(clock.status().message()));
-    if (clock->mode == ClockChoice::Mode::kAuto) {
-      std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
-      if (absl::Status st = CheckChosenScaleFitsTheWatchdog(*cfg, fit, clock->scale); !st.ok()) {
-        return Fail(kExitBadInput, std::string(st.message()));
-      }
-    }
-    auto exec = schedule::Executor::Create(options);
-    if (!exec.ok()) return create_failed(exec.status());
-    std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan->grid.ToString().c_str(),
-                 schedule::ScheduleName(cfg->schedule), cfg->steps);
-    ThreadSampler sampler;
-    auto run = (*exec)->Run();
-    host.threads = sampler.Stop();
-    host.peak_rss_bytes = ReadProcStatus().peak_rss_bytes;
-    if (!run.ok()) {
-      // As `run`: the outputs asked for are still written, marked failed (the report's status, the
-      // chart's title), the chart drawing the failed run's predicted step (nothing was measured).
-      if (const schedule::RunFailure* f = (*exec)->failure(); f != nullptr) {
-        host.time_scale_choice = FailedRunClockJson(*cfg, *clock, fit, f->steps);
-        FailedTimeline failed =
-            FailedTimelineOutputs(*cfg, *plan, *f, host, args.Has("title") ? args.Text("title") : "");
-        if (!cfg->report_json.empty()) outputs.Set("report_json", std::move(failed.report_json));
-        if (!failed.svg.empty()) outputs.Set("out", std::move(failed.svg));
-        if (absl::Status st = outputs.Commit(); !st.ok()) {
-          std::fprintf(stderr, "ringpipe timeline: %s\n", std::string(st.message()).c_str());
-        } else {
-          std::fprintf(stderr,
-                       "ringpipe timeline: the failed run's chart and report were written (status \"failed\")\n");
-        }
-      }
-      return Fail(kExitFault, std::string(run.status().message()));
-    }
-    host.threads = std::max(host.threads, run->threads_at_first_step - 1);
-    // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
-    const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host, cfg->watchdog_timeout,
-                                                  WatchdogScaleLimit(*cfg, fit));
-    if (!verdict.trusted) std::fprintf(stderr, "ringpipe timeline: warning: %s\n", verdict.warning.c_str());
-    host.time_scale_choice = ClockJson(*clock, verdict);
-    report = BuildReport(*cfg, *plan, run->prediction, &*run, &host);
+  } else if (const int code = RunReport(args, *cfg, *plan, outputs, report); code != kExitOk) {
+    return code;
   }
   if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
   timeline = ReadTimelineReport(report);
