@@ -169,9 +169,10 @@ int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, Ou
 }
 
 // A layout from flags and config: predicted only, or run (its failure still writes the outputs asked
-// for, marked failed). kExitOk, or the exit code of the error it printed.
+// for, marked failed); its report in *report, which must live until the commit. kExitOk, or the exit
+// code of the error it printed.
 int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_only, OutputFiles& outputs,
-                   absl::StatusOr<TimelineReport>& timeline) {
+                   json& report, absl::StatusOr<TimelineReport>& timeline) {
   auto cfg = LoadConfig(args, /*for_run=*/!predict_only);
   if (!cfg.ok()) return Fail(kExitBadInput, std::string(cfg.status().message()));
   for (const auto& [flag, path] : {std::pair{"out", out}, {"report_json", cfg->report_json}}) {
@@ -191,7 +192,6 @@ int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_
                                             "); a chart draws at most ", kMaxBars,
                                             ": draw a step with fewer micro-batches"));
   }
-  json report;
   if (predict_only) {
     if (absl::Status st = CheckPredictable(*cfg, *plan); !st.ok()) return Fail(kExitBadInput, std::string(st.message()));
     auto pred = schedule::Predict(plan->execution, plan->predict);
@@ -200,7 +200,10 @@ int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_
   } else if (const int code = RunReport(args, *cfg, *plan, outputs, report); code != kExitOk) {
     return code;
   }
-  if (!cfg->report_json.empty()) outputs.Set("report_json", DumpJson(report, 2) + "\n");
+  if (!cfg->report_json.empty()) {
+    // `report` lives in Run until the commit: written into the file in pieces, not held as text.
+    outputs.SetStreamed("report_json", [&report](TextSink sink) { return StreamJson(report, 2, sink); });
+  }
   timeline = ReadTimelineReport(report);
   if (timeline.status().code() == absl::StatusCode::kResourceExhausted) {
     return Fail(kExitBadInput, absl::StrCat("--microbatches: the step has too many ops to draw: ",
@@ -217,8 +220,9 @@ int Run(const ParsedArgs& args) {
 
   OutputFiles outputs;
   absl::StatusOr<TimelineReport> timeline;
+  json report;  // drawn from flags and config: written at the commit
   const int code = args.Has("from_report") ? ReadFromReport(args, out, outputs, timeline)
-                                            : DrawFromConfig(args, out, predict_only, outputs, timeline);
+                                            : DrawFromConfig(args, out, predict_only, outputs, report, timeline);
   if (code != kExitOk) return code;
   const std::string title = args.Has("title") ? args.Text("title") : timeline->title;
   outputs.Set("out", svg::RenderGantt(title, timeline->panels));
