@@ -77,38 +77,6 @@ TEST(Config, EveryPresetIsValidAndBuildsAPlan) {
   EXPECT_EQ(PresetByName("s9").status().code(), absl::StatusCode::kNotFound);
 }
 
-double EstimatePart(const RunConfig& cfg, const std::string& what) {
-  for (const MemoryEstimate::Part& p : EstimateRunMemory(cfg).parts) {
-    if (p.what == what) return p.bytes;
-  }
-  return -1;
-}
-
-// The memory estimate must err on the large side for every schedule. DualPipe keeps every stage's
-// weights on two ranks (a 1024x8 MLP over pp = 2: peak RSS 427 MB against 1F1B's 218 MB) and was
-// counted as one copy; ZB-H2 holds 2p - 1 micro-batches on every rank, interleaved with v = 1 rank 0's
-// 2p - 1, and both were counted as pp.
-TEST(MemoryEstimate, CountsDualPipesTwoCopiesAndTheDeepestSchedulesActivations) {
-  RunConfig base = *PresetByName("default");
-  base.reference = false;
-  base.virtual_time = false;
-  base.pp = 4;
-  base.microbatches = 8;
-  RunConfig dual = base;
-  dual.schedule = schedule::ScheduleKind::kDualPipe;
-  EXPECT_DOUBLE_EQ(EstimatePart(dual, "model"), 2 * EstimatePart(base, "model"));
-  const double one_f_one_b = EstimatePart(base, "activations");  // min(m, p) = 4 micro-batches
-  ASSERT_GT(one_f_one_b, 0);
-  RunConfig h2 = base;
-  h2.schedule = schedule::ScheduleKind::kZeroBubbleH2;
-  EXPECT_DOUBLE_EQ(EstimatePart(h2, "activations"), one_f_one_b * 7 / 4);  // 2p - 1 = 7
-  RunConfig interleaved = base;
-  interleaved.schedule = schedule::ScheduleKind::kInterleaved;
-  EXPECT_DOUBLE_EQ(EstimatePart(interleaved, "activations"), one_f_one_b * 7 / 4);  // v = 1: 2p - 1
-  interleaved.virtual_stages = 2;  // (2(p - 1) + p + 1) / 2 = 5.5 < p x v = 8: the old bound holds
-  EXPECT_DOUBLE_EQ(EstimatePart(interleaved, "activations"), one_f_one_b * 2);
-}
-
 TEST(Config, S3LadderKeepsTheGlobalBatch) {
   for (const char* name : {"s3-0d", "s3-1d", "s3-2d", "s3-3d"}) {
     auto cfg = PresetByName(name);
