@@ -47,7 +47,6 @@ run() {
   echo "$wall $sys $vcs"
 }
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 printf '| layout | wall s | sys s | voluntary switches | baseline wall s | baseline sys s | baseline switches | speed-up (median of %s pairs) |\n' "$PAIRS"
 printf '|---|---|---|---|---|---|---|---|\n'

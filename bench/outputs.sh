@@ -45,7 +45,6 @@ job() {
   awk -v r="$rss" -v w="$wall" 'BEGIN {printf "%.1f %s\n", r / 1024, w}'
 }
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 m() { printf '%s\n' "$@" | median; }
 
 printf '| job | peak RSS MB | wall s | baseline peak RSS MB | baseline wall s | RSS ratio | wall ratio (medians of %s pairs) |\n' "$PAIRS"

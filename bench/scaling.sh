@@ -62,7 +62,6 @@ print("%.0f %.0f %.0f %s" % (h["device_ops_per_second"], h["fabric_messages_per_
 PY
 }
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 printf '| devices | ringpipe wall s (median of %s) | device-ops/s | µs per device-op | messages/s | µs per message | RSS/device KB (beyond model) | emulated == predicted | baseline wall s | speed-up |\n' "$REPS"
 printf '|---|---|---|---|---|---|---|---|---|---|\n'
