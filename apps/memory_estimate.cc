@@ -41,8 +41,8 @@ constexpr double kReportBytesPerTimelineInterval = 1024;
 constexpr double kArenaBytes = 512.0 * 1024;
 // Exporting a trace: per event, its JSON document while it is written (one at a time) and the
 // allocator's slack; once, the piece of text handed to the file (rp::Tracer::StreamChromeJson: the
-// text is not held whole). Measured 2026-11-27: a 1024-device 40-step virtual run (a 155 MB trace of
-// 952 962 JSON events) peaks 111 MB above the same run untraced; 1.74 GB before the export streamed.
+// text is not held whole). bench/outputs.sh, 2026-11-27: a 1024-device 40-step virtual run (a 155 MB
+// trace of 952 962 JSON events) peaks 114 MB above the same run untraced; 1.68 GB before it streamed.
 constexpr double kChromeBytesPerEvent = 64;
 constexpr double kChromePieceBytes = 4.0 * 1024 * 1024;
 
