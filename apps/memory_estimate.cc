@@ -22,18 +22,21 @@ namespace rp::apps {
 namespace {
 
 // Resident bytes per device thread beyond its tensors (stack pages touched, channels, bookkeeping),
-// and per device entry of the report's JSON document.
+// and per device of the run's result (schedule::DeviceReport, its report object while it is made).
 constexpr double kPerDeviceBytes = 256.0 * 1024;
 constexpr double kReportBytesPerDevice = 8.0 * 1024;
-// `predict`: per device (predictor state, report entry and its text; 3 kB measured, with margin), per
-// (pipeline rank, chunk, micro-batch) slot of the schedule program (its ops, the plan's copies), and per
-// interval of a played device's timeline (compute pieces between TP all-reduces, the all-reduces, p2p
-// receives and sends): the predictor's record, and for the report's timeline rows its JSON entry.
-// Measured (peak RSS, release build): 1F1B pp=64 x m=2048 423 MB (786K intervals, all in the report's
-// rows), pp=1024 x m=128 243 MB (49K of them in the rows), tp=2 pp=64 x m=2048 on 4096 layers 14.2 GB.
-// The report's rows, peak with --report_json minus without, 2026-11-26 on 8x255 layers: 513 B per
-// interval at pp=64 x m=512, 770 B at tp=2 pp=16 x m=256 (384 B was under: 326 MB against 275 MB).
-constexpr double kPredictBytesPerDevice = 4.0 * 1024;
+// `predict`: per device (predictor state, the wire-bytes table; the report's device objects are made
+// one at a time, apps/lazy_json.h), per (pipeline rank, chunk, micro-batch) slot of the schedule
+// program (its ops, the plan's copies), and per interval of a played device's timeline (compute pieces
+// between TP all-reduces, the all-reduces, p2p receives and sends): the predictor's record, and for
+// the report's timeline rows its JSON entry (one device's rows at a time).
+// Measured (peak RSS, release build): 1F1B pp=64 x m=2048 423 MB (786K intervals), pp=1024 x m=128
+// 243 MB, tp=2 pp=64 x m=2048 on 4096 layers 14.2 GB. Per device, 2026-11-27: 2^18 and 2^20 devices
+// (dp x pp 8 x tp 4, --hidden=64x16) 66 and 236 MB, 221 B a device (2.9 GB, 2.7 kB a device, while
+// the report was one document). The report's rows, peak with --report_json minus without, 2026-11-26
+// on 8x255 layers: 513 B per interval at pp=64 x m=512, 770 B at tp=2 pp=16 x m=256, when every row
+// was held at once.
+constexpr double kPredictBytesPerDevice = 512;
 constexpr double kProgramBytesPerSlot = 512;
 constexpr double kPredictBytesPerInterval = 448;
 constexpr double kReportBytesPerTimelineInterval = 1024;
@@ -226,12 +229,11 @@ MemoryEstimate EstimatePredictMemory(const RunConfig& cfg) {
   const double cuts = moe ? 4 * layers : cfg.tp > 1 ? layers + stages : 0;
   const double replica = cfg.tp * m * ((split ? 3 : 2) * (stages + cuts) + 4 * stages);
   // One replica played (replicas that do not fold are bounded by the predictor's message budget,
-  // CheckPredictable, which says why they do not), and with --report_json the report's timeline rows:
-  // the first replica's first kMaxTimelineRows devices, their share of its intervals (without it the
-  // timeline section is not built, apps/predict_cmd.cc).
+  // CheckPredictable, which says why they do not), and with --report_json the report's timeline rows
+  // of one device at a time (apps/lazy_json.h), counted as twice a device's mean share of the replica's
+  // intervals (without --report_json the timeline section is not made, apps/predict_cmd.cc).
   const double replica_devices = static_cast<double>(cfg.pp) * cfg.tp;
-  const double rows =
-      cfg.report_json.empty() ? 0 : std::min<double>(replica_devices, kMaxTimelineRows) / replica_devices;
+  const double rows = cfg.report_json.empty() ? 0 : std::min(1.0, 2 / replica_devices);
   est.parts.push_back({"predicted timelines", "microbatches",
                        replica * (kPredictBytesPerInterval + rows * kReportBytesPerTimelineInterval)});
   return est;

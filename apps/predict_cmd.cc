@@ -38,12 +38,13 @@ int Run(const ParsedArgs& args) {
   auto pred = schedule::Predict(plan->execution, plan->predict);
   if (!pred.ok()) return fail(kExitBadInput, pred.status());
   // The timeline only for the file: the text report does not read it (half the peak memory at m = 2048).
-  const nlohmann::json report = BuildReport(*cfg, *plan, *pred, nullptr, nullptr, !cfg->report_json.empty());
+  // Each device's object and timeline row is made when the text or the file reads it (apps/lazy_json.h).
+  const LazyJson report = BuildLazyReport(*cfg, *plan, *pred, nullptr, nullptr, !cfg->report_json.empty());
   std::string text = RenderReport(report);
   absl::StrAppend(&text, "\npredicted step, first replica (", ScheduleName(cfg->schedule), "; ", kGanttLegend, ")\n",
                   RenderPredictedGantt(*plan, *pred, 96, std::min(16, cfg->pp * cfg->tp)));
   if (!cfg->report_json.empty()) {
-    outputs.SetStreamed("report_json", [&report](TextSink sink) { return StreamJson(report, 2, sink); });
+    outputs.SetStreamed("report_json", [&report](TextSink sink) { return report.Stream(2, sink); });
   }
   if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, st);
   std::fputs(text.c_str(), stdout);

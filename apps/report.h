@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "apps/config_fields.h"
+#include "apps/lazy_json.h"
 #include "apps/plan.h"
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
@@ -51,14 +52,19 @@ struct HostUsage {
 
 // `json` as text (nlohmann's dump, indented by `indent`), never throwing: bytes that are not UTF-8
 // (a path a user gave) become U+FFFD.
+// (The same text followed by a newline, in pieces: StreamJson, apps/lazy_json.h.)
 std::string DumpJson(const nlohmann::json& json, int indent = -1);
-// The same text followed by a newline, handed to `sink` in pieces (rp::TextPieces) instead of held
-// whole: a report written to a file (OutputFiles::SetStreamed). The sink's first error.
-absl::Status StreamJson(const nlohmann::json& json, int indent, TextSink sink);
 
 // `run` == nullptr: a predict-only report (`host` is then ignored; it may be null for a run too).
 // `with_timeline` false leaves the "timeline" section out: the per-op intervals of the first replica,
-// most of a large report's memory and time, which the text report does not read.
+// which the text report does not read.
+//
+// The report as the commands hold it: its "devices" (one object per device: 2^20 of them under
+// `predict`) and its timeline rows are made one at a time when the text report or the file reads
+// them (apps/lazy_json.h), from `plan`, `prediction` and `run`, which must outlive it.
+LazyJson BuildLazyReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,
+                         const schedule::RunResult* run, const HostUsage* host = nullptr, bool with_timeline = true);
+// The same as one document.
 nlohmann::json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,
                            const schedule::RunResult* run, const HostUsage* host = nullptr, bool with_timeline = true);
 
@@ -69,6 +75,7 @@ nlohmann::json BuildFailedRunReport(const RunConfig& cfg, const Plan& plan, cons
 
 // The text report. At most `max_device_rows` rows of the per-device table (the rest summarised).
 std::string RenderReport(const nlohmann::json& report, size_t max_device_rows = 32);
+std::string RenderReport(const LazyJson& report, size_t max_device_rows = 32);
 
 // ASCII Gantt of one step of the first replica's devices (at most `max_rows`), `width` columns over
 // `span`: one row per device, a comm row under it when its gradient buckets ran. `timeline_of(rank)`

@@ -1,6 +1,7 @@
 // BuildReport: the JSON report (schema ringpipe-report/2, docs/report.md).
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "absl/strings/str_join.h"
 #include "apps/host.h"
@@ -108,55 +109,57 @@ json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const 
   return e;
 }
 
-json TimelineDevices(const Plan& plan, int rows,
-                     const std::function<const std::vector<schedule::OpInterval>*(int)>& timeline_of, bool wall) {
-  const schedule::Program& prog = plan.executor.program;
-  json devices = json::array();
-  for (int rank = 0; rank < rows; ++rank) {
+// A timeline's device rows, each made when it is read: `timeline_of(rank)` gives the intervals.
+LazyJson TimelineDevices(const Plan& plan, int rows,
+                         std::function<const std::vector<schedule::OpInterval>*(int)> timeline_of, bool wall) {
+  return LazyJson::Array(static_cast<size_t>(rows), [&plan, timeline_of = std::move(timeline_of), wall](size_t i) {
+    const int rank = static_cast<int>(i);
     const std::vector<schedule::OpInterval>* ivs = timeline_of(rank);
-    if (ivs == nullptr) continue;
+    if (ivs == nullptr) return json();
+    const schedule::Program& prog = plan.executor.program;
     const schedule::Coord c = plan.grid.CoordOf(rank);
     json ops = json::array();
     for (const schedule::OpInterval& iv : *ivs) {
       json e = TimelineEntry(prog.ranks[static_cast<size_t>(c.pp)], prog.num_chunks, iv, wall);
       if (!e.is_null()) ops.push_back(std::move(e));
     }
-    devices.push_back({{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}, {"ops", std::move(ops)}});
-  }
-  return devices;
+    return json{{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}, {"ops", std::move(ops)}};
+  });
 }
 
 // The "timeline" section: the first replica's devices (dp = 0), at most kMaxTimelineRows of them;
 // measured from the wall stamps, emulated and predicted from the modeled times.
-json TimelineJson(const Plan& plan, const schedule::Prediction& pred, const schedule::RunResult* run) {
+LazyJson TimelineJson(const Plan& plan, const schedule::Prediction& pred, const schedule::RunResult* run) {
   const int rows = std::min(plan.grid.shape().pp * plan.grid.shape().tp, kMaxTimelineRows);
   json t;
   t["ranks"] = json::array();
   for (int rank = 0; rank < rows; ++rank) t["ranks"].push_back(rank);
+  LazyJson::Members panels;
   if (run != nullptr && !run->timelines.empty()) {
     const size_t step = static_cast<size_t>(run->timeline_step);
     const schedule::StepRecord* rec = step < run->steps.size() ? &run->steps[step] : nullptr;
-    auto of = [&](int rank) {
+    auto of = [run](int rank) {
       return static_cast<size_t>(rank) < run->timelines.size() ? &run->timelines[static_cast<size_t>(rank)] : nullptr;
     };
     // The median step's intervals, or the last step's when the run did not keep every step's.
     const bool median = run->timeline_step == run->median_step;
     // On the virtual clock the measured rows are the emulated times (no thread reads a wall clock).
-    t["measured"] = {{"step", run->timeline_step}, {"median", median},
-                     {"clock", run->virtual_time ? "virtual" : "real"},
-                     {"step_ms", rec != nullptr ? rec->measured_ms : 0.0},
-                     {"devices", TimelineDevices(plan, rows, of, /*wall=*/true)}};
-    t["emulated"] = {{"step", run->timeline_step}, {"median", median},
-                     {"step_ms", rec != nullptr ? rec->emulated_ms : 0.0},
-                     {"devices", TimelineDevices(plan, rows, of, /*wall=*/false)}};
+    panels.emplace_back("measured", LazyJson::Object({{"step", run->timeline_step},
+                                                      {"median", median},
+                                                      {"clock", run->virtual_time ? "virtual" : "real"},
+                                                      {"step_ms", rec != nullptr ? rec->measured_ms : 0.0}},
+                                                     {{"devices", TimelineDevices(plan, rows, of, /*wall=*/true)}}));
+    panels.emplace_back("emulated", LazyJson::Object({{"step", run->timeline_step},
+                                                      {"median", median},
+                                                      {"step_ms", rec != nullptr ? rec->emulated_ms : 0.0}},
+                                                     {{"devices", TimelineDevices(plan, rows, of, /*wall=*/false)}}));
   }
   if (!pred.timelines.empty()) {
-    t["predicted"] = {{"step_ms", Ms(pred.step_time)},
-                      {"devices", TimelineDevices(
-                                      plan, rows, [&](int rank) { return &pred.Timeline(plan.grid, rank); },
-                                      /*wall=*/false)}};
+    auto of = [&plan, &pred](int rank) { return &pred.Timeline(plan.grid, rank); };
+    panels.emplace_back("predicted", LazyJson::Object({{"step_ms", Ms(pred.step_time)}},
+                                                      {{"devices", TimelineDevices(plan, rows, of, /*wall=*/false)}}));
   }
-  return t;
+  return LazyJson::Object(std::move(t), std::move(panels));
 }
 
 // Config-derived sections: layout, schedule, cost model, links, collectives, what bytes mean.
@@ -343,25 +346,8 @@ std::string DumpJson(const json& j, int indent) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
-absl::Status StreamJson(const json& j, int indent, TextSink sink) {
-  // nlohmann's serializer (what dump runs) writes through an output adapter; this one hands the
-  // text on in pieces.
-  class Pieces : public nlohmann::detail::output_adapter_protocol<char> {
-   public:
-    explicit Pieces(TextSink sink) : text(sink) {}
-    void write_character(char c) override { text.Append(c); }
-    void write_characters(const char* s, std::size_t length) override { text.Append(std::string_view(s, length)); }
-    TextPieces text;
-  };
-  auto out = std::make_shared<Pieces>(sink);
-  nlohmann::detail::serializer<json> serializer(out, ' ', json::error_handler_t::replace);
-  serializer.dump(j, indent >= 0, false, static_cast<unsigned int>(std::max(indent, 0)));
-  out->text.Append('\n');
-  return out->text.Finish();
-}
-
-json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,
-                 const schedule::RunResult* run, const HostUsage* host, bool with_timeline) {
+LazyJson BuildLazyReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,
+                         const schedule::RunResult* run, const HostUsage* host, bool with_timeline) {
   const schedule::ParallelGrid& grid = plan.grid;
   json r;
   r["schema"] = kReportSchema;
@@ -384,23 +370,27 @@ json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Predict
     r["pipeline"] = {{"predicted", PipelineJson({pred.makespan, pred.max_span, pred.makespan_bubble,
                                                  pred.span_bubble})}};
   }
-  const std::vector<schedule::PredictedWire> wire = PredictWireBytes(plan);
+  // Each device's object is made when it is read (BuildLazyReport's comment, apps/report.h).
+  auto wire = std::make_shared<const std::vector<schedule::PredictedWire>>(PredictWireBytes(plan));
   const uint64_t steps = static_cast<uint64_t>(std::max(1, cfg.steps));
-  json devices = json::array();
-  for (int rank = 0; rank < grid.world_size(); ++rank) {
-    const schedule::Coord c = grid.CoordOf(rank);
-    json d = {{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}, {"device", grid.DeviceOf(rank)},
-              {"node", grid.NodeOf(rank)}};
-    if (run != nullptr && static_cast<size_t>(rank) < run->devices.size()) {
-      const size_t i = static_cast<size_t>(rank);
-      AddRunDevice(run->devices[i], steps, d);
-    }
-    d["predicted"] = PredictedDevice(plan, pred, wire, rank);
-    devices.push_back(std::move(d));
-  }
-  r["devices"] = std::move(devices);
-  if (with_timeline) r["timeline"] = TimelineJson(plan, pred, run);
-  return r;
+  auto device = [&plan, &pred, run, wire, steps](size_t i) {
+    const int rank = static_cast<int>(i);
+    const schedule::Coord c = plan.grid.CoordOf(rank);
+    json d = {{"rank", rank}, {"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}, {"device", plan.grid.DeviceOf(rank)},
+              {"node", plan.grid.NodeOf(rank)}};
+    if (run != nullptr && i < run->devices.size()) AddRunDevice(run->devices[i], steps, d);
+    d["predicted"] = PredictedDevice(plan, pred, *wire, rank);
+    return d;
+  };
+  LazyJson::Members lazy;
+  lazy.emplace_back("devices", LazyJson::Array(static_cast<size_t>(grid.world_size()), std::move(device)));
+  if (with_timeline) lazy.emplace_back("timeline", TimelineJson(plan, pred, run));
+  return LazyJson::Object(std::move(r), std::move(lazy));
+}
+
+json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,
+                 const schedule::RunResult* run, const HostUsage* host, bool with_timeline) {
+  return BuildLazyReport(cfg, plan, pred, run, host, with_timeline).ToJson();
 }
 
 json BuildFailedRunReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -222,11 +223,18 @@ std::string DeviceRow(const json& d, bool run) {
                          Bytes(D(m, "modeled_peak_activation_bytes")), Bytes(D(m, "modeled_wire_bytes")));
 }
 
+// The devices of a report (its "devices" array), made one at a time (apps/lazy_json.h) or read from
+// a document.
+struct DeviceList {
+  size_t size = 0;
+  std::function<json(size_t)> at;
+};
+
 // The EP all-to-alls over every device: the largest peer wait (the straggler gating its group),
 // exposed communication and modeled bytes.
-std::string EpLine(const json& devs, bool run) {
+struct EpMaxima {
   double peer = 0, peer_pred = 0, exposed = 0, exposed_pred = 0, bytes = 0;
-  for (const json& d : devs) {
+  void Add(const json& d, bool run) {
     const json& p = Get(d, "predicted");
     const json& m = run ? d : p;
     peer = std::max(peer, D(m, "ep_peer_wait_ms"));
@@ -235,17 +243,17 @@ std::string EpLine(const json& devs, bool run) {
     exposed_pred = std::max(exposed_pred, D(p, "ep_exposed_comm_ms"));
     bytes = std::max(bytes, D(m, "modeled_ep_bytes"));
   }
-  return absl::StrCat("  EP all-to-all: peer wait (the busiest EP rank gates its group) up to ", Fmt("%.3f", peer),
-                      run ? absl::StrCat(" [", Fmt("%.3f", peer_pred), "]") : std::string(),
-                      " ms, exposed transfer up to ", Fmt("%.3f", exposed),
-                      run ? absl::StrCat(" [", Fmt("%.3f", exposed_pred), "]") : std::string(),
-                      " ms, modeled EP bytes up to ",
-                      Bytes(bytes), " per step per device (part of the wire column)\n");
-}
+  std::string Line(bool run) const {
+    return absl::StrCat("  EP all-to-all: peer wait (the busiest EP rank gates its group) up to ", Fmt("%.3f", peer),
+                        run ? absl::StrCat(" [", Fmt("%.3f", peer_pred), "]") : std::string(),
+                        " ms, exposed transfer up to ", Fmt("%.3f", exposed),
+                        run ? absl::StrCat(" [", Fmt("%.3f", exposed_pred), "]") : std::string(),
+                        " ms, modeled EP bytes up to ", Bytes(bytes), " per step per device (part of the wire column)\n");
+  }
+};
 
-std::string Devices(const json& r, bool run, size_t max_rows) {
-  const json& devs = Get(r, "devices");
-  if (!devs.is_array()) return "";
+// The per-device table: its first `max_rows` rows, and maxima over every device (each made once).
+std::string Devices(const json& r, const DeviceList& devs, bool run, size_t max_rows) {
   std::string out = absl::StrCat(
       "\ndevices", run ? " (measured; predicted in brackets)" : " (predicted)",
       ": busy/step, bubble = idle / step, exposed comm (transfer only), peer wait (bubble), overlap, modeled peak "
@@ -253,20 +261,23 @@ std::string Devices(const json& r, bool run, size_t max_rows) {
   absl::StrAppend(&out, absl::StrFormat("  %5s %-9s %19s %13s %19s %19s %15s %11s %11s\n", "rank", "dp/pp/tp",
                                         "busy ms", "bubble", "exposed comm ms", "peer wait ms", "overlap",
                                         "peak act", "wire"));
-  const size_t rows = std::min(devs.size(), max_rows);
-  for (size_t i = 0; i < rows; ++i) absl::StrAppend(&out, DeviceRow(devs[i], run));
+  const size_t rows = std::min(devs.size, max_rows);
   double max_bubble = 0, max_exposed = 0, real_act = 0, real_wire = 0;
-  for (const json& d : devs) {
+  EpMaxima ep;
+  for (size_t i = 0; i < devs.size; ++i) {
+    const json d = devs.at(i);
+    if (i < rows) absl::StrAppend(&out, DeviceRow(d, run));
     const json& src = run ? d : Get(d, "predicted");
     max_bubble = std::max(max_bubble, D(src, "bubble_total"));
     max_exposed = std::max(max_exposed, D(src, "exposed_comm_ms"));
     real_act = std::max(real_act, D(Get(d, "real"), "peak_activation_bytes"));
     real_wire = std::max(real_wire, D(Get(d, "real"), "wire_bytes"));
+    ep.Add(d, run);
   }
-  if (Get(r, "moe").is_object() && Get(r, "moe").value("ep", 1) > 1) absl::StrAppend(&out, EpLine(devs, run));
-  if (devs.size() > rows) {
-    absl::StrAppend(&out, "  ... ", devs.size() - rows, " more devices (all in --report_json); over all ",
-                    devs.size(), ": max bubble ", Fmt("%.3f", max_bubble), ", max exposed comm ",
+  if (Get(r, "moe").is_object() && Get(r, "moe").value("ep", 1) > 1) absl::StrAppend(&out, ep.Line(run));
+  if (devs.size > rows) {
+    absl::StrAppend(&out, "  ... ", devs.size - rows, " more devices (all in --report_json); over all ",
+                    devs.size, ": max bubble ", Fmt("%.3f", max_bubble), ", max exposed comm ",
                     Fmt("%.3f", max_exposed), " ms\n");
   }
   if (run) {
@@ -311,15 +322,30 @@ std::string Host(const json& r) {
   return out;
 }
 
-}  // namespace
-
-std::string RenderReport(const json& r, size_t max_device_rows) {
+std::string Render(const json& r, const DeviceList* devices, size_t max_device_rows) {
   const bool run = r.value("mode", "") == "run";
   std::string out = Setup(r, run);
   if (run) absl::StrAppend(&out, Steps(r));
-  absl::StrAppend(&out, Timing(r, run), Devices(r, run, max_device_rows));
+  absl::StrAppend(&out, Timing(r, run));
+  if (devices != nullptr) absl::StrAppend(&out, Devices(r, *devices, run, max_device_rows));
   if (run) absl::StrAppend(&out, Host(r));
   return out;
+}
+
+}  // namespace
+
+std::string RenderReport(const json& r, size_t max_device_rows) {
+  const json& devs = Get(r, "devices");
+  if (!devs.is_array()) return Render(r, nullptr, max_device_rows);
+  const DeviceList list{devs.size(), [&devs](size_t i) { return devs[i]; }};
+  return Render(r, &list, max_device_rows);
+}
+
+std::string RenderReport(const LazyJson& report, size_t max_device_rows) {
+  const LazyJson* devs = report.lazy("devices");
+  if (devs == nullptr) return RenderReport(report.members(), max_device_rows);
+  const DeviceList list{devs->size(), [devs](size_t i) { return devs->at(i); }};
+  return Render(report.members(), &list, max_device_rows);
 }
 
 }  // namespace rp::apps

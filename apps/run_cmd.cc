@@ -221,7 +221,7 @@ void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunF
 
 // The text printed after a run: the report, the measured Gantt (wall stamps) and the predicted one.
 std::string RunText(const RunConfig& cfg, const Plan& plan, const schedule::RunResult& result,
-                    const nlohmann::json& report) {
+                    const LazyJson& report) {
   std::string text = RenderReport(report);
   const int rows = std::min(16, cfg.pp * cfg.tp);
   const std::string measured = RenderMeasuredGantt(plan, result, 96, rows);
@@ -414,15 +414,15 @@ int Run(const ParsedArgs& args) {
   if (!verdict.trusted) std::fprintf(stderr, "ringpipe run: warning: %s\n", verdict.warning.c_str());
   host.time_scale_choice = ClockJson(*clock, verdict);
   ReportSlowLinks(options.faults, *result);
-  const nlohmann::json report =
-      BuildReport(*cfg, *plan, result->prediction, &*result, &host, /*with_timeline=*/!cfg->report_json.empty());
+  const LazyJson report =
+      BuildLazyReport(*cfg, *plan, result->prediction, &*result, &host, /*with_timeline=*/!cfg->report_json.empty());
   const std::string text = RunText(*cfg, *plan, *result, report);
   if (tracer.capped() > 0) {
     std::fprintf(stderr, "ringpipe run: the trace keeps at most %zu events (ops and port events); %llu later ones were dropped\n",
                  kMaxTraceEvents, static_cast<unsigned long long>(tracer.capped()));
   }
   if (!cfg->report_json.empty()) {
-    outputs.SetStreamed("report_json", [&report](TextSink sink) { return StreamJson(report, 2, sink); });
+    outputs.SetStreamed("report_json", [&report](TextSink sink) { return report.Stream(2, sink); });
   }
   if (!cfg->trace.empty()) {
     outputs.SetStreamed("trace", [&tracer](TextSink sink) { return tracer.StreamChromeJson(sink); });

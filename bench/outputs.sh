@@ -4,13 +4,15 @@
 # pairs (baseline, current, ...); medians of the pairs. Both binaries must write the same bytes.
 #
 #   bash bench/outputs.sh                # baseline = BASE_REF (default: f320aa5, before the trace
-#                                        # and the report were streamed into their files)
+#                                        # and the report were streamed into their files; b504e1d:
+#                                        # before the report's devices were made one at a time)
 #   PAIRS=5 bash bench/outputs.sh
 #   BASE_REF=none bash bench/outputs.sh  # current binary only
 #
 # Jobs (JOBS, one per line: the ringpipe arguments; OUT_FILE is replaced by the output's path):
 #   a 1024-device virtual-clock run with --trace (a 155 MB Chrome JSON), and `predict` of pp 64 ×
-#   2048 micro-batches with --report_json (an 84 MB report). Per job: peak RSS (MB) and wall seconds
+#   2048 micro-batches with --report_json (an 84 MB report), and `predict` of 2^20 devices with
+#   --report_json (a 769 MB report of one object per device). Per job: peak RSS (MB) and wall seconds
 #   (/usr/bin/time) of both binaries, and the median of the pairs' ratios (baseline ÷ current). The
 #   run is also timed once without --trace, for the memory the output adds.
 set -euo pipefail
@@ -21,7 +23,8 @@ BASE_REF=${BASE_REF:-f320aa5}
 NEW=${NEW:-build/release/apps/ringpipe}
 BASE_DIR=${BASE_DIR:-/tmp/ringpipe-outputs-baseline}
 JOBS=${JOBS:-"run --dp=64 --pp=8 --hidden=64x16 --microbatches=4 --virtual_time --steps=40 --trace=OUT_FILE
-predict --pp=64 --microbatches=2048 --tp=1 --hidden=64x255 --report_json=OUT_FILE"}
+predict --pp=64 --microbatches=2048 --tp=1 --hidden=64x255 --report_json=OUT_FILE
+predict --dp=32768 --pp=8 --tp=4 --hidden=64x16 --report_json=OUT_FILE"}
 
 [ -x "$NEW" ] || { echo "outputs: build the release preset first ($NEW missing)" >&2; exit 2; }
 BASE=

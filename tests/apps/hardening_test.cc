@@ -129,9 +129,9 @@ TEST(Hardening, RunsThatWouldNotFitInMemoryAreBadInputAndInvalidSweepPoints) {
                  "train_size: the run would allocate about", "huge data set");
   ExpectBadInput(RunBinary("run --dp=64 --pp=8 --tp=8 --hidden=1024x8 --steps=1 --virtual_time", dir),
                  "the run would allocate about", "many devices");
-  // (2^20 devices: their DP ring's messages are over budget, which is said first, whatever the host.)
-  ExpectBadInput(RunBinary("predict --dp=262144 --pp=1 --tp=1", dir), "--dp: the prediction would allocate about",
-                 "predict, 2^18 devices");
+  // 2^20 devices in replicas that fold (pp 8 per replica: two whole nodes), at 512 B a device.
+  ExpectBadInput(RunBinary("predict --dp=131072 --pp=8 --tp=1 --hidden=64x16", dir),
+                 "--dp: the prediction would allocate about", "predict, 2^20 devices");
   // Mixture-of-experts weights count: 16 experts of hidden 4096 over 2 replicas need about 460 MB (the
   // dense layers alone are a few MB, which is all the estimate used to count).
   ExpectBadInput(RunBinary("run --virtual_time --steps=1 --dp=2 --pp=1 --tp=1 --hidden=64x3 --moe_layers=1 "

@@ -144,23 +144,30 @@ TEST(PredictCommand, TheMemoryEstimateBoundsThePredictionsPeak) {
   const fs::path dir = TempDir("memory");
   const fs::path report = dir / "r.json";
   std::vector<std::pair<double, std::string>> runs;  // (estimate, flags)
+  // (The third: 2^18 devices, whose report objects are made one at a time — 2.7 kB a device while the
+  // report was one document, over the 512 B a device the estimate counts now.)
   for (const std::string layout : {"--dp=1 --tp=1 --pp=64 --microbatches=512 --hidden=8x255 --input_dim=8",
-                                   "--dp=1 --tp=2 --pp=16 --microbatches=256 --hidden=8x255 --input_dim=8"}) {
+                                   "--dp=1 --tp=2 --pp=16 --microbatches=256 --hidden=8x255 --input_dim=8",
+                                   "--dp=8192 --tp=4 --pp=8 --hidden=64x16"}) {
     double estimate[2] = {0, 0};
     for (const bool with_report : {false, true}) {
       const std::string flags = layout + (with_report ? " --report_json=" + report.string() : "");
       ASSERT_EQ(::setenv("RINGPIPE_MEMORY_LIMIT_BYTES", "1000", 1), 0);  // refused: the message says the estimate
       const Result refused = RunBinary("predict " + flags, dir);
       ASSERT_EQ(::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES"), 0);
-      const std::string says = "--microbatches: the prediction would allocate about ";
-      ExpectBadInput(refused, says, flags);
+      const std::string says = "the prediction would allocate about ";
+      ExpectBadInput(refused, (layout.find("--dp=8192") != std::string::npos ? "--dp: " : "--microbatches: ") + says,
+                     flags);
       EXPECT_FALSE(fs::exists(report)) << flags;
       const size_t at = refused.err.find(says);
       ASSERT_NE(at, std::string::npos) << flags << "\n" << refused.err;
       estimate[with_report] = std::stod(refused.err.substr(at + says.size())) * 1e9;
       runs.emplace_back(estimate[with_report], flags);
     }
-    EXPECT_LT(estimate[false], estimate[true]) << layout << ": the timeline rows count only with --report_json";
+    // (The rows of 2^18 devices' one replica are too few to show in the message's 3 digits.)
+    if (layout.find("--dp=8192") == std::string::npos) {
+      EXPECT_LT(estimate[false], estimate[true]) << layout << ": the timeline rows count only with --report_json";
+    }
   }
   std::sort(runs.begin(), runs.end());
   for (const auto& [estimate_bytes, flags] : runs) {
