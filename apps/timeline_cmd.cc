@@ -18,6 +18,7 @@
 // the predicted step); 1 the file could not be written.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,10 +101,19 @@ int ReadFromReport(const ParsedArgs& args, const std::string& out, OutputFiles& 
   return kExitOk;
 }
 
-// The run `timeline` draws, and its report in *report (the host section as `run` writes it: its
+// A chart drawn from flags and config, and its report: the report reads the plan, the prediction and
+// the run when it is written (at the commit, apps/lazy_json.h), so they live here until then.
+struct Drawn {
+  std::optional<Plan> plan;
+  std::optional<schedule::Prediction> prediction;
+  std::optional<schedule::RunResult> run;
+  LazyJson report;
+};
+
+// The run `timeline` draws, and its report in drawn.report (the host section as `run` writes it: its
 // clock choice and whether the host kept the scale). A run that fails still writes the outputs asked
 // for, marked failed. kExitOk, or the exit code of the error it printed.
-int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, OutputFiles& outputs, json& report) {
+int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, OutputFiles& outputs, Drawn& drawn) {
   schedule::ExecutorOptions options = plan.executor;
   // The host section as `run` writes it (its clock choice and whether the host kept the scale).
   HostUsage host;
@@ -164,15 +174,16 @@ int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, Ou
                                                 WatchdogScaleLimit(cfg, fit));
   if (!verdict.trusted) std::fprintf(stderr, "ringpipe timeline: warning: %s\n", verdict.warning.c_str());
   host.time_scale_choice = ClockJson(*clock, verdict);
-  report = BuildReport(cfg, plan, run->prediction, &*run, &host);
+  drawn.run = std::move(*run);
+  drawn.report = BuildLazyReport(cfg, plan, drawn.run->prediction, &*drawn.run, &host);
   return kExitOk;
 }
 
 // A layout from flags and config: predicted only, or run (its failure still writes the outputs asked
-// for, marked failed); its report in *report, which must live until the commit. kExitOk, or the exit
+// for, marked failed); its report in drawn.report, which must live until the commit. kExitOk, or the exit
 // code of the error it printed.
 int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_only, OutputFiles& outputs,
-                   json& report, absl::StatusOr<TimelineReport>& timeline) {
+                   Drawn& drawn, absl::StatusOr<TimelineReport>& timeline) {
   auto cfg = LoadConfig(args, /*for_run=*/!predict_only);
   if (!cfg.ok()) return Fail(kExitBadInput, std::string(cfg.status().message()));
   for (const auto& [flag, path] : {std::pair{"out", out}, {"report_json", cfg->report_json}}) {
@@ -181,8 +192,9 @@ int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_
   if (absl::Status st = outputs.CheckAll({{"config", cfg->config_file}}); !st.ok()) {
     return Fail(kExitBadInput, std::string(st.message()));
   }
-  auto plan = BuildPlan(*cfg, /*for_run=*/!predict_only);
-  if (!plan.ok()) return Fail(kExitBadInput, std::string(plan.status().message()));
+  auto built = BuildPlan(*cfg, /*for_run=*/!predict_only);
+  if (!built.ok()) return Fail(kExitBadInput, std::string(built.status().message()));
+  const Plan* plan = &drawn.plan.emplace(std::move(*built));
   // A run draws its measured step above the predicted one.
   const int panels = predict_only ? 1 : 2;
   if (const uint64_t ops = OpsToDraw(*plan, panels); ops > kMaxBars) {
@@ -196,15 +208,19 @@ int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_
     if (absl::Status st = CheckPredictable(*cfg, *plan); !st.ok()) return Fail(kExitBadInput, std::string(st.message()));
     auto pred = schedule::Predict(plan->execution, plan->predict);
     if (!pred.ok()) return Fail(kExitBadInput, std::string(pred.status().message()));
-    report = BuildReport(*cfg, *plan, *pred, nullptr);
-  } else if (const int code = RunReport(args, *cfg, *plan, outputs, report); code != kExitOk) {
+    drawn.prediction = std::move(*pred);
+    drawn.report = BuildLazyReport(*cfg, *plan, *drawn.prediction, nullptr);
+  } else if (const int code = RunReport(args, *cfg, *plan, outputs, drawn); code != kExitOk) {
     return code;
   }
   if (!cfg->report_json.empty()) {
-    // `report` lives in Run until the commit: written into the file in pieces, not held as text.
-    outputs.SetStreamed("report_json", [&report](TextSink sink) { return StreamJson(report, 2, sink); });
+    // `drawn` lives in Run until the commit: written into the file in pieces, not held as text.
+    outputs.SetStreamed("report_json", [&drawn](TextSink sink) { return drawn.report.Stream(2, sink); });
   }
-  timeline = ReadTimelineReport(report);
+  // The chart reads the report's small sections and its timeline rows, not its device objects.
+  json sections = drawn.report.members();
+  if (const LazyJson* rows = drawn.report.lazy("timeline"); rows != nullptr) sections["timeline"] = rows->ToJson();
+  timeline = ReadTimelineReport(sections);
   if (timeline.status().code() == absl::StatusCode::kResourceExhausted) {
     return Fail(kExitBadInput, absl::StrCat("--microbatches: the step has too many ops to draw: ",
                                             timeline.status().message(), "; draw a step with fewer micro-batches"));
@@ -220,9 +236,9 @@ int Run(const ParsedArgs& args) {
 
   OutputFiles outputs;
   absl::StatusOr<TimelineReport> timeline;
-  json report;  // drawn from flags and config: written at the commit
+  Drawn drawn;  // from flags and config: its report is written at the commit
   const int code = args.Has("from_report") ? ReadFromReport(args, out, outputs, timeline)
-                                            : DrawFromConfig(args, out, predict_only, outputs, report, timeline);
+                                            : DrawFromConfig(args, out, predict_only, outputs, drawn, timeline);
   if (code != kExitOk) return code;
   const std::string title = args.Has("title") ? args.Text("title") : timeline->title;
   outputs.Set("out", svg::RenderGantt(title, timeline->panels));
