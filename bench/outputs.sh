@@ -13,8 +13,8 @@
 #   a 1024-device virtual-clock run with --trace (a 155 MB Chrome JSON), and `predict` of pp 64 ×
 #   2048 micro-batches with --report_json (an 84 MB report), and `predict` of 2^20 devices with
 #   --report_json (a 769 MB report of one object per device). Per job: peak RSS (MB) and wall seconds
-#   (/usr/bin/time) of both binaries, and the median of the pairs' ratios (baseline ÷ current). The
-#   run is also timed once without --trace, for the memory the output adds.
+#   (/usr/bin/time) of both binaries, and the median of the pairs' ratios (baseline ÷ current). Each
+#   job is also timed once without its output file, for the memory and time the output adds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -74,9 +74,7 @@ while IFS= read -r args; do
   else
     printf '| %s | %s | %s | — | — | — | — |\n' "$args" "$(m "${nr[@]}")" "$(m "${nw[@]}")"
   fi
-  if [[ $args == run* ]]; then
-    bare=$(sed -E 's/ --(trace|report_json)=OUT_FILE//g' <<<"$args")
-    read -r r w < <(job "$NEW" "$bare" bare)
-    printf '| the same without its output file (current binary, once) | %s | %s | — | — | — | — |\n' "$r" "$w"
-  fi
+  bare=$(sed -E 's/ --(trace|report_json)=OUT_FILE//g' <<<"$args")
+  read -r r w < <(job "$NEW" "$bare" bare)
+  printf '| the same without its output file (current binary, once) | %s | %s | — | — | — | — |\n' "$r" "$w"
 done <<<"$JOBS"
