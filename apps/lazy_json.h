@@ -51,7 +51,8 @@ class LazyJson {
   // pieces (rp::TextPieces) as it is made. The sink's first error.
   absl::Status Stream(int indent, TextSink sink) const;
 
-  // An object's plain members (null for other nodes) and its lazy member `key` (nullptr: none).
+  // An object's plain members (a value node's value; an array's: null) and its lazy member `key`
+  // (nullptr: none, or not an object).
   const nlohmann::json& members() const { return value_; }
   const LazyJson* lazy(std::string_view key) const;
   // An array node's size, and its element i (made now; null if left out).

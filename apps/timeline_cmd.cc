@@ -27,6 +27,7 @@
 #include "apps/clock_choice.h"
 #include "apps/cli.h"
 #include "apps/config.h"
+#include "apps/fault_flags.h"
 #include "apps/files.h"
 #include "apps/host.h"
 #include "apps/memory_estimate.h"
@@ -115,16 +116,23 @@ struct Drawn {
 // for, marked failed. kExitOk, or the exit code of the error it printed.
 int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, OutputFiles& outputs, Drawn& drawn) {
   schedule::ExecutorOptions options = plan.executor;
+  double op_factor = 1;  // what --straggler and --jitter add to the slowest op (the watchdog's fit)
+  if (absl::Status st = ParseFaultFlags(args, cfg.world_size(), cfg.steps, options.faults); !st.ok()) {
+    return Fail(kExitBadInput, std::string(st.message()));
+  } else if (st = CheckFaultFlagFactors(cfg, args, options.faults, &op_factor); !st.ok()) {
+    return Fail(kExitBadInput, std::string(st.message()));
+  }
   // The host section as `run` writes it (its clock choice and whether the host kept the scale).
   HostUsage host;
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
   host.model_buffer_bytes = ModelBufferBytes(cfg);
-  const auto create_failed = [&](const absl::Status& st) {
+  const auto create_failed = [&](const absl::Status& created) {
+    const absl::Status st = FaultFlagStatus(created);  // an op index past a rank's program: --fault
     return Fail(st.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed,
                 std::string(st.message()));
   };
   // As `run`: every op and every wait for one message within the watchdog on a real clock.
-  const WatchdogFit fit = WatchdogFitOf(options);
+  const WatchdogFit fit = WatchdogFitOf(options, op_factor);
   schedule::CalibrationOptions calibration;
   calibration.target = kHostFidelityTarget;
   if (absl::Status st = FitTheWatchdog(cfg, fit, calibration); !st.ok()) {
@@ -154,6 +162,9 @@ int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, Ou
     // As `run`: the outputs asked for are still written, marked failed (the report's status, the
     // chart's title), the chart drawing the failed run's predicted step (nothing was measured).
     if (const schedule::RunFailure* f = (*exec)->failure(); f != nullptr) {
+      if (f->seconds_after_fault >= 0) {
+        std::fprintf(stderr, "ringpipe timeline: injected fault detected %.3f s after it fired\n", f->seconds_after_fault);
+      }
       host.time_scale_choice = FailedRunClockJson(cfg, *clock, fit, f->steps);
       FailedTimeline failed =
           FailedTimelineOutputs(cfg, plan, *f, host, args.Has("title") ? args.Text("title") : "");
@@ -169,6 +180,7 @@ int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, Ou
     return Fail(kExitFault, std::string(run.status().message()));
   }
   host.threads = std::max(host.threads, run->threads_at_first_step - 1);
+  ReportSlowLinks("timeline", options.faults, *run);
   // As `run`: a real-clock scale the host did not keep makes the measured rows the host's.
   const HostVerdict verdict = JudgeHostFidelity(*clock, run->fidelity_host, cfg.watchdog_timeout,
                                                 WatchdogScaleLimit(cfg, fit));
@@ -184,6 +196,15 @@ int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, Ou
 // code of the error it printed.
 int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_only, OutputFiles& outputs,
                    Drawn& drawn, absl::StatusOr<TimelineReport>& timeline) {
+  if (predict_only) {
+    // The fault flags change a run; the prediction alone has none to change.
+    for (const char* flag : {"fault", "straggler", "jitter"}) {
+      if (args.Has(flag)) {
+        return Fail(kExitBadInput, absl::StrCat("--", flag, ": injects faults into a run; --predict_only runs nothing "
+                                                "(drop one of the two)"));
+      }
+    }
+  }
   auto cfg = LoadConfig(args, /*for_run=*/!predict_only);
   if (!cfg.ok()) return Fail(kExitBadInput, std::string(cfg.status().message()));
   for (const auto& [flag, path] : {std::pair{"out", out}, {"report_json", cfg->report_json}}) {
@@ -259,6 +280,7 @@ std::vector<FlagSpec> Flags() {
       PredictOnlyFlag(),
       TitleFlag("from the layout and the schedule"),
   };
+  for (FlagSpec& f : FaultFlags()) out.push_back(std::move(f));
   auto defaults = PresetByName("default");
   for (FlagSpec& f : ConfigFlags(0, defaults.ok() ? *defaults : RunConfig{})) {
     if (f.name != "trace") out.push_back(std::move(f));

@@ -1,6 +1,6 @@
-// `ringpipe timeline`'s outputs of a run that failed at run time (apps/timeline_cmd.cc). Without fault
-// flags a timeline run still fails at run time when it stalls (the host kept it from progressing for
-// the watchdog timeout) or a device throws; as `run` does, the outputs asked for are then written,
+// `ringpipe timeline`'s outputs of a run that failed at run time (apps/timeline_cmd.cc): a fault the
+// fault flags injected (apps/fault_flags.h), a stall or a device that threw; as `run` does, the
+// outputs asked for are then written,
 // marked failed: the report of BuildFailedRunReport (status "failed", the failure, the committed
 // steps) and the chart of the failed run's predicted step (nothing was measured) under a title that
 // says the run failed.

@@ -1,5 +1,6 @@
 // `ringpipe timeline` through the binary: a run's chart and the same chart from its saved report, its
-// report's host section, bad input, and ops or messages that would outlast the watchdog. The chart's
+// report's host section, bad input, ops or messages that would outlast the watchdog, and the fault
+// flags. The chart's
 // drawing and the failed run's outputs: timeline_test.cc.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -146,6 +147,57 @@ TEST(TimelineCommand, OpsAndMessagesThatOutlastTheWatchdogAreBadInputNotAStall) 
   EXPECT_EQ(Cell(csv, 1, "status"), "ok");
   EXPECT_EQ(Cell(csv, 2, "status"), "invalid");
   EXPECT_NE(Cell(csv, 2, "error").find("longest wait for one message"), std::string::npos) << Cell(csv, 2, "error");
+  fs::remove_all(dir);
+}
+
+// The fault flags of `run` inject faults into `timeline`'s run too, so its failure path is a user's:
+// a device that throws gives exit 3 and both outputs marked failed (the chart of the predicted step
+// under a title that says so); a slow link lengthens the measured step and the run's prediction,
+// which counts the flags' links, alike; and a fault flag that cannot apply is bad input.
+TEST(TimelineCommand, FaultFlagsInjectFaultsIntoItsRun) {
+  const fs::path dir = TempDir("timeline_faults");
+  const fs::path svg = dir / "t.svg", report = dir / "r.json";
+  const std::string pipe = "timeline --dp=1 --pp=2 --tp=1 --microbatches=2 --steps=3 --virtual_time "
+                           "--reference=false --train_size=256 --test_size=64 --out=" + svg.string() +
+                           " --report_json=" + report.string() + " ";
+  const Result thrown = RunBinary(pipe + "--fault=throw:rank=1,step=1,op=0", dir);
+  EXPECT_EQ(thrown.exit_code, kExitFault) << thrown.err;
+  EXPECT_NE(thrown.err.find("ringpipe timeline: injected fault detected"), std::string::npos) << thrown.err;
+  EXPECT_NE(ReadFile(svg).find("the run FAILED at step 1 (nothing measured): the predicted step"), std::string::npos);
+  const json failed = json::parse(ReadFile(report));
+  EXPECT_EQ(failed["status"], "failed");
+  EXPECT_EQ(failed["failure"]["rank"], 1);
+  EXPECT_EQ(failed["failure"]["step"], 1);
+  EXPECT_EQ(failed["steps"].size(), 1u);
+
+  double step_ms[2] = {0, 0};  // healthy, with a slow link
+  for (const bool slow : {false, true}) {
+    fs::remove(svg);
+    const Result r = RunBinary(pipe + (slow ? "--fault=slow_link:src=0,dst=1,factor=50" : ""), dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("slow link: rank 0 -> rank 1 took 50x") != std::string::npos, slow) << r.err;
+    const json j = json::parse(ReadFile(report));
+    step_ms[slow] = j["step_time_ms"]["measured"].get<double>();
+    EXPECT_DOUBLE_EQ(step_ms[slow], j["step_time_ms"]["predicted"].get<double>()) << r.err;
+    EXPECT_TRUE(fs::exists(svg));
+  }
+  EXPECT_GT(step_ms[1], step_ms[0]) << "the slow link did not show in the step (virtual clock: deterministic)";
+
+  fs::remove(svg);
+  fs::remove(report);
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--predict_only --fault=throw:rank=0,step=0,op=0", "--fault: injects faults into a run"},
+           {"--predict_only --straggler=0:2", "--straggler: injects faults into a run"},
+           {"--fault=explode:rank=0", "--fault: 'explode:rank=0': kind must be"},
+           {"--straggler=2:3", "--straggler: '2:3': rank 2 is not a rank of the 2 devices"},
+           {"--fault=throw:rank=0,step=0,op=999", "--fault: op fault"}}) {
+    const Result r = RunBinary(pipe + flags, dir);
+    EXPECT_EQ(r.exit_code, kExitBadInput) << flags << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("ringpipe timeline: " + says, 0), 0u) << flags << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << flags << ": " << r.err;
+    EXPECT_FALSE(fs::exists(svg)) << flags;
+    EXPECT_FALSE(fs::exists(report)) << flags;
+  }
   fs::remove_all(dir);
 }
 

@@ -350,9 +350,8 @@ TEST(TimelineReader, MoreDevicesThanAChartHasRowsAreRefusedNotCut) {
 // `timeline` failed at run time without writing anything: a stall (the host kept the run from
 // progressing for the watchdog timeout) or a device's exception left neither the chart nor the report
 // asked for. As `run`, both are now written, marked failed: the report's status and failure, the
-// chart's title over the predicted step. No flag of `timeline` injects a fault (stopping the process
-// past the watchdog does not fail a run either), so the failure here is a device's exception injected
-// in-process: rank 1 throws in step 1.
+// chart's title over the predicted step. Here the outputs themselves, of a device's exception injected
+// in-process (rank 1 throws in step 1); through the binary's --fault: timeline_cmd_test.cc.
 TEST(Timeline, ARunThatFailsAtRunTimeStillGivesItsChartAndReportMarkedFailed) {
   RunConfig cfg;
   absl::StatusOr<Plan> plan = PlanOf({"--pp=2", "--tp=1", "--dp=1", "--microbatches=2", "--steps=3", "--virtual_time",
