@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status_macros.h"
@@ -64,13 +64,16 @@ FoldBlocker Blocker(const ExecutionPlan& plan, const PredictOptions& opts) {
   // A NIC shared by two replicas couples them.
   const LinkSpec& links = plan.options.links;
   const int nics = links.nics_per_node == 0 ? links.devices_per_node : links.nics_per_node;
-  std::map<int, int> replica_of_nic;
+  std::vector<int> replica_of_nic;  // by NIC index; -1: no device seen on it yet
   for (int r = 0; r < g.world_size(); ++r) {
     const int dev = g.DeviceOf(r);
-    const int nic = (dev / links.devices_per_node) * nics +
-                    (dev % links.devices_per_node) * nics / links.devices_per_node;
-    auto [it, inserted] = replica_of_nic.emplace(nic, g.CoordOf(r).dp);
-    if (!inserted && it->second != g.CoordOf(r).dp) return FoldBlocker::kLayout;
+    const size_t nic = static_cast<size_t>((dev / links.devices_per_node) * nics +
+                                           (dev % links.devices_per_node) * nics / links.devices_per_node);
+    if (nic >= replica_of_nic.size()) replica_of_nic.resize(std::max(nic + 1, 2 * replica_of_nic.size()), -1);
+    int& replica = replica_of_nic[nic];
+    const int dp = g.CoordOf(r).dp;
+    if (replica >= 0 && replica != dp) return FoldBlocker::kLayout;
+    replica = dp;
   }
   return FoldBlocker::kNone;
 }
