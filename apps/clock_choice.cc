@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "apps/cli.h"
+#include "apps/fault_flags.h"
 #include "runtime/status_macros.h"
 #include "runtime/time.h"
 #include "schedule/metrics.h"
@@ -245,6 +248,35 @@ nlohmann::json FailedRunClockJson(const RunConfig& cfg, const ClockChoice& clock
   const schedule::StepRecord& median = *by_measured[by_measured.size() / 2];
   const double fidelity = schedule::Fidelity(FromMillis(median.measured_ms), FromMillis(median.emulated_ms));
   return ClockJson(clock, JudgeHostFidelity(clock, fidelity, cfg.watchdog_timeout, WatchdogScaleLimit(cfg, fit)));
+}
+
+absl::StatusOr<ClockChoice> PrepareClock(const char* command, const RunConfig& cfg, const WatchdogFit& fit,
+                                         schedule::ExecutorOptions* options, int* exit_code) {
+  *exit_code = kExitBadInput;
+  schedule::CalibrationOptions calibration;
+  calibration.target = kHostFidelityTarget;
+  RP_RETURN_IF_ERROR(FitTheWatchdog(cfg, fit, calibration));
+  if (!cfg.virtual_time && cfg.time_scale_auto()) {
+    // Validate before calibrating: a layout the executor refuses is bad input, whatever the clock.
+    if (auto check = schedule::Executor::Create(*options); !check.ok()) {
+      const absl::Status st = FaultFlagStatus(check.status());  // an op index past a program: --fault
+      if (st.code() != absl::StatusCode::kInvalidArgument) *exit_code = kExitFailed;
+      return st;
+    }
+    std::fprintf(stderr, "ringpipe %s: time scale auto: measuring what this host keeps (short trial runs)...\n",
+                 command);
+  }
+  absl::StatusOr<ClockChoice> clock = ChooseClock(cfg, options, calibration);
+  if (!clock.ok()) {
+    *exit_code = kExitFailed;
+    return clock.status();
+  }
+  if (clock->mode == ClockChoice::Mode::kAuto) {
+    std::fprintf(stderr, "ringpipe %s: %s\n", command, clock->reason.c_str());
+    RP_RETURN_IF_ERROR(CheckChosenScaleFitsTheWatchdog(cfg, fit, clock->scale));
+  }
+  *exit_code = kExitOk;
+  return clock;
 }
 
 }  // namespace rp::apps

@@ -119,6 +119,14 @@ double WatchdogScaleLimit(const RunConfig& cfg, const WatchdogFit& fit);
 [[nodiscard]] absl::Status CheckChosenScaleFitsTheWatchdog(const RunConfig& cfg, const WatchdogFit& fit,
                                                            double scale);
 
+// Everything above before a run of `options` (`run`, `timeline`): the watchdog fitted (FitTheWatchdog),
+// the clock chosen (ChooseClock: with --time_scale=auto, after checking that the executor takes the
+// options, trial runs announced on stderr as "ringpipe <command>: ..."; sets options->time_scale), and
+// auto's scale checked (CheckChosenScaleFitsTheWatchdog). On an error, the status is the message to
+// print and *exit_code its exit (apps/cli.h: bad input, or failed when the calibration failed).
+absl::StatusOr<ClockChoice> PrepareClock(const char* command, const RunConfig& cfg, const WatchdogFit& fit,
+                                         schedule::ExecutorOptions* options, int* exit_code);
+
 // A run that failed at run time (`run`, `timeline`): its host.time_scale_choice — its clock and why,
 // and whether the host kept the scale over the steps committed before the failure (their upper median
 // by measured time, as a run's headline step; null when none was committed). The failed report had no

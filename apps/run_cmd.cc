@@ -177,27 +177,15 @@ int Run(const ParsedArgs& args) {
     return Fail(kExitBadInput, st);
   }
   // On a real clock every op and every wait for one message must end within the watchdog timeout
-  // (a longer planned wait would be reported as a stall): a forced scale is checked here, auto's
-  // trials stay below the scale that allows.
+  // (a longer planned wait would be reported as a stall): a forced scale is checked, auto's trials
+  // stay below the scale that allows.
   const WatchdogFit fit = WatchdogFitOf(options, op_factor);
-  schedule::CalibrationOptions calibration;
-  if (absl::Status st = FitTheWatchdog(*cfg, fit, calibration); !st.ok()) return Fail(kExitBadInput, st);
   HostUsage host;
   host.rss_before_bytes = ReadProcStatus().rss_bytes;
   host.model_buffer_bytes = ModelBufferBytes(*cfg);
-  if (!cfg->virtual_time && cfg->time_scale_auto()) {
-    // Validate before calibrating: a layout the executor refuses is bad input, whatever the clock.
-    if (auto check = schedule::Executor::Create(options); !check.ok()) return CreateFailed(check.status());
-    std::fprintf(stderr, "ringpipe run: time scale auto: measuring what this host keeps (short trial runs)...\n");
-  }
-  absl::StatusOr<ClockChoice> clock = ChooseClock(*cfg, &options, calibration);
-  if (!clock.ok()) return Fail(kExitFailed, clock.status());
-  if (clock->mode == ClockChoice::Mode::kAuto) {
-    std::fprintf(stderr, "ringpipe run: %s\n", clock->reason.c_str());
-    if (absl::Status st = CheckChosenScaleFitsTheWatchdog(*cfg, fit, clock->scale); !st.ok()) {
-      return Fail(kExitBadInput, st);
-    }
-  }
+  int clock_exit = kExitOk;
+  absl::StatusOr<ClockChoice> clock = PrepareClock("run", *cfg, fit, &options, &clock_exit);
+  if (!clock.ok()) return Fail(clock_exit, clock.status());
   // On the virtual clock the trace holds nothing of the host (no wall stamps; events in modeled
   // order): the same options write the same bytes (runtime/tracer.h, docs/runtime.md). On the real
   // clock its wall origin is when it is built: here, after --time_scale=auto's trial runs, so the

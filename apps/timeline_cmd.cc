@@ -133,23 +133,9 @@ int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, Ou
   };
   // As `run`: every op and every wait for one message within the watchdog on a real clock.
   const WatchdogFit fit = WatchdogFitOf(options, op_factor);
-  schedule::CalibrationOptions calibration;
-  calibration.target = kHostFidelityTarget;
-  if (absl::Status st = FitTheWatchdog(cfg, fit, calibration); !st.ok()) {
-    return Fail(kExitBadInput, std::string(st.message()));
-  }
-  if (!cfg.virtual_time && cfg.time_scale_auto()) {
-    if (auto check = schedule::Executor::Create(options); !check.ok()) return create_failed(check.status());
-    std::fprintf(stderr, "ringpipe timeline: time scale auto: measuring what this host keeps (short trial runs)...\n");
-  }
-  absl::StatusOr<ClockChoice> clock = ChooseClock(cfg, &options, calibration);
-  if (!clock.ok()) return Fail(kExitFailed, std::string(clock.status().message()));
-  if (clock->mode == ClockChoice::Mode::kAuto) {
-    std::fprintf(stderr, "ringpipe timeline: %s\n", clock->reason.c_str());
-    if (absl::Status st = CheckChosenScaleFitsTheWatchdog(cfg, fit, clock->scale); !st.ok()) {
-      return Fail(kExitBadInput, std::string(st.message()));
-    }
-  }
+  int clock_exit = kExitOk;
+  absl::StatusOr<ClockChoice> clock = PrepareClock("timeline", cfg, fit, &options, &clock_exit);
+  if (!clock.ok()) return Fail(clock_exit, std::string(clock.status().message()));
   auto exec = schedule::Executor::Create(options);
   if (!exec.ok()) return create_failed(exec.status());
   std::fprintf(stderr, "ringpipe timeline: running %s, %s, %d steps...\n", plan.grid.ToString().c_str(),
