@@ -52,6 +52,52 @@
 namespace rp::apps {
 namespace {
 
+// What a stress run draws and prints (its flags).
+struct StressOptions {
+  int fault_every = 4;
+  int max_devices = 8;
+  bool comm_empty = true;
+  bool list = false;
+};
+
+// One configuration, drawn from seed `s` and checked; its lines printed (with --list, and a failure
+// with its replay line). False: it failed.
+bool StressOne(uint64_t s, const StressOptions& o, stress::FaultTally& tally, int& comm_checks) {
+  stress::Checker ck;
+  absl::StatusOr<stress::Drawn> c = stress::DrawConfig(s, o.fault_every, o.max_devices, o.comm_empty);
+  std::string summary = c.ok() ? c->summary : "";
+  if (o.list) {
+    // Before running it: a sanitizer report halts the process, and this line names its seed.
+    std::fprintf(stderr, "running seed=%llu\n", static_cast<unsigned long long>(s));
+  }
+  if (!c.ok()) {
+    ck.Fail("drawing the configuration: %s", c.status().ToString());
+  } else {
+    stress::CheckComm(*c, s, ck);
+    ++comm_checks;
+    if (c->fault) {
+      stress::CheckFault(*c, ck, tally);
+    } else {
+      stress::CheckHealthy(*c, ck);
+    }
+  }
+  if (o.list) {
+    std::printf("seed=%llu %s: %s\n", static_cast<unsigned long long>(s),
+                ck.failures.empty() ? "ok" : "FAIL", summary.c_str());
+  }
+  if (!ck.failures.empty()) {
+    std::printf("FAIL seed=%llu: %s\n  config: %s\n",
+                static_cast<unsigned long long>(s), absl::StrJoin(ck.failures, "\n  ").c_str(),
+                summary.c_str());
+    std::printf("  replay: ringpipe stress --seed=%llu --configs=1%s%s%s\n",
+                static_cast<unsigned long long>(s),
+                o.comm_empty ? "" : " --comm_empty=false",
+                o.fault_every != 4 ? absl::StrCat(" --fault_every=", o.fault_every).c_str() : "",
+                o.max_devices != 8 ? absl::StrCat(" --max_devices=", o.max_devices).c_str() : "");
+  }
+  return ck.failures.empty();
+}
+
 int Stress(const ParsedArgs& args) {
   const int64_t seed_flag = args.Int("seed", 1);
   if (seed_flag < 0) {
@@ -82,45 +128,15 @@ int Stress(const ParsedArgs& args) {
                  static_cast<long long>(std::numeric_limits<int64_t>::max() - seed_flag + 1));
     return kExitBadInput;
   }
-  const bool list = args.Bool("list", false);
+  const StressOptions options{.fault_every = static_cast<int>(fault_every),
+                              .max_devices = static_cast<int>(max_devices),
+                              .comm_empty = comm_empty,
+                              .list = args.Bool("list", false)};
   const auto t0 = std::chrono::steady_clock::now();
   int failed = 0, comm_checks = 0;
   stress::FaultTally tally;
   for (int i = 0; i < configs; ++i) {
-    const uint64_t s = seed + static_cast<uint64_t>(i);
-    stress::Checker ck;
-    absl::StatusOr<stress::Drawn> c = stress::DrawConfig(s, static_cast<int>(fault_every), static_cast<int>(max_devices), comm_empty);
-    std::string summary = c.ok() ? c->summary : "";
-    if (list) {
-      // Before running it: a sanitizer report halts the process, and this line names its seed.
-      std::fprintf(stderr, "running seed=%llu\n", static_cast<unsigned long long>(s));
-    }
-    if (!c.ok()) {
-      ck.Fail("drawing the configuration: %s", c.status().ToString());
-    } else {
-      stress::CheckComm(*c, s, ck);
-      ++comm_checks;
-      if (c->fault) {
-        stress::CheckFault(*c, ck, tally);
-      } else {
-        stress::CheckHealthy(*c, ck);
-      }
-    }
-    if (list) {
-      std::printf("seed=%llu %s: %s\n", static_cast<unsigned long long>(s),
-                  ck.failures.empty() ? "ok" : "FAIL", summary.c_str());
-    }
-    if (!ck.failures.empty()) {
-      ++failed;
-      std::printf("FAIL seed=%llu: %s\n  config: %s\n",
-                  static_cast<unsigned long long>(s), absl::StrJoin(ck.failures, "\n  ").c_str(),
-                  summary.c_str());
-      std::printf("  replay: ringpipe stress --seed=%llu --configs=1%s%s%s\n",
-                  static_cast<unsigned long long>(s),
-                  comm_empty ? "" : " --comm_empty=false",
-                  fault_every != 4 ? absl::StrCat(" --fault_every=", fault_every).c_str() : "",
-                  max_devices != 8 ? absl::StrCat(" --max_devices=", max_devices).c_str() : "");
-    }
+    if (!StressOne(seed + static_cast<uint64_t>(i), options, tally, comm_checks)) ++failed;
     std::fflush(stdout);
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -200,6 +200,33 @@ void SetOutputs(const ParsedArgs& args, const std::vector<Axis>& axes, const std
   outputs.SetInDir("out_dir", "overview.svg", svg::RenderFigure(title, charts, 3, 540, 360));
 }
 
+// As `run` warns for its one run: the points whose real clock the host did not keep, each with a scale
+// it would likely keep (stderr).
+void WarnUnkeptScales(const std::vector<Point>& points) {
+  std::vector<std::string> unkept;
+  size_t ran = 0;
+  for (const Point& p : points) {
+    if (!std::isfinite(p.fidelity_host)) continue;
+    ++ran;
+    if (std::abs(p.fidelity_host) > kHostFidelityTarget) {
+      // A scale it would likely keep, as `run`'s warning names one (this said only "a larger --time_scale").
+      const double keeps = schedule::SuggestTimeScale(p.time_scale, p.fidelity_host, kHostFidelityTarget);
+      unkept.push_back(keeps > kMaxTimeScale
+                           ? absl::StrFormat("%s (time scale %g: %+.1f %%; no scale up to %g would likely keep up)",
+                                             p.label, p.time_scale, 100 * p.fidelity_host, kMaxTimeScale)
+                           : absl::StrFormat("%s (time scale %g: %+.1f %%; %g would likely keep up)", p.label,
+                                             p.time_scale, 100 * p.fidelity_host, keeps));
+    }
+  }
+  if (!unkept.empty()) {
+    std::fprintf(stderr,
+                 "ringpipe sweep: warning: the host did not keep the time scale at %zu of %zu points that ran "
+                 "(|fidelity.host| > %g %%): %s; their measured columns are the host's, not the model's (or omit "
+                 "--time_scale: auto measures one)\n",
+                 unkept.size(), ran, 100 * kHostFidelityTarget, absl::StrJoin(unkept, ", ").c_str());
+  }
+}
+
 int Run(const ParsedArgs& args) {
   auto bad = [](const absl::Status& st) {
     std::fprintf(stderr, "ringpipe sweep: %s\n", std::string(st.message()).c_str());
@@ -253,29 +280,7 @@ int Run(const ParsedArgs& args) {
   std::printf("# wrote %s/{sweep.csv, sweep.json, overview.svg, step_time.svg, speedup.svg, bubble.svg, "
               "exposed_comm.svg, peak_memory.svg, wire_bytes.svg}\n",
               OneLine(out_dir).c_str());
-  // As `run` warns for its one run: points whose real clock the host did not keep.
-  std::vector<std::string> unkept;
-  size_t ran = 0;
-  for (const Point& p : *points) {
-    if (!std::isfinite(p.fidelity_host)) continue;
-    ++ran;
-    if (std::abs(p.fidelity_host) > kHostFidelityTarget) {
-      // A scale it would likely keep, as `run`'s warning names one (this said only "a larger --time_scale").
-      const double keeps = schedule::SuggestTimeScale(p.time_scale, p.fidelity_host, kHostFidelityTarget);
-      unkept.push_back(keeps > kMaxTimeScale
-                           ? absl::StrFormat("%s (time scale %g: %+.1f %%; no scale up to %g would likely keep up)",
-                                             p.label, p.time_scale, 100 * p.fidelity_host, kMaxTimeScale)
-                           : absl::StrFormat("%s (time scale %g: %+.1f %%; %g would likely keep up)", p.label,
-                                             p.time_scale, 100 * p.fidelity_host, keeps));
-    }
-  }
-  if (!unkept.empty()) {
-    std::fprintf(stderr,
-                 "ringpipe sweep: warning: the host did not keep the time scale at %zu of %zu points that ran "
-                 "(|fidelity.host| > %g %%): %s; their measured columns are the host's, not the model's (or omit "
-                 "--time_scale: auto measures one)\n",
-                 unkept.size(), ran, 100 * kHostFidelityTarget, absl::StrJoin(unkept, ", ").c_str());
-  }
+  WarnUnkeptScales(*points);
   if (failed > 0) {
     std::fprintf(stderr, "ringpipe sweep: %zu of %zu points invalid or failed (see the status and error columns)\n",
                  failed, total);
