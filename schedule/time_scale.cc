@@ -62,7 +62,8 @@ absl::StatusOr<TimeScaleTrial> RunTrial(const ExecutorOptions& base, int steps, 
       .scale = scale,
       .fidelity_host = last.emulated_ms > 0 ? last.measured_ms / last.emulated_ms - 1 : 0,
       .wall_seconds = wall,
-      .emulated_step_ms = last.emulated_ms};
+      .emulated_step_ms = last.emulated_ms,
+      .failure = {}};
 }
 
 // Below the first scale that passed: a geometric bisection between the last scale that missed and
@@ -110,6 +111,60 @@ double SuggestTimeScale(double scale, double fidelity_host, double target) {
   return NiceUp(scale * factor);
 }
 
+namespace {
+
+// A failed trial measured nothing: the choice is the best trial that ran before it, else its scale.
+void ChooseAfterAFailedTrial(double scale, const TimeScaleTrial& t, TimeScaleChoice& out) {
+  out.scale = scale;
+  double best = std::numeric_limits<double>::infinity();
+  for (const TimeScaleTrial& ran : out.trials) {
+    if (ran.failure.empty() && std::abs(ran.fidelity_host) < best) {
+      best = std::abs(ran.fidelity_host);
+      out.scale = ran.scale;
+    }
+  }
+  out.sustained = false;
+  out.reason = absl::StrFormat(
+      "time scale %g: the calibration stopped when its trial at %g failed at run time (%s); the run uses "
+      "%s (trials: %s)",
+      out.scale, scale, t.failure,
+      out.trials.size() > 1 ? "the best scale tried before it" : "that scale", Describe(out.trials));
+}
+
+// Trial t at `scale` kept the target: refined below it (if a smaller scale was missed before), and said
+// why.
+absl::Status ChooseTheKeptScale(const TrialFn& trial, const CalibrationOptions& c, double scale,
+                                const TimeScaleTrial& t, double* spent, TimeScaleChoice& out) {
+  out.scale = scale;
+  out.sustained = true;
+  const double first = scale;
+  if (out.trials.size() > 1) {
+    const double missed = out.trials[out.trials.size() - 2].scale;
+    RP_RETURN_IF_ERROR(Refine(trial, c, missed, t, spent, &out));
+  }
+  // Say what the choice rests on: a scale below the first pass must keep refine_margin × target,
+  // so a refinement trial may have kept the target and still not be taken (the reason said "the
+  // smallest tried whose trial kept |fidelity.host| <= 1 %" of 20 beside "6 → +0.95 %").
+  const bool refined = out.trials.size() > 1 && out.trials.back().scale < first;
+  const std::string margin = absl::StrFormat("%g %%", 100 * c.refine_margin * c.target);
+  out.reason =
+      out.scale < first
+          ? absl::StrFormat(
+                "time scale %g: below %g, the first that did keep |fidelity.host| <= %g %%, the smallest "
+                "whose trial kept %s, what a smaller scale needs (a run is longer than its trial) (trials: %s)",
+                out.scale, first, 100 * c.target, margin, Describe(out.trials))
+          : absl::StrFormat("time scale %g: the first of the growing scales tried whose trial kept "
+                            "|fidelity.host| <= %g %%%s (trials: %s)",
+                            out.scale, 100 * c.target,
+                            refined ? absl::StrCat("; no smaller scale tried kept ", margin,
+                                                   ", what a smaller scale needs (a run is longer than its trial)")
+                                    : "",
+                            Describe(out.trials));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const CalibrationOptions& c) {
   if (!(c.target > 0) || !(c.start > 0) || !(c.max_scale >= c.start) || c.trial_steps < 1 ||
       !(c.max_seconds > 0) || !(c.max_step >= 2) || c.refine_trials < 0 ||
@@ -127,49 +182,11 @@ absl::StatusOr<TimeScaleChoice> ChooseTimeScale(const TrialFn& trial, const Cali
     out.trials.push_back(t);
     spent += t.wall_seconds;
     if (!t.failure.empty()) {
-      // A failed trial measured nothing: the best trial that ran before it, else this scale.
-      out.scale = scale;
-      double best = std::numeric_limits<double>::infinity();
-      for (const TimeScaleTrial& ran : out.trials) {
-        if (ran.failure.empty() && std::abs(ran.fidelity_host) < best) {
-          best = std::abs(ran.fidelity_host);
-          out.scale = ran.scale;
-        }
-      }
-      out.sustained = false;
-      out.reason = absl::StrFormat(
-          "time scale %g: the calibration stopped when its trial at %g failed at run time (%s); the run uses "
-          "%s (trials: %s)",
-          out.scale, scale, t.failure,
-          out.trials.size() > 1 ? "the best scale tried before it" : "that scale", Describe(out.trials));
+      ChooseAfterAFailedTrial(scale, t, out);
       return out;
     }
     if (std::abs(t.fidelity_host) <= c.target) {
-      out.scale = scale;
-      out.sustained = true;
-      const double first = scale;
-      if (out.trials.size() > 1) {
-        const double missed = out.trials[out.trials.size() - 2].scale;
-        RP_RETURN_IF_ERROR(Refine(trial, c, missed, t, &spent, &out));
-      }
-      // Say what the choice rests on: a scale below the first pass must keep refine_margin × target,
-      // so a refinement trial may have kept the target and still not be taken (the reason said "the
-      // smallest tried whose trial kept |fidelity.host| <= 1 %" of 20 beside "6 → +0.95 %").
-      const bool refined = out.trials.size() > 1 && out.trials.back().scale < first;
-      const std::string margin = absl::StrFormat("%g %%", 100 * c.refine_margin * c.target);
-      out.reason =
-          out.scale < first
-              ? absl::StrFormat(
-                    "time scale %g: below %g, the first that did keep |fidelity.host| <= %g %%, the smallest "
-                    "whose trial kept %s, what a smaller scale needs (a run is longer than its trial) (trials: %s)",
-                    out.scale, first, 100 * c.target, margin, Describe(out.trials))
-              : absl::StrFormat("time scale %g: the first of the growing scales tried whose trial kept "
-                                "|fidelity.host| <= %g %%%s (trials: %s)",
-                                out.scale, 100 * c.target,
-                                refined ? absl::StrCat("; no smaller scale tried kept ", margin,
-                                                       ", what a smaller scale needs (a run is longer than its trial)")
-                                        : "",
-                                Describe(out.trials));
+      RP_RETURN_IF_ERROR(ChooseTheKeptScale(trial, c, scale, t, &spent, out));
       return out;
     }
     const double next = std::min({SuggestTimeScale(scale, t.fidelity_host, c.target),
