@@ -131,6 +131,8 @@ class Executor::Impl {
   void Monitor(Cluster& cluster, const std::atomic<bool>& done);  // the stall monitor thread
   // The stall the monitor found: a DeadlineExceeded naming who waits for whom.
   absl::Status StallStatus(std::chrono::nanoseconds quiet);
+  // The ranks with a stream running without progress (StallStatus), and in *detail what the first runs.
+  std::vector<int> RunningRanks(const std::vector<LpWait>& waits, std::string* detail) const;
   void NoteStallRecords(const absl::Status& stall, int first, const std::vector<LpWait>& waits,
                         const std::map<int, int>& waits_for);
 

@@ -29,14 +29,10 @@ int AwaitedRank(const ParallelGrid& g, const LpWait& w) {
 
 }  // namespace
 
-absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
+// The ranks with a stream running without progress, and in *detail what the first of them runs.
+std::vector<int> Executor::Impl::RunningRanks(const std::vector<LpWait>& waits, std::string* detail) const {
   const ParallelGrid& g = plan->grid;
-  const std::vector<LpWait> waits = fabric->Waits();
-  // Ranks with a stream running without progress: stalled or dead devices. The conservative rule
-  // holds back every commit past such a stream's bound, so in the end everybody waits for them
-  // (even for a message its sender already posted). With none, the waits form a deadlock.
   std::vector<int> running;
-  std::string running_detail;
   for (const LpWait& w : waits) {
     const int rank = w.lp / 2;
     if (w.state != LpWait::State::kRunning ||
@@ -44,12 +40,12 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
       continue;
     }
     running.push_back(rank);
-    if (running_detail.empty()) {
+    if (detail->empty()) {
       // A compute stream names the op its device runs (its last wait site may be long past: a
       // device stalled in op 0 of a step said "last in 'step barrier'").
       const DeviceRunner::Position at = runners[static_cast<size_t>(rank)]->position();
       const auto& ops = o.program.ranks[static_cast<size_t>(g.CoordOf(rank).pp)];
-      running_detail =
+      *detail =
           w.lp % 2 == 0 && at.op >= 0 && static_cast<size_t>(at.op) < ops.size()
               ? absl::StrCat(" (compute stream, in op ", at.op, " '", ToString(ops[static_cast<size_t>(at.op)], plan->v),
                              "' at step ", at.step, ", modeled time ", ToMillis(w.bound), " ms)")
@@ -57,6 +53,17 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
                              "', modeled time ", ToMillis(w.bound), " ms)");
     }
   }
+  return running;
+}
+
+absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
+  const ParallelGrid& g = plan->grid;
+  const std::vector<LpWait> waits = fabric->Waits();
+  // Ranks with a stream running without progress: stalled or dead devices. The conservative rule
+  // holds back every commit past such a stream's bound, so in the end everybody waits for them
+  // (even for a message its sender already posted). With none, the waits form a deadlock.
+  std::string running_detail;
+  const std::vector<int> running = RunningRanks(waits, &running_detail);
   const auto runs = [&](int rank) {
     return std::find(running.begin(), running.end(), rank) != running.end();
   };
