@@ -274,6 +274,31 @@ void Simulation::BeginPass(Device& d, const Op& op) {
   d.in_pass = true;
 }
 
+// A TP all-reduce step of device `dev`'s pass part: the compute before it recorded, its ring started.
+void Simulation::StartTpRing(int dev, const Device::Part& part, const ChunkPlan& chunk) {
+  Device& d = devs_[static_cast<size_t>(dev)];
+  const int32_t oi = static_cast<int32_t>(d.pc);
+  Record(d, {.kind = IntervalKind::kCompute, .op = oi, .detail = part.detail,
+             .start = d.segment_start, .end = d.cursor});
+  const std::vector<int> group = plan_.TpGroup(d.rank);
+  const int T = static_cast<int>(group.size()), pos = d.coord.tp;
+  const int next = group[static_cast<size_t>((pos + 1) % T)];
+  const int prev = group[static_cast<size_t>((pos + T - 1) % T)];
+  const TimedShape shape = TimedShape::Ring(
+      T, chunk.tp_elements[static_cast<size_t>(part.pass)][static_cast<size_t>(d.tp_calls)],
+      plan_.ring_segment_bytes / 4, comm::Codec::kFp32, plan_.options.reduce_gbps);
+  d.tp_ring.emplace(Ring{.timer = RingTimer(TimedKind::kAllReduce, shape, T, pos, 0, d.cursor),
+                         .send_channel = ChannelFor(kTpRing, d.rank, next),
+                         .recv_channel = ChannelFor(kTpRing, prev, d.rank),
+                         .src_device = plan_.grid.DeviceOf(d.rank),
+                         .dst_device = plan_.grid.DeviceOf(next),
+                         .ingress_device = -1,
+                         .start = d.cursor});
+  for (const RingTimer::Post& p : d.tp_ring->timer.Begin()) {
+    PostRing(LpOf(dev, 0), *d.tp_ring, p);
+  }
+}
+
 bool Simulation::StepPass(int dev, const Op& op) {
   Device& d = devs_[static_cast<size_t>(dev)];
   const int32_t oi = static_cast<int32_t>(d.pc);
@@ -302,27 +327,7 @@ bool Simulation::StepPass(int dev, const Op& op) {
         d.segment_start = d.cursor;
         continue;
       }
-      if (!d.tp_ring) {
-        Record(d, {.kind = IntervalKind::kCompute, .op = oi, .detail = part.detail,
-                   .start = d.segment_start, .end = d.cursor});
-        const std::vector<int> group = plan_.TpGroup(d.rank);
-        const int T = static_cast<int>(group.size()), pos = d.coord.tp;
-        const int next = group[static_cast<size_t>((pos + 1) % T)];
-        const int prev = group[static_cast<size_t>((pos + T - 1) % T)];
-        const TimedShape shape = TimedShape::Ring(
-            T, chunk.tp_elements[static_cast<size_t>(part.pass)][static_cast<size_t>(d.tp_calls)],
-            plan_.ring_segment_bytes / 4, comm::Codec::kFp32, plan_.options.reduce_gbps);
-        d.tp_ring.emplace(Ring{.timer = RingTimer(TimedKind::kAllReduce, shape, T, pos, 0, d.cursor),
-                               .send_channel = ChannelFor(kTpRing, d.rank, next),
-                               .recv_channel = ChannelFor(kTpRing, prev, d.rank),
-                               .src_device = plan_.grid.DeviceOf(d.rank),
-                               .dst_device = plan_.grid.DeviceOf(next),
-                               .ingress_device = -1,
-                               .start = d.cursor});
-        for (const RingTimer::Post& p : d.tp_ring->timer.Begin()) {
-          PostRing(LpOf(dev, 0), *d.tp_ring, p);
-        }
-      }
+      if (!d.tp_ring) StartTpRing(dev, part, chunk);
       if (!PumpRing(LpOf(dev, 0), *d.tp_ring)) return false;
       const RingTimer& t = d.tp_ring->timer;
       Record(d, {.kind = IntervalKind::kTpAllReduce, .op = oi, .detail = d.tp_calls,

@@ -159,6 +159,7 @@ class Simulation {
   // Compute-op pass: BeginPass starts it; StepPass runs it, false if blocked on a TP ring receive.
   void BeginPass(Device& d, const Op& op);
   bool StepPass(int dev, const Op& op);
+  void StartTpRing(int dev, const Device::Part& part, const ChunkPlan& chunk);
   void LaunchBucket(int dev, int chunk, int bucket, Nanos ready);
   // The EP all-to-all at step `s` of the current part (predictor_ep.cc): false while it waits.
   bool EpStep(int dev, const Device::Part& part, const PassStep& s);
