@@ -1,6 +1,7 @@
 // Timed communicators: collectives and p2p messages timed by their own messages on the fabric.
 // The emulated ring equals the closed form of docs/collectives.md on an uncontended fabric, to the
 // nanosecond; contention, late peers and modeled sizes show up by themselves; results stay exact.
+// A timed ring's failures and size limits: timed_limits_test.cc.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -12,48 +13,10 @@
 #include "gtest/gtest.h"
 #include "runtime/fabric.h"
 #include "runtime/timing.h"
+#include "tests/comm/timed_helpers.h"
 
 namespace rp::comm {
 namespace {
-
-constexpr Nanos kStart{1000};
-
-LinkSpec Spec(int nics_per_node = 0) {
-  LinkSpec s;
-  s.intra_node = {.alpha = Nanos(3000), .bandwidth_gbps = 300, .overhead = Nanos(400)};
-  s.inter_node = {.alpha = Nanos(5000), .bandwidth_gbps = 25, .overhead = Nanos(3000)};
-  s.devices_per_node = 8;
-  s.nics_per_node = nics_per_node;
-  return s;
-}
-
-// A fabric whose LP i is driven by thread i, ties by LP id.
-std::unique_ptr<Fabric> MakeFabric(int lps, int devices, const LinkSpec& spec) {
-  std::vector<uint64_t> tie;
-  for (int i = 0; i < lps; ++i) tie.push_back(static_cast<uint64_t>(i));
-  auto f = Fabric::Create({.links = spec, .num_devices = devices, .tie_rank = tie});
-  EXPECT_TRUE(f.ok()) << f.status();
-  return std::move(f).value();
-}
-
-std::unique_ptr<Communicator> MakeTimed(Fabric* fabric, std::vector<int> devices,
-                                        std::vector<LpId> lps) {
-  CommunicatorOptions o;
-  o.devices = std::move(devices);
-  o.fabric = fabric;
-  o.lps = std::move(lps);
-  auto c = Communicator::Create(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return std::move(c).value();
-}
-
-std::vector<absl::Status> RunThreads(int n, const std::function<absl::Status(int)>& body) {
-  std::vector<absl::Status> st(static_cast<size_t>(n));
-  std::vector<std::thread> t;
-  for (int r = 0; r < n; ++r) t.emplace_back([&, r] { st[static_cast<size_t>(r)] = body(r); });
-  for (auto& x : t) x.join();
-  return st;
-}
 
 // The longest-path recurrence of a symmetric ring (every link exclusive): message (t, k) of a
 // rank starts at max(its ready time, the end of the rank's previous message on the link); step 0
@@ -448,74 +411,6 @@ TEST(TimedP2P, ModeledBytesAndStepAreTimedWithSlowLinkFaults) {
   EXPECT_EQ(got[1].arrival - got[1].start, PortOccupancy(p, 1 << 20, 2) + LinkLatency(p, 2));
   EXPECT_EQ(comm->rank(0).stats().modeled_bytes, 2u << 20);
   EXPECT_EQ(comm->rank(0).stats().p2p_bytes, 2u * 16);
-}
-
-TEST(TimedRing, AMissingPeerTimesOutNamingIt) {
-  auto fabric = MakeFabric(2, 8, Spec());
-  auto comm = MakeTimed(fabric.get(), {0, 1}, {0, 1});
-  std::vector<float> v(100, 1.0f);
-  auto res = comm->rank(0).AllReduce(v, v, {.timeout = std::chrono::milliseconds(50)});
-  ASSERT_EQ(res.status().code(), absl::StatusCode::kDeadlineExceeded) << res.status();
-  EXPECT_NE(res.status().message().find("waiting for rank 1"), std::string::npos) << res.status();
-  EXPECT_TRUE(fabric->aborted()) << "a failed timed group aborts its fabric";
-}
-
-// The timed ring (RingMachine) encodes through the same codec: a finite value beyond INT8's largest
-// magnitude on the rank that owns its chunk used to reach every rank as infinity with an OK status.
-TEST(TimedRing, Int8ValueBeyondItsRangeIsOutOfRangeNotASilentInfinity) {
-  auto fabric = MakeFabric(2, 8, Spec());
-  auto comm = MakeTimed(fabric.get(), {0, 1}, {0, 1});
-  std::vector<std::vector<float>> out(2, std::vector<float>(4, 0.0f));
-  auto st = RunThreads(2, [&](int r) -> absl::Status {
-    std::vector<float> in = {1.0f, 2.0f, 3.0f, 4.0f};
-    if (r == 0) in[1] = 3.39e38f;  // chunk 0 = elements 0..1, owned by rank 0
-    auto res = comm->rank(r).AllReduce(in, out[static_cast<size_t>(r)], {.codec = Codec::kInt8},
-                                       kStart);
-    fabric->Finish(r);
-    return res.status();
-  });
-  const absl::Status first = comm->abort_status();
-  EXPECT_EQ(first.code(), absl::StatusCode::kOutOfRange) << first;
-  EXPECT_NE(first.message().find("element 1"), std::string::npos) << first;
-  for (size_t r = 0; r < 2; ++r) {
-    EXPECT_FALSE(st[r].ok()) << "rank " << r;
-    for (float v : out[r]) EXPECT_FALSE(std::isinf(v)) << "rank " << r;
-  }
-}
-
-// Segments are ints: a modeled chunk of 2^32 segments (2^33 elements in 4-byte segments on 2 ranks)
-// wrapped to 0 segments, and the all-reduce returned OK having sent nothing, its output untouched;
-// 2^31 + 3 segments wrapped negative (std::length_error). Create refuses both, naming the field.
-TEST(TimedRing, ModeledChunksOfMoreThanIntMaxSegmentsAreInvalidArgument) {
-  for (const uint64_t elements : {uint64_t{1} << 33, (uint64_t{1} << 32) + 6}) {
-    auto fabric = MakeFabric(2, 8, Spec());
-    auto comm = MakeTimed(fabric.get(), {0, 1}, {0, 1});
-    auto st = RunThreads(2, [&](int r) -> absl::Status {
-      std::vector<float> in(4, 1.0f), out(4, -7.0f);
-      auto res = comm->rank(r).AllReduce(in, out, {.segment_bytes = 4, .model = {.elements = elements}},
-                                         kStart);
-      fabric->Finish(r);
-      return res.status();
-    });
-    for (const absl::Status& s : st) {
-      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << elements << ": " << s;
-      EXPECT_NE(s.message().find("model.elements"), std::string::npos) << s;
-    }
-  }
-  // Just below the limit is accepted by Create (not run: 2^31 - 1 messages).
-  auto fabric = MakeFabric(2, 8, Spec());
-  auto comm = MakeTimed(fabric.get(), {0, 1}, {0, 1});
-  std::vector<float> v(4, 1.0f);
-  EXPECT_TRUE(RingAllReduce::Create(&comm->rank(0), v, v,
-                                    {.segment_bytes = 4, .model = {.elements = (uint64_t{1} << 32) - 2}})
-                  .ok());
-}
-
-// The modeled chunk is ceil(M / n) without overflow for any M (it wrapped to 0 near 2^64).
-TEST(TimedShape, RingChunkOfAHugeModeledCountDoesNotWrap) {
-  const uint64_t m = ~uint64_t{0} - 1;
-  const ring::TimedShape s = ring::TimedShape::Ring(3, m, 1 << 20, Codec::kFp32, 0);
-  EXPECT_EQ(s.chunk_elems, m / 3 + 1);
 }
 
 }  // namespace
