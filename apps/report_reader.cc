@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "apps/config.h"
 #include "apps/flags.h"
@@ -267,6 +268,24 @@ absl::StatusOr<TimelineReport> FromSections(const json& report, size_t max_bars,
     absl::StrAppend(&out.title, " (the first ", drawn, " of the first replica's ", replica, " devices)");
   } else if (ranks.is_array() && world > drawn) {
     absl::StrAppend(&out.title, " (first replica)");
+  }
+  // A run's faults (the fault flags; host.faults, one per rank and link): the chart is of a faulty run.
+  const json& faults = Get(Get(report, "host"), "faults");
+  if (!faults.is_null()) {
+    if (!faults.is_array()) {
+      return BadField("host.faults", absl::StrCat("expected an array of strings, got ", ShortDump(faults)));
+    }
+    std::vector<std::string> named;
+    for (size_t i = 0; i < faults.size(); ++i) {
+      if (!faults[i].is_string()) {
+        return BadField(absl::StrCat("host.faults[", i, "]"), absl::StrCat("expected a string, got ", ShortDump(faults[i])));
+      }
+      named.push_back(faults[i].get_ref<const std::string&>());
+    }
+    if (!named.empty()) {
+      absl::StrAppend(&out.title, " — with ", named.size(), named.size() == 1 ? " fault: " : " faults: ",
+                      report_internal::Shown(absl::StrJoin(named, "; ")));
+    }
   }
   return out;
 }

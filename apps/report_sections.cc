@@ -56,8 +56,8 @@ constexpr size_t kMaxWhyBytes = 200;
 // An nlohmann SAX handler that builds the DOM of the sections drawn as the text is parsed, and stops
 // the parse at once (returns false) on a syntax error, nesting deeper than kMaxJsonDepth, or more than
 // kMaxParsedBytes of DOM: so a hostile report costs at most that much memory, never its text's
-// size in DOM. Kept: the top-level "schema", "layout", "schedule" and "timeline" but its "emulated"
-// rows (not drawn); every other value is parsed and dropped. The op lists of the panels' devices
+// size in DOM. Kept: the top-level "schema", "layout", "schedule", "timeline" but its "emulated"
+// rows (not drawn), and "host" but its "faults" (the chart's title names a run's faults); every other value is parsed and dropped. The op lists of the panels' devices
 // (timeline.<panel>.devices[i].ops, i < kMaxRows) are not kept: each element is built alone (charged
 // while it is built), turned into a bar (OpBar) and dropped.
 class SectionParser {
@@ -84,8 +84,9 @@ class SectionParser {
     Frame& top = stack_.back();
     if (top.value == nullptr) return true;
     // The root's members: only the sections drawn; the timeline's: not the emulated rows.
-    top.skip = (stack_.size() == 1 && k != "timeline" && k != "layout" && k != "schedule" && k != "schema") ||
-               (top.role == Role::kTimeline && k == "emulated");
+    top.skip = (stack_.size() == 1 && k != "timeline" && k != "layout" && k != "schedule" && k != "schema" &&
+                k != "host") ||
+               (top.role == Role::kTimeline && k == "emulated") || (top.role == Role::kHost && k != "faults");
     // A key given again replaces its value (as in a DOM): the bars of the value it replaces go.
     if (top.role == Role::kRoot && k == "timeline") {
       for (size_t p = 0; p < kPanelKeys.size(); ++p) ClearPanel(p);
@@ -112,7 +113,7 @@ class SectionParser {
  private:
   // Where a container sits: the sections' path down to an op list, an element of one (kOp), or
   // anything else (kOther).
-  enum class Role : uint8_t { kOther, kRoot, kTimeline, kPanel, kDevices, kDevice, kOps, kOp };
+  enum class Role : uint8_t { kOther, kRoot, kTimeline, kPanel, kDevices, kDevice, kOps, kOp, kHost };
   // A container being parsed: null while skipped (and for an op list, which is not kept); an
   // object's last key and whether its value is skipped.
   struct Frame {
@@ -158,7 +159,11 @@ class SectionParser {
   // The role of a container opened in `parent` (its value kept): the path to the op lists.
   static Role RoleIn(const Frame& parent, bool object) {
     switch (parent.role) {
-      case Role::kRoot: return object && parent.key == "timeline" ? Role::kTimeline : Role::kOther;
+      case Role::kRoot:
+        return !object ? Role::kOther
+               : parent.key == "timeline" ? Role::kTimeline
+               : parent.key == "host"     ? Role::kHost
+                                          : Role::kOther;
       case Role::kTimeline: return object && PanelOf(parent.key) >= 0 ? Role::kPanel : Role::kOther;
       case Role::kPanel: return !object && parent.key == "devices" ? Role::kDevices : Role::kOther;
       case Role::kDevices: return object ? Role::kDevice : Role::kOther;

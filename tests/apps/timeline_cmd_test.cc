@@ -179,7 +179,16 @@ TEST(TimelineCommand, FaultFlagsInjectFaultsIntoItsRun) {
     const json j = json::parse(ReadFile(report));
     step_ms[slow] = j["step_time_ms"]["measured"].get<double>();
     EXPECT_DOUBLE_EQ(step_ms[slow], j["step_time_ms"]["predicted"].get<double>()) << r.err;
-    EXPECT_TRUE(fs::exists(svg));
+    // The chart says it is of a faulty run, and its saved report draws the same chart.
+    const std::string chart = ReadFile(svg);
+    EXPECT_EQ(chart.find(" — with 1 fault: link 0-&gt;1: slow x50 from step 0") != std::string::npos, slow);
+    if (!slow) {
+      EXPECT_EQ(chart.find(" fault"), std::string::npos) << "a healthy run's chart names no fault";
+    }
+    const fs::path again = dir / "again.svg";
+    const Result redrawn = RunBinary("timeline --from_report=" + report.string() + " --out=" + again.string(), dir);
+    ASSERT_EQ(redrawn.exit_code, 0) << redrawn.err;
+    EXPECT_EQ(ReadFile(again), chart);
   }
   EXPECT_GT(step_ms[1], step_ms[0]) << "the slow link did not show in the step (virtual clock: deterministic)";
 

@@ -310,6 +310,34 @@ TEST(TimelineReader, StreamedOpsFollowTheDomsRules) {
   EXPECT_EQ(t->panels[0].bars.size(), 1u);
 }
 
+// A run's faults (host.faults, written by `run` and `timeline` with the fault flags) are named in the
+// chart's title, read from the text as from a DOM; the host section's other members are not kept, and
+// faults of the wrong type are refused naming their path.
+TEST(TimelineReader, TheTitleNamesARunsFaults) {
+  const std::string head = R"({"schema":"ringpipe-report/2","timeline":{"predicted":{"devices":[{"ops":[)"
+                           R"({"start_ms":0,"end_ms":1,"op":"F","mb":0}]}]}},"host":{"wall_seconds":1,)";
+  auto read = [&](const std::string& faults) { return ReadTimelineReport(head + R"("faults":)" + faults + "}}"); };
+  absl::StatusOr<TimelineReport> t = read(R"(["link 0->2: slow x10 from step 0","rank 1: straggler x1.5"])");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->title.find(" — with 2 faults: link 0->2: slow x10 from step 0; rank 1: straggler x1.5"),
+            std::string::npos) << t->title;
+  absl::StatusOr<TimelineReport> dom = ReadTimelineReport(json::parse(head + R"("faults":["rank 1: straggler x1.5"]}})"));
+  ASSERT_TRUE(dom.ok()) << dom.status();
+  EXPECT_NE(dom->title.find(" — with 1 fault: rank 1: straggler x1.5"), std::string::npos) << dom->title;
+  t = read("[]");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->title.find("fault"), std::string::npos) << t->title;
+  // Many faults (one per rank with --jitter) are cut to a readable length.
+  std::string many = "[";
+  for (int r = 0; r < 500; ++r) many += absl::StrCat(r > 0 ? "," : "", "\"rank ", r, ": jitter up to +10% (seed 3)\"");
+  t = read(many + "]");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->title.find(" — with 500 faults: rank 0: jitter"), std::string::npos) << t->title;
+  EXPECT_LT(t->title.size(), 400u) << t->title;
+  EXPECT_EQ(read("5").status().message(), "host.faults: expected an array of strings, got 5");
+  EXPECT_EQ(read(R"(["a",7])").status().message(), "host.faults[1]: expected a string, got 7");
+}
+
 // A report that is not JSON said only "is not JSON" (its header promised "is not JSON: ..."): a user
 // with a 300 MB report that a tool cut short or a hand edit broke could not tell where. Now nlohmann's
 // words, where and why, on one line cut to a readable length (its last token is quoted whole).
