@@ -21,48 +21,16 @@
 #include "runtime/fabric.h"
 #include "runtime/status_macros.h"
 #include "runtime/timing.h"
+#include "tests/comm/timed_helpers.h"
 
 namespace rp::comm {
 namespace {
 
-constexpr Nanos kStart{1000};
-
-LinkSpec Spec(int devices_per_node, int nics_per_node = 0) {
-  LinkSpec s;
-  s.intra_node = {.alpha = Nanos(3000), .bandwidth_gbps = 300, .overhead = Nanos(400)};
-  s.inter_node = {.alpha = Nanos(5000), .bandwidth_gbps = 25, .overhead = Nanos(3000)};
+// The links of timed_helpers.h's Spec with `devices_per_node` devices a node.
+LinkSpec NodeSpec(int devices_per_node, int nics_per_node = 0) {
+  LinkSpec s = Spec(nics_per_node);
   s.devices_per_node = devices_per_node;
-  s.nics_per_node = nics_per_node;
   return s;
-}
-
-// A fabric whose LP i is driven by thread i, ties by LP id.
-std::unique_ptr<Fabric> MakeFabric(int lps, int devices, const LinkSpec& spec) {
-  std::vector<uint64_t> tie;
-  for (int i = 0; i < lps; ++i) tie.push_back(static_cast<uint64_t>(i));
-  auto f = Fabric::Create({.links = spec, .num_devices = devices, .faults = {}, .tie_rank = tie,
-                           .on_commit = nullptr});
-  EXPECT_TRUE(f.ok()) << f.status();
-  return std::move(f).value();
-}
-
-std::unique_ptr<Communicator> MakeTimed(Fabric* fabric, std::vector<int> devices,
-                                        std::vector<LpId> lps) {
-  CommunicatorOptions o;
-  o.devices = std::move(devices);
-  o.fabric = fabric;
-  o.lps = std::move(lps);
-  auto c = Communicator::Create(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return std::move(c).value();
-}
-
-std::vector<absl::Status> RunThreads(int n, const std::function<absl::Status(int)>& body) {
-  std::vector<absl::Status> st(static_cast<size_t>(n));
-  std::vector<std::thread> t;
-  for (int r = 0; r < n; ++r) t.emplace_back([&, r] { st[static_cast<size_t>(r)] = body(r); });
-  for (auto& x : t) x.join();
-  return st;
 }
 
 // Distinct values per (sender, element).
@@ -95,7 +63,7 @@ TEST(TimedAllToAll, OnAnUncontendedFabricEqualsTheClosedForm) {
   for (const Case& c : cases) {
     // One node of 8 (NVSwitch ports), and 8 nodes of one device (a NIC each): both uncontended.
     for (int per_node : {8, 1}) {
-      const LinkSpec spec = Spec(per_node);
+      const LinkSpec spec = NodeSpec(per_node);
       const LinkParams& p = per_node == 8 ? spec.intra_node : spec.inter_node;
       auto fabric = MakeFabric(c.n, 8, spec);
       std::vector<int> devices;
@@ -147,7 +115,7 @@ TEST(TimedAllToAll, OnAnUncontendedFabricEqualsTheClosedForm) {
 
 // All-to-all-v with equal blocks: the counts round, then the blocks round, each a closed form.
 TEST(TimedAllToAllV, CountsThenBlocksEachAClosedForm) {
-  const LinkSpec spec = Spec(8);
+  const LinkSpec spec = NodeSpec(8);
   const LinkParams& p = spec.intra_node;
   for (int n : {2, 3, 5, 8}) {
     for (int bins : {1, 3}) {
@@ -203,7 +171,7 @@ TEST(TimedAllToAllV, CountsThenBlocksEachAClosedForm) {
 // A block's real rows stand for the described model's tokens: a row of width 6 is timed as 512
 // modeled elements; the data arrive exactly.
 TEST(TimedAllToAllV, ModeledTokensAreTimedWhileTheRealRowsArrive) {
-  const LinkSpec spec = Spec(8);
+  const LinkSpec spec = NodeSpec(8);
   const LinkParams& p = spec.intra_node;
   const int n = 4, width = 6, rows = 5;
   const AllToAllWireModel wire{.unit_elements = width, .modeled_unit_elements = 512, .step = 0};
@@ -250,7 +218,7 @@ TEST(TimedAllToAllV, ModeledTokensAreTimedWhileTheRealRowsArrive) {
 TEST(TimedAllToAll, PairsSharingANicContend) {
   const size_t block = 4096;
   for (int nics : {0, 1}) {
-    const LinkSpec spec = Spec(2, nics);
+    const LinkSpec spec = NodeSpec(2, nics);
     const LinkParams& x = spec.inter_node;
     auto fabric = MakeFabric(4, 4, spec);
     auto a = MakeTimed(fabric.get(), {0, 2}, {0, 1});
@@ -282,7 +250,7 @@ TEST(TimedAllToAll, PairsSharingANicContend) {
 // A rank that starts late: its peer's wait for it is peer wait (its message was not ready yet),
 // the flight after it transfer; the late rank itself waits for nothing.
 TEST(TimedAllToAll, ALatePeerIsPeerWaitNotTransfer) {
-  const LinkSpec spec = Spec(8);
+  const LinkSpec spec = NodeSpec(8);
   const LinkParams& p = spec.intra_node;
   const Nanos late{50000};
   const size_t block = 1000;
@@ -313,7 +281,7 @@ TEST(TimedAllToAllV, UnevenAndEmptyBlocksArriveAsSent) {
   for (Codec codec : {Codec::kFp32, Codec::kBf16}) {
     for (int n : {3, 6}) {
       const int bins = 2;
-      auto fabric = MakeFabric(n, 8, Spec(4));
+      auto fabric = MakeFabric(n, 8, NodeSpec(4));
       std::vector<int> devices;
       std::vector<LpId> lps;
       for (int r = 0; r < n; ++r) {
@@ -383,7 +351,7 @@ TEST(TimedAllToAllV, LossyBlocksEqualTheRoundTripOracle) {
   for (Codec codec : {Codec::kInt8, Codec::kFp16}) {
     const int n = 3, width = 6;
     const AllToAllWireModel wire{.unit_elements = width, .modeled_unit_elements = 50, .step = 0};
-    auto fabric = MakeFabric(n, 8, Spec(8));
+    auto fabric = MakeFabric(n, 8, NodeSpec(8));
     auto comm = MakeTimed(fabric.get(), {0, 1, 2}, {0, 1, 2});
     auto rows = [](int s, int q) -> int64_t { return 1 + (s * 5 + q * 3) % 7; };
     // Values no codec here carries exactly (1/3 needs more mantissa than FP16 or INT8 hold).
@@ -428,7 +396,7 @@ TEST(TimedAllToAllV, LossyBlocksEqualTheRoundTripOracle) {
 // wrapped to 0 messages, so the all-to-all returned OK having moved nothing. Create refuses it, and a
 // modeled size that overflows 64 bits, naming the field.
 TEST(TimedAllToAll, BlocksOfMoreThanIntMaxModeledMessagesAreInvalidArgument) {
-  auto fabric = MakeFabric(2, 8, Spec(8, 0));
+  auto fabric = MakeFabric(2, 8, NodeSpec(8, 0));
   auto comm = MakeTimed(fabric.get(), {0, 1}, {0, 1});
   std::vector<float> send(2, 1.0f), recv(2, -7.0f);
   for (const uint64_t modeled : {uint64_t{1} << 33, uint64_t{1} << 63}) {
