@@ -198,6 +198,26 @@ absl::StatusOr<svg::GanttPanel> Panel(const std::string& title, const json& sect
   return p;
 }
 
+// The title's part that names a run's faults (the fault flags; host.faults, one per rank and link):
+// the chart is of a faulty run. Empty without faults.
+absl::StatusOr<std::string> FaultsTitle(const json& report) {
+  const json& faults = Get(Get(report, "host"), "faults");
+  if (faults.is_null()) return std::string();
+  if (!faults.is_array()) {
+    return BadField("host.faults", absl::StrCat("expected an array of strings, got ", ShortDump(faults)));
+  }
+  std::vector<std::string> named;
+  for (size_t i = 0; i < faults.size(); ++i) {
+    if (!faults[i].is_string()) {
+      return BadField(absl::StrCat("host.faults[", i, "]"), absl::StrCat("expected a string, got ", ShortDump(faults[i])));
+    }
+    named.push_back(faults[i].get_ref<const std::string&>());
+  }
+  if (named.empty()) return std::string();
+  return absl::StrCat(" — with ", named.size(), named.size() == 1 ? " fault: " : " faults: ",
+                      report_internal::Shown(absl::StrJoin(named, "; ")));
+}
+
 // The timeline of a report's DOM; `streamed` (by report_internal::kPanelKeys; null for a report built
 // in memory) the op lists streamed out of it.
 absl::StatusOr<TimelineReport> FromSections(const json& report, size_t max_bars,
@@ -269,24 +289,8 @@ absl::StatusOr<TimelineReport> FromSections(const json& report, size_t max_bars,
   } else if (ranks.is_array() && world > drawn) {
     absl::StrAppend(&out.title, " (first replica)");
   }
-  // A run's faults (the fault flags; host.faults, one per rank and link): the chart is of a faulty run.
-  const json& faults = Get(Get(report, "host"), "faults");
-  if (!faults.is_null()) {
-    if (!faults.is_array()) {
-      return BadField("host.faults", absl::StrCat("expected an array of strings, got ", ShortDump(faults)));
-    }
-    std::vector<std::string> named;
-    for (size_t i = 0; i < faults.size(); ++i) {
-      if (!faults[i].is_string()) {
-        return BadField(absl::StrCat("host.faults[", i, "]"), absl::StrCat("expected a string, got ", ShortDump(faults[i])));
-      }
-      named.push_back(faults[i].get_ref<const std::string&>());
-    }
-    if (!named.empty()) {
-      absl::StrAppend(&out.title, " — with ", named.size(), named.size() == 1 ? " fault: " : " faults: ",
-                      report_internal::Shown(absl::StrJoin(named, "; ")));
-    }
-  }
+  RP_ASSIGN_OR_RETURN(const std::string faults, FaultsTitle(report));
+  absl::StrAppend(&out.title, faults);
   return out;
 }
 
