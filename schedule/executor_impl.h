@@ -122,6 +122,8 @@ class Executor::Impl {
   // lockstep; reference_trainer.h), o.steps of them; stops early (Cancelled) once *cancel is set.
   absl::StatusOr<std::vector<double>> ReferenceLosses(const std::atomic<bool>& cancel) const;
   // `reference`: ReferenceLosses' result when o.run_reference (else ignored).
+  DeviceReport DeviceReportOf(const Cluster& cluster, const Prediction& prediction, size_t med, int r,
+                              const LatenessStats& lat);
   absl::StatusOr<RunResult> Assemble(const Cluster& cluster, const Prediction& pred,
                                      StepPredictions step_pred, double wall_seconds,
                                      const absl::StatusOr<std::vector<double>>& reference);

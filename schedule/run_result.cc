@@ -77,6 +77,95 @@ size_t Executor::Impl::MedianStep() const {
   return idx[idx.size() / 2];
 }
 
+namespace {
+
+// The single-device reference's loss beside each step's (FP32 hybrid training gives its curve).
+absl::Status CompareWithReference(const absl::StatusOr<std::vector<double>>& reference, RunResult& res) {
+  if (!reference.ok()) return reference.status();
+  if (reference->size() != res.steps.size()) {
+    return absl::InternalError(absl::StrCat("reference: ", reference->size(), " losses for ",
+                                            res.steps.size(), " steps"));
+  }
+  res.max_loss_rel_diff = 0;
+  for (size_t k = 0; k < res.steps.size(); ++k) {
+    StepRecord& r = res.steps[k];
+    r.reference_loss = (*reference)[k];
+    r.loss_rel_diff = std::fabs(r.loss - r.reference_loss) / std::max(std::fabs(r.reference_loss), 1e-30);
+    res.max_loss_rel_diff = std::max(res.max_loss_rel_diff, r.loss_rel_diff);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Device r's report of the run: its figures on the median step `med` (measured, emulated, predicted),
+// its real and modeled bytes by kind, and its host figures (`lat`: both its lateness histograms).
+DeviceReport Executor::Impl::DeviceReportOf(const Cluster& cluster, const Prediction& prediction, size_t med,
+                                            int r, const LatenessStats& lat) {
+  const ParallelGrid& g = plan->grid;
+  const DeviceRunner& x = *runners[static_cast<size_t>(r)];
+  const Device& dv = cluster.device(r);
+  DeviceReport rep;
+  rep.rank = r;
+  rep.coord = x.coord();
+  rep.device = g.DeviceOf(r);
+  rep.node = g.NodeOf(r);
+  rep.measured = FiguresOf(metrics[med][static_cast<size_t>(r)].measured);
+  rep.emulated = FiguresOf(metrics[med][static_cast<size_t>(r)].emulated);
+  rep.predicted = FiguresOf(prediction.devices[static_cast<size_t>(r)]);
+  rep.peak_activation_bytes = dv.memory().peak(MemoryKind::kActivations);
+  rep.modeled_peak_activation_bytes = prediction.peak_activation_bytes[static_cast<size_t>(r)];
+  const Coord c = x.coord();
+  const comm::WireStats& act = ctx.Pipe(c, false).rank(c.pp).stats();
+  const comm::WireStats& grad = ctx.Pipe(c, true).rank(c.pp).stats();
+  const comm::WireStats& tps = ctx.Tp(c).rank(c.tp).stats();
+  comm::WireStats dps;
+  std::vector<int> seen;
+  for (int ch = 0; ch < plan->v; ++ch) {
+    for (const BucketPlan& b : plan->Chunk(c.pp, ch).buckets) {
+      const int id = plan->BucketGroupId(r, ch, b);
+      if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+      seen.push_back(id);
+      int index = 0;
+      plan->BucketGroup(r, ch, b, &index);
+      const comm::WireStats& w = ctx.Grad(id).rank(index).stats();
+      for (int k = 0; k < 4; ++k) dps.collective_bytes[k] += w.collective_bytes[k];
+      dps.modeled_bytes += w.modeled_bytes;
+    }
+  }
+  comm::WireStats eps;
+  if (plan->has_ep_exchanges()) {
+    int index = 0;
+    plan->EpGroup(r, &index);
+    eps = ctx.Ep(r).rank(index).stats();
+    const size_t ur = static_cast<size_t>(r);
+    const auto& after = ep_bytes_after[med][ur];
+    const std::pair<uint64_t, uint64_t> before =
+        med == 0 ? std::pair<uint64_t, uint64_t>{0, 0} : ep_bytes_after[med - 1][ur];
+    rep.median_step_ep_bytes = after.first - before.first;
+    rep.median_step_modeled_ep_bytes = after.second - before.second;
+  }
+  rep.p2p_bytes = Total(act) + Total(grad);
+  rep.tp_bytes = Total(tps);
+  rep.dp_bytes = Total(dps);
+  rep.ep_bytes = Total(eps);
+  rep.wire_bytes = rep.p2p_bytes + rep.tp_bytes + rep.dp_bytes + rep.ep_bytes;
+  rep.modeled_p2p_bytes = act.modeled_bytes + grad.modeled_bytes;
+  rep.modeled_tp_bytes = tps.modeled_bytes;
+  rep.modeled_dp_bytes = dps.modeled_bytes;
+  rep.modeled_ep_bytes = eps.modeled_bytes;
+  rep.modeled_wire_bytes = rep.modeled_p2p_bytes + rep.modeled_tp_bytes +
+                           rep.modeled_dp_bytes + rep.modeled_ep_bytes;
+  const rp::DeviceStats& st = dv.stats();
+  rep.compute_ops = st.compute_ops;
+  rep.overruns = st.overruns;
+  rep.overrun_ms = ToMillis(st.overrun_time);
+  rep.lateness_p50_ms = ToMillis(lat.Quantile(0.5));
+  rep.lateness_p99_ms = ToMillis(lat.Quantile(0.99));
+  rep.lateness_max_ms = ToMillis(lat.max());
+  return rep;
+}
+
 absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const Prediction& pred,
                                                    StepPredictions step_pred,
                                                    double wall_seconds,
@@ -139,90 +228,18 @@ absl::StatusOr<RunResult> Executor::Impl::Assemble(const Cluster& cluster, const
   res.prediction = step_pred.kept.has_value() ? *std::move(step_pred.kept) : pred;
   res.predicted_speedup = res.prediction.speedup;
   for (int r = 0; r < world; ++r) {
-    const DeviceRunner& x = *runners[static_cast<size_t>(r)];
-    const Device& dv = cluster.device(r);
-    DeviceReport rep;
-    rep.rank = r;
-    rep.coord = x.coord();
-    rep.device = g.DeviceOf(r);
-    rep.node = g.NodeOf(r);
-    rep.measured = FiguresOf(metrics[med][static_cast<size_t>(r)].measured);
-    rep.emulated = FiguresOf(metrics[med][static_cast<size_t>(r)].emulated);
-    rep.predicted = FiguresOf(res.prediction.devices[static_cast<size_t>(r)]);
-    rep.peak_activation_bytes = dv.memory().peak(MemoryKind::kActivations);
-    rep.modeled_peak_activation_bytes = res.prediction.peak_activation_bytes[static_cast<size_t>(r)];
-    const Coord c = x.coord();
-    const comm::WireStats& act = ctx.Pipe(c, false).rank(c.pp).stats();
-    const comm::WireStats& grad = ctx.Pipe(c, true).rank(c.pp).stats();
-    const comm::WireStats& tps = ctx.Tp(c).rank(c.tp).stats();
-    comm::WireStats dps;
-    std::vector<int> seen;
-    for (int ch = 0; ch < plan->v; ++ch) {
-      for (const BucketPlan& b : plan->Chunk(c.pp, ch).buckets) {
-        const int id = plan->BucketGroupId(r, ch, b);
-        if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
-        seen.push_back(id);
-        int index = 0;
-        plan->BucketGroup(r, ch, b, &index);
-        const comm::WireStats& w = ctx.Grad(id).rank(index).stats();
-        for (int k = 0; k < 4; ++k) dps.collective_bytes[k] += w.collective_bytes[k];
-        dps.modeled_bytes += w.modeled_bytes;
-      }
-    }
-    comm::WireStats eps;
-    if (plan->has_ep_exchanges()) {
-      int index = 0;
-      plan->EpGroup(r, &index);
-      eps = ctx.Ep(r).rank(index).stats();
-      const size_t ur = static_cast<size_t>(r);
-      const auto& after = ep_bytes_after[med][ur];
-      const std::pair<uint64_t, uint64_t> before =
-          med == 0 ? std::pair<uint64_t, uint64_t>{0, 0} : ep_bytes_after[med - 1][ur];
-      rep.median_step_ep_bytes = after.first - before.first;
-      rep.median_step_modeled_ep_bytes = after.second - before.second;
-    }
-    rep.p2p_bytes = Total(act) + Total(grad);
-    rep.tp_bytes = Total(tps);
-    rep.dp_bytes = Total(dps);
-    rep.ep_bytes = Total(eps);
-    rep.wire_bytes = rep.p2p_bytes + rep.tp_bytes + rep.dp_bytes + rep.ep_bytes;
-    rep.modeled_p2p_bytes = act.modeled_bytes + grad.modeled_bytes;
-    rep.modeled_tp_bytes = tps.modeled_bytes;
-    rep.modeled_dp_bytes = dps.modeled_bytes;
-    rep.modeled_ep_bytes = eps.modeled_bytes;
-    rep.modeled_wire_bytes = rep.modeled_p2p_bytes + rep.modeled_tp_bytes +
-                             rep.modeled_dp_bytes + rep.modeled_ep_bytes;
-    const rp::DeviceStats& st = dv.stats();
-    rep.compute_ops = st.compute_ops;
-    rep.overruns = st.overruns;
-    rep.overrun_ms = ToMillis(st.overrun_time);
+    const rp::DeviceStats& st = cluster.device(r).stats();
     LatenessStats lat = st.lateness[0];
     lat.Merge(st.lateness[1]);
-    rep.lateness_p50_ms = ToMillis(lat.Quantile(0.5));
-    rep.lateness_p99_ms = ToMillis(lat.Quantile(0.99));
-    rep.lateness_max_ms = ToMillis(lat.max());
+    res.devices.push_back(DeviceReportOf(cluster, res.prediction, med, r, lat));
     res.lateness.Merge(lat);
     res.overruns += st.overruns;
-    res.devices.push_back(rep);
   }
   if (ctx.real_clock != nullptr) {
     res.clock_waits = ctx.real_clock->waits();
     res.clock_crowded_waits = ctx.real_clock->crowded_waits();
   }
-  if (o.run_reference) {
-    if (!reference.ok()) return reference.status();
-    if (reference->size() != res.steps.size()) {
-      return absl::InternalError(absl::StrCat("reference: ", reference->size(), " losses for ",
-                                              res.steps.size(), " steps"));
-    }
-    res.max_loss_rel_diff = 0;
-    for (size_t k = 0; k < res.steps.size(); ++k) {
-      StepRecord& r = res.steps[k];
-      r.reference_loss = (*reference)[k];
-      r.loss_rel_diff = std::fabs(r.loss - r.reference_loss) / std::max(std::fabs(r.reference_loss), 1e-30);
-      res.max_loss_rel_diff = std::max(res.max_loss_rel_diff, r.loss_rel_diff);
-    }
-  }
+  if (o.run_reference) RP_RETURN_IF_ERROR(CompareWithReference(reference, res));
   return res;
 }
 
