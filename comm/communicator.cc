@@ -23,8 +23,10 @@ const char* OpName(OpKind kind) {
 }
 }  // namespace internal
 
-absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
-    const CommunicatorOptions& options) {
+namespace {
+
+// Every field of `options` in its range (InvalidArgument naming the field).
+absl::Status ValidateOptions(const CommunicatorOptions& options) {
   if (options.devices.empty()) {
     return absl::InvalidArgumentError("devices: a communicator needs at least one rank");
   }
@@ -62,8 +64,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     return absl::InvalidArgumentError(absl::StrCat("inline_bytes: ", options.inline_bytes,
                                                    " (must be <= ", kMaxInlineBytes, ")"));
   }
-  const bool timed = options.fabric != nullptr;
-  if (timed) {
+  if (options.fabric != nullptr) {
     if (options.lps.size() != options.devices.size()) {
       return absl::InvalidArgumentError(absl::StrCat("lps: ", options.lps.size(),
                                                      " LPs for ", options.devices.size(),
@@ -87,6 +88,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   } else if (options.clock != nullptr) {
     return absl::InvalidArgumentError("clock: only a timed communicator (with a fabric) waits");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
+    const CommunicatorOptions& options) {
+  RP_RETURN_IF_ERROR(ValidateOptions(options));
+  const bool timed = options.fabric != nullptr;
   std::unique_ptr<Communicator> comm(new Communicator(options));
   // Inline slots: 64-byte aligned (codecs need 4), capacity + 1 per link (see RankComm). None
   // when timed (a slot ties the sender to its receiver's progress).
