@@ -151,10 +151,17 @@ const ChartSpec kCharts[6] = {
     {"wire_bytes.svg", "modeled wire bytes per step (max device)", "modeled bytes", true, &Metrics::wire_bytes},
 };
 
-std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::vector<Point>& points,
-                                    bool predict_only) {
-  const Axis& x = axes[0];
-  const size_t nx = x.values.size();
+namespace {
+
+// The charts' x axis: the first field of the first axis, numeric if every value is a number that
+// tells the points apart (then log-scaled over a range of 8 or more), else categories.
+struct XAxis {
+  std::vector<double> xs;           // empty for categories
+  std::vector<std::string> labels;  // one per value
+  bool numeric = true;
+  bool log_x = false;
+};
+XAxis XAxisOf(const Axis& x) {
   // x: the first field of the first axis; numeric if every value is a number.
   std::vector<double> xs;
   std::vector<std::string> labels;
@@ -185,20 +192,20 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
   }
   const double xmin = numeric ? *std::min_element(xs.begin(), xs.end()) : 0;
   const double xmax = numeric ? *std::max_element(xs.begin(), xs.end()) : 0;
-  const bool log_x = numeric && xmin > 0 && xmax / xmin >= 8;
+  return {.xs = std::move(xs), .labels = std::move(labels), .numeric = numeric,
+          .log_x = numeric && xmin > 0 && xmax / xmin >= 8};
+}
 
-  // One series pair per combination of the other axes' values.
-  std::map<std::vector<size_t>, std::vector<const Point*>> groups;
-  for (const Point& p : points) {
-    std::vector<size_t> rest(p.coord.begin() + 1, p.coord.end());
-    auto& g = groups[rest];
-    if (g.empty()) g.assign(nx, nullptr);
-    g[p.coord[0]] = &p;
-  }
+// Points that did not run, marked: an x position where none ran gets its status in `labels`, and each
+// series (a group of the other axes' values) a note naming its points that did not. By group.
+std::map<std::vector<size_t>, std::string> NotesOfPointsThatDidNotRun(
+    const Axis& x, const std::map<std::vector<size_t>, std::vector<const Point*>>& groups,
+    std::vector<std::string>& labels) {
   // Points that did not run are marked, not only left out: an x position where no point ran says so in
   // its tick label ("99 (invalid)"), and a series whose other points ran names the ones that did not in
   // its legend entry. Their errors are in the CSV, the JSON and the table.
   const std::vector<std::string> value_labels = labels;
+  const size_t nx = labels.size();
   auto not_ok = [](const Point* p) { return p == nullptr || p->status != "ok"; };
   std::vector<bool> none_ran(nx, true);
   for (size_t i = 0; i < nx; ++i) {
@@ -222,6 +229,28 @@ std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::ve
     }
     group_notes[rest] = note;
   }
+  return group_notes;
+}
+
+}  // namespace
+
+std::vector<svg::Chart> BuildCharts(const std::vector<Axis>& axes, const std::vector<Point>& points,
+                                    bool predict_only) {
+  const Axis& x = axes[0];
+  const size_t nx = x.values.size();
+  const XAxis ax = XAxisOf(x);
+  const std::vector<double>& xs = ax.xs;
+  std::vector<std::string> labels = ax.labels;
+  const bool numeric = ax.numeric, log_x = ax.log_x;
+  // One series pair per combination of the other axes' values.
+  std::map<std::vector<size_t>, std::vector<const Point*>> groups;
+  for (const Point& p : points) {
+    std::vector<size_t> rest(p.coord.begin() + 1, p.coord.end());
+    auto& g = groups[rest];
+    if (g.empty()) g.assign(nx, nullptr);
+    g[p.coord[0]] = &p;
+  }
+  std::map<std::vector<size_t>, std::string> group_notes = NotesOfPointsThatDidNotRun(x, groups, labels);
   std::vector<svg::Chart> charts;
   for (const ChartSpec& spec : kCharts) {
     svg::Chart c;
