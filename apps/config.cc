@@ -216,6 +216,47 @@ absl::StatusOr<std::string> ReadConfigText(const ParsedArgs& args) {
   return std::string();
 }
 
+namespace {
+
+// The preset a config starts from — a sweep axis's, else the flag's, else the config file's (named
+// at its line in errors) — and its name.
+absl::StatusOr<std::pair<RunConfig, std::string>> BasePreset(const std::vector<FieldOverride>& overrides,
+                                                              const json* preset_flag, const std::string& file,
+                                                              const std::string& text) {
+  std::string preset = "default";
+  int preset_line = 0;  // > 0: the preset is the config file's, at this line
+  const json* preset_override = nullptr;
+  for (const FieldOverride& o : overrides) {
+    if (o.field == "preset") preset_override = &o.value;
+  }
+  if (preset_override != nullptr) {
+    if (!preset_override->is_string()) {
+      return absl::FailedPreconditionError(absl::StrCat("preset: expected a name, got ", ShortDump(*preset_override)));
+    }
+    preset = preset_override->get<std::string>();
+  } else if (const json* p = preset_flag) {
+    preset = p->get<std::string>();
+  } else if (!file.empty()) {
+    RunConfig probe;
+    std::vector<std::pair<std::string, int>> lines;
+    RP_RETURN_IF_ERROR(ApplyConfigText(probe, file, text, &lines));  // also reports a bad file early
+    preset = probe.preset;
+    for (const auto& [key, line] : lines) {
+      if (key == "preset") preset_line = line;
+    }
+  }
+  auto base = PresetByName(preset);
+  if (!base.ok()) {
+    const std::string msg = absl::StrCat("preset: ", base.status().message());
+    if (preset_override != nullptr) return absl::FailedPreconditionError(msg);
+    if (preset_line > 0) return absl::InvalidArgumentError(absl::StrCat(OneLine(file), ":", preset_line, ": ", msg));
+    return absl::InvalidArgumentError(absl::StrCat("--", msg));
+  }
+  return std::pair<RunConfig, std::string>(*std::move(base), preset);
+}
+
+}  // namespace
+
 absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool for_run,
                                                   const std::vector<FieldOverride>& overrides,
                                                   const std::string* config_text) {
@@ -245,36 +286,9 @@ absl::StatusOr<RunConfig> LoadConfigWithOverrides(const ParsedArgs& args, bool f
       RP_ASSIGN_OR_RETURN(text, ReadInputFile("config", file, kMaxConfigBytes));
     }
   }
-  std::string preset = "default";
-  int preset_line = 0;  // > 0: the preset is the config file's, at this line
-  const json* preset_override = nullptr;
-  for (const FieldOverride& o : overrides) {
-    if (o.field == "preset") preset_override = &o.value;
-  }
-  if (preset_override != nullptr) {
-    if (!preset_override->is_string()) {
-      return absl::FailedPreconditionError(absl::StrCat("preset: expected a name, got ", ShortDump(*preset_override)));
-    }
-    preset = preset_override->get<std::string>();
-  } else if (const json* p = flag_value("preset")) {
-    preset = p->get<std::string>();
-  } else if (!file.empty()) {
-    RunConfig probe;
-    std::vector<std::pair<std::string, int>> lines;
-    RP_RETURN_IF_ERROR(ApplyConfigText(probe, file, text, &lines));  // also reports a bad file early
-    preset = probe.preset;
-    for (const auto& [key, line] : lines) {
-      if (key == "preset") preset_line = line;
-    }
-  }
-  auto base = PresetByName(preset);
-  if (!base.ok()) {
-    const std::string msg = absl::StrCat("preset: ", base.status().message());
-    if (preset_override != nullptr) return absl::FailedPreconditionError(msg);
-    if (preset_line > 0) return absl::InvalidArgumentError(absl::StrCat(OneLine(file), ":", preset_line, ": ", msg));
-    return absl::InvalidArgumentError(absl::StrCat("--", msg));
-  }
-  RunConfig cfg = *base;
+  RP_ASSIGN_OR_RETURN(auto base, BasePreset(overrides, flag_value("preset"), file, text));
+  const std::string preset = base.second;
+  RunConfig cfg = std::move(base.first);
   std::map<std::string, FieldSource> sources;
   if (!file.empty()) {
     std::vector<std::pair<std::string, int>> lines;
