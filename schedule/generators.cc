@@ -77,6 +77,99 @@ int GradientChunk(const Compute& c) {
 
 // Adds sends, receives, TP all-reduces, gradient buckets and the optimizer step around the compute
 // order. A hand-off to a chunk of the same rank needs no message.
+// Rank s's op list: its compute ops in `order`, each with the messages, TP all-reduces and (once a
+// chunk's gradients are final) DP buckets around it, then the optimizer step.
+void WireRank(const PipelineOptions& o, Program& prog, const Order& order, int s) {
+  const int v = prog.num_chunks;
+  const bool per_stage = !o.stage_gradient_bytes.empty();
+  const uint64_t grad_elems =
+      per_stage ? std::accumulate(o.stage_gradient_bytes.begin(), o.stage_gradient_bytes.end(), uint64_t{0}) / 4
+                : o.gradient_bytes / 4;
+  const auto stage = [&](int chunk) { return static_cast<size_t>(prog.ModelStage(s, chunk)); };
+  // The message between model stages k and k + 1, one micro-batch.
+  const auto boundary = [&](int k) {
+    return o.stage_activation_bytes.empty() ? o.activation_bytes : o.stage_activation_bytes[static_cast<size_t>(k)];
+  };
+  std::vector<Op>& ops = prog.ranks[s];
+  ops.reserve(order[s].size() * 3 + 8);
+  // The index in order[s] of each chunk's last gradient-finalizing op.
+  std::vector<int> last_grad(v, -1);
+  for (int i = 0; i < static_cast<int>(order[s].size()); ++i) {
+    if (const int c = GradientChunk(order[s][i]); c >= 0) last_grad[c] = i;
+  }
+  int bucket = 0;
+  auto add_buckets = [&](int chunk) {
+    const uint64_t chunk_elems =
+        per_stage ? o.stage_gradient_bytes[stage(chunk)] / 4 : PartSize(grad_elems, v, chunk);
+    for (int b = 0; b < o.buckets_per_chunk; ++b) {
+      ops.push_back(Op{.kind = OpKind::kAllReduce, .micro_batch = -1, .chunk = chunk, .peer = -1,
+                       .bucket = bucket++,
+                       .bytes = 4 * PartSize(chunk_elems, o.buckets_per_chunk, b)});
+    }
+  };
+  // A message of `kind` for (mb, chunk) to or from the holder `other`, unless it is this rank.
+  // The message's boundary: after this chunk's stage (activations out, gradients in) or before
+  // it (activations in, gradients out).
+  auto message = [&](OpKind msg_kind, int mb, int chunk, const std::optional<ChunkRef>& other) {
+    if (other.has_value() && other->rank != s) {
+      const int k = prog.ModelStage(s, chunk);
+      const bool after = msg_kind == OpKind::kSendAct || msg_kind == OpKind::kRecvGrad;
+      ops.push_back(Op{.kind = msg_kind, .micro_batch = mb, .chunk = chunk, .peer = other->rank,
+                       .bytes = boundary(after ? k : k - 1)});
+    }
+  };
+  auto recv_act = [&](int mb, int c) { message(OpKind::kRecvAct, mb, c, prog.PrevHolder(s, c)); };
+  auto send_act = [&](int mb, int c) { message(OpKind::kSendAct, mb, c, prog.NextHolder(s, c)); };
+  auto recv_grad = [&](int mb, int c) { message(OpKind::kRecvGrad, mb, c, prog.NextHolder(s, c)); };
+  auto send_grad = [&](int mb, int c) { message(OpKind::kSendGrad, mb, c, prog.PrevHolder(s, c)); };
+  auto tp = [&](int mb, int c, int pass) {  // pass 0: after an F, 1: after a B(-input)
+    const uint64_t bytes = o.stage_tp_bytes.empty() ? o.tp_allreduce_bytes
+                                                     : o.stage_tp_bytes[stage(c)][static_cast<size_t>(pass)];
+    if (o.tp_allreduce_bytes > 0 || !o.stage_tp_bytes.empty()) {
+      ops.push_back(Op{.kind = OpKind::kTpAllReduce, .micro_batch = mb, .chunk = c, .bytes = bytes});
+    }
+  };
+  for (int i = 0; i < static_cast<int>(order[s].size()); ++i) {
+    const Compute& c = order[s][i];
+    const Op op{.kind = c.kind, .micro_batch = c.mb, .chunk = c.chunk,
+                .backward_micro_batch = c.backward_mb, .backward_chunk = c.backward_chunk};
+    switch (c.kind) {
+      case OpKind::kForward:
+        recv_act(c.mb, c.chunk);
+        ops.push_back(op);
+        tp(c.mb, c.chunk, 0);
+        send_act(c.mb, c.chunk);
+        break;
+      case OpKind::kBackward:
+      case OpKind::kBackwardInput:
+        recv_grad(c.mb, c.chunk);
+        ops.push_back(op);
+        tp(c.mb, c.chunk, 1);
+        send_grad(c.mb, c.chunk);
+        break;
+      case OpKind::kForwardBackward:
+        recv_act(c.mb, c.chunk);
+        recv_grad(c.backward_mb, c.backward_chunk);
+        ops.push_back(op);
+        tp(c.mb, c.chunk, 0);
+        tp(c.backward_mb, c.backward_chunk, 1);
+        send_act(c.mb, c.chunk);
+        send_grad(c.backward_mb, c.backward_chunk);
+        break;
+      default:
+        ops.push_back(op);
+        break;
+    }
+    if (grad_elems > 0 && o.overlap_grad_allreduce) {
+      if (const int g = GradientChunk(c); g >= 0 && last_grad[g] == i) add_buckets(g);
+    }
+  }
+  if (grad_elems > 0 && !o.overlap_grad_allreduce) {
+    for (int c = v - 1; c >= 0; --c) add_buckets(c);
+  }
+  ops.push_back(Op{.kind = OpKind::kOptimizerStep});
+}
+
 absl::StatusOr<Program> Wire(ScheduleKind kind, const PipelineOptions& o, StagePlacement placement, bool split,
                              const Order& order) {
   const size_t stages = static_cast<size_t>(placement.stages_per_direction());
@@ -96,96 +189,7 @@ absl::StatusOr<Program> Wire(ScheduleKind kind, const PipelineOptions& o, StageP
   prog.split_backward = split;
   prog.placement = std::move(placement);
   prog.ranks.resize(o.num_ranks);
-  const int p = o.num_ranks, v = prog.num_chunks;
-  const bool per_stage = !o.stage_gradient_bytes.empty();
-  const uint64_t grad_elems =
-      per_stage ? std::accumulate(o.stage_gradient_bytes.begin(), o.stage_gradient_bytes.end(), uint64_t{0}) / 4
-                : o.gradient_bytes / 4;
-  const auto stage = [&](int s, int chunk) { return static_cast<size_t>(prog.ModelStage(s, chunk)); };
-  // The message between model stages k and k + 1, one micro-batch.
-  const auto boundary = [&](int k) {
-    return o.stage_activation_bytes.empty() ? o.activation_bytes : o.stage_activation_bytes[static_cast<size_t>(k)];
-  };
-  for (int s = 0; s < p; ++s) {
-    std::vector<Op>& ops = prog.ranks[s];
-    ops.reserve(order[s].size() * 3 + 8);
-    // The index in order[s] of each chunk's last gradient-finalizing op.
-    std::vector<int> last_grad(v, -1);
-    for (int i = 0; i < static_cast<int>(order[s].size()); ++i) {
-      if (const int c = GradientChunk(order[s][i]); c >= 0) last_grad[c] = i;
-    }
-    int bucket = 0;
-    auto add_buckets = [&](int chunk) {
-      const uint64_t chunk_elems =
-          per_stage ? o.stage_gradient_bytes[stage(s, chunk)] / 4 : PartSize(grad_elems, v, chunk);
-      for (int b = 0; b < o.buckets_per_chunk; ++b) {
-        ops.push_back(Op{.kind = OpKind::kAllReduce, .micro_batch = -1, .chunk = chunk, .peer = -1,
-                         .bucket = bucket++,
-                         .bytes = 4 * PartSize(chunk_elems, o.buckets_per_chunk, b)});
-      }
-    };
-    // A message of `kind` for (mb, chunk) to or from the holder `other`, unless it is this rank.
-    // The message's boundary: after this chunk's stage (activations out, gradients in) or before
-    // it (activations in, gradients out).
-    auto message = [&](OpKind msg_kind, int mb, int chunk, const std::optional<ChunkRef>& other) {
-      if (other.has_value() && other->rank != s) {
-        const int k = prog.ModelStage(s, chunk);
-        const bool after = msg_kind == OpKind::kSendAct || msg_kind == OpKind::kRecvGrad;
-        ops.push_back(Op{.kind = msg_kind, .micro_batch = mb, .chunk = chunk, .peer = other->rank,
-                         .bytes = boundary(after ? k : k - 1)});
-      }
-    };
-    auto recv_act = [&](int mb, int c) { message(OpKind::kRecvAct, mb, c, prog.PrevHolder(s, c)); };
-    auto send_act = [&](int mb, int c) { message(OpKind::kSendAct, mb, c, prog.NextHolder(s, c)); };
-    auto recv_grad = [&](int mb, int c) { message(OpKind::kRecvGrad, mb, c, prog.NextHolder(s, c)); };
-    auto send_grad = [&](int mb, int c) { message(OpKind::kSendGrad, mb, c, prog.PrevHolder(s, c)); };
-    auto tp = [&](int mb, int c, int pass) {  // pass 0: after an F, 1: after a B(-input)
-      const uint64_t bytes = o.stage_tp_bytes.empty() ? o.tp_allreduce_bytes
-                                                       : o.stage_tp_bytes[stage(s, c)][static_cast<size_t>(pass)];
-      if (o.tp_allreduce_bytes > 0 || !o.stage_tp_bytes.empty()) {
-        ops.push_back(Op{.kind = OpKind::kTpAllReduce, .micro_batch = mb, .chunk = c, .bytes = bytes});
-      }
-    };
-    for (int i = 0; i < static_cast<int>(order[s].size()); ++i) {
-      const Compute& c = order[s][i];
-      const Op op{.kind = c.kind, .micro_batch = c.mb, .chunk = c.chunk,
-                  .backward_micro_batch = c.backward_mb, .backward_chunk = c.backward_chunk};
-      switch (c.kind) {
-        case OpKind::kForward:
-          recv_act(c.mb, c.chunk);
-          ops.push_back(op);
-          tp(c.mb, c.chunk, 0);
-          send_act(c.mb, c.chunk);
-          break;
-        case OpKind::kBackward:
-        case OpKind::kBackwardInput:
-          recv_grad(c.mb, c.chunk);
-          ops.push_back(op);
-          tp(c.mb, c.chunk, 1);
-          send_grad(c.mb, c.chunk);
-          break;
-        case OpKind::kForwardBackward:
-          recv_act(c.mb, c.chunk);
-          recv_grad(c.backward_mb, c.backward_chunk);
-          ops.push_back(op);
-          tp(c.mb, c.chunk, 0);
-          tp(c.backward_mb, c.backward_chunk, 1);
-          send_act(c.mb, c.chunk);
-          send_grad(c.backward_mb, c.backward_chunk);
-          break;
-        default:
-          ops.push_back(op);
-          break;
-      }
-      if (grad_elems > 0 && o.overlap_grad_allreduce) {
-        if (const int g = GradientChunk(c); g >= 0 && last_grad[g] == i) add_buckets(g);
-      }
-    }
-    if (grad_elems > 0 && !o.overlap_grad_allreduce) {
-      for (int c = v - 1; c >= 0; --c) add_buckets(c);
-    }
-    ops.push_back(Op{.kind = OpKind::kOptimizerStep});
-  }
+  for (int s = 0; s < o.num_ranks; ++s) WireRank(o, prog, order, s);
   return prog;
 }
 
