@@ -77,14 +77,21 @@ int GradientChunk(const Compute& c) {
 
 // Adds sends, receives, TP all-reduces, gradient buckets and the optimizer step around the compute
 // order. A hand-off to a chunk of the same rank needs no message.
+// The index in `ops` (a rank's compute order) of each of its v chunks' last gradient-finalizing op.
+std::vector<int> LastGradientOps(const std::vector<Compute>& ops, int v) {
+  std::vector<int> last(static_cast<size_t>(v), -1);
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    if (const int c = GradientChunk(ops[static_cast<size_t>(i)]); c >= 0) last[static_cast<size_t>(c)] = i;
+  }
+  return last;
+}
+
 // Rank s's op list: its compute ops in `order`, each with the messages, TP all-reduces and (once a
 // chunk's gradients are final) DP buckets around it, then the optimizer step.
-void WireRank(const PipelineOptions& o, Program& prog, const Order& order, int s) {
+// `grad_elems`: the gradient elements of a replica (all stages).
+void WireRank(const PipelineOptions& o, Program& prog, const Order& order, int s, uint64_t grad_elems) {
   const int v = prog.num_chunks;
   const bool per_stage = !o.stage_gradient_bytes.empty();
-  const uint64_t grad_elems =
-      per_stage ? std::accumulate(o.stage_gradient_bytes.begin(), o.stage_gradient_bytes.end(), uint64_t{0}) / 4
-                : o.gradient_bytes / 4;
   const auto stage = [&](int chunk) { return static_cast<size_t>(prog.ModelStage(s, chunk)); };
   // The message between model stages k and k + 1, one micro-batch.
   const auto boundary = [&](int k) {
@@ -92,11 +99,7 @@ void WireRank(const PipelineOptions& o, Program& prog, const Order& order, int s
   };
   std::vector<Op>& ops = prog.ranks[s];
   ops.reserve(order[s].size() * 3 + 8);
-  // The index in order[s] of each chunk's last gradient-finalizing op.
-  std::vector<int> last_grad(v, -1);
-  for (int i = 0; i < static_cast<int>(order[s].size()); ++i) {
-    if (const int c = GradientChunk(order[s][i]); c >= 0) last_grad[c] = i;
-  }
+  const std::vector<int> last_grad = LastGradientOps(order[s], v);
   int bucket = 0;
   auto add_buckets = [&](int chunk) {
     const uint64_t chunk_elems =
@@ -189,7 +192,11 @@ absl::StatusOr<Program> Wire(ScheduleKind kind, const PipelineOptions& o, StageP
   prog.split_backward = split;
   prog.placement = std::move(placement);
   prog.ranks.resize(o.num_ranks);
-  for (int s = 0; s < o.num_ranks; ++s) WireRank(o, prog, order, s);
+  const uint64_t grad_elems =
+      o.stage_gradient_bytes.empty()
+          ? o.gradient_bytes / 4
+          : std::accumulate(o.stage_gradient_bytes.begin(), o.stage_gradient_bytes.end(), uint64_t{0}) / 4;
+  for (int s = 0; s < o.num_ranks; ++s) WireRank(o, prog, order, s, grad_elems);
   return prog;
 }
 

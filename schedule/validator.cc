@@ -318,6 +318,63 @@ class DryRun {
     }
   }
 
+  // Rank s's send `op` (model stage k); false: s blocks (a rendezvous send until its receiver is there).
+  absl::StatusOr<bool> Send(int s, const Op& op, int k, std::vector<int>& work) {
+    const int mb = op.micro_batch;
+    const bool grad = op.kind == OpKind::kSendGrad;
+    RP_RETURN_IF_ERROR(Dep(grad ? b_[Idx(k, mb)] : f_[Idx(k, mb)], s,
+                           grad ? "the B it sends" : "the F it sends"));
+    if (opts_.rendezvous_sends) {
+      const int q = op.peer;
+      if (!(blocked_[q] && pc_[q] < prog_.ranks[q].size() &&
+            Matches(op, s, prog_.ranks[q][pc_[q]], q))) {
+        blocked_[s] = 1;  // the receiver completes us when it reaches the receive
+        return false;
+      }
+      Deliver(prog_.ranks[q][pc_[q]], q);
+      ++pc_[q];
+      work.push_back(q);
+    } else {
+      Channel(s, op.peer, grad).push_back(Message{mb, k + (grad ? -1 : 1)});
+      if (blocked_[op.peer]) {
+        blocked_[op.peer] = 0;
+        work.push_back(op.peer);
+      }
+    }
+    return true;
+  }
+
+  // Rank s's receive `op` (model stage k); false: s blocks until the message (or its sender) is there.
+  absl::StatusOr<bool> Receive(int s, const Op& op, int k, std::vector<int>& work) {
+    const int mb = op.micro_batch;
+    const bool grad = op.kind == OpKind::kRecvGrad;
+    const int q = op.peer;
+    if (opts_.rendezvous_sends) {
+      if (!(blocked_[q] && pc_[q] < prog_.ranks[q].size() &&
+            Matches(prog_.ranks[q][pc_[q]], q, op, s))) {
+        blocked_[s] = 1;
+        return false;
+      }
+      ++pc_[q];
+      work.push_back(q);
+    } else {
+      auto& ch = Channel(q, s, grad);
+      if (ch.empty()) {
+        blocked_[s] = 1;
+        return false;
+      }
+      if (ch.front().mb != mb || ch.front().stage != k) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "channel order: ", Where(prog_, s, pc_[s]), " but the oldest ",
+            grad ? "gradient" : "activation", " from rank ", q, " is micro-batch ",
+            ch.front().mb, " for model stage ", ch.front().stage));
+      }
+      ch.pop_front();
+    }
+    Deliver(op, s);
+    return true;
+  }
+
   // Runs rank s until it blocks or finishes; wakes the ranks it unblocks.
   absl::Status Advance(int s, std::vector<int>& work) {
     const auto& ops = prog_.ranks[s];
@@ -351,55 +408,14 @@ class DryRun {
           break;
         case OpKind::kSendAct:
         case OpKind::kSendGrad: {
-          const bool grad = op.kind == OpKind::kSendGrad;
-          RP_RETURN_IF_ERROR(Dep(grad ? b_[Idx(k, mb)] : f_[Idx(k, mb)], s,
-                                 grad ? "the B it sends" : "the F it sends"));
-          if (opts_.rendezvous_sends) {
-            const int q = op.peer;
-            if (!(blocked_[q] && pc_[q] < prog_.ranks[q].size() &&
-                  Matches(op, s, prog_.ranks[q][pc_[q]], q))) {
-              blocked_[s] = 1;  // the receiver completes us when it reaches the receive
-              return absl::OkStatus();
-            }
-            Deliver(prog_.ranks[q][pc_[q]], q);
-            ++pc_[q];
-            work.push_back(q);
-          } else {
-            Channel(s, op.peer, grad).push_back(Message{mb, k + (grad ? -1 : 1)});
-            if (blocked_[op.peer]) {
-              blocked_[op.peer] = 0;
-              work.push_back(op.peer);
-            }
-          }
+          RP_ASSIGN_OR_RETURN(const bool sent, Send(s, op, k, work));
+          if (!sent) return absl::OkStatus();
           break;
         }
         case OpKind::kRecvAct:
         case OpKind::kRecvGrad: {
-          const bool grad = op.kind == OpKind::kRecvGrad;
-          const int q = op.peer;
-          if (opts_.rendezvous_sends) {
-            if (!(blocked_[q] && pc_[q] < prog_.ranks[q].size() &&
-                  Matches(prog_.ranks[q][pc_[q]], q, op, s))) {
-              blocked_[s] = 1;
-              return absl::OkStatus();
-            }
-            ++pc_[q];
-            work.push_back(q);
-          } else {
-            auto& ch = Channel(q, s, grad);
-            if (ch.empty()) {
-              blocked_[s] = 1;
-              return absl::OkStatus();
-            }
-            if (ch.front().mb != mb || ch.front().stage != k) {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  "channel order: ", Where(prog_, s, pc_[s]), " but the oldest ",
-                  grad ? "gradient" : "activation", " from rank ", q, " is micro-batch ",
-                  ch.front().mb, " for model stage ", ch.front().stage));
-            }
-            ch.pop_front();
-          }
-          Deliver(op, s);
+          RP_ASSIGN_OR_RETURN(const bool received, Receive(s, op, k, work));
+          if (!received) return absl::OkStatus();
           break;
         }
         case OpKind::kAllReduce:
