@@ -227,7 +227,8 @@ class DeviceRunner {
   };
   // Runs a compute op's parts back to back as ONE compute op (one fault draw): the real kernels
   // with the runner stepping modeled time through each part's plan steps (TP all-reduces, bucket
-  // launches).
+  // launches), one PassRun a part (runner_ops.cc).
+  class PassRun;
   absl::Status RunParts(int step, int op_index, const Op& op, Nanos ready, std::vector<Part> parts);
   // The stage input of F(mb) of model stage k (data, a received or a local activation), and the
   // output gradient of B(mb) of stage k; kernels for them.

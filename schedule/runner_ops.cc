@@ -147,137 +147,191 @@ absl::Status DeviceRunner::Compute(int step, int op_index, const Op& op) {
   return absl::OkStatus();
 }
 
+// One part of a compute op as it runs: the real kernel, with the modeled cursor stepped through
+// the part's plan steps — layers (launching the DP buckets they complete), TP all-reduces and EP
+// all-to-alls — and the compute segments between them recorded. The cursor and the kernel's
+// measured time continue across an op's parts (RunParts).
+class DeviceRunner::PassRun {
+ public:
+  PassRun(DeviceRunner& r, int step, int op_index, const Op& op, const Part& part,
+          std::vector<Nanos> durations, Nanos* cursor, Nanos* kernel_time)
+      : r_(r),
+        o_(*r.ctx_->options),
+        step_(step),
+        op_index_(op_index),
+        op_(op),
+        part_(part),
+        chunk_(r.ctx_->plan->Chunk(r.coord_.pp, part.chunk)),
+        steps_(chunk_.steps[static_cast<size_t>(part.pass)]),
+        durations_(std::move(durations)),
+        launches_(o_.overlap_grad_allreduce && op_index == chunk_.last_grad_op),
+        cursor_(*cursor),
+        kernel_time_(*kernel_time),
+        segment_start_(*cursor),
+        segment_wall_(r.WallNow()),
+        kernel_clock_(ClockNow()),
+        kernel_work_(&r.ctx_->host_work) {
+    kernel_work_.Pause();
+  }
+
+  // Runs the kernel through the part's plan steps; the cursor ends at the part's end (the caller
+  // sleeps until it and closes the last segment).
+  absl::Status Run(bool several_parts) {
+    r_.tp_calls_ = 0;
+    const TpAllReduceFn tp = [this](std::span<float> buffer) { return Tp(buffer); };
+    r_.ep_calls_ = 0;
+    const EpExchangeFn ep = !r_.ctx_->plan->has_ep_exchanges()
+                                ? EpExchangeFn()
+                                : EpExchangeFn([this](EpExchange& x) { return Ep(x); });
+    const LayerGradsDoneFn done = [this](int local_layer) { Advance(local_layer); };
+    kernel_work_.Resume();
+    const absl::Status kernel = part_.kernel(tp, done, ep);
+    kernel_work_.Pause();
+    RP_RETURN_IF_ERROR(WithSite(kernel, r_.coord_, r_.rank_, step_, op_, -1));
+    // An F&B's F stores its activations before its B frees its own: both are live in between.
+    if (several_parts) r_.AccountActivations();
+    Advance(-1);
+    RP_RETURN_IF_ERROR(launch_error_);
+    if (si_ != steps_.size()) {
+      return absl::InternalError("the pass ended before the exchanges of its plan");
+    }
+    kernel_time_ += ClockNow() - kernel_clock_;
+    return absl::OkStatus();
+  }
+
+  // Records the compute segment from the last exchange (or the part's start) to the cursor.
+  void CloseSegment(Nanos wall_end) {
+    r_.Record({.kind = IntervalKind::kCompute, .op = op_index_, .detail = part_.detail,
+               .start = segment_start_ - r_.step_start_, .end = cursor_ - r_.step_start_,
+               .wall_start = segment_wall_, .wall_end = wall_end});
+  }
+
+ private:
+  Nanos ClockNow() const { return r_.ctx_->real_clock ? r_.ctx_->clock->Now() : Nanos(0); }
+
+  // Moves the cursor over layer steps up to (excluding) the next exchange, or through the step of
+  // local layer `through` if >= 0, launching the buckets the layers complete (a MoE block's expert
+  // bucket first).
+  void Advance(int through) {
+    while (si_ < steps_.size() && steps_[si_].kind == PassStep::Kind::kLayer) {
+      const PassStep& s = steps_[si_];
+      cursor_ += durations_[si_];
+      ++si_;
+      if (launches_ && s.grads_final) {
+        const size_t l = static_cast<size_t>(s.local_layer);
+        for (const int b : {chunk_.expert_bucket_of_layer[l], chunk_.bucket_of_layer[l]}) {
+          if (b >= 0 && launch_error_.ok()) {
+            launch_error_ = r_.LaunchBucket(step_, part_.chunk, b, cursor_);
+          }
+        }
+      }
+      if (s.local_layer == through) return;
+    }
+  }
+
+  // An exchange point of the pass (a TP all-reduce, an EP all-to-all): moves over the layers
+  // before it, checks the plan has it next, waits (real clock) until the cursor and closes the
+  // compute segment; returns the exchange's measured start. Leave moves past it.
+  absl::StatusOr<Nanos> Enter(PassStep::Kind kind, const char* what) {
+    Advance(-1);
+    if (si_ >= steps_.size() || steps_[si_].kind != kind) {
+      return absl::InternalError(absl::StrCat("the pass reached a ", what,
+                                              " its plan does not have"));
+    }
+    kernel_time_ += ClockNow() - kernel_clock_;
+    kernel_work_.Pause();  // a wait on peers
+    RP_RETURN_IF_ERROR(r_.Sleep(cursor_, {.rank = r_.rank_, .op = what, .step = step_}));
+    const Nanos wall0 = r_.WallNow();
+    CloseSegment(wall0);
+    return wall0;
+  }
+
+  void Leave(Nanos end, Nanos wall1) {
+    kernel_work_.Resume();
+    cursor_ = end;
+    ++si_;
+    segment_start_ = cursor_;
+    segment_wall_ = wall1;
+    kernel_clock_ = ClockNow();
+  }
+
+  absl::Status Tp(std::span<float> buffer) {
+    RP_ASSIGN_OR_RETURN(const Nanos wall0, Enter(PassStep::Kind::kTpAllReduce, "TP all-reduce"));
+    const int64_t trace_w0 = r_.dev_->WallNow();
+    const std::vector<int> group = r_.ctx_->plan->TpGroup(r_.rank_);
+    r_.waiting_ = {group[static_cast<size_t>((r_.coord_.tp + o_.grid.tp - 1) % o_.grid.tp)]};
+    const comm::CollectiveOptions co{
+        .segment_bytes = r_.ctx_->plan->ring_segment_bytes,
+        .timeout = CommTimeout(o_),
+        .model = {.elements = chunk_.tp_elements[static_cast<size_t>(part_.pass)]
+                                               [static_cast<size_t>(r_.tp_calls_)],
+                  .step = step_,
+                  .reduce_gbps = o_.reduce_gbps}};
+    RP_ASSIGN_OR_RETURN(comm::CollectiveResult res, r_.TpAllReduce(step_, buffer, co, cursor_));
+    r_.waiting_.clear();
+    const Nanos wall1 = r_.WallNow();
+    const WaitSplit w = SplitWallBySpans(wall0, wall1, res.spans, r_.step_start_);
+    r_.Record({.kind = IntervalKind::kTpAllReduce, .op = op_index_, .detail = r_.tp_calls_,
+               .start = cursor_ - r_.step_start_, .end = res.end - r_.step_start_,
+               .transfer = res.transfer + res.reduce, .peer = res.peer_wait,
+               .comm = res.transfer + res.reduce, .wall_start = wall0, .wall_end = wall1,
+               .wall_transfer = w.transfer, .wall_peer = w.peer});
+    r_.dev_->Trace({.name = "TpAllReduce", .kind = rp::OpKind::kCollective,
+                    .micro_batch = op_.micro_batch, .step = step_, .bytes = res.modeled_bytes},
+                   trace_w0, r_.dev_->WallNow(), cursor_, res.end);
+    Leave(res.end, wall1);
+    ++r_.tp_calls_;
+    return absl::OkStatus();
+  }
+
+  absl::Status Ep(EpExchange& x) {
+    RP_ASSIGN_OR_RETURN(const Nanos wall0, Enter(PassStep::Kind::kEpAllToAll, "EP all-to-all"));
+    RP_ASSIGN_OR_RETURN(const Nanos end, r_.EpAllToAll(step_, op_index_, op_, x, cursor_, wall0));
+    Leave(end, r_.WallNow());
+    return absl::OkStatus();
+  }
+
+  DeviceRunner& r_;
+  const ExecutorOptions& o_;
+  const int step_, op_index_;
+  const Op& op_;
+  const Part& part_;
+  const ChunkPlan& chunk_;
+  const std::vector<PassStep>& steps_;
+  const std::vector<Nanos> durations_;  // of each plan step of the part
+  const bool launches_;                 // the op completes the chunk's gradients: launch buckets
+  Nanos& cursor_;
+  Nanos& kernel_time_;
+  size_t si_ = 0;  // the next plan step
+  Nanos segment_start_, segment_wall_;
+  Nanos kernel_clock_;
+  // The kernel is host work of ours between its exchanges (the stall monitor's progress).
+  HostWork kernel_work_;
+  absl::Status launch_error_;
+};
+
 absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos ready,
                                     std::vector<Part> parts) {
   const ExecutionPlan& plan = *ctx_->plan;
-  const ExecutorOptions& o = *ctx_->options;
   const OpInfo info{.name = OpKindName(op.kind), .micro_batch = op.micro_batch, .step = step};
   Nanos base{0};
   for (const Part& p : parts) base += p.base;
   RP_ASSIGN_OR_RETURN(const Device::ComputeOp c, dev_->BeginCompute(info, base, ready));
-  auto clock_now = [&] { return ctx_->real_clock ? ctx_->clock->Now() : Nanos(0); };
   Nanos cursor = c.start, kernel_time{0};
   uint64_t done_base = 0;
   Nanos prev_share{0};
   for (const Part& part : parts) {
-    const ChunkPlan& chunk = plan.Chunk(coord_.pp, part.chunk);
-    const std::vector<PassStep>& steps = chunk.steps[static_cast<size_t>(part.pass)];
     // This part's share of the op's (faulted) duration: the parts cut it by their costs.
     done_base += static_cast<uint64_t>(part.base.count());
     const Nanos share = ShareEnd(c.duration, done_base, static_cast<uint64_t>(base.count()));
-    const std::vector<Nanos> durations = StepDurations(chunk, part.pass, share - prev_share);
+    std::vector<Nanos> durations =
+        StepDurations(plan.Chunk(coord_.pp, part.chunk), part.pass, share - prev_share);
     prev_share = share;
-    const bool launches = o.overlap_grad_allreduce && op_index == chunk.last_grad_op;
-    size_t si = 0;
-    Nanos segment_start = cursor, segment_wall = WallNow();
-    Nanos kernel_clock = clock_now();
-    // The kernel is host work of ours between its exchanges (the stall monitor's progress).
-    HostWork kernel_work(&ctx_->host_work);
-    kernel_work.Pause();
-    absl::Status launch_error;
-    auto close_segment = [&](Nanos wall_end) {
-      Record({.kind = IntervalKind::kCompute, .op = op_index, .detail = part.detail,
-              .start = segment_start - step_start_, .end = cursor - step_start_,
-              .wall_start = segment_wall, .wall_end = wall_end});
-    };
-    // Moves the cursor over layer steps up to (excluding) the next exchange, or through the step
-    // of local layer `through` if >= 0, launching the buckets the layers complete (a MoE block's
-    // expert bucket first).
-    auto advance = [&](int through) {
-      while (si < steps.size() && steps[si].kind == PassStep::Kind::kLayer) {
-        const PassStep& s = steps[si];
-        cursor += durations[si];
-        ++si;
-        if (launches && s.grads_final) {
-          const size_t l = static_cast<size_t>(s.local_layer);
-          for (const int b : {chunk.expert_bucket_of_layer[l], chunk.bucket_of_layer[l]}) {
-            if (b >= 0 && launch_error.ok()) launch_error = LaunchBucket(step, part.chunk, b, cursor);
-          }
-        }
-        if (s.local_layer == through) return;
-      }
-    };
-    // An exchange point of the pass (a TP all-reduce, an EP all-to-all): moves over the layers
-    // before it, checks the plan has it next, waits (real clock) until the cursor and closes the
-    // compute segment; returns the exchange's measured start. leave() moves past it.
-    auto enter = [&](PassStep::Kind kind, const char* what) -> absl::StatusOr<Nanos> {
-      advance(-1);
-      if (si >= steps.size() || steps[si].kind != kind) {
-        return absl::InternalError(absl::StrCat("the pass reached a ", what,
-                                                " its plan does not have"));
-      }
-      kernel_time += clock_now() - kernel_clock;
-      kernel_work.Pause();  // a wait on peers
-      RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = what, .step = step}));
-      const Nanos wall0 = WallNow();
-      close_segment(wall0);
-      return wall0;
-    };
-    auto leave = [&](Nanos end, Nanos wall1) {
-      kernel_work.Resume();
-      cursor = end;
-      ++si;
-      segment_start = cursor;
-      segment_wall = wall1;
-      kernel_clock = clock_now();
-    };
-    tp_calls_ = 0;
-    const TpAllReduceFn tp = [&](std::span<float> buffer) -> absl::Status {
-      RP_ASSIGN_OR_RETURN(const Nanos wall0, enter(PassStep::Kind::kTpAllReduce, "TP all-reduce"));
-      const int64_t trace_w0 = dev_->WallNow();
-      const std::vector<int> group = plan.TpGroup(rank_);
-      waiting_ = {group[static_cast<size_t>((coord_.tp + o.grid.tp - 1) % o.grid.tp)]};
-      const comm::CollectiveOptions co{
-          .segment_bytes = plan.ring_segment_bytes,
-          .timeout = CommTimeout(o),
-          .model = {.elements = chunk.tp_elements[static_cast<size_t>(part.pass)]
-                                                 [static_cast<size_t>(tp_calls_)],
-                    .step = step,
-                    .reduce_gbps = o.reduce_gbps}};
-      RP_ASSIGN_OR_RETURN(comm::CollectiveResult r, TpAllReduce(step, buffer, co, cursor));
-      waiting_.clear();
-      const Nanos wall1 = WallNow();
-      const WaitSplit w = SplitWallBySpans(wall0, wall1, r.spans, step_start_);
-      Record({.kind = IntervalKind::kTpAllReduce, .op = op_index, .detail = tp_calls_,
-              .start = cursor - step_start_, .end = r.end - step_start_,
-              .transfer = r.transfer + r.reduce, .peer = r.peer_wait, .comm = r.transfer + r.reduce,
-              .wall_start = wall0, .wall_end = wall1, .wall_transfer = w.transfer,
-              .wall_peer = w.peer});
-      dev_->Trace({.name = "TpAllReduce", .kind = rp::OpKind::kCollective,
-                   .micro_batch = op.micro_batch, .step = step, .bytes = r.modeled_bytes},
-                  trace_w0, dev_->WallNow(), cursor, r.end);
-      leave(r.end, wall1);
-      ++tp_calls_;
-      return absl::OkStatus();
-    };
-    ep_calls_ = 0;
-    const EpExchangeFn ep = !plan.has_ep_exchanges() ? EpExchangeFn() : [&](EpExchange& x)
-        -> absl::Status {
-      RP_ASSIGN_OR_RETURN(const Nanos wall0, enter(PassStep::Kind::kEpAllToAll, "EP all-to-all"));
-      RP_ASSIGN_OR_RETURN(const Nanos end, EpAllToAll(step, op_index, op, x, cursor, wall0));
-      leave(end, WallNow());
-      return absl::OkStatus();
-    };
-    const LayerGradsDoneFn done = [&](int local_layer) { advance(local_layer); };
-    kernel_work.Resume();
-    const absl::Status kernel = part.kernel(tp, done, ep);
-    kernel_work.Pause();
-    RP_RETURN_IF_ERROR(WithSite(kernel, coord_, rank_, step, op, -1));
-    // An F&B's F stores its activations before its B frees its own: both are live in between.
-    if (parts.size() > 1) AccountActivations();
-    advance(-1);
-    RP_RETURN_IF_ERROR(launch_error);
-    if (si != steps.size()) {
-      return absl::InternalError("the pass ended before the exchanges of its plan");
-    }
-    kernel_time += clock_now() - kernel_clock;
-    if (&part == &parts.back()) {
-      RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = info.name, .step = step}));
-      RP_RETURN_IF_ERROR(dev_->EndCompute(info, c, cursor, kernel_time));
-    } else {
-      RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = info.name, .step = step}));
-    }
-    close_segment(WallNow());
+    PassRun run(*this, step, op_index, op, part, std::move(durations), &cursor, &kernel_time);
+    RP_RETURN_IF_ERROR(run.Run(parts.size() > 1));
+    RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = info.name, .step = step}));
+    if (&part == &parts.back()) RP_RETURN_IF_ERROR(dev_->EndCompute(info, c, cursor, kernel_time));
+    run.CloseSegment(WallNow());
   }
   return absl::OkStatus();
 }
