@@ -72,7 +72,8 @@ MlpConfig RunConfig::Mlp() const {
              .expert_hidden = expert_hidden,
              .capacity_factor = capacity_factor,
              .aux_loss = aux_loss,
-             .router_skew = router_skew};
+             .router_skew = router_skew,
+             .init = moe_init};
   }
   return m;
 }

@@ -122,6 +122,7 @@ struct RunConfig {
   double capacity_factor = 0;  // 0: dropless
   double aux_loss = 0;
   double router_skew = 0;
+  MoeInit moe_init = MoeInit::kHe;  // the experts' W2 init (MoeConfig::init)
   int ep = 1;
   uint64_t ep_row_bytes = 0;  // modeled bytes of one real token row in the EP all-to-all; 0: derived
   comm::Codec ep_codec = comm::Codec::kFp32;  // wire format of the EP token rows (not `codec`'s)

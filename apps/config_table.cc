@@ -41,6 +41,12 @@ absl::StatusOr<Activation> ParseActivation(const std::string& s) {
   return absl::InvalidArgumentError(absl::StrCat("unknown activation '", OneLine(s), "' (relu, gelu)"));
 }
 
+absl::StatusOr<MoeInit> ParseMoeInit(const std::string& s) {
+  if (s == "he") return MoeInit::kHe;
+  if (s == "scaled") return MoeInit::kScaled;
+  return absl::InvalidArgumentError(absl::StrCat("unknown MoE init '", OneLine(s), "' (he, scaled)"));
+}
+
 absl::StatusOr<OptimizerKind> ParseOptimizer(const std::string& s) {
   if (s == "sgd") return OptimizerKind::kSgdMomentum;
   if (s == "adam") return OptimizerKind::kAdam;
@@ -225,6 +231,11 @@ std::vector<ConfigField>* BuildFieldTable() {
   f->push_back(NumberF("router_skew", RP_MEMBER(router_skew),
                        "MoE: a fixed router preference for low expert indices, in [0, 10000] (0: none): a reproducible load "
                        "imbalance whose busiest expert owner becomes the EP straggler."));
+  f->push_back(EnumF("moe_init", RP_MEMBER(moe_init), ParseMoeInit,
+                     [](MoeInit i) { return std::string(MoeInitName(i)); },
+                     "MoE: init of the experts' output weights W2: he (He-uniform, like every layer) or scaled "
+                     "(He-uniform x 1/sqrt(MoE blocks), GPT-2's residual scaling: a deep stack of blocks does not "
+                     "grow its activations at init; docs/model.md)."));
   f->push_back(IntF("ep", RP_MEMBER(ep), 1, kMaxDevices,
                     "Expert parallelism: EP degree, carved out of DP (dp a multiple of ep), dividing experts; > 1 "
                     "needs moe_layers (not with dualpipe)."));

@@ -201,7 +201,8 @@ void DescribeSetup(const RunConfig& cfg, const Plan& plan, json& r) {
     const MoeConfig& moe = ex.model.moe;
     r["moe"] = {{"layers", moe.layers}, {"experts", moe.experts}, {"top_k", moe.top_k},
                 {"expert_hidden", moe.expert_hidden}, {"capacity_factor", moe.capacity_factor},
-                {"aux_loss", moe.aux_loss}, {"router_skew", moe.router_skew}, {"ep", ex.ep},
+                {"aux_loss", moe.aux_loss}, {"router_skew", moe.router_skew},
+                {"init", MoeInitName(moe.init)}, {"ep", ex.ep},
                 {"ep_groups", plan.execution.has_ep_exchanges() ? plan.execution.num_ep_groups() : 0},
                 {"modeled_ep_row_bytes", plan.execution.EpRowElements(ex.model.in_dim(moe.layers.front())) * 4},
                 {"ep_codec", comm::CodecName(ex.ep_codec)}};

@@ -67,7 +67,8 @@ std::string MoeSetup(const json& r) {
       m.value("top_k", 1), ", expert hidden ", m.value("expert_hidden", 0), ", capacity ",
       cap > 0 ? Fmt("%g", cap) : std::string("none (dropless)"),
       aux > 0 ? absl::StrCat(", aux loss ", Fmt("%g", aux)) : std::string(),
-      skew > 0 ? absl::StrCat(", router skew ", Fmt("%g", skew)) : std::string(), "\n");
+      skew > 0 ? absl::StrCat(", router skew ", Fmt("%g", skew)) : std::string(),
+      m.value("init", std::string("he")) == "scaled" ? ", W2 init scaled by 1/sqrt(blocks)" : "", "\n");
   const int ep = m.value("ep", 1);
   // The groups a user counts are the dp / ep groups of replicas; ep_groups counts one EP
   // communicator per (group, pp, tp): "64 EP groups" for dp = 64, ep = 8 read as 64 of one replica.

@@ -51,6 +51,10 @@ std::string DivergedHint(const RunConfig& cfg) {
   if (!cfg.moe_layers.empty() && cfg.aux_loss > 0) {
     knobs.push_back(absl::StrCat("a smaller --aux_loss (now ", cfg.aux_loss, ")"));
   }
+  if (!cfg.moe_layers.empty() && cfg.moe_init == MoeInit::kHe) {
+    // A deep stack of blocks grows its activations at init (docs/model.md): no lr helps there.
+    knobs.push_back("--moe_init=scaled (now he)");
+  }
   if (cfg.codec != comm::Codec::kFp32) {
     knobs.push_back(absl::StrCat("--codec=fp32 (now ", comm::CodecName(cfg.codec), ")"));
   }

@@ -113,6 +113,8 @@ MoeRouting RouteTokens(ConstMatrixView probs, int top_k, int64_t capacity) {
   return r;
 }
 
+const char* MoeInitName(MoeInit init) { return init == MoeInit::kScaled ? "scaled" : "he"; }
+
 int64_t ExpertCapacity(double capacity_factor, int top_k, int64_t tokens, int experts) {
   if (capacity_factor <= 0) return -1;
   const double exact = capacity_factor * top_k * static_cast<double>(tokens) / experts;
@@ -166,7 +168,12 @@ absl::StatusOr<std::unique_ptr<MoeBlock>> MoeBlock::Create(const MoeConfig& conf
   // Init: a pure function of the index in the unsharded block (router, then experts 0..E-1).
   const int64_t d = width, h = lay.hidden, E = lay.experts;
   const float router_limit = static_cast<float>(std::sqrt(6.0 / static_cast<double>(d)));
-  const float w2_limit = static_cast<float>(std::sqrt(6.0 / static_cast<double>(h)));
+  // kScaled: GPT-2's 1/√N over the N residual layers (the model's MoE blocks) on the branch's last
+  // weights: E[y²] ≈ (1 + 2·Σ g²/B)·E[x²] per block, at most e² over all B blocks.
+  const double w2_var = config.init == MoeInit::kScaled
+                            ? 6.0 / static_cast<double>(h) / static_cast<double>(config.layers.size())
+                            : 6.0 / static_cast<double>(h);
+  const float w2_limit = static_cast<float>(std::sqrt(w2_var));
   for (int64_t i = 0; i < d * E; ++i) params[i] = InitUniform(seed, layer, i) * router_limit;
   for (int b = 0; b < lay.local_experts(); ++b) {
     const int64_t base = d * E + (lay.first_expert() + b) * lay.expert_params();

@@ -66,6 +66,11 @@ namespace rp {
 inline constexpr double kMaxAuxLoss = 1e3;
 inline constexpr double kMaxRouterSkew = 1e4;
 
+// The init of the experts' output weights W2 (MoeConfig::init) and its config name ("he",
+// "scaled").
+enum class MoeInit { kHe, kScaled };
+const char* MoeInitName(MoeInit init);
+
 // Which layers are mixture-of-experts blocks and their shape (MlpConfig::moe).
 struct MoeConfig {
   // Global indices of the layers that become MoE blocks (moe_layers), strictly increasing. A block
@@ -82,6 +87,10 @@ struct MoeConfig {
   // reproducible load imbalance (the busiest expert's owner becomes the EP group's straggler) for
   // studies and tests.
   double router_skew = 0;
+  // The init of the experts' W2 (moe_init): kHe, He-uniform like every layer; kScaled, He-uniform
+  // times 1/√B, B = layers.size() (GPT-2's scaling of the residual layers by 1/√N), so that a deep
+  // stack of blocks y = x + Σ g·o does not grow its activations with every block at init.
+  MoeInit init = MoeInit::kHe;
 
   bool enabled() const { return !layers.empty(); }
 };

@@ -107,6 +107,7 @@ TEST(MoeBinary, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) {
       {"--preset=s3-4d --ep_codec=int8", "ep_codec", "set ep_row_bytes to the row in fp32 (131072)"},
       {"--preset=s3-4d --ep_codec=fp8", "ep_codec", "fp32"},
       {"--preset=s3-4d --experts=0", "experts", "1..65536"},
+      {"--preset=s3-4d --moe_init=xavier", "moe_init", "unknown MoE init 'xavier' (he, scaled)"},
   };
   for (const char* sub : {"predict", "run --virtual_time"}) {
     for (const Case& c : cases) {
@@ -172,6 +173,25 @@ TEST(MoeBinary, AllToAllOnALinkPresetEqualsTheClosedFormWithNoWrongElement) {
     for (const json& row : rows) EXPECT_EQ(row["wrong"], 0) << codec << " " << row.dump();
     EXPECT_EQ(rows[0]["count"], 3);  // 4 bytes: at least one element per block
   }
+  fs::remove_all(dir);
+}
+
+// 15 blocks of --hidden=64x16 with the plain He init overflow fp32 at the first step (the DP
+// all-reduce finds it); the failure names moe_init among the knobs, and the scaled init trains.
+TEST(MoeBinary, ADeepStackOverflowsWithHeAndTrainsWithTheScaledInit) {
+  const fs::path dir = TempDir("deep");
+  const fs::path report = dir / "r.json";
+  const std::string deep = "run --virtual_time --steps=3 --dp=2 --pp=1 --tp=1 --moe_layers=all --hidden=64x16";
+  const Result he = RunBinary(deep, dir);
+  EXPECT_EQ(he.exit_code, 3) << he.err;
+  EXPECT_NE(he.err.find("try a smaller --lr (now 0.05), or --moe_init=scaled (now he)"), std::string::npos) << he.err;
+  const Result scaled = RunBinary(deep + " --moe_init=scaled --report_json=" + report.string(), dir);
+  ASSERT_EQ(scaled.exit_code, 0) << scaled.err;
+  EXPECT_NE(scaled.out.find("W2 init scaled by 1/sqrt(blocks)"), std::string::npos) << scaled.out;
+  const json j = ReadJson(report);
+  EXPECT_EQ(j["moe"]["init"], "scaled");
+  EXPECT_EQ(j["moe"]["layers"].size(), 15u);
+  for (const json& s : j["steps"]) EXPECT_LT(s["loss"].get<double>(), 10.0) << s.dump();
   fs::remove_all(dir);
 }
 
