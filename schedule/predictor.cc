@@ -41,22 +41,31 @@ FoldBlocker Blocker(const ExecutionPlan& plan, const PredictOptions& opts) {
   if (plan.options.program.num_directions() > 1) return FoldBlocker::kTwoDirections;
   if (plan.has_ep_exchanges()) return FoldBlocker::kExpertParallel;
   auto at = [&](int dp, int pp, int tp) { return g.RankOf({dp, pp, tp}); };
+  // Every rank's node, once: the checks below compare about 2·(1 + pp + tp) link classes a rank
+  // (ParallelGrid::ClassOf's, from these nodes), 27 M of them for 2^20 devices.
+  std::vector<int> node(static_cast<size_t>(g.world_size()));
+  for (int r = 0; r < g.world_size(); ++r) node[static_cast<size_t>(r)] = g.NodeOf(r);
+  auto class_of = [&node](int a, int b) {
+    if (a == b) return LinkClass::kSelf;
+    return node[static_cast<size_t>(a)] == node[static_cast<size_t>(b)] ? LinkClass::kIntraNode
+                                                                          : LinkClass::kInterNode;
+  };
   for (int pp = 0; pp < s.pp; ++pp) {
     for (int tp = 0; tp < s.tp; ++tp) {
       const int r0 = at(0, pp, tp);
-      const LinkClass dp_hop = g.ClassOf(r0, at(1 % s.dp, pp, tp));
+      const LinkClass dp_hop = class_of(r0, at(1 % s.dp, pp, tp));
       for (int dp = 0; dp < s.dp; ++dp) {
         const int r = at(dp, pp, tp);
         if (!opts.compute_factor.empty() &&
             opts.compute_factor[static_cast<size_t>(r)] != opts.compute_factor[static_cast<size_t>(r0)]) {
           return FoldBlocker::kStraggler;
         }
-        if (g.ClassOf(r, at((dp + 1) % s.dp, pp, tp)) != dp_hop) return FoldBlocker::kLayout;
+        if (class_of(r, at((dp + 1) % s.dp, pp, tp)) != dp_hop) return FoldBlocker::kLayout;
         for (int q = 0; q < s.pp; ++q) {
-          if (g.ClassOf(r, at(dp, q, tp)) != g.ClassOf(r0, at(0, q, tp))) return FoldBlocker::kLayout;
+          if (class_of(r, at(dp, q, tp)) != class_of(r0, at(0, q, tp))) return FoldBlocker::kLayout;
         }
         for (int t = 0; t < s.tp; ++t) {
-          if (g.ClassOf(r, at(dp, pp, t)) != g.ClassOf(r0, at(0, pp, t))) return FoldBlocker::kLayout;
+          if (class_of(r, at(dp, pp, t)) != class_of(r0, at(0, pp, t))) return FoldBlocker::kLayout;
         }
       }
     }

@@ -251,6 +251,14 @@ TEST(Predict, FoldBlockerNamesWhyReplicasAreNotFolded) {
   std::vector<double> straggler(8, 1.0);
   straggler[5] = 2.0;
   EXPECT_EQ(blocker(*one, two, whole_nodes, {.compute_factor = straggler}), FoldBlocker::kStraggler);
+  // Link classes that differ between replicas (a NIC per device, so only the classes differ): the
+  // DP hop 0 -> 1 stays on node 0 while 1 -> 2 leaves it; replica 1's pipeline hop crosses nodes
+  // where replica 0's does not.
+  EXPECT_EQ(blocker(*one, {.dp = 3, .pp = 2}, whole_nodes, {}), FoldBlocker::kLayout);
+  auto three = BuildOneFOneB({.num_ranks = 3, .num_micro_batches = 4, .gradient_bytes = 1 << 12});
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(blocker(*three, {.dp = 2, .pp = 3}, whole_nodes, {}), FoldBlocker::kLayout);
+  EXPECT_EQ(blocker(*three, {.dp = 2, .pp = 3}, {.devices_per_node = 3}, {}), FoldBlocker::kNone);
   // Replicas split across nodes of 2 with one NIC per node: they share it.
   LinkSpec shared;
   shared.nics_per_node = 1;
