@@ -114,11 +114,12 @@ class LazyJsonWriter {
 
 LazyJson::LazyJson(json value) : value_(std::move(value)) {}
 
-LazyJson LazyJson::Array(size_t size, Element element) {
+LazyJson LazyJson::Array(size_t size, Element element, Element digest) {
   LazyJson node;
   node.kind_ = Kind::kArray;
   node.size_ = size;
   node.element_ = std::move(element);
+  node.digest_ = std::move(digest);
   return node;
 }
 

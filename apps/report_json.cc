@@ -297,18 +297,25 @@ json HostJson(const schedule::RunResult& run, const HostUsage* host) {
   return h;
 }
 
-json PredictedDevice(const Plan& plan, const schedule::Prediction& pred,
-                     const std::vector<schedule::PredictedWire>& wire, int rank) {
+ModeledBytes PredictedBytes(const Plan& plan, const schedule::Prediction& pred,
+                            const std::vector<schedule::PredictedWire>& wire, int rank) {
   const size_t r = static_cast<size_t>(rank);
   const schedule::PredictedWire& w = wire[static_cast<size_t>(plan.grid.CoordOf(rank).pp)];
-  json p = Figures(schedule::FiguresOf(pred.devices[r]));
   ModeledBytes b{.wire = w.total(), .p2p = w.p2p, .tp = w.tp, .dp = w.dp};
   // EP all-to-alls: what the predictor's fabric timed beyond the closed-form p2p, TP and DP bytes.
   if (plan.execution.has_ep_exchanges() && r < pred.modeled_wire_bytes.size()) {
     b.wire = std::max(b.wire, pred.modeled_wire_bytes[r]);
     b.ep = b.wire - w.total();
   }
-  AddModeledBytes(p, b, r < pred.peak_activation_bytes.size() ? pred.peak_activation_bytes[r] : 0);
+  return b;
+}
+
+json PredictedDevice(const Plan& plan, const schedule::Prediction& pred,
+                     const std::vector<schedule::PredictedWire>& wire, int rank) {
+  const size_t r = static_cast<size_t>(rank);
+  json p = Figures(schedule::FiguresOf(pred.devices[r]));
+  AddModeledBytes(p, PredictedBytes(plan, pred, wire, rank),
+                  r < pred.peak_activation_bytes.size() ? pred.peak_activation_bytes[r] : 0);
   if (r < pred.peak_in_flight.size()) p["peak_in_flight"] = pred.peak_in_flight[r];
   return p;
 }
@@ -383,8 +390,22 @@ LazyJson BuildLazyReport(const RunConfig& cfg, const Plan& plan, const schedule:
     d["predicted"] = PredictedDevice(plan, pred, *wire, rank);
     return d;
   };
+  // A prediction's device as the text's maxima read it (report_text.cc Devices): its predicted
+  // bubble, exposed communication and EP figures, without the rest of its object. (A run's
+  // devices are at most a few thousand: they are read whole.)
+  LazyJson::Element digest;
+  if (run == nullptr) {
+    digest = [&plan, &pred, wire](size_t i) {
+      const schedule::TimelineFigures f = schedule::FiguresOf(pred.devices[i]);
+      return json{{"predicted",
+                   {{"bubble_total", f.bubble_total}, {"exposed_comm_ms", f.exposed_comm_ms},
+                    {"ep_peer_wait_ms", f.ep_peer_wait_ms}, {"ep_exposed_comm_ms", f.ep_exposed_comm_ms},
+                    {"modeled_ep_bytes", PredictedBytes(plan, pred, *wire, static_cast<int>(i)).ep}}}};
+    };
+  }
   LazyJson::Members lazy;
-  lazy.emplace_back("devices", LazyJson::Array(static_cast<size_t>(grid.world_size()), std::move(device)));
+  lazy.emplace_back("devices", LazyJson::Array(static_cast<size_t>(grid.world_size()), std::move(device),
+                                               std::move(digest)));
   if (with_timeline) lazy.emplace_back("timeline", TimelineJson(plan, pred, run));
   return LazyJson::Object(std::move(r), std::move(lazy));
 }

@@ -229,6 +229,8 @@ std::string DeviceRow(const json& d, bool run) {
 struct DeviceList {
   size_t size = 0;
   std::function<json(size_t)> at;
+  // Device i with at least the members the maxima below read (LazyJson::digest).
+  std::function<json(size_t)> digest;
 };
 
 // The EP all-to-alls over every device: the largest peer wait (the straggler gating its group),
@@ -266,7 +268,7 @@ std::string Devices(const json& r, const DeviceList& devs, bool run, size_t max_
   double max_bubble = 0, max_exposed = 0, real_act = 0, real_wire = 0;
   EpMaxima ep;
   for (size_t i = 0; i < devs.size; ++i) {
-    const json d = devs.at(i);
+    const json d = i < rows ? devs.at(i) : devs.digest(i);
     if (i < rows) absl::StrAppend(&out, DeviceRow(d, run));
     const json& src = run ? d : Get(d, "predicted");
     max_bubble = std::max(max_bubble, D(src, "bubble_total"));
@@ -338,14 +340,16 @@ std::string Render(const json& r, const DeviceList* devices, size_t max_device_r
 std::string RenderReport(const json& r, size_t max_device_rows) {
   const json& devs = Get(r, "devices");
   if (!devs.is_array()) return Render(r, nullptr, max_device_rows);
-  const DeviceList list{devs.size(), [&devs](size_t i) { return devs[i]; }};
+  const auto at = [&devs](size_t i) { return devs[i]; };
+  const DeviceList list{devs.size(), at, at};
   return Render(r, &list, max_device_rows);
 }
 
 std::string RenderReport(const LazyJson& report, size_t max_device_rows) {
   const LazyJson* devs = report.lazy("devices");
   if (devs == nullptr) return RenderReport(report.members(), max_device_rows);
-  const DeviceList list{devs->size(), [devs](size_t i) { return devs->at(i); }};
+  const DeviceList list{devs->size(), [devs](size_t i) { return devs->at(i); },
+                        [devs](size_t i) { return devs->digest(i); }};
   return Render(report.members(), &list, max_device_rows);
 }
 
