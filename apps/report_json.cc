@@ -392,7 +392,7 @@ LazyJson BuildLazyReport(const RunConfig& cfg, const Plan& plan, const schedule:
   };
   // A prediction's device as the text's maxima read it (report_text.cc Devices): its predicted
   // bubble, exposed communication and EP figures, without the rest of its object. (A run's
-  // devices are at most a few thousand: they are read whole.)
+  // devices — tens of thousands at most, and its text reads more of each — are read whole.)
   LazyJson::Element digest;
   if (run == nullptr) {
     digest = [&plan, &pred, wire](size_t i) {

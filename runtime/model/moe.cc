@@ -171,7 +171,8 @@ absl::StatusOr<std::unique_ptr<MoeBlock>> MoeBlock::Create(const MoeConfig& conf
   // kScaled: GPT-2's 1/√N over the N residual layers (the model's MoE blocks) on the branch's last
   // weights: E[y²] ≈ (1 + 2·Σ g²/B)·E[x²] per block, at most e² over all B blocks.
   const double w2_var = config.init == MoeInit::kScaled
-                            ? 6.0 / static_cast<double>(h) / static_cast<double>(config.layers.size())
+                            ? 6.0 / static_cast<double>(h) /
+                                  static_cast<double>(std::max<size_t>(1, config.layers.size()))
                             : 6.0 / static_cast<double>(h);
   const float w2_limit = static_cast<float>(std::sqrt(w2_var));
   for (int64_t i = 0; i < d * E; ++i) params[i] = InitUniform(seed, layer, i) * router_limit;
