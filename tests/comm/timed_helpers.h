@@ -11,6 +11,7 @@
 #include "comm/communicator.h"
 #include "gtest/gtest.h"
 #include "runtime/fabric.h"
+#include "tests/comm/collectives_helpers.h"
 
 namespace rp::comm {
 
@@ -45,12 +46,9 @@ inline std::unique_ptr<Communicator> MakeTimed(Fabric* fabric, std::vector<int> 
   return std::move(c).value();
 }
 
+// A thread per rank running body(rank); each rank's Status (collectives_helpers.h's RankThreads).
 inline std::vector<absl::Status> RunThreads(int n, const std::function<absl::Status(int)>& body) {
-  std::vector<absl::Status> st(static_cast<size_t>(n));
-  std::vector<std::thread> t;
-  for (int r = 0; r < n; ++r) t.emplace_back([&, r] { st[static_cast<size_t>(r)] = body(r); });
-  for (auto& x : t) x.join();
-  return st;
+  return testing::RankThreads::Run(n, body);
 }
 
 }  // namespace rp::comm
