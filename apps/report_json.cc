@@ -188,8 +188,23 @@ void DescribeSetup(const RunConfig& cfg, const Plan& plan, json& r) {
                 {"inter_node", LinkJson(ex.links.inter_node)}};
   size_t buckets = 0;
   for (const schedule::RankPlan& rp : plan.execution.ranks) buckets = std::max(buckets, rp.bucket_order.size());
+  // The largest group any bucket is all-reduced over (replica 0's ranks stand for every replica's):
+  // 1 when no device has a copy of its gradients to average with (dp 1, one direction).
+  size_t largest_group = 0;
+  for (int pp = 0; pp < cfg.pp; ++pp) {
+    for (int tp = 0; tp < cfg.tp; ++tp) {
+      const int rank = grid.RankOf({.dp = 0, .pp = pp, .tp = tp});
+      const schedule::RankPlan& rp = plan.execution.ranks[static_cast<size_t>(pp)];
+      for (const auto& [chunk, b] : rp.bucket_order) {
+        int index = 0;
+        const schedule::BucketPlan& bucket = rp.chunks[static_cast<size_t>(chunk)].buckets[static_cast<size_t>(b)];
+        largest_group = std::max(largest_group, plan.execution.BucketGroup(rank, chunk, bucket, &index).size());
+      }
+    }
+  }
   r["collectives"] = {{"codec", comm::CodecName(cfg.codec)}, {"segment_bytes", cfg.segment_bytes},
-                      {"bucket_mb", cfg.bucket_mb}, {"buckets_per_device", buckets}, {"overlap", cfg.overlap},
+                      {"bucket_mb", cfg.bucket_mb}, {"buckets_per_device", buckets},
+                      {"largest_group", largest_group}, {"overlap", cfg.overlap},
                       {"reduce_gbps", cfg.reduce_gbps}};
   uint64_t activation = 0;
   for (const auto& ops : ex.program.ranks) {

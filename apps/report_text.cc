@@ -113,11 +113,16 @@ std::string Setup(const json& r, bool run) {
                   "\n");
   const json& co = Get(r, "collectives");
   const double seg = D(co, "segment_bytes");
-  absl::StrAppend(&out, "  gradients  ring all-reduce, codec ", co.value("codec", ""), ", ",
+  if (co.value("largest_group", 2) <= 1) {
+    absl::StrAppend(&out, "  gradients  none all-reduced: no device has another copy of its gradients to average with "
+                          "(dp 1)\n");
+  } else {
+    absl::StrAppend(&out, "  gradients  ring all-reduce, codec ", co.value("codec", ""), ", ",
                   seg > 0 ? absl::StrCat(Bytes(seg), " modeled segments") : std::string("one message per chunk"),
                   ", buckets of ", Fmt("%g", D(co, "bucket_mb")), " MiB (", co.value("buckets_per_device", 0),
                   " per device), overlap ", co.value("overlap", true) ? "on" : "off", ", reduction ",
                   D(co, "reduce_gbps") > 0 ? absl::StrCat(Fmt("%g", D(co, "reduce_gbps")), " GB/s") : "free", "\n");
+  }
   absl::StrAppend(&out, MoeSetup(r));
   absl::StrAppend(&out, "  bytes      modeled = ", Get(r, "bytes").value("modeled", ""), "; real = ",
                   Get(r, "bytes").value("real", ""), "\n");

@@ -82,6 +82,32 @@ TEST(PredictCommand, SixteenThousandDevicesPredictWithoutEmulating) {
   fs::remove_all(dir);
 }
 
+// The setup's gradients line names the all-reduce only where one runs: a group of one member (dp 1,
+// one direction) all-reduces nothing — the report's wire bytes say so too — while DualPipe's
+// mirror all-reduce averages its two copies even at dp 1, and EP's expert buckets use dp / ep.
+TEST(PredictCommand, TheGradientsLineSaysWhenNoAllReduceRuns) {
+  const fs::path dir = TempDir("groups");
+  const fs::path report = dir / "report.json";
+  struct Case {
+    std::string flags;
+    int largest;
+  };
+  for (const Case& c : {Case{"--dp=1 --pp=2 --tp=2", 1}, Case{"--dp=2 --pp=2 --tp=1", 2},
+                        Case{"--dp=1 --pp=4 --tp=1 --schedule=dualpipe --microbatches=8 --hidden=64x8", 2},
+                        Case{"--dp=4 --pp=1 --tp=1 --ep=4 --moe_layers=all", 4}}) {
+    const Result r = RunBinary("predict " + c.flags + " --report_json=" + report.string(), dir);
+    ASSERT_EQ(r.exit_code, 0) << c.flags << ": " << r.err;
+    const json j = ReadJson(report);
+    EXPECT_EQ(j["collectives"]["largest_group"], c.largest) << c.flags;
+    uint64_t dp_bytes = 0;
+    for (const json& d : j["devices"]) dp_bytes += d["predicted"]["modeled_dp_bytes"].get<uint64_t>();
+    EXPECT_EQ(dp_bytes == 0, c.largest == 1) << c.flags;
+    EXPECT_EQ(r.out.find("gradients  none all-reduced") != std::string::npos, c.largest == 1) << r.out;
+    EXPECT_EQ(r.out.find("gradients  ring all-reduce") != std::string::npos, c.largest > 1) << r.out;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(PredictCommand, FlopsCostModelIsNamedInTheReport) {
   const fs::path dir = TempDir("flops");
   const fs::path report = dir / "report.json";
