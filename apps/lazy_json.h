@@ -52,7 +52,14 @@ class LazyJson {
   nlohmann::json ToJson() const;
   // ToJson()'s text (nlohmann's dump with `indent`; < 0: compact) and a newline, handed to `sink` in
   // pieces (rp::TextPieces) as it is made. The sink's first error.
-  absl::Status Stream(int indent, TextSink sink) const;
+  // `threads` > 1: an array of at least kParallelElements elements is made and rendered in blocks
+  // of kBlock elements by that many helper threads, while the calling thread hands each block's
+  // text on in order — the same text; its element functions are then called concurrently and out
+  // of order, so they must be safe to (a report's are: they read an immutable plan and
+  // prediction). `sink` is only ever called from the calling thread.
+  static constexpr size_t kBlock = 4096;
+  static constexpr size_t kParallelElements = 2 * kBlock;
+  absl::Status Stream(int indent, TextSink sink, int threads = 1) const;
 
   // An object's plain members (a value node's value; an array's: null) and its lazy member `key`
   // (nullptr: none, or not an object).

@@ -44,7 +44,7 @@ int Run(const ParsedArgs& args) {
   absl::StrAppend(&text, "\npredicted step, first replica (", ScheduleName(cfg->schedule), "; ", kGanttLegend, ")\n",
                   RenderPredictedGantt(*plan, *pred, 96, std::min(16, cfg->pp * cfg->tp)));
   if (!cfg->report_json.empty()) {
-    outputs.SetStreamed("report_json", [&report](TextSink sink) { return report.Stream(2, sink); });
+    outputs.SetStreamed("report_json", [&report](TextSink sink) { return report.Stream(2, sink, ReportStreamThreads()); });
   }
   if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, st);
   std::fputs(text.c_str(), stdout);

@@ -64,6 +64,9 @@ std::string DumpJson(const nlohmann::json& json, int indent = -1);
 // them (apps/lazy_json.h), from `plan`, `prediction` and `run`, which must outlive it.
 LazyJson BuildLazyReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,
                          const schedule::RunResult* run, const HostUsage* host = nullptr, bool with_timeline = true);
+// Threads that may stream a lazy report (LazyJson::Stream's `threads`): its element functions only
+// read `plan`, `prediction` and `run`, which no one changes by then. The host's CPUs, at most 4.
+int ReportStreamThreads();
 // The same as one document.
 nlohmann::json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& prediction,
                            const schedule::RunResult* run, const HostUsage* host = nullptr, bool with_timeline = true);

@@ -1,5 +1,6 @@
 // BuildReport: the JSON report (schema ringpipe-report/2, docs/report.md).
 #include <algorithm>
+#include <thread>
 #include <cmath>
 #include <memory>
 
@@ -423,6 +424,10 @@ LazyJson BuildLazyReport(const RunConfig& cfg, const Plan& plan, const schedule:
                                                std::move(digest)));
   if (with_timeline) lazy.emplace_back("timeline", TimelineJson(plan, pred, run));
   return LazyJson::Object(std::move(r), std::move(lazy));
+}
+
+int ReportStreamThreads() {
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
 }
 
 json BuildReport(const RunConfig& cfg, const Plan& plan, const schedule::Prediction& pred,

@@ -228,7 +228,7 @@ int Run(const ParsedArgs& args) {
                  kMaxTraceEvents, static_cast<unsigned long long>(tracer.capped()));
   }
   if (!cfg->report_json.empty()) {
-    outputs.SetStreamed("report_json", [&report](TextSink sink) { return report.Stream(2, sink); });
+    outputs.SetStreamed("report_json", [&report](TextSink sink) { return report.Stream(2, sink, ReportStreamThreads()); });
   }
   if (!cfg->trace.empty()) {
     outputs.SetStreamed("trace", [&tracer](TextSink sink) { return tracer.StreamChromeJson(sink); });

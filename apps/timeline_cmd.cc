@@ -222,7 +222,7 @@ int DrawFromConfig(const ParsedArgs& args, const std::string& out, bool predict_
   }
   if (!cfg->report_json.empty()) {
     // `drawn` lives in Run until the commit: written into the file in pieces, not held as text.
-    outputs.SetStreamed("report_json", [&drawn](TextSink sink) { return drawn.report.Stream(2, sink); });
+    outputs.SetStreamed("report_json", [&drawn](TextSink sink) { return drawn.report.Stream(2, sink, ReportStreamThreads()); });
   }
   // The chart reads the report's small sections and its timeline rows, not its device objects.
   json sections = drawn.report.members();

@@ -2,7 +2,8 @@
 // its text is never held whole — e.g. written straight into an output's temporary file.
 //
 // TextPieces collects appended text and hands it to the sink whenever about kPiece bytes are
-// waiting, and the rest at Finish. The sink's first error is kept: later text is dropped without
+// waiting, and the rest at Finish; an appended text of kPiece bytes or more goes to the sink as it
+// is, after what was waiting. The sink's first error is kept: later text is dropped without
 // calling it again, and Finish returns that error.
 //
 // Thread safety: single-threaded (an export runs on one thread).
@@ -34,6 +35,11 @@ class TextPieces {
   TextPieces& operator=(const TextPieces&) = delete;
 
   void Append(std::string_view s) {
+    if (s.size() >= kPiece) {  // a piece of its own, not copied
+      Flush();
+      if (status_.ok()) status_ = sink_(s);
+      return;
+    }
     text_ += s;
     if (text_.size() >= kPiece) Flush();
   }

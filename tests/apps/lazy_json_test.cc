@@ -1,6 +1,7 @@
 // LazyJson (apps/lazy_json.h) against nlohmann's dump of the same document, and the report made one
 // device at a time (BuildLazyReport) against the report as one document: the same file, byte for
 // byte, and the same text.
+#include <atomic>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -100,6 +101,81 @@ TEST(LazyJson, ElementsAreMadeOnceEachAsTheTextIsHandedOn) {
                          return absl::DataLossError("disk full");
                        }),
             absl::DataLossError("disk full"));
+  EXPECT_EQ(calls, 1);
+}
+
+// With threads, a large array is made in blocks by several threads: the same text, every element
+// made once; blocks with no element written (the whole first block left out, so the array's first
+// item opens a later block), a last partial block, and arrays below the threshold or empty.
+TEST(LazyJson, ThreadsWriteTheSameTextAndMakeEachElementOnce) {
+  const size_t block = LazyJson::kBlock;
+  const size_t n = 3 * block + 17;
+  std::vector<std::atomic<int>> made(n);
+  auto element = [&](size_t i) -> json {
+    made[i].fetch_add(1, std::memory_order_relaxed);
+    if (i < block + 5 || (i >= 2 * block && i < 3 * block)) return json();  // blocks 0, 2 and more
+    return Row(i);
+  };
+  const LazyJson doc = LazyJson::Object(
+      {{"n", 1}}, {{"rows", LazyJson::Array(n, element)},
+                   {"dense", LazyJson::Array(LazyJson::kParallelElements + 1, Row)},
+                   {"small", LazyJson::Array(LazyJson::kParallelElements - 1, Row)},
+                   {"none", LazyJson::Array(LazyJson::kParallelElements, [](size_t) { return json(); })}});
+  const json whole = doc.ToJson();
+  for (auto& m : made) m.store(0);
+  for (int indent : {-1, 0, 2}) {
+    for (int threads : {2, 3, 8}) {
+      size_t pieces = 0;
+      std::string text;
+      const absl::Status st = doc.Stream(indent,
+                                         [&](std::string_view piece) {
+                                           text += piece;
+                                           ++pieces;
+                                           return absl::OkStatus();
+                                         },
+                                         threads);
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_EQ(text, DumpJson(whole, indent) + "\n") << "indent " << indent << ", threads " << threads;
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(made[i].exchange(0), 1) << i;
+    }
+  }
+  size_t written = 0;
+  for (size_t i = block + 5; i < 2 * block; ++i) written += Row(i).is_null() ? 0 : 1;
+  for (size_t i = 3 * block; i < n; ++i) written += Row(i).is_null() ? 0 : 1;
+  EXPECT_EQ(whole["rows"].size(), written);
+  EXPECT_EQ(whole["none"], json::array());
+}
+
+// rp::TextPieces (runtime/text_sink.h): small texts are gathered into pieces of about kPiece bytes;
+// a text of kPiece bytes or more is a piece of its own, after what was waiting; the first error
+// ends the calls.
+TEST(TextPieces, ALargeTextIsAPieceOfItsOwnAfterWhatWasWaiting) {
+  std::vector<std::string> pieces;
+  const std::string large(TextPieces::kPiece, 'x');
+  {
+    TextPieces out([&](std::string_view p) {
+      pieces.emplace_back(p);
+      return absl::OkStatus();
+    });
+    out.Append("ab");
+    out.Append('c');
+    out.Append(large);
+    out.Append("d");
+    ASSERT_TRUE(out.Finish().ok());
+  }
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0], "abc");
+  EXPECT_EQ(pieces[1], large);
+  EXPECT_EQ(pieces[2], "d");
+  int calls = 0;
+  TextPieces failing([&](std::string_view) {
+    ++calls;
+    return absl::DataLossError("disk full");
+  });
+  failing.Append("ab");
+  failing.Append(large);  // "ab" fails; the large text is dropped
+  failing.Append(large);
+  EXPECT_EQ(failing.Finish(), absl::DataLossError("disk full"));
   EXPECT_EQ(calls, 1);
 }
 
