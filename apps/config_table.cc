@@ -238,7 +238,7 @@ std::vector<ConfigField>* BuildFieldTable() {
                      "grow its activations at init; docs/model.md)."));
   f->push_back(IntF("ep", RP_MEMBER(ep), 1, kMaxDevices,
                     "Expert parallelism: EP degree, carved out of DP (dp a multiple of ep), dividing experts; > 1 "
-                    "needs moe_layers (not with dualpipe)."));
+                    "needs moe_layers."));
   f->push_back({"ep_row_bytes", Grammar::kBytes, kEveryRun, 1, 0,
                 "Modeled bytes one real token row stands for in the EP all-to-all (a multiple of 4 up to 1G; "
                 "suffixes K, M, G). 0: derived (fixed cost model: the real row; flops: the described model's tokens per real row, "

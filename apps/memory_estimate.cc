@@ -107,7 +107,9 @@ void AddExpertParts(const RunConfig& cfg, const MlpConfig& mlp, double per_repli
     eval_stored = std::max(eval_stored, kEvalRows * (d + E) + k * kEvalRows * (2 * d + 2 * h));
   }
   const double shard = router + expert_floats / ep;  // one device's share of the blocks
-  double experts = cfg.dp * tp * shard * 4 * per_replica;
+  // DualPipe holds every stage twice (as the dense weights: `copies` in EstimateRunMemory).
+  const double copies = cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2 : 1;
+  double experts = cfg.dp * copies * tp * shard * 4 * per_replica;
   if (cfg.reference) experts += tp * (ep * router + expert_floats) * 4 * (3 + states);
   if (cfg.virtual_time) experts += ep * tp * shard * 4 * 2;
   // Blame the factor furthest above its default (4 experts of hidden 64).

@@ -105,10 +105,6 @@ absl::Status CheckEp(const RunConfig& cfg, int blocks) {
     return FieldError("ep", absl::StrCat("dp=", cfg.dp, " is not a multiple of ep=", cfg.ep,
                                          " (the EP group is carved out of the data-parallel replicas)"));
   }
-  if (cfg.schedule == schedule::ScheduleKind::kDualPipe) {
-    return FieldError("ep", absl::StrCat(cfg.ep, " > 1 with schedule dualpipe: expert parallelism with two-direction "
-                                         "schedules is not supported (use dualpipev or a one-direction schedule)"));
-  }
   // The FLOPs model's derived row is the described tokens already in bf16 (EpRowBytes): a lossy
   // ep_codec would shrink those bytes a second time (bf16 of bf16 = 1 byte a value).
   if (cfg.ep_codec != comm::Codec::kFp32 && cfg.ep_row_bytes == 0 && cfg.cost_model != CostModelKind::kFixed) {

@@ -37,7 +37,7 @@ absl::StatusOr<std::vector<int>> ResolveMoeLayers(const RunConfig& cfg);
 // Every MoE and EP condition, each error naming its field: the layers (ResolveMoeLayers, then the
 // model's own checks, runtime/model/mlp.h ValidateMlpConfig); experts >= 1; top_k 1 or 2 and at most
 // experts; capacity_factor finite and >= 0, aux_loss in [0, 1e3], router_skew in [0, 1e4]; ep: > 1
-// only with MoE layers, dividing experts, dp a multiple of it, not with dualpipe (two directions);
+// only with MoE layers, dividing experts, dp a multiple of it;
 // ep_row_bytes a multiple of 4 up to 1 GiB; ep_codec lossy (ep > 1) not on the FLOPs model's derived row (already bf16);
 // the expert weights and the EP messages within the budgets of a run.
 [[nodiscard]] absl::Status CheckMoe(const RunConfig& cfg);

@@ -175,7 +175,7 @@ absl::StatusOr<ChunkPlan> BuildChunk(const PlanOptions& o, const ModelPartition&
   return c;
 }
 
-// EP degree: carved out of DP, dividing the experts; MoE layers and one direction needed.
+// EP degree: carved out of DP, dividing the experts; MoE layers needed.
 absl::Status CheckEp(const PlanOptions& o) {
   if (o.ep < 1) return Invalid("ep", absl::StrCat(o.ep, " (must be >= 1)"));
   if (o.grid.dp % o.ep != 0) {
@@ -193,9 +193,6 @@ absl::Status CheckEp(const PlanOptions& o) {
   }
   if (o.model.moe.experts % o.ep != 0) {
     return Invalid("ep", absl::StrCat(o.ep, " does not divide experts (", o.model.moe.experts, ")"));
-  }
-  if (o.program.num_directions() > 1) {
-    return Invalid("ep", "expert parallelism with two-direction schedules is not supported");
   }
   return absl::OkStatus();
 }
@@ -272,12 +269,20 @@ uint64_t ExecutionPlan::EpRowElements(int width) const {
 std::vector<int> ExecutionPlan::BucketGroup(int rank, int chunk, const BucketPlan& bucket,
                                             int* index) const {
   if (!bucket.expert) return GradGroup(rank, chunk, index);
+  // The expert-data-parallel group: the replicas with this EP rank (the same experts), of every
+  // copy of the chunk's model stage (two with two directions, the holders' groups in direction
+  // order, as GradGroup).
+  const Program& prog = options.program;
   const Coord c = grid.CoordOf(rank);
-  const int e = options.ep;
-  if (index != nullptr) *index = c.dp / e;
+  const int e = options.ep, per = grid.shape().dp / e;
+  const int stage = prog.ModelStage(c.pp, chunk);
   std::vector<int> group;
-  for (int g = 0; g < grid.shape().dp / e; ++g) {
-    group.push_back(grid.RankOf({g * e + c.dp % e, c.pp, c.tp}));
+  for (int d = 0; d < prog.num_directions(); ++d) {
+    const ChunkRef holder = prog.HolderOf({d, stage});
+    if (index != nullptr && holder.rank == c.pp && holder.chunk == chunk) {
+      *index = static_cast<int>(group.size()) + c.dp / e;
+    }
+    for (int g = 0; g < per; ++g) group.push_back(grid.RankOf({g * e + c.dp % e, holder.rank, c.tp}));
   }
   return group;
 }
@@ -285,12 +290,14 @@ std::vector<int> ExecutionPlan::BucketGroup(int rank, int chunk, const BucketPla
 int ExecutionPlan::BucketGroupId(int rank, int chunk, const BucketPlan& bucket) const {
   if (!bucket.expert) return GradGroupId(rank, chunk);
   const Coord c = grid.CoordOf(rank);
-  return num_grad_groups() + (c.pp * grid.shape().tp + c.tp) * options.ep + c.dp % options.ep;
+  const int at = options.program.num_directions() == 1 ? c.pp : options.program.ModelStage(c.pp, chunk);
+  return num_grad_groups() + (at * grid.shape().tp + c.tp) * options.ep + c.dp % options.ep;
 }
 
 int ExecutionPlan::num_bucket_groups() const {
   const GridShape s = grid.shape();
-  return num_grad_groups() + (options.ep > 1 ? s.pp * s.tp * options.ep : 0);
+  const int at = options.program.num_directions() == 1 ? s.pp : options.program.num_model_stages();
+  return num_grad_groups() + (options.ep > 1 ? at * s.tp * options.ep : 0);
 }
 
 std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duration) {

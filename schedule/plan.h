@@ -26,7 +26,9 @@
 //   EP groups    ep consecutive DP replicas (replica dp is EP rank dp % ep of EP group dp / ep) of
 //                one (pp, tp): their tokens meet at the experts through the EP all-to-alls inside
 //                the passes (PassSteps' kEpAllToAll steps). The expert-data-parallel group of a
-//                rank: the dp / ep replicas with its EP rank, in ring order by EP group.
+//                rank: the dp / ep replicas with its EP rank, in ring order by EP group — with two
+//                directions (DualPipe) those of both copies of the chunk's model stage, direction
+//                0's holder first (the dense buckets' mirror group, GradGroup).
 //   modeled size the bytes the fabric times: p2p messages carry their op's bytes; a pass's TP
 //                all-reduces share the program's kTpAllReduce bytes of that pass equally; a chunk's
 //                gradients weigh the program's kAllReduce bytes of that chunk (the described model's
@@ -136,7 +138,7 @@ struct PlanOptions {
   bool overlap_grad_allreduce = true;
   FaultPlan faults;                 // degraded links and slow-link faults become fabric faults
   // Expert parallelism: the EP degree (>= 1, dividing grid.dp and model.moe.experts; > 1 needs
-  // MoE layers and one direction), and the modeled bytes one real token row stands for in the EP
+  // MoE layers), and the modeled bytes one real token row stands for in the EP
   // all-to-all (a multiple of 4 counted as FP32 elements; 0 = the real row, 4 × its width).
   int ep = 1;
   uint64_t ep_row_bytes = 0;
@@ -193,7 +195,8 @@ struct ExecutionPlan {
   uint64_t EpRowElements(int width) const;
   // The group that reduces `bucket` of (rank, chunk): GradGroup, or for an expert bucket the
   // expert-data-parallel group (`index` receives the rank's position), and ids over both kinds
-  // (GradGroupId first, then one expert group per (pp, tp, EP rank)).
+  // (GradGroupId first, then one expert group per (pp, tp, EP rank); with two directions per
+  // (model stage, tp, EP rank)).
   std::vector<int> BucketGroup(int rank, int chunk, const BucketPlan& bucket, int* index) const;
   int BucketGroupId(int rank, int chunk, const BucketPlan& bucket) const;
   int num_bucket_groups() const;

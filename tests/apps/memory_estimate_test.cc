@@ -71,7 +71,10 @@ TEST(MemoryEstimate, BoundsTheRunsGrowth) {
         // 8 micro-batches x 1024 experts, 2 MB a step): 0.126 GB grown, 0.19 GB estimated, 0.105 GB
         // without them.
         "--dp=16 --pp=1 --tp=1 --hidden=8x3 --moe_layers=all --experts=1024 --expert_hidden=1 --ep=16 "
-        "--microbatches=8 --microbatch_size=1 --steps=40"}) {
+        "--microbatches=8 --microbatch_size=1 --steps=40",
+        // DualPipe holds every stage twice, its expert shards too (they were counted once).
+        "--dp=2 --pp=2 --tp=1 --hidden=64x3 --moe_layers=1,2 --experts=16 --expert_hidden=1024 --ep=2 "
+        "--schedule=dualpipe --microbatches=4"}) {
     const EstimateAndGrowth m = MeasureEstimate(layout, dir);
     EXPECT_GE(m.estimate * 1.005, m.growth) << layout;  // the estimate prints 3 digits
   }
@@ -101,7 +104,7 @@ double EstimatePart(const RunConfig& cfg, const std::string& what) {
 
 // The memory estimate must err on the large side for every schedule. DualPipe keeps every stage's
 // weights on two ranks (a 1024x8 MLP over pp = 2: peak RSS 427 MB against 1F1B's 218 MB) and was
-// counted as one copy; ZB-H2 holds 2p - 1 micro-batches on every rank, interleaved with v = 1 rank 0's
+// counted as one copy (its expert shards too, until DualPipe ran with EP); ZB-H2 holds 2p - 1 micro-batches on every rank, interleaved with v = 1 rank 0's
 // 2p - 1, and both were counted as pp.
 TEST(MemoryEstimate, CountsDualPipesTwoCopiesAndTheDeepestSchedulesActivations) {
   RunConfig base = *PresetByName("default");
@@ -112,6 +115,10 @@ TEST(MemoryEstimate, CountsDualPipesTwoCopiesAndTheDeepestSchedulesActivations) 
   RunConfig dual = base;
   dual.schedule = schedule::ScheduleKind::kDualPipe;
   EXPECT_DOUBLE_EQ(EstimatePart(dual, "model"), 2 * EstimatePart(base, "model"));
+  RunConfig moe = base, dual_moe = dual;  // and its experts twice
+  moe.moe_layers = dual_moe.moe_layers = "2";
+  moe.ep = dual_moe.ep = 2;
+  EXPECT_DOUBLE_EQ(EstimatePart(dual_moe, "experts"), 2 * EstimatePart(moe, "experts"));
   const double one_f_one_b = EstimatePart(base, "activations");  // min(m, p) = 4 micro-batches
   ASSERT_GT(one_f_one_b, 0);
   RunConfig h2 = base;

@@ -98,7 +98,6 @@ TEST(MoeBinary, BadInputExitsTwoWithOneLineNamingTheFieldAndWritesNothing) {
       {"--preset=s3-4d --router_skew=-1", "router_skew", "must be in [0, 10000], got -1"},
       {"--preset=s3-3d --ep=2", "ep", "needs MoE layers"},
       {"--preset=s3-4d --moe_layers=none", "ep", "needs MoE layers"},
-      {"--preset=s3-4d --schedule=dualpipe", "ep", "dualpipe"},
       {"--preset=s3-4d --moe_layers=2,9", "moe_layers", "layer 9"},
       {"--preset=s3-4d --moe_layers=every:x", "moe_layers", "every:N"},
       {"--preset=s3-4d --hidden=64,32 --pp=1", "moe_layers", "selects no layer"},
@@ -195,46 +194,53 @@ TEST(MoeBinary, ADeepStackOverflowsWithHeAndTrainsWithTheScaledInit) {
   fs::remove_all(dir);
 }
 
+// The preset as it is, and with DualPipe's two directions (each expert shard held twice).
 TEST(MoeBinary, S34dRunOnTheVirtualClockEmulatesThePredictionAndReportsEveryExpert) {
-  const fs::path dir = TempDir("s34d");
-  const fs::path report = dir / "r.json";
-  const Result r = RunBinary("run --preset=s3-4d --virtual_time --steps=2 --report_json=" + report.string(), dir);
-  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-  EXPECT_NE(r.out.find("experts of layer 2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("EP all-to-all: peer wait"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("ASSUMED"), std::string::npos) << r.out;  // a run predicts its own routing
-  const json j = ReadJson(report);
-  EXPECT_EQ(j["layout"]["ep"], 2);
-  EXPECT_EQ(j["moe"]["balanced_routing_assumed"], false);
-  EXPECT_EQ(j["moe"]["layers"], json::array({2, 4}));
-  EXPECT_EQ(j["step_time_ms"]["emulated"].get<double>(), j["step_time_ms"]["predicted"].get<double>());
-  const int64_t global_batch = j["schedule"]["global_batch"];
-  ASSERT_EQ(j["steps"].size(), 2u);
-  for (const json& s : j["steps"]) {
-    EXPECT_EQ(s["emulated_ms"].get<double>(), s["predicted_ms"].get<double>()) << s.dump();
-    ASSERT_EQ(s["moe"].size(), 2u) << s.dump();
-    for (const json& b : s["moe"]) {
-      const std::vector<int64_t> tokens = b["expert_tokens"];
-      ASSERT_EQ(tokens.size(), 4u);
-      // Every token's top-2 slots are kept by an expert or dropped by the capacity.
-      EXPECT_EQ(std::accumulate(tokens.begin(), tokens.end(), int64_t{0}) + b["dropped"].get<int64_t>(),
-                2 * global_batch)
-          << b.dump();
+  for (const std::string schedule : {"", " --schedule=dualpipe"}) {
+    SCOPED_TRACE(schedule);
+    const fs::path dir = TempDir("s34d");
+    const fs::path report = dir / "r.json";
+    const Result r =
+        RunBinary("run --preset=s3-4d --virtual_time --steps=2 --report_json=" + report.string() + schedule, dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    EXPECT_EQ(r.out.find("dualpipe") != std::string::npos, !schedule.empty()) << r.out;
+    EXPECT_NE(r.out.find("experts of layer 2"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("EP all-to-all: peer wait"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("ASSUMED"), std::string::npos) << r.out;  // a run predicts its own routing
+    const json j = ReadJson(report);
+    EXPECT_EQ(j["layout"]["ep"], 2);
+    EXPECT_EQ(j["moe"]["balanced_routing_assumed"], false);
+    EXPECT_EQ(j["moe"]["layers"], json::array({2, 4}));
+    EXPECT_EQ(j["step_time_ms"]["emulated"].get<double>(), j["step_time_ms"]["predicted"].get<double>());
+    const int64_t global_batch = j["schedule"]["global_batch"];
+    ASSERT_EQ(j["steps"].size(), 2u);
+    for (const json& s : j["steps"]) {
+      EXPECT_EQ(s["emulated_ms"].get<double>(), s["predicted_ms"].get<double>()) << s.dump();
+      ASSERT_EQ(s["moe"].size(), 2u) << s.dump();
+      for (const json& b : s["moe"]) {
+        const std::vector<int64_t> tokens = b["expert_tokens"];
+        ASSERT_EQ(tokens.size(), 4u);
+        // Every token's top-2 slots are kept by an expert or dropped by the capacity.
+        EXPECT_EQ(std::accumulate(tokens.begin(), tokens.end(), int64_t{0}) + b["dropped"].get<int64_t>(),
+                  2 * global_batch)
+            << b.dump();
+      }
     }
+    for (const json& d : j["devices"]) {
+      EXPECT_GT(d["modeled_ep_bytes"].get<uint64_t>(), 0u) << d.dump();
+      EXPECT_GT(d["real"]["ep_bytes"].get<uint64_t>(), 0u);
+      EXPECT_GE(d["ep_peer_wait_ms"].get<double>(), 0);
+      EXPECT_EQ(d["emulated"]["ep_peer_wait_ms"], d["predicted"]["ep_peer_wait_ms"]) << d.dump();
+      EXPECT_EQ(d["emulated"]["peer_wait_ms"], d["predicted"]["peer_wait_ms"]) << d.dump();
+    }
+    // The timeline shows the all-to-alls' transfers; the reader still draws the report.
+    const std::string text = j["timeline"]["emulated"].dump();
+    EXPECT_NE(text.find("ep_alltoall"), std::string::npos);
+    const Result tl =
+        RunBinary("timeline --from_report=" + report.string() + " --out=" + (dir / "t.svg").string(), dir);
+    EXPECT_EQ(tl.exit_code, 0) << tl.err;
+    fs::remove_all(dir);
   }
-  for (const json& d : j["devices"]) {
-    EXPECT_GT(d["modeled_ep_bytes"].get<uint64_t>(), 0u) << d.dump();
-    EXPECT_GT(d["real"]["ep_bytes"].get<uint64_t>(), 0u);
-    EXPECT_GE(d["ep_peer_wait_ms"].get<double>(), 0);
-    EXPECT_EQ(d["emulated"]["ep_peer_wait_ms"], d["predicted"]["ep_peer_wait_ms"]) << d.dump();
-    EXPECT_EQ(d["emulated"]["peer_wait_ms"], d["predicted"]["peer_wait_ms"]) << d.dump();
-  }
-  // The timeline shows the all-to-alls' transfers; the reader still draws the report.
-  const std::string text = j["timeline"]["emulated"].dump();
-  EXPECT_NE(text.find("ep_alltoall"), std::string::npos);
-  const Result tl = RunBinary("timeline --from_report=" + report.string() + " --out=" + (dir / "t.svg").string(), dir);
-  EXPECT_EQ(tl.exit_code, 0) << tl.err;
-  fs::remove_all(dir);
 }
 
 // A lossy EP wire format: the EP line and the JSON name it; emulated == predicted, EP bytes too;

@@ -32,8 +32,11 @@ inline std::string Name(const EpSetup& s) {
 
 // 16 -> 32 x 5 -> 10 (6 layers); layers 2 and 4 are MoE blocks of 4 experts (d 32 -> 16 -> 32).
 inline ExecutorOptions MakeOptions(const EpSetup& s, int steps) {
-  PipelineOptions po{.num_ranks = s.pp, .num_micro_batches = s.m, .activation_bytes = 1 << 16,
-                     .tp_allreduce_bytes = s.tp > 1 ? 4096u : 0u, .gradient_bytes = 1 << 20};
+  const bool two_chunks = s.kind == ScheduleKind::kZeroBubbleV || s.kind == ScheduleKind::kDualPipeV ||
+                          s.kind == ScheduleKind::kDualPipe;  // a V, or one chunk per direction
+  PipelineOptions po{.num_ranks = s.pp, .num_micro_batches = s.m, .num_chunks = two_chunks ? 2 : 1,
+                     .activation_bytes = 1 << 16, .tp_allreduce_bytes = s.tp > 1 ? 4096u : 0u,
+                     .gradient_bytes = 1 << 20};
   absl::StatusOr<Program> prog = BuildSchedule(s.kind, po);
   EXPECT_TRUE(prog.ok()) << prog.status();
   ExecutorOptions o;

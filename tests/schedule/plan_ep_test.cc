@@ -62,6 +62,64 @@ TEST(PlanEp, GroupsAreCarvedOutOfDataParallelism) {
   EXPECT_EQ(ids.size(), 4u);
 }
 
+// DualPipe holds every model stage twice (stage k on pipeline rank k in direction 0 and on rank
+// p - 1 - k in direction 1): an expert bucket's group is the replicas with its EP rank on both
+// holders (direction 0's first, as the dense buckets' mirror group), every member finds itself at
+// its index, and one id per (model stage, tp, EP rank) names the same members from each of them.
+TEST(PlanEp, DualPipesExpertGroupsHoldBothCopiesOfAStage) {
+  PlanOptions o = Options(4, 4, 1, 2, 0);
+  absl::StatusOr<Program> prog = BuildSchedule(
+      ScheduleKind::kDualPipe, {.num_ranks = 4, .num_micro_batches = 8, .num_chunks = 2,
+                                .activation_bytes = 4096, .gradient_bytes = 1 << 20});
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  o.program = *prog;
+  absl::StatusOr<ExecutionPlan> plan = BuildPlan(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const ParallelGrid& g = plan->grid;
+  ASSERT_EQ(prog->num_directions(), 2);
+  std::set<int> ids;
+  int expert_buckets = 0;
+  for (int rank = 0; rank < g.world_size(); ++rank) {
+    const Coord c = g.CoordOf(rank);
+    for (int ch = 0; ch < prog->num_chunks; ++ch) {
+      const int stage = prog->ModelStage(c.pp, ch);
+      for (const BucketPlan& b : plan->Chunk(c.pp, ch).buckets) {
+        if (!b.expert) continue;
+        ++expert_buckets;
+        int index = -1;
+        const std::vector<int> group = plan->BucketGroup(rank, ch, b, &index);
+        ASSERT_EQ(group.size(), 4u) << "2 replicas with this EP rank x 2 copies";
+        ASSERT_GE(index, 0);
+        EXPECT_EQ(group[static_cast<size_t>(index)], rank);
+        for (size_t i = 0; i < group.size(); ++i) {
+          const Coord m = g.CoordOf(group[i]);
+          EXPECT_EQ(m.dp % 2, c.dp % 2) << "the same EP rank: the same experts";
+          EXPECT_EQ(m.tp, c.tp);
+          EXPECT_EQ(m.pp, prog->HolderOf({static_cast<int>(i / 2), stage}).rank) << "direction 0 first";
+          int other = -1;
+          const int member_chunk = prog->HolderOf({static_cast<int>(i / 2), stage}).chunk;
+          EXPECT_EQ(plan->BucketGroup(group[i], member_chunk, b, &other), group);
+          EXPECT_EQ(other, static_cast<int>(i));
+          EXPECT_EQ(plan->BucketGroupId(group[i], member_chunk, b), plan->BucketGroupId(rank, ch, b));
+        }
+        ids.insert(plan->BucketGroupId(rank, ch, b));
+        EXPECT_GE(plan->BucketGroupId(rank, ch, b), plan->num_grad_groups());
+        EXPECT_LT(plan->BucketGroupId(rank, ch, b), plan->num_bucket_groups());
+      }
+    }
+  }
+  EXPECT_GT(expert_buckets, 0);
+  // One id per (model stage holding a MoE block, EP rank), tp being 1.
+  std::set<int> stages;
+  for (int k = 0; k < prog->num_model_stages(); ++k) {
+    const ChunkRef h = prog->HolderOf({0, k});
+    for (const BucketPlan& b : plan->Chunk(h.rank, h.chunk).buckets) {
+      if (b.expert) stages.insert(k);
+    }
+  }
+  EXPECT_EQ(ids.size(), stages.size() * 2);
+}
+
 // Buckets in reverse layer order: each MoE block's experts alone (expert = true), DP buckets never
 // spanning experts; together they cover every gradient exactly once, and the layers that complete
 // them are recorded.
