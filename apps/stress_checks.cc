@@ -182,16 +182,17 @@ void CheckTrace(const schedule::ExecutorOptions& o, const std::vector<TraceEvent
   if (traced != want) ck.Fail("the trace's compute ops differ from the program's (%d vs %d keys)", traced.size(), want.size());
 }
 
-// Each device's DP wire bytes = steps × Σ over its buckets of RingWireBytes.
+// Each device's DP wire bytes = steps × Σ over its buckets of RingWireBytes (over each bucket's
+// group: an expert bucket's is its expert-data-parallel group).
 void CheckDpBytes(const schedule::ExecutorOptions& o, const schedule::RunResult& r, Checker& ck) {
   absl::StatusOr<schedule::ExecutionPlan> plan = schedule::BuildPlan(schedule::PlanOptionsFor(o));
   if (!plan.ok()) return ck.Fail("BuildPlan: %s", plan.status().ToString());
   for (const schedule::DeviceReport& dr : r.devices) {
     uint64_t want = 0;
     for (int ch = 0; ch < plan->v; ++ch) {
-      int index = 0;
-      const int n = static_cast<int>(plan->GradGroup(dr.rank, ch, &index).size());
       for (const schedule::BucketPlan& b : plan->Chunk(dr.coord.pp, ch).buckets) {
+        int index = 0;  // an expert bucket's group is its expert-data-parallel group
+        const int n = static_cast<int>(plan->BucketGroup(dr.rank, ch, b, &index).size());
         want += RingWireBytes(o.codec, b.grad_count, b.modeled_elements, n, index, plan->ring_segment_bytes);
       }
     }

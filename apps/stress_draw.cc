@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "apps/stress.h"
 #include "schedule/generators.h"
 
@@ -116,6 +117,42 @@ OpFault DrawFault(Draw& g, int dp, int pp, int tp, int steps, schedule::Executor
   return f;
 }
 
+// MoE blocks and expert parallelism, in about a third of the configurations whose model has a
+// hidden layer between two equal widths (every hidden width is the same): a random set of those
+// layers, E 2 or 4, top-1 or -2, drops or not, an auxiliary loss, a skewed router, an EP degree
+// dividing both dp and E, an EP wire format. Drawn after everything else, so a seed's other draws
+// are those it had before MoE was drawn.
+void DrawMoe(Draw& g, int dp, int layers, schedule::ExecutorOptions& o) {
+  if (layers < 3 || !g.Chance(0.35)) return;
+  MoeConfig& moe = o.model.moe;
+  for (int l = 1; l <= layers - 2; ++l) {
+    if (g.Chance(0.5)) moe.layers.push_back(l);
+  }
+  if (moe.layers.empty()) moe.layers.push_back(g.Int(1, layers - 2));
+  moe.experts = g.Pick<int>({2, 4});
+  moe.top_k = g.Int(1, 2);
+  moe.expert_hidden = g.Pick<int>({4, 8, 16});
+  moe.capacity_factor = g.Pick<double>({0, 0, 1.0, 1.25});
+  moe.aux_loss = g.Pick<double>({0, 0, 0.01});
+  moe.router_skew = g.Pick<double>({0, 0, 2});
+  std::vector<int> eps;
+  for (int e : {1, 2, 4}) {
+    if (dp % e == 0 && moe.experts % e == 0) eps.push_back(e);
+  }
+  o.ep = g.Pick(eps);
+  o.ep_codec = g.Pick<comm::Codec>({kCodecs[0], kCodecs[0], kCodecs[1], kCodecs[2], kCodecs[3]});
+  // The reference is exact only with exact rows on the wire.
+  o.run_reference = o.run_reference && o.ep_codec == comm::Codec::kFp32;
+}
+
+std::string MoeSummary(const schedule::ExecutorOptions& o) {
+  const MoeConfig& moe = o.model.moe;
+  if (!moe.enabled()) return "";
+  return absl::StrFormat(", MoE layers %s: E %d top-%d h %d capacity %g aux %g skew %g, ep %d (%s)",
+                         absl::StrJoin(moe.layers, ","), moe.experts, moe.top_k, moe.expert_hidden,
+                         moe.capacity_factor, moe.aux_loss, moe.router_skew, o.ep, comm::CodecName(o.ep_codec));
+}
+
 std::string Summary(const Drawn& c, const ScheduleDraw& sd, int layers) {
   const schedule::ExecutorOptions& o = c.options;
   const bool ideal = o.links.intra_node.bandwidth_gbps == 0;
@@ -129,7 +166,7 @@ std::string Summary(const Drawn& c, const ScheduleDraw& sd, int layers) {
   }
   return absl::StrFormat(
       "dp %d pp %d tp %d m %d %s%s%s, bucket %d B%s, codec %s, segment %d B, reduce %g GB/s, %s, nics %d, %s, "
-      "jitter %.1f, steps %d, mb %d, widths %dx%d, comm %d ranks x %d (%s, segment %d B, %s, hold %d)%s",
+      "jitter %.1f, steps %d, mb %d, widths %dx%d%s, comm %d ranks x %d (%s, segment %d B, %s, hold %d)%s",
       o.grid.dp, o.grid.pp, o.grid.tp, sd.m, schedule::ScheduleName(sd.kind), sd.v > 1 ? " v 2" : "",
       sd.kind == schedule::ScheduleKind::kDualPipe || sd.kind == schedule::ScheduleKind::kDualPipeV
           ? (sd.fused_fb ? " fused" : " apart")
@@ -137,7 +174,8 @@ std::string Summary(const Drawn& c, const ScheduleDraw& sd, int layers) {
       o.bucket_bytes, o.overlap_grad_allreduce ? "" : " no overlap", comm::CodecName(o.codec), o.segment_bytes,
       o.reduce_gbps, ideal ? "ideal links" : "alpha-beta-o links", o.links.nics_per_node,
       o.virtual_time ? "virtual clock" : absl::StrCat("time scale ", o.time_scale), o.faults.jitter.max_fraction,
-      o.steps, o.microbatch_size, o.model.hidden.empty() ? 0 : o.model.hidden[0], layers - 1, c.comm_ranks,
+      o.steps, o.microbatch_size, o.model.hidden.empty() ? 0 : o.model.hidden[0], layers - 1, MoeSummary(o),
+      c.comm_ranks,
       c.comm_count, comm::CodecName(c.comm_codec), c.comm_segment_bytes,
       c.comm_inline_bytes == 0 ? "lent" : "inline", c.comm_max_held, fault);
 }
@@ -177,6 +215,7 @@ absl::StatusOr<Drawn> DrawConfig(uint64_t seed, int fault_every, int max_devices
     o.faults.op_faults.push_back(f);
     c.fault = f;
   }
+  DrawMoe(g, dp, layers, o);
   c.summary = Summary(c, sd, layers);
   return c;
 }

@@ -289,7 +289,10 @@ void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
     if (cluster.watchdog().WaitForFailure(kMonitorPeriod)) {
       const absl::Status s = cluster.watchdog().status();
       for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads, &ctx.eps}) {
-        for (auto& c : *v) c->Abort(s);
+        for (auto& c : *v) {
+          // An expert group id of a stage with no MoE block has no communicator.
+          if (c != nullptr) c->Abort(s);
+        }
       }
       fabric->Abort(s);
       return;

@@ -101,10 +101,11 @@ struct ExecutorOptions {
   // Expected global batch (dp × m × microbatch_size); 0 = derive. Else must match.
   int64_t global_batch = 0;
   // Expert parallelism (docs/executor.md "Expert parallelism"): the EP degree, carved out of DP
-  // (grid.dp a multiple of ep; ep divides model.moe.experts; > 1 needs MoE layers and a
-  // one-direction program). Replica dp is EP rank dp % ep of EP group dp / ep; MoE blocks exchange
-  // tokens with their EP group through timed all-to-alls inside F/B/Bi; expert parameters are
-  // reduced over the dp / ep replicas with the same EP rank, the rest over DP.
+  // (grid.dp a multiple of ep; ep divides model.moe.experts; > 1 needs MoE layers). Replica dp is
+  // EP rank dp % ep of EP group dp / ep; MoE blocks exchange tokens with their EP group through
+  // timed all-to-alls inside F/B/Bi; expert parameters are reduced over the dp / ep replicas with
+  // the same EP rank (with two directions, those of both copies of the stage, as DualPipe's dense
+  // stages), the rest over DP.
   int ep = 1;
   // Modeled bytes one real token row stands for in the EP all-to-all (a multiple of 4; 0 = the
   // real row: 4 × the block's width).

@@ -413,6 +413,30 @@ TEST(MoeRun, AFailedEpAllToAllNamesItsSiteOnce) {
   fs::remove_all(dir);
 }
 
+// A run that fails with MoE blocks on some stages only (layer 2 of 64x4 is on stage 0 of 2): the
+// expert groups of the other stage have no communicator, and aborting every communicator on the
+// failure crashed on them (exit 139 for any injected fault with ep > 1; found trying faults with
+// EP). Each schedule kind's failure is reported as any other: exit 3 naming the site.
+TEST(MoeRun, AFaultInARunWithExpertsOnSomeStagesIsReported) {
+  const fs::path dir = TempDir("ep_fault");
+  struct Case {
+    const char* flags;
+    const char* says;
+  };
+  for (const Case& c : {Case{"--schedule=1f1b --fault=throw:rank=0,step=0,op=0", "injected fault: throw at step 0 op 0"},
+                        Case{"--schedule=dualpipev --fault=throw:rank=1,step=1,op=2",
+                             "injected fault: throw at step 1 op 2"},
+                        Case{"--schedule=dualpipe --fault=stall:rank=1,step=1,op=2 --watchdog_timeout=0.5",
+                             "watchdog: no device made progress"}}) {
+    const Result r = RunBinary(std::string("run --virtual_time --steps=3 --dp=2 --pp=2 --tp=1 --ep=2 --moe_layers=2 "
+                                           "--hidden=64x4 --microbatches=4 ") + c.flags,
+                               dir);
+    EXPECT_EQ(r.exit_code, 3) << c.flags << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.flags << "\n" << r.err;
+  }
+  fs::remove_all(dir);
+}
+
 // The same model with FP32 rows: the NaN reaches a DP all-reduce first (its ring refuses the
 // sum), and the EP all-to-alls waiting on that replica are released by the abort. A released wait
 // can reach the watchdog before the failure itself (the ring runs in whichever thread commits):
