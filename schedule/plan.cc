@@ -361,8 +361,8 @@ absl::Status CheckPlanOptions(const PlanOptions& o) {
 }
 
 // Each chunk's last gradient-final op (its last B, W, or F&B whose backward part is that chunk),
-// and the rank's bucket launch order: by that op, or (two directions: mirror groups, every bucket
-// at the optimizer) by model stage.
+// and the rank's bucket order: by that op, or with two directions by model stage (the order every
+// member of a mirror group shares: devices k and p - 1 - k hold the same two stages).
 void OrderBuckets(const PlanOptions& o, int pp, RankPlan& r) {
   const int V = o.program.num_chunks;
   const std::vector<Op>& ops = o.program.ranks[static_cast<size_t>(pp)];
@@ -379,11 +379,10 @@ void OrderBuckets(const PlanOptions& o, int pp, RankPlan& r) {
     return r.chunks[static_cast<size_t>(a)].last_grad_op < r.chunks[static_cast<size_t>(b)].last_grad_op;
   });
   if (o.program.num_directions() > 1) {
-    // Mirror groups: every bucket at the optimizer, in model-stage order (see plan.h).
+    // Mirror groups: in model-stage order (see plan.h "bucket").
     std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
       return r.chunks[static_cast<size_t>(a)].model_stage < r.chunks[static_cast<size_t>(b)].model_stage;
     });
-    for (int ch : chunks) r.chunks[static_cast<size_t>(ch)].last_grad_op = -1;
   }
   for (int ch : chunks) {
     for (size_t b = 0; b < r.chunks[static_cast<size_t>(ch)].buckets.size(); ++b) {

@@ -17,7 +17,10 @@
 //                contiguous range of the stage's grads(). It starts its DP all-reduce on the comm
 //                stream when its lowest layer's gradient of the step's last micro-batch is final:
 //                during the chunk's last backward (B, or W when split) with overlap, else when the
-//                device reaches its optimizer step.
+//                device reaches its optimizer step — and not before the buckets ahead of it in the
+//                rank's bucket order (RankPlan::bucket_order), which the comm stream runs in turn:
+//                launch order, or with two directions (DualPipe's mirror groups) model-stage order,
+//                the one order the two devices holding the same two stages share.
 //                Expert parallelism (ep > 1): a MoE block's experts are reduced over the expert-
 //                data-parallel group, everything else over DP (rp::ReduceGroup). A block's experts
 //                are an expert bucket of their own (completing with the block), and a DP bucket

@@ -36,6 +36,7 @@ Simulation::Simulation(const ExecutionPlan& plan, const PredictOptions& opts,
     d.rank = ranks_[i];
     d.coord = plan.grid.CoordOf(d.rank);
     const size_t buckets = plan.ranks[static_cast<size_t>(d.coord.pp)].bucket_order.size();
+    d.final.assign(buckets, false);
     d.launched.assign(buckets, false);
     d.buckets.resize(buckets);
     dev_of_rank_[static_cast<size_t>(d.rank)] = static_cast<int>(i);
@@ -362,11 +363,21 @@ bool Simulation::StepPass(int dev, const Op& op) {
   return true;
 }
 
+// The emulator's rule (runner_buckets.cc LaunchBucket): buckets start in the rank's bucket order,
+// one final before those ahead of it when they start.
 void Simulation::LaunchBucket(int dev, int chunk, int bucket, Nanos ready) {
   Device& d = devs_[static_cast<size_t>(dev)];
   const auto& order = plan_.ranks[static_cast<size_t>(d.coord.pp)].bucket_order;
-  const int o = static_cast<int>(std::find(order.begin(), order.end(), std::make_pair(chunk, bucket)) -
-                                 order.begin());
+  d.final[static_cast<size_t>(std::find(order.begin(), order.end(), std::make_pair(chunk, bucket)) -
+                              order.begin())] = true;
+  for (; d.next_launch < order.size() && d.final[d.next_launch]; ++d.next_launch) {
+    StartBucket(dev, static_cast<int>(d.next_launch), ready);
+  }
+}
+
+void Simulation::StartBucket(int dev, int o, Nanos ready) {
+  Device& d = devs_[static_cast<size_t>(dev)];
+  const auto [chunk, bucket] = plan_.ranks[static_cast<size_t>(d.coord.pp)].bucket_order[static_cast<size_t>(o)];
   d.launched[static_cast<size_t>(o)] = true;
   const BucketPlan& b = plan_.Chunk(d.coord.pp, chunk).buckets[static_cast<size_t>(bucket)];
   if (plan_.BucketGroup(d.rank, chunk, b, nullptr).size() == 1) {  // nothing to reduce

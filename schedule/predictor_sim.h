@@ -133,7 +133,8 @@ class Simulation {
     // ChannelFor per message was a fifth of an EP layout's prediction).
     std::vector<int> ep_to, ep_from;
     std::map<std::pair<int, int>, Nanos> act_ready, grad_ready;  // (mb, model stage)
-    std::vector<bool> launched;
+    std::vector<bool> final, launched;  // per bucket order (runner.h's final_, launched_)
+    size_t next_launch = 0;
     bool at_optimizer = false;
     bool finished = false;
     // Comm stream.
@@ -161,6 +162,7 @@ class Simulation {
   bool StepPass(int dev, const Op& op);
   void StartTpRing(int dev, const Device::Part& part, const ChunkPlan& chunk);
   void LaunchBucket(int dev, int chunk, int bucket, Nanos ready);
+  void StartBucket(int dev, int order, Nanos ready);
   // The EP all-to-all at step `s` of the current part (predictor_ep.cc): false while it waits.
   bool EpStep(int dev, const Device::Part& part, const PassStep& s);
   void BeginEpRound(int dev);

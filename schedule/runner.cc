@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<DeviceRunner>> DeviceRunner::Create(RunContext* c
   }
   const size_t buckets = plan.ranks[static_cast<size_t>(r->coord_.pp)].bucket_order.size();
   r->buckets_.resize(buckets);
+  r->final_.assign(buckets, false);
   r->launched_.assign(buckets, false);
   return r;
 }
@@ -163,7 +164,9 @@ absl::Status DeviceRunner::RunStep(int step) {
   const int m = ctx_->layout.microbatches;
   loss_sum_.assign(static_cast<size_t>(m), 0.0);
   correct_.assign(static_cast<size_t>(m), 0);
+  final_.assign(final_.size(), false);
   launched_.assign(launched_.size(), false);
+  next_launch_ = 0;
   const auto& ops = ctx_->options->program.ranks[static_cast<size_t>(coord_.pp)];
   for (size_t i = 0; i < ops.size(); ++i) {
     RP_RETURN_IF_ERROR(RunOp(step, static_cast<int>(i)));

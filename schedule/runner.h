@@ -241,7 +241,10 @@ class DeviceRunner {
   // records it and returns its end (runner_ep.cc).
   absl::StatusOr<Nanos> EpAllToAll(int step, int op_index, const Op& op, EpExchange& x,
                                    Nanos start, Nanos wall0);
+  // A bucket's gradients are final at `ready`: it starts (StartBucket) once every bucket before it
+  // in the rank's bucket order has, and so do the final ones after it (runner_buckets.cc).
   absl::Status LaunchBucket(int step, int chunk, int bucket, Nanos ready);
+  absl::Status StartBucket(int step, int order, Nanos ready);
   // One TP all-reduce of `buffer` from modeled `start` (on the TP group's ring; event-driven on a
   // virtual clock).
   absl::StatusOr<comm::CollectiveResult> TpAllReduce(int step, std::span<float> buffer,
@@ -282,7 +285,8 @@ class DeviceRunner {
   // Buckets: per launch order, a gate and the comm stream's record.
   std::vector<GateId> gates_;
   std::vector<BucketRecord> buckets_;  // written by the comm stream before its gate's Signal
-  std::vector<bool> launched_;
+  std::vector<bool> final_, launched_;  // per bucket order: gradients final, all-reduce started
+  size_t next_launch_ = 0;               // the first bucket of the order not started
   Nanos comm_prev_end_{0};             // comm stream only
   std::vector<int> comm_waiting_;      // comm stream only: whom its current bucket waits for
   // Failure bookkeeping.

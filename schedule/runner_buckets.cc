@@ -13,10 +13,23 @@ namespace rp::schedule {
 
 using namespace runner_internal;  // NOLINT: this file's helpers
 
+// The comm stream runs a rank's buckets in its bucket order, which every member of a group agrees
+// on (with two directions: by model stage — devices k and p - 1 - k hold the same two stages, and
+// in launch order they would wait for each other). A bucket final before one ahead of it waits,
+// and starts at the modeled time the one ahead starts (the comm stream would not run it sooner).
+// The predictor does the same (predictor_sim.cc LaunchBucket).
 absl::Status DeviceRunner::LaunchBucket(int step, int chunk, int bucket, Nanos ready) {
   const auto& order = ctx_->plan->ranks[static_cast<size_t>(coord_.pp)].bucket_order;
   const auto it = std::find(order.begin(), order.end(), std::make_pair(chunk, bucket));
-  const int o = static_cast<int>(it - order.begin());
+  final_[static_cast<size_t>(it - order.begin())] = true;
+  for (; next_launch_ < order.size() && final_[next_launch_]; ++next_launch_) {
+    RP_RETURN_IF_ERROR(StartBucket(step, static_cast<int>(next_launch_), ready));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceRunner::StartBucket(int step, int o, Nanos ready) {
+  const auto [chunk, bucket] = ctx_->plan->ranks[static_cast<size_t>(coord_.pp)].bucket_order[static_cast<size_t>(o)];
   launched_[static_cast<size_t>(o)] = true;
   const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
   if (ctx_->plan->BucketGroup(rank_, chunk, b, nullptr).size() == 1) {  // nothing to reduce

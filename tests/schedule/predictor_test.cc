@@ -138,6 +138,61 @@ TEST(Predict, WithoutOverlapTheBucketsStartAtTheOptimizer) {
   EXPECT_EQ(with->devices[0].exposed_comm, FromMillis(2));
 }
 
+// DualPipe's mirror groups (both copies of a stage, on ranks k and p - 1 - k, plus their replicas)
+// start their all-reduces inside the backward too, in the model-stage order both holders share, a
+// bucket final before the one ahead of it waiting for it: p = 2 (each rank holds stages 0 and 1,
+// their last gradient ops in opposite orders on the two ranks), one bucket per layer, slow links.
+// On every rank the buckets start in that order, the first before the rank's last compute op ends,
+// and the step is shorter than with every bucket at the optimizer (as before: then no bucket
+// started before the backward's end). (Emulated == predicted
+// for DualPipe: executor_test.cc, executor_ep_test.cc.)
+TEST(Predict, DualPipesMirrorBucketsStartInsideTheBackwardInModelStageOrder) {
+  auto prog = BuildSchedule(ScheduleKind::kDualPipe, {.num_ranks = 2, .num_micro_batches = 4, .num_chunks = 2,
+                                                      .gradient_bytes = 1 << 16});
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  LinkSpec links;
+  links.inter_node = {.alpha = FromMicros(200), .bandwidth_gbps = 1};
+  links.devices_per_node = 1;
+  auto plan = [&](bool overlap) {
+    return BuildPlan({.grid = {.dp = 2, .pp = 2, .tp = 1},
+                      .placement = {.devices_per_node = 1},
+                      .program = *prog,
+                      .model = {.input_dim = 8, .hidden = {64, 64, 64}, .classes = 8},
+                      .cost = CostModel::Uniform({.forward = kF, .backward = kB, .weight_grad = kB / 2}),
+                      .links = links,
+                      .bucket_bytes = 1,  // a bucket per layer
+                      .overlap_grad_allreduce = overlap});
+  };
+  absl::StatusOr<ExecutionPlan> with_plan = plan(true);
+  ASSERT_TRUE(with_plan.ok()) << with_plan.status();
+  auto with = Predict(*with_plan), without = Predict(*plan(false));
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_LT(with->step_time, without->step_time);
+  int deferred = 0;
+  for (int rank = 0; rank < with_plan->grid.world_size(); ++rank) {
+    const RankPlan& rp = with_plan->ranks[static_cast<size_t>(with_plan->grid.CoordOf(rank).pp)];
+    // Bucket order: model stage 0's buckets first.
+    ASSERT_EQ(with_plan->Chunk(with_plan->grid.CoordOf(rank).pp, rp.bucket_order.front().first).model_stage, 0);
+    std::vector<Nanos> start(rp.bucket_order.size(), Nanos(-1));
+    Nanos compute_end{-1};
+    for (const OpInterval& iv : with->Timeline(with_plan->grid, rank)) {
+      if (iv.kind == IntervalKind::kGradAllReduce) start[static_cast<size_t>(iv.detail)] = iv.start;
+      if (iv.kind == IntervalKind::kCompute) compute_end = std::max(compute_end, iv.end);
+    }
+    EXPECT_LT(start.front(), compute_end) << "rank " << rank << ": the first bucket starts inside the backward";
+    for (size_t o = 1; o < start.size(); ++o) {
+      EXPECT_GE(start[o], start[o - 1]) << "rank " << rank << " bucket " << o;
+    }
+    // A chunk whose gradients are final before the chunk ahead of it in the order waits for it:
+    // its first bucket starts after its own last gradient op.
+    const int first_chunk = rp.bucket_order.front().first, second_chunk = rp.bucket_order.back().first;
+    const ChunkPlan& a = with_plan->Chunk(with_plan->grid.CoordOf(rank).pp, first_chunk);
+    const ChunkPlan& b = with_plan->Chunk(with_plan->grid.CoordOf(rank).pp, second_chunk);
+    deferred += b.last_grad_op < a.last_grad_op;
+  }
+  EXPECT_GT(deferred, 0) << "some rank finishes its later stage's gradients first";
+}
+
 // PP traffic and a DP ring through one NIC: on a shared NIC the same step takes longer than with a
 // NIC per device; folding is off (replicas share the NIC) and the full simulation still agrees
 // with itself run to run.
