@@ -377,7 +377,8 @@ void Simulation::LaunchBucket(int dev, int chunk, int bucket, Nanos ready) {
 
 void Simulation::StartBucket(int dev, int o, Nanos ready) {
   Device& d = devs_[static_cast<size_t>(dev)];
-  const auto [chunk, bucket] = plan_.ranks[static_cast<size_t>(d.coord.pp)].bucket_order[static_cast<size_t>(o)];
+  const std::pair<int, int>& at = plan_.ranks[static_cast<size_t>(d.coord.pp)].bucket_order[static_cast<size_t>(o)];
+  const int chunk = at.first, bucket = at.second;
   d.launched[static_cast<size_t>(o)] = true;
   const BucketPlan& b = plan_.Chunk(d.coord.pp, chunk).buckets[static_cast<size_t>(bucket)];
   if (plan_.BucketGroup(d.rank, chunk, b, nullptr).size() == 1) {  // nothing to reduce

@@ -29,7 +29,9 @@ absl::Status DeviceRunner::LaunchBucket(int step, int chunk, int bucket, Nanos r
 }
 
 absl::Status DeviceRunner::StartBucket(int step, int o, Nanos ready) {
-  const auto [chunk, bucket] = ctx_->plan->ranks[static_cast<size_t>(coord_.pp)].bucket_order[static_cast<size_t>(o)];
+  // Not a structured binding: clang 14 cannot capture one in the comm stream's lambda below.
+  const std::pair<int, int>& at = ctx_->plan->ranks[static_cast<size_t>(coord_.pp)].bucket_order[static_cast<size_t>(o)];
+  const int chunk = at.first, bucket = at.second;
   launched_[static_cast<size_t>(o)] = true;
   const BucketPlan& b = ctx_->plan->Chunk(coord_.pp, chunk).buckets[static_cast<size_t>(bucket)];
   if (ctx_->plan->BucketGroup(rank_, chunk, b, nullptr).size() == 1) {  // nothing to reduce
