@@ -72,9 +72,10 @@ inline constexpr double kMaxTimeScale = 1000;
 [[nodiscard]] absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double link_factor,
                                              const std::string& op_field);
 
-// An upper bound of the modeled messages one device puts on the fabric per step (ring segments of
-// its DP buckets and TP all-reduces, p2p messages), as ValidateConfig bounds them.
-[[nodiscard]] absl::StatusOr<double> ModeledMessagesPerDeviceStep(const RunConfig& cfg);
+// An upper bound of the modeled messages the pp x tp devices of one replica put on the fabric per
+// step (ring segments of their DP buckets and TP all-reduces, p2p messages, as ValidateConfig bounds
+// them, and the EP all-to-alls' messages): what the predictor plays for a replica.
+[[nodiscard]] absl::StatusOr<double> ModeledMessagesPerReplicaStep(const RunConfig& cfg);
 
 // The config field a ValidateConfig error names, if any (a payload of the Status under this type
 // URL, set by FieldError).

@@ -288,12 +288,14 @@ absl::Status CheckFaultFactors(const RunConfig& cfg, double op_factor, double li
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> ModeledMessagesPerDeviceStep(const RunConfig& cfg) {
+absl::StatusOr<double> ModeledMessagesPerReplicaStep(const RunConfig& cfg) {
   std::string time_field;
   ModeledSizes sizes;
   double longest_op_ns = 0;
   RP_RETURN_IF_ERROR(CheckCostModel(cfg, time_field, sizes, longest_op_ns).status());
-  return EstimateTraffic(cfg, sizes).messages;
+  const budget::Traffic t = budget::EstimateTraffic(cfg, sizes);
+  // The EP figure is a device's holding every MoE block; a replica holds each block once per TP shard.
+  return t.messages * cfg.pp * cfg.tp + t.ep_messages * cfg.tp;
 }
 
 absl::Status CheckOpsFitTheWatchdog(const RunConfig& cfg, double time_scale, const std::string& field,

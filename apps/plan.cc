@@ -188,12 +188,20 @@ std::vector<schedule::PredictedWire> PredictWireBytes(const Plan& plan) {
 }
 
 absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan) {
-  const schedule::FoldBlocker blocker = schedule::ReplicasFoldBlocker(plan.execution, plan.predict);
-  if (blocker == schedule::FoldBlocker::kNone) return absl::OkStatus();
-  RP_ASSIGN_OR_RETURN(const double per_device, ModeledMessagesPerDeviceStep(cfg));
-  const double total = per_device * cfg.world_size();
-  if (total <= kMaxPredictedMessages) return absl::OkStatus();
   using schedule::FoldBlocker;
+  const FoldBlocker blocker = schedule::ReplicasFoldBlocker(plan.execution, plan.predict);
+  const int played = schedule::ReplicasPlayed(plan.execution, plan.predict);
+  if (blocker == FoldBlocker::kNone && played == 1) return absl::OkStatus();
+  RP_ASSIGN_OR_RETURN(const double per_replica, ModeledMessagesPerReplicaStep(cfg));
+  const double total = per_replica * played;
+  if (total <= kMaxPredictedMessages) return absl::OkStatus();
+  if (blocker == FoldBlocker::kNone) {  // folded into one EP group, still too large
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--ep: the predictor plays one EP group whole (the all-to-alls exchange tokens between its %d "
+        "replicas; pp x tp x ep = %d devices): about %.3g messages a step; at most %.3g. Use a smaller "
+        "--ep, or fewer micro-batches",
+        cfg.ep, cfg.pp * cfg.tp * cfg.ep, total, kMaxPredictedMessages));
+  }
   if (blocker == FoldBlocker::kOneReplica) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--microbatches: this layout's one replica (pp x tp = %d devices, %d micro-batches) has about %.3g "
@@ -210,8 +218,9 @@ absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan) {
       advice = "Use fewer replicas";
       break;
     case FoldBlocker::kExpertParallel:
-      why = "expert parallelism: the EP all-to-alls exchange tokens between replicas";
-      advice = "Use fewer replicas";
+      why = "expert parallelism with one EP group of every replica: the EP all-to-alls exchange tokens "
+            "between all of them";
+      advice = "Use fewer replicas, or a smaller --ep (then the predictor plays one EP group)";
       break;
     case FoldBlocker::kStraggler:
       why = absl::StrFormat("the straggler (rank %d, factor %g) slows one replica only", cfg.straggler_rank,

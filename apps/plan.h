@@ -52,7 +52,8 @@ struct Plan {
 // A prediction alone (predict, --predict_only) must stay within seconds: when the plan's replicas do
 // not fold into one (schedule::ReplicasFold) the predictor plays every device's messages, which grow
 // as dp² — at most kMaxPredictedMessages a step (InvalidArgument naming --dp and why the replicas do not
-// fold, schedule::ReplicasFoldBlocker, beyond; with dp = 1, naming --microbatches).
+// fold, schedule::ReplicasFoldBlocker, beyond; with dp = 1, naming --microbatches). With EP the
+// replicas fold into one EP group at best, whose messages grow as ep² (naming --ep beyond).
 inline constexpr double kMaxPredictedMessages = 1e8;  // 2048 replicas of one device, ~1.7e7: 1.7 s here
 [[nodiscard]] absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan);
 

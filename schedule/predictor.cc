@@ -29,20 +29,50 @@ absl::Status CheckFactors(const ExecutionPlan& plan, const PredictOptions& opts)
   return absl::OkStatus();
 }
 
-// Why the DP replicas may not all have the same timeline (kNone: they provably do; see "Replica
-// folding").
-FoldBlocker Blocker(const ExecutionPlan& plan, const PredictOptions& opts) {
+// Whether a routing repeats every `period` replicas: replica d's kept slots are replica d mod
+// period's, in every block, micro-batch and expert (balanced routing does; a run's seldom).
+bool RoutingRepeats(const StepRouting& r, int period) {
+  const size_t row = static_cast<size_t>(r.microbatches) * static_cast<size_t>(r.experts);
+  const size_t replica_rows = static_cast<size_t>(r.dp) * row;
+  for (size_t b = 0; b < static_cast<size_t>(r.blocks); ++b) {
+    const int64_t* block = r.kept.data() + b * replica_rows;
+    for (size_t d = static_cast<size_t>(period); d < static_cast<size_t>(r.dp); ++d) {
+      if (!std::equal(block + d * row, block + (d + 1) * row,
+                      block + (d % static_cast<size_t>(period)) * row)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+struct Fold {
+  FoldBlocker blocker = FoldBlocker::kNone;
+  int period = 0;  // replicas played when it folds: 1, or ep with EP exchanges
+};
+
+// Whether the DP replicas fold (see "Replica folding"): every replica has the timeline of replica
+// d mod period, period 1 — or ep with EP exchanges, whose all-to-alls couple an EP group's replicas
+// — when the layout repeats every `period` replicas (the link class of every hop a rank's messages
+// take is that of the same hop `period` replicas back, no NIC carries two replicas), and so do the
+// factors and the routing. Else the first reason found.
+Fold FoldOf(const ExecutionPlan& plan, const PredictOptions& opts) {
   const ParallelGrid& g = plan.grid;
   const GridShape s = g.shape();
-  if (s.dp == 1) return FoldBlocker::kOneReplica;
-  if (!opts.fold_replicas) return FoldBlocker::kDisabled;
-  if (opts.compute_op_factor) return FoldBlocker::kPerOpFactors;
-  if (!plan.link_faults.empty()) return FoldBlocker::kLinkFaults;
-  if (plan.options.program.num_directions() > 1) return FoldBlocker::kTwoDirections;
-  if (plan.has_ep_exchanges()) return FoldBlocker::kExpertParallel;
+  if (s.dp == 1) return {FoldBlocker::kOneReplica};
+  if (!opts.fold_replicas) return {FoldBlocker::kDisabled};
+  if (opts.compute_op_factor) return {FoldBlocker::kPerOpFactors};
+  if (!plan.link_faults.empty()) return {FoldBlocker::kLinkFaults};
+  if (plan.options.program.num_directions() > 1) return {FoldBlocker::kTwoDirections};
+  const bool ep = plan.has_ep_exchanges();
+  const int period = ep ? plan.ep() : 1;
+  // One EP group of every replica: nothing repeats. A run's routing: its own replica by replica.
+  if (ep && (period == s.dp || (opts.routing != nullptr && !RoutingRepeats(*opts.routing, period)))) {
+    return {FoldBlocker::kExpertParallel};
+  }
   auto at = [&](int dp, int pp, int tp) { return g.RankOf({dp, pp, tp}); };
-  // Every rank's node, once: the checks below compare about 2·(1 + pp + tp) link classes a rank
-  // (ParallelGrid::ClassOf's, from these nodes), 27 M of them for 2^20 devices.
+  // Every rank's node, once: the checks below compare about 2·(1 + pp + tp + ep) link classes a
+  // rank (ParallelGrid::ClassOf's, from these nodes), 27 M of them for 2^20 devices without EP.
   std::vector<int> node(static_cast<size_t>(g.world_size()));
   for (int r = 0; r < g.world_size(); ++r) node[static_cast<size_t>(r)] = g.NodeOf(r);
   auto class_of = [&node](int a, int b) {
@@ -52,20 +82,29 @@ FoldBlocker Blocker(const ExecutionPlan& plan, const PredictOptions& opts) {
   };
   for (int pp = 0; pp < s.pp; ++pp) {
     for (int tp = 0; tp < s.tp; ++tp) {
-      const int r0 = at(0, pp, tp);
-      const LinkClass dp_hop = class_of(r0, at(1 % s.dp, pp, tp));
       for (int dp = 0; dp < s.dp; ++dp) {
-        const int r = at(dp, pp, tp);
+        // Replica dp and its stand-in d0 (same position in the first EP group): the same hops.
+        const int d0 = dp % period, first = dp - d0;
+        const int r = at(dp, pp, tp), r0 = at(d0, pp, tp);
         if (!opts.compute_factor.empty() &&
             opts.compute_factor[static_cast<size_t>(r)] != opts.compute_factor[static_cast<size_t>(r0)]) {
-          return FoldBlocker::kStraggler;
+          return {FoldBlocker::kStraggler};
         }
-        if (class_of(r, at((dp + 1) % s.dp, pp, tp)) != dp_hop) return FoldBlocker::kLayout;
+        // The DP ring's hop to the next replica, and with EP the expert ring's to the next group.
+        if (class_of(r, at((dp + 1) % s.dp, pp, tp)) != class_of(r0, at((d0 + 1) % s.dp, pp, tp))) {
+          return {FoldBlocker::kLayout};
+        }
+        if (ep && class_of(r, at((dp + period) % s.dp, pp, tp)) != class_of(r0, at(d0 + period, pp, tp))) {
+          return {FoldBlocker::kLayout};
+        }
         for (int q = 0; q < s.pp; ++q) {
-          if (class_of(r, at(dp, q, tp)) != class_of(r0, at(0, q, tp))) return FoldBlocker::kLayout;
+          if (class_of(r, at(dp, q, tp)) != class_of(r0, at(d0, q, tp))) return {FoldBlocker::kLayout};
         }
         for (int t = 0; t < s.tp; ++t) {
-          if (class_of(r, at(dp, pp, t)) != class_of(r0, at(0, pp, t))) return FoldBlocker::kLayout;
+          if (class_of(r, at(dp, pp, t)) != class_of(r0, at(d0, pp, t))) return {FoldBlocker::kLayout};
+        }
+        for (int q = 0; ep && q < period; ++q) {
+          if (class_of(r, at(first + q, pp, tp)) != class_of(r0, at(q, pp, tp))) return {FoldBlocker::kLayout};
         }
       }
     }
@@ -81,39 +120,45 @@ FoldBlocker Blocker(const ExecutionPlan& plan, const PredictOptions& opts) {
     if (nic >= replica_of_nic.size()) replica_of_nic.resize(std::max(nic + 1, 2 * replica_of_nic.size()), -1);
     int& replica = replica_of_nic[nic];
     const int dp = g.CoordOf(r).dp;
-    if (replica >= 0 && replica != dp) return FoldBlocker::kLayout;
+    if (replica >= 0 && replica != dp) return {FoldBlocker::kLayout};
     replica = dp;
   }
-  return FoldBlocker::kNone;
-}
-
-bool CanFold(const ExecutionPlan& plan, const PredictOptions& opts) {
-  return Blocker(plan, opts) == FoldBlocker::kNone;
+  return {FoldBlocker::kNone, period};
 }
 
 }  // namespace
 
-bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts) { return CanFold(plan, opts); }
+bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts) {
+  return FoldOf(plan, opts).blocker == FoldBlocker::kNone;
+}
 
 FoldBlocker ReplicasFoldBlocker(const ExecutionPlan& plan, const PredictOptions& opts) {
-  return Blocker(plan, opts);
+  return FoldOf(plan, opts).blocker;
+}
+
+int ReplicasPlayed(const ExecutionPlan& plan, const PredictOptions& opts) {
+  const Fold f = FoldOf(plan, opts);
+  return f.blocker == FoldBlocker::kNone ? f.period : plan.grid.shape().dp;
 }
 
 absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptions& opts) {
   RP_RETURN_IF_ERROR(CheckFactors(plan, opts));
   const GridShape shape = plan.grid.shape();
   const int world = plan.grid.world_size();
-  const bool fold = CanFold(plan, opts);
+  // Replicas 0 .. played − 1 are simulated; replica d's timeline is replica d mod played's.
+  const int played = ReplicasPlayed(plan, opts);
+  const bool fold = played < shape.dp;
   std::vector<int> ranks;
   for (int r = 0; r < world; ++r) {
-    if (!fold || plan.grid.CoordOf(r).dp == 0) ranks.push_back(r);
+    if (plan.grid.CoordOf(r).dp < played) ranks.push_back(r);
   }
-  internal::Simulation sim(plan, opts, ranks, fold);
+  internal::Simulation sim(plan, opts, ranks, fold ? played : 0);
   RP_RETURN_IF_ERROR(sim.Run());
 
   Prediction pred;
   pred.tp = shape.tp;
   pred.folded = fold;
+  pred.replicas_played = played;
   pred.balanced_routing_assumed = sim.balanced_routing_assumed();
   pred.longest_transit = sim.transits().longest_transit();
   pred.transit_bound = sim.transits().transit_bound();
@@ -121,15 +166,14 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
     pred.longest_transit_src = plan.grid.RankAtDevice(m.src);
     pred.longest_transit_dst = plan.grid.RankAtDevice(m.dst);
   }
-  const int classes = fold ? 1 : shape.dp;
   pred.class_of_replica.resize(static_cast<size_t>(shape.dp));
-  for (int d = 0; d < shape.dp; ++d) pred.class_of_replica[static_cast<size_t>(d)] = fold ? 0 : d;
-  pred.timelines.assign(static_cast<size_t>(classes),
+  for (int d = 0; d < shape.dp; ++d) pred.class_of_replica[static_cast<size_t>(d)] = d % played;
+  pred.timelines.assign(static_cast<size_t>(played),
                         std::vector<std::vector<OpInterval>>(static_cast<size_t>(shape.pp * shape.tp)));
   std::vector<int> sim_of_rank(static_cast<size_t>(world), -1);
   for (size_t i = 0; i < ranks.size(); ++i) {
     const Coord c = plan.grid.CoordOf(ranks[i]);
-    pred.timelines[static_cast<size_t>(fold ? 0 : c.dp)][static_cast<size_t>(c.pp * shape.tp + c.tp)] =
+    pred.timelines[static_cast<size_t>(c.dp)][static_cast<size_t>(c.pp * shape.tp + c.tp)] =
         sim.intervals(static_cast<int>(i));
     pred.step_time = std::max(pred.step_time, sim.end(static_cast<int>(i)));
     sim_of_rank[static_cast<size_t>(ranks[i])] = static_cast<int>(i);
@@ -147,7 +191,7 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
   }
   for (int r = 0; r < world; ++r) {
     const Coord c = plan.grid.CoordOf(r);
-    const int rep = fold ? plan.grid.RankOf({0, c.pp, c.tp}) : r;
+    const int rep = plan.grid.RankOf({c.dp % played, c.pp, c.tp});
     const size_t i = static_cast<size_t>(sim_of_rank[static_cast<size_t>(rep)]);
     pred.devices[static_cast<size_t>(r)] = metrics_of_sim[i];
     pred.modeled_wire_bytes[static_cast<size_t>(r)] = sim.modeled_bytes(static_cast<int>(i));

@@ -20,7 +20,16 @@
 // simulation plays one replica and stands each DP ring message to the next replica in for the
 // message it receives from the previous one (same ports, same times). Exact, and what makes
 // DP 1024 × PP 16 predict in well under a second. fold_replicas = false plays every device
-// (tests check both agree). EP exchanges couple the replicas of an EP group: no folding.
+// (tests check both agree).
+// With EP exchanges the all-to-alls couple the replicas of an EP group (ep consecutive replicas),
+// so the fold is one EP group: when the layout, the factors and the routing repeat every ep
+// replicas (balanced routing does; a run's routing rarely), replica d's timeline is replica
+// d mod ep's. The simulation plays replicas 0 .. ep − 1; the DP ring message that leaves the group
+// (ep − 1 → ep) stands in for the one that enters it (dp − 1 → 0), through replica 0's ingress,
+// and an expert ring's message to the same EP rank of the next group for the one from the
+// previous group, as above. At each port the messages meet in the same order as unfolded (their
+// senders' replica order is kept), so this too is exact (tests: every device's timeline equal to
+// the unfolded prediction's).
 //
 // Metrics (schedule/metrics.h): per device on the predicted timeline; step time = the last op's
 // end (the step starts at 0); T1 = SingleDeviceTime.
@@ -81,7 +90,8 @@ struct Prediction {
   std::vector<int> class_of_replica;                          // by dp index
   std::vector<std::vector<std::vector<OpInterval>>> timelines;  // [class][pp·TP + tp]
   int tp = 1;
-  bool folded = false;
+  bool folded = false;     // replicas_played < dp
+  int replicas_played = 0;  // 1 folded, ep folded into one EP group, or dp
   // EP exchanges were sized by balanced routing (no StepRouting given): an assumption, not the
   // routing of a run.
   bool balanced_routing_assumed = false;
@@ -105,10 +115,14 @@ struct Prediction {
   }
 };
 
-// Whether Predict folds the DP replicas into one (every replica provably has the same timeline:
-// same link classes around it, no node or NIC shared between replicas, no per-rank factors, faults
-// or EP exchanges; see "Replica folding"). When it does not, it plays every device's messages.
+// Whether Predict folds the DP replicas (every replica provably has the timeline of one it plays:
+// same link classes around it, no NIC shared between replicas, no per-rank factors or faults, EP
+// routing that repeats every EP group; see "Replica folding"). When it does not, it plays every
+// device's messages.
 bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts);
+// How many replicas Predict plays: 1 when they fold into one, ep when they fold into one EP group,
+// else dp.
+int ReplicasPlayed(const ExecutionPlan& plan, const PredictOptions& opts);
 
 // Why Predict does not fold the DP replicas of a plan (kNone: it folds them), the first reason found
 // in this order, so that a caller can say which setting makes it play every device.
@@ -119,7 +133,8 @@ enum class FoldBlocker {
   kPerOpFactors,    // compute_op_factor (seeded jitter) gives every op of every replica its own factor
   kLinkFaults,      // a slow link slows the messages of one replica only
   kTwoDirections,   // DualPipe: each stage's mirror copies and their DP replicas reduce in one ring
-  kExpertParallel,  // EP all-to-alls exchange tokens between replicas
+  kExpertParallel,  // EP all-to-alls: one EP group of every replica, or a routing (a run's) that
+                    // differs between EP groups
   kStraggler,       // compute_factor differs between replicas (a straggler)
   kLayout,          // replicas on hops of different link classes, or sharing a node's NIC
 };

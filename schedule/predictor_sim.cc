@@ -21,12 +21,12 @@ enum ChannelKind { kAct = 0, kGrad = 1, kTpRing = 2, kDpRing = 3, kEp = 4 };
 }  // namespace
 
 Simulation::Simulation(const ExecutionPlan& plan, const PredictOptions& opts,
-                       std::vector<int> ranks, bool fold)
+                       std::vector<int> ranks, int fold_period)
     : plan_(plan),
       opts_(opts),
       routing_(opts.routing),
       ranks_(std::move(ranks)),
-      fold_(fold),
+      fold_period_(fold_period),
       fabric_(FabricModel::Create(plan.options.links, plan.grid.world_size(), plan.link_faults)
                   .value()) {
   dev_of_rank_.assign(static_cast<size_t>(plan.grid.world_size()), -1);
@@ -412,11 +412,19 @@ absl::Status Simulation::AdvanceComm(int dev) {
              .src_device = plan_.grid.DeviceOf(d.rank),
              .dst_device = plan_.grid.DeviceOf(next),
              .start = start};
-      if (fold_) {
-        // Replicas are identical: the message from the previous replica is this one's own, through
-        // the same egress and (standing in for the next replica's) ingress port.
-        r.send_channel = r.recv_channel = ChannelFor(kind, d.rank, d.rank);
-        r.ingress_device = plan_.grid.DeviceOf(d.rank);
+      if (fold_period_ > 0) {
+        // Replica d is replica d mod fold_period's stand-in: a message to a replica not played is
+        // the one the played stand-in of that replica receives from its previous member, through
+        // the same egress and (standing in for the receiver's) the stand-in's ingress port — with
+        // one replica played, each replica's message to itself.
+        auto stand_in = [&](int rank) {
+          const Coord c = plan_.grid.CoordOf(rank);
+          return plan_.grid.RankOf({c.dp % fold_period_, c.pp, c.tp});
+        };
+        const int to = stand_in(next);
+        r.send_channel = ChannelFor(kind, d.rank, to);
+        r.recv_channel = ChannelFor(kind, stand_in(prev), d.rank);
+        if (to != next) r.ingress_device = plan_.grid.DeviceOf(to);
       } else {
         r.send_channel = ChannelFor(kind, d.rank, next);
         r.recv_channel = ChannelFor(kind, prev, d.rank);

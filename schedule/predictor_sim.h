@@ -1,5 +1,5 @@
 // The predictor's discrete-event simulation (internal to schedule/predictor.cc): the devices of
-// an ExecutionPlan — all of them, or one replica when replicas fold — each a compute LP and a comm
+// an ExecutionPlan — all of them, or the first replica or EP group when replicas fold — each a compute LP and a comm
 // LP following the emulator's rules (schedule/runner.h), messages committed on a FabricModel in
 // key order. See schedule/predictor.h for the model and the folding argument.
 //
@@ -27,10 +27,11 @@ namespace rp::schedule::internal {
 
 class Simulation {
  public:
-  // Simulates `ranks` (global ranks: every rank, or replica 0's when `fold`). EP exchanges are sized
-  // by opts.routing, or by balanced routing when it is null (balanced_routing_assumed()).
+  // Simulates `ranks` (global ranks: every rank, or when replicas fold every `fold_period`
+  // replicas, those of replicas 0 .. fold_period − 1; 0: no folding). EP exchanges are sized by
+  // opts.routing, or by balanced routing when it is null (balanced_routing_assumed()).
   Simulation(const ExecutionPlan& plan, const PredictOptions& opts, std::vector<int> ranks,
-             bool fold);
+             int fold_period);
   bool balanced_routing_assumed() const { return routing_ == &balanced_; }
   [[nodiscard]] absl::Status Run();
 
@@ -176,7 +177,7 @@ class Simulation {
   const StepRouting* routing_;  // the step's (opts_.routing, or balanced_)
   StepRouting balanced_;
   const std::vector<int> ranks_;
-  const bool fold_;
+  const int fold_period_;  // 0: every replica is simulated
   FabricModel fabric_;
   std::vector<Device> devs_;
   std::vector<int> dev_of_rank_;  // global rank → simulated index, -1 if not simulated

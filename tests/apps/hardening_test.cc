@@ -231,9 +231,20 @@ TEST(Hardening, UnfoldedPredictionTooLargeNamesTheRealReason) {
   const Result straggler = RunBinary(big + "--straggler_rank=5 --straggler_factor=2", dir);
   ExpectBadInput(straggler, "the straggler (rank 5, factor 2) slows one replica only", "straggler");
   EXPECT_EQ(straggler.err.find(layout_advice), std::string::npos) << straggler.err;
-  const Result ep = RunBinary(big + "--moe_layers=all --ep=2", dir);
-  ExpectBadInput(ep, "expert parallelism: the EP all-to-alls exchange tokens between replicas", "ep");
+  // EP with one EP group of every replica: nothing folds.
+  const std::string moe = "predict --pp=16 --microbatches=32 --hidden=64x16 --moe_layers=all --experts=128 ";
+  const Result ep = RunBinary(moe + "--dp=128 --ep=128", dir);
+  ExpectBadInput(ep, "expert parallelism with one EP group of every replica: the EP all-to-alls exchange tokens",
+                 "ep");
   EXPECT_EQ(ep.err.find(layout_advice), std::string::npos) << ep.err;
+  // Smaller EP groups fold into one EP group, which must still be small enough to play.
+  ExpectBadInput(RunBinary(moe + "--dp=256 --ep=128", dir),
+                 "--ep: the predictor plays one EP group whole (the all-to-alls exchange tokens between its 128 "
+                 "replicas; pp x tp x ep = 4096 devices)",
+                 "ep group too large");
+  // 65536 devices in EP groups of 2 fold into one group of 2 replicas: predicted in well under a second.
+  const Result ep_folds = RunBinary(big + "--moe_layers=all --ep=2", dir);
+  EXPECT_EQ(ep_folds.exit_code, 0) << ep_folds.err;
   // One replica of 65536 devices (a TP ring of 256 per stage): nothing to fold, too many messages.
   const Result one = RunBinary(
       "predict --dp=1 --pp=256 --tp=256 --microbatches=64 --hidden=256x300 --devices_per_node=256", dir);
