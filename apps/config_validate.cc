@@ -306,7 +306,7 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckRanges(cfg));
   RP_RETURN_IF_ERROR(CheckUnusedFieldRanges(cfg));
   RP_RETURN_IF_ERROR(CheckLayout(cfg, for_run));
-  RP_RETURN_IF_ERROR(CheckMoe(cfg));
+  RP_RETURN_IF_ERROR(CheckMoe(cfg, for_run));
   // Below kMinRealTimeScale the real clock's modeled time (wall ÷ scale) overflows within days.
   if (!cfg.time_scale_auto() && (!(cfg.time_scale >= kMinRealTimeScale) || cfg.time_scale > kMaxTimeScale)) {
     return FieldError("time_scale", absl::StrCat("must be in [", kMinRealTimeScale, ", ", kMaxTimeScale, "] or auto, got ",

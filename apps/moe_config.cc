@@ -23,7 +23,7 @@ constexpr double kMaxMessagesPerDeviceStep = double{1 << 22};
 constexpr uint64_t kMaxRowBytes = uint64_t{1} << 30;
 // Kept-slot counts of a step's routing (schedule::StepRouting: per MoE block, DP replica,
 // micro-batch and expert, 8 bytes each), which a run records every step and an EP prediction
-// builds: at most 2^24 (128 MiB). Above it `predict` died of std::bad_alloc (86 GB for 10 blocks
+// builds for the replicas it plays: at most 2^24 (128 MiB). Above it `predict` died of std::bad_alloc (86 GB for 10 blocks
 // of 65536 experts, dp 64, 256 micro-batches).
 constexpr double kMaxRoutingCounts = double{1 << 24};
 
@@ -149,7 +149,7 @@ absl::StatusOr<std::vector<int>> ResolveMoeLayers(const RunConfig& cfg) {
   return layers;
 }
 
-absl::Status CheckMoe(const RunConfig& cfg) {
+absl::Status CheckMoe(const RunConfig& cfg, bool for_run) {
   auto layers = ResolveMoeLayers(cfg);
   if (!layers.ok()) {
     const std::string msg(layers.status().message());
@@ -176,19 +176,34 @@ absl::Status CheckMoe(const RunConfig& cfg) {
       return FieldError("experts", absl::StrFormat("the MoE blocks hold %.0f weights; at most %.0f (1 GiB of fp32)",
                                                    expert_weights, kMaxModelFloats));
     }
-    const double counts = static_cast<double>(blocks) * cfg.dp * cfg.microbatches * cfg.experts;
-    if (counts > kMaxRoutingCounts) {
-      const char* field = cfg.experts >= std::max(cfg.dp, cfg.microbatches) ? "experts"
-                          : cfg.microbatches >= cfg.dp                       ? "microbatches"
-                                                                             : "dp";
-      return FieldError(field, absl::StrFormat("a step's MoE routing (%d blocks x dp=%d x microbatches=%d x "
-                                               "experts=%d kept-slot counts) would take %.3g GB; at most %.0f "
-                                               "counts (128 MiB)",
-                                               blocks, cfg.dp, cfg.microbatches, cfg.experts, counts * 8 / 1e9,
-                                               kMaxRoutingCounts));
+    // A run records every replica's routing; a prediction builds (balanced) routing only for EP
+    // exchanges, and at best for one EP group (CheckPredictable checks the replicas it plays).
+    if (for_run) {
+      RP_RETURN_IF_ERROR(CheckRoutingCounts(cfg, cfg.dp));
+    } else if (cfg.ep > 1) {
+      RP_RETURN_IF_ERROR(CheckRoutingCounts(cfg, cfg.ep));
     }
   }
   return CheckEp(cfg, blocks);
+}
+
+absl::Status CheckRoutingCounts(const RunConfig& cfg, int replicas) {
+  absl::StatusOr<std::vector<int>> layers = ResolveMoeLayers(cfg);
+  if (!layers.ok()) return layers.status();
+  const int blocks = static_cast<int>(layers->size());
+  const double counts = static_cast<double>(blocks) * replicas * cfg.microbatches * cfg.experts;
+  if (counts <= kMaxRoutingCounts) return absl::OkStatus();
+  const bool all = replicas == cfg.dp;
+  const int n = all ? cfg.dp : cfg.ep;
+  const char* field = cfg.experts >= std::max(n, cfg.microbatches) ? "experts"
+                      : cfg.microbatches >= n                       ? "microbatches"
+                      : all                                         ? "dp"
+                                                                    : "ep";
+  return FieldError(field, absl::StrFormat("a step's MoE routing (%d blocks x %s=%d x microbatches=%d x "
+                                           "experts=%d kept-slot counts) would take %.3g GB; at most %.0f "
+                                           "counts (128 MiB)",
+                                           blocks, all ? "dp" : "ep", n, cfg.microbatches, cfg.experts,
+                                           counts * 8 / 1e9, kMaxRoutingCounts));
 }
 
 EpTraffic EpTrafficPerDeviceStep(const RunConfig& cfg, int blocks) {

@@ -17,7 +17,7 @@
 // Example:
 //   cfg.hidden = {64, 64, 64, 64, 64};  cfg.moe_layers = "every:2";
 //   ResolveMoeLayers(cfg);  // {2, 4}
-//   RP_RETURN_IF_ERROR(CheckMoe(cfg));
+//   RP_RETURN_IF_ERROR(CheckMoe(cfg, /*for_run=*/true));
 #pragma once
 
 #include <cstdint>
@@ -39,8 +39,14 @@ absl::StatusOr<std::vector<int>> ResolveMoeLayers(const RunConfig& cfg);
 // experts; capacity_factor finite and >= 0, aux_loss in [0, 1e3], router_skew in [0, 1e4]; ep: > 1
 // only with MoE layers, dividing experts, dp a multiple of it;
 // ep_row_bytes a multiple of 4 up to 1 GiB; ep_codec lossy (ep > 1) not on the FLOPs model's derived row (already bf16);
-// the expert weights and the EP messages within the budgets of a run.
-[[nodiscard]] absl::Status CheckMoe(const RunConfig& cfg);
+// the expert weights and the EP messages within the budgets of a run; the routing's kept-slot counts
+// (CheckRoutingCounts) of every replica for a run (`for_run`), of one EP group for a prediction.
+[[nodiscard]] absl::Status CheckMoe(const RunConfig& cfg, bool for_run);
+
+// A step's routing of `replicas` replicas (MoE blocks × replicas × micro-batches × experts counts) must
+// stay within 2^24 counts (128 MiB): InvalidArgument naming experts, microbatches, dp (replicas = dp)
+// or ep otherwise.
+[[nodiscard]] absl::Status CheckRoutingCounts(const RunConfig& cfg, int replicas);
 
 // Upper bounds of the modeled messages and bytes one device puts on the fabric per step for the EP
 // all-to-alls of `blocks` MoE blocks (none when ep == 1): per block, micro-batch and pass (F, B, and a

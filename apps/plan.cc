@@ -191,6 +191,12 @@ absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan) {
   using schedule::FoldBlocker;
   const FoldBlocker blocker = schedule::ReplicasFoldBlocker(plan.execution, plan.predict);
   const int played = schedule::ReplicasPlayed(plan.execution, plan.predict);
+  // The balanced routing the predictor builds for the EP all-to-alls of the replicas it plays.
+  if (plan.execution.has_ep_exchanges() && plan.predict.routing == nullptr) {
+    if (absl::Status st = CheckRoutingCounts(cfg, played); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", st.message()));
+    }
+  }
   if (blocker == FoldBlocker::kNone && played == 1) return absl::OkStatus();
   RP_ASSIGN_OR_RETURN(const double per_replica, ModeledMessagesPerReplicaStep(cfg));
   const double total = per_replica * played;

@@ -44,7 +44,8 @@ Simulation::Simulation(const ExecutionPlan& plan, const PredictOptions& opts,
   lp_seq_.assign(2 * ranks_.size(), 0);
   queued_.assign(2 * ranks_.size(), false);
   if (routing_ == nullptr && plan.has_ep_exchanges()) {
-    balanced_ = BalancedRouting(plan.options.model, plan.grid.shape().dp,
+    // Replicas 0 .. played − 1 (the EP all-to-alls read only theirs).
+    balanced_ = BalancedRouting(plan.options.model, fold_period_ > 0 ? fold_period_ : plan.grid.shape().dp,
                                 plan.options.program.num_micro_batches, plan.options.microbatch_size);
     routing_ = &balanced_;
   }

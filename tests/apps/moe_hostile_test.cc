@@ -68,6 +68,25 @@ TEST(HostileInput, AHugeMoeRoutingTableIsBadInputNamingExperts) {
   }
 }
 
+// A prediction builds the balanced routing of the replicas it plays only — one EP group when they fold
+// (schedule/predictor.h) — so a layout whose whole routing table (2 blocks x 2048 replicas x 64
+// micro-batches x 128 experts: 3.4e7 counts, 268 MB) is past the bound is predicted within 600 MB,
+// while a run, which records every replica's routing, is refused naming --dp; and a layout whose
+// replicas do not fold (two replicas share each node's one NIC) is refused as a prediction too.
+TEST(HostileInput, APredictionBuildsTheRoutingOfTheReplicasItPlays) {
+  const std::string layout = " --hidden=64x3 --moe_layers=all --experts=128 --ep=8 --dp=2048 --pp=1 --tp=1"
+                             " --microbatches=64";
+  ExpectPredictsWithin600MB(layout);
+  const std::string routing = ": a step's MoE routing (2 blocks x dp=2048 x microbatches=64 x experts=128";
+  for (const std::string& args : {"run --virtual_time" + layout, "predict --devices_per_node=2 --nics_per_node=1" + layout}) {
+    const Result r = RunUnder(3000000, args);
+    EXPECT_EQ(r.exit_code, kExitBadInput) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("--dp" + routing), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+  }
+}
+
 // The time budget (modeled step and communication within 1e12 ms) left the EP all-to-alls out: with
 // 2^20-row micro-batches whose token rows stand for 1 GiB each on 1 MB/s links, `predict` passed it
 // and then failed in the predictor with "predict: a message of device 2 arrives past the largest
