@@ -217,12 +217,6 @@ absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan) {
   // Why the replicas are played one by one, and what folds them again besides fewer replicas.
   std::string why, advice;
   switch (blocker) {
-    case FoldBlocker::kTwoDirections:
-      why = absl::StrCat("the ", schedule::ScheduleName(cfg.schedule),
-                         " schedule: each stage's two mirror copies and their DP replicas reduce in one "
-                         "gradient ring, which the predictor does not fold");
-      advice = "Use fewer replicas";
-      break;
     case FoldBlocker::kExpertParallel:
       why = "expert parallelism with one EP group of every replica: the EP all-to-alls exchange tokens "
             "between all of them";

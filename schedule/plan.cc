@@ -216,15 +216,20 @@ std::vector<int> ExecutionPlan::GradGroup(int rank, int chunk, int* index) const
     if (index != nullptr) *index = c.dp;
     return grid.DpGroup(rank);
   }
+  // Replica by replica, each replica's copies in direction order: a ring visits a replica's copies
+  // one after the other (on one node when the pipeline fits one, as NCCL orders a ring node by node)
+  // before the next replica's, so every replica has the same place in it (the predictor folds them).
   const int stage = prog.ModelStage(c.pp, chunk);
+  const int directions = prog.num_directions();
   std::vector<int> group;
-  for (int d = 0; d < prog.num_directions(); ++d) {
-    const ChunkRef holder = prog.HolderOf({d, stage});
-    const std::vector<int> dp = grid.DpGroup(grid.RankOf({c.dp, holder.rank, c.tp}));
-    if (index != nullptr && holder.rank == c.pp && holder.chunk == chunk) {
-      *index = static_cast<int>(group.size()) + c.dp;
+  for (int r = 0; r < grid.shape().dp; ++r) {
+    for (int d = 0; d < directions; ++d) {
+      const ChunkRef holder = prog.HolderOf({d, stage});
+      if (index != nullptr && r == c.dp && holder.rank == c.pp && holder.chunk == chunk) {
+        *index = static_cast<int>(group.size());
+      }
+      group.push_back(grid.RankOf({r, holder.rank, c.tp}));
     }
-    group.insert(group.end(), dp.begin(), dp.end());
   }
   return group;
 }
@@ -270,19 +275,22 @@ std::vector<int> ExecutionPlan::BucketGroup(int rank, int chunk, const BucketPla
                                             int* index) const {
   if (!bucket.expert) return GradGroup(rank, chunk, index);
   // The expert-data-parallel group: the replicas with this EP rank (the same experts), of every
-  // copy of the chunk's model stage (two with two directions, the holders' groups in direction
-  // order, as GradGroup).
+  // copy of the chunk's model stage (two with two directions: replica by replica, each replica's
+  // copies in direction order, as GradGroup).
   const Program& prog = options.program;
   const Coord c = grid.CoordOf(rank);
   const int e = options.ep, per = grid.shape().dp / e;
   const int stage = prog.ModelStage(c.pp, chunk);
   std::vector<int> group;
-  for (int d = 0; d < prog.num_directions(); ++d) {
-    const ChunkRef holder = prog.HolderOf({d, stage});
-    if (index != nullptr && holder.rank == c.pp && holder.chunk == chunk) {
-      *index = static_cast<int>(group.size()) + c.dp / e;
+  for (int g = 0; g < per; ++g) {
+    const int replica = g * e + c.dp % e;
+    for (int d = 0; d < prog.num_directions(); ++d) {
+      const ChunkRef holder = prog.HolderOf({d, stage});
+      if (index != nullptr && replica == c.dp && holder.rank == c.pp && holder.chunk == chunk) {
+        *index = static_cast<int>(group.size());
+      }
+      group.push_back(grid.RankOf({replica, holder.rank, c.tp}));
     }
-    for (int g = 0; g < per; ++g) group.push_back(grid.RankOf({g * e + c.dp % e, holder.rank, c.tp}));
   }
   return group;
 }

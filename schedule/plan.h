@@ -30,8 +30,9 @@
 //                one (pp, tp): their tokens meet at the experts through the EP all-to-alls inside
 //                the passes (PassSteps' kEpAllToAll steps). The expert-data-parallel group of a
 //                rank: the dp / ep replicas with its EP rank, in ring order by EP group — with two
-//                directions (DualPipe) those of both copies of the chunk's model stage, direction
-//                0's holder first (the dense buckets' mirror group, GradGroup).
+//                directions (DualPipe) those of both copies of the chunk's model stage, each
+//                replica's two copies in direction order (as the dense buckets' mirror group,
+//                GradGroup).
 //   modeled size the bytes the fabric times: p2p messages carry their op's bytes; a pass's TP
 //                all-reduces share the program's kTpAllReduce bytes of that pass equally; a chunk's
 //                gradients weigh the program's kAllReduce bytes of that chunk (the described model's
@@ -174,9 +175,9 @@ struct ExecutionPlan {
   std::vector<int> TpGroup(int rank) const { return grid.TpGroup(rank); }
   std::vector<int> DpGroup(int rank) const { return grid.DpGroup(rank); }
   // The gradient group of (global rank, chunk): every copy of that chunk's model stage, in ring
-  // order — its DP group, or with two directions (DualPipe) the DP groups of both copies, the
-  // direction-0 holder's replicas first (the mirror all-reduce on top of DP's). `index` receives
-  // this copy's position in it.
+  // order — its DP group, or with two directions (DualPipe) the DP groups of both copies (the
+  // mirror all-reduce on top of DP's), replica by replica and each replica's two copies in
+  // direction order: (0, dir 0), (0, dir 1), (1, dir 0), … `index` receives this copy's position.
   std::vector<int> GradGroup(int rank, int chunk, int* index) const;
   // One gradient group per (model stage, tp) for two-direction programs, else per (pp, tp):
   // GradGroupId(rank, chunk) numbers them (the executor's communicators).

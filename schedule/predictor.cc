@@ -54,8 +54,9 @@ struct Fold {
 // Whether the DP replicas fold (see "Replica folding"): every replica has the timeline of replica
 // d mod period, period 1 — or ep with EP exchanges, whose all-to-alls couple an EP group's replicas
 // — when the layout repeats every `period` replicas (the link class of every hop a rank's messages
-// take is that of the same hop `period` replicas back, no NIC carries two replicas), and so do the
-// factors and the routing. Else the first reason found.
+// take is that of the same hop `period` replicas back, no NIC carries two replicas; with two
+// directions the gradient rings' hops from a replica's mirror copy too), and so do the factors and
+// the routing. Else the first reason found.
 Fold FoldOf(const ExecutionPlan& plan, const PredictOptions& opts) {
   const ParallelGrid& g = plan.grid;
   const GridShape s = g.shape();
@@ -63,8 +64,8 @@ Fold FoldOf(const ExecutionPlan& plan, const PredictOptions& opts) {
   if (!opts.fold_replicas) return {FoldBlocker::kDisabled};
   if (opts.compute_op_factor) return {FoldBlocker::kPerOpFactors};
   if (!plan.link_faults.empty()) return {FoldBlocker::kLinkFaults};
-  if (plan.options.program.num_directions() > 1) return {FoldBlocker::kTwoDirections};
   const bool ep = plan.has_ep_exchanges();
+  const bool two_directions = plan.options.program.num_directions() > 1;
   const int period = ep ? plan.ep() : 1;
   // One EP group of every replica: nothing repeats. A run's routing: its own replica by replica.
   if (ep && (period == s.dp || (opts.routing != nullptr && !RoutingRepeats(*opts.routing, period)))) {
@@ -99,6 +100,13 @@ Fold FoldOf(const ExecutionPlan& plan, const PredictOptions& opts) {
         }
         for (int q = 0; q < s.pp; ++q) {
           if (class_of(r, at(dp, q, tp)) != class_of(r0, at(d0, q, tp))) return {FoldBlocker::kLayout};
+          // Two directions: a gradient ring goes from a replica's mirror copy (another pipeline
+          // rank) to the next replica, or the next EP group.
+          if (!two_directions) continue;
+          if (class_of(r, at((dp + 1) % s.dp, q, tp)) != class_of(r0, at((d0 + 1) % s.dp, q, tp)) ||
+              (ep && class_of(r, at((dp + period) % s.dp, q, tp)) != class_of(r0, at(d0 + period, q, tp)))) {
+            return {FoldBlocker::kLayout};
+          }
         }
         for (int t = 0; t < s.tp; ++t) {
           if (class_of(r, at(dp, pp, t)) != class_of(r0, at(d0, pp, t))) return {FoldBlocker::kLayout};

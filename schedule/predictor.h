@@ -30,6 +30,9 @@
 // previous group, as above. At each port the messages meet in the same order as unfolded (their
 // senders' replica order is kept), so this too is exact (tests: every device's timeline equal to
 // the unfolded prediction's).
+// Two directions (DualPipe) fold the same way: a stage's gradient ring visits each replica's two
+// copies one after the other (ExecutionPlan::GradGroup), so the message from a replica's second
+// copy to the next replica's first stands in for the one its own first copy receives.
 //
 // Metrics (schedule/metrics.h): per device on the predicted timeline; step time = the last op's
 // end (the step starts at 0); T1 = SingleDeviceTime.
@@ -132,7 +135,6 @@ enum class FoldBlocker {
   kDisabled,        // PredictOptions::fold_replicas is false
   kPerOpFactors,    // compute_op_factor (seeded jitter) gives every op of every replica its own factor
   kLinkFaults,      // a slow link slows the messages of one replica only
-  kTwoDirections,   // DualPipe: each stage's mirror copies and their DP replicas reduce in one ring
   kExpertParallel,  // EP all-to-alls: one EP group of every replica, or a routing (a run's) that
                     // differs between EP groups
   kStraggler,       // compute_factor differs between replicas (a straggler)

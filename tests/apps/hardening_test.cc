@@ -219,15 +219,15 @@ TEST(Hardening, InputsMustBeRegularFilesOrStandardInput) {
 }
 
 // A prediction too large to play device by device names why its replicas are not folded into one: the
-// node/NIC advice is wrong for a DualPipe, EP or straggler layout whose pp x tp already fills whole
-// nodes, and a single replica has nothing to fold.
+// node/NIC advice is wrong for an EP or straggler layout whose pp x tp already fills whole nodes, and a
+// single replica has nothing to fold.
 TEST(Hardening, UnfoldedPredictionTooLargeNamesTheRealReason) {
   const fs::path dir = TempDir("unfolded");
   const std::string big = "predict --dp=4096 --pp=16 --tp=1 --microbatches=64 --hidden=64x16 ";
   const std::string layout_advice = "Make pp x tp a multiple of devices_per_node";
+  // DualPipe's gradient rings visit each replica's two copies in turn: its 4096 replicas fold too.
   const Result dualpipe = RunBinary(big + "--schedule=dualpipe", dir);
-  ExpectBadInput(dualpipe, "the dualpipe schedule: each stage's two mirror copies", "dualpipe");
-  EXPECT_EQ(dualpipe.err.find(layout_advice), std::string::npos) << dualpipe.err;
+  EXPECT_EQ(dualpipe.exit_code, 0) << dualpipe.err;
   const Result straggler = RunBinary(big + "--straggler_rank=5 --straggler_factor=2", dir);
   ExpectBadInput(straggler, "the straggler (rank 5, factor 2) slows one replica only", "straggler");
   EXPECT_EQ(straggler.err.find(layout_advice), std::string::npos) << straggler.err;

@@ -95,9 +95,10 @@ TEST(PlanEp, DualPipesExpertGroupsHoldBothCopiesOfAStage) {
           const Coord m = g.CoordOf(group[i]);
           EXPECT_EQ(m.dp % 2, c.dp % 2) << "the same EP rank: the same experts";
           EXPECT_EQ(m.tp, c.tp);
-          EXPECT_EQ(m.pp, prog->HolderOf({static_cast<int>(i / 2), stage}).rank) << "direction 0 first";
+          EXPECT_EQ(m.dp / 2, static_cast<int>(i / 2)) << "replica by replica (by EP group)";
+          EXPECT_EQ(m.pp, prog->HolderOf({static_cast<int>(i % 2), stage}).rank) << "each replica's direction 0 first";
           int other = -1;
-          const int member_chunk = prog->HolderOf({static_cast<int>(i / 2), stage}).chunk;
+          const int member_chunk = prog->HolderOf({static_cast<int>(i % 2), stage}).chunk;
           EXPECT_EQ(plan->BucketGroup(group[i], member_chunk, b, &other), group);
           EXPECT_EQ(other, static_cast<int>(i));
           EXPECT_EQ(plan->BucketGroupId(group[i], member_chunk, b), plan->BucketGroupId(rank, ch, b));

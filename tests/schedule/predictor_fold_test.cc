@@ -32,7 +32,7 @@ struct Layout {
 // and inter-node links with per-message overheads, buckets small enough that each stage has several.
 absl::StatusOr<ExecutionPlan> PlanFor(const Layout& l) {
   const bool v = l.kind == ScheduleKind::kZeroBubbleV || l.kind == ScheduleKind::kDualPipeV ||
-                 l.kind == ScheduleKind::kInterleaved;
+                 l.kind == ScheduleKind::kDualPipe || l.kind == ScheduleKind::kInterleaved;
   absl::StatusOr<Program> prog =
       BuildSchedule(l.kind, {.num_ranks = l.pp, .num_micro_batches = 4, .num_chunks = v ? 2 : 1,
                              .activation_bytes = 1 << 14, .tp_allreduce_bytes = l.tp > 1 ? 4096u : 0u,
@@ -96,6 +96,10 @@ TEST(PredictFold, OneEpGroupPlayedEqualsEveryDevicePlayed) {
        .kind = ScheduleKind::kZeroBubbleV},  // a NIC per replica
       {.dp = 16, .pp = 1, .tp = 1, .ep = 4, .devices_per_node = 1, .top_k = 1},
       {.dp = 4, .pp = 2, .tp = 1, .ep = 2, .devices_per_node = 2, .kind = ScheduleKind::kDualPipeV},
+      // DualPipe (two directions): each stage's gradient ring visits both copies of every replica.
+      {.dp = 4, .pp = 2, .tp = 1, .ep = 2, .devices_per_node = 2, .kind = ScheduleKind::kDualPipe},
+      {.dp = 8, .pp = 2, .tp = 1, .ep = 4, .devices_per_node = 2, .kind = ScheduleKind::kDualPipe},
+      {.dp = 6, .pp = 2, .tp = 2, .ep = 2, .devices_per_node = 8, .kind = ScheduleKind::kDualPipe},
   };
   for (const Layout& l : layouts) {
     absl::StatusOr<ExecutionPlan> plan = PlanFor(l);
@@ -118,18 +122,21 @@ TEST(PredictFold, OneEpGroupPlayedEqualsEveryDevicePlayed) {
 }
 
 // Wherever ReplicasFold says the replicas fold, the folded prediction is the full one: every small
-// EP layout (dp, ep < dp, pp, tp, node size, NICs a node), folded or not.
+// MoE layout (dp, ep < dp — ep 1: no EP exchanges, one replica played —, pp, tp, node size, NICs a
+// node; one direction and DualPipe's two), folded or not.
 TEST(PredictFold, EverySmallEpLayoutThatFoldsEqualsTheFullPrediction) {
   int folds = 0, not_folds = 0;
+  for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kDualPipe}) {
   for (int dp : {4, 6, 8}) {
-    for (int ep : {2, 4}) {
+    for (int ep : {1, 2, 4}) {
       if (dp % ep != 0 || ep == dp) continue;
       for (int pp : {1, 2}) {
+        if (kind == ScheduleKind::kDualPipe && pp == 1) continue;
         for (int tp : {1, 2}) {
           for (int node : {1, 2, 3, 4, 8}) {
             for (int nics : {0, 1}) {
               const Layout l{.dp = dp, .pp = pp, .tp = tp, .ep = ep, .devices_per_node = node,
-                             .nics_per_node = nics, .top_k = 1 + (dp + pp + node) % 2};
+                             .nics_per_node = nics, .kind = kind, .top_k = 1 + (dp + pp + node) % 2};
               if ((dp * pp * tp) % node != 0) continue;
               absl::StatusOr<ExecutionPlan> plan = PlanFor(l);
               ASSERT_TRUE(plan.ok()) << l.Name() << ": " << plan.status();
@@ -149,7 +156,8 @@ TEST(PredictFold, EverySmallEpLayoutThatFoldsEqualsTheFullPrediction) {
       }
     }
   }
-  EXPECT_GT(folds, 20);
+  }
+  EXPECT_GT(folds, 60);
   EXPECT_GT(not_folds, 5);  // node shapes out of step with the EP groups, shared NICs
 }
 

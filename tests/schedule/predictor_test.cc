@@ -302,7 +302,9 @@ TEST(Predict, FoldBlockerNamesWhyReplicasAreNotFolded) {
   EXPECT_EQ(blocker(*one, two, whole_nodes, {}), FoldBlocker::kNone);
   EXPECT_EQ(blocker(*one, {.dp = 1, .pp = 2, .tp = 2}, whole_nodes, {}), FoldBlocker::kOneReplica);
   EXPECT_EQ(blocker(*one, two, whole_nodes, {.fold_replicas = false}), FoldBlocker::kDisabled);
-  EXPECT_EQ(blocker(*dual, two, whole_nodes, {}), FoldBlocker::kTwoDirections);
+  EXPECT_EQ(blocker(*dual, two, whole_nodes, {}), FoldBlocker::kNone);  // DualPipe folds too
+  // Nodes of 3 with a pipeline of 2: replica 0's pipeline hop stays on a node, replica 1's does not.
+  EXPECT_EQ(blocker(*dual, {.dp = 3, .pp = 2}, {.devices_per_node = 3}, {}), FoldBlocker::kLayout);
   std::vector<double> straggler(8, 1.0);
   straggler[5] = 2.0;
   EXPECT_EQ(blocker(*one, two, whole_nodes, {.compute_factor = straggler}), FoldBlocker::kStraggler);
