@@ -383,6 +383,13 @@ LazyJson BuildLazyReport(const RunConfig& cfg, const Plan& plan, const schedule:
     // A prediction without a run's routing sizes the EP all-to-alls by balanced routing: say so.
     r["moe"]["balanced_routing_assumed"] = pred.balanced_routing_assumed;
   }
+  // How much of the layout the predictor played (schedule/predictor.h "Replica folding").
+  const schedule::GridShape shape = grid.shape();
+  r["predictor"] = {{"replicas_played", pred.replicas_played},
+                    {"devices_played", static_cast<int64_t>(pred.replicas_played) * shape.pp * shape.tp},
+                    {"folded", pred.folded},
+                    {"not_folded_because", pred.folded ? json(nullptr)
+                                                       : json(schedule::FoldBlockerText(pred.fold_blocker))}};
   if (run != nullptr) {
     r["status"] = "ok";
     DescribeRun(*run, pred, grid.world_size(), r);

@@ -126,6 +126,18 @@ std::string Setup(const json& r, bool run) {
   absl::StrAppend(&out, MoeSetup(r));
   absl::StrAppend(&out, "  bytes      modeled = ", Get(r, "bytes").value("modeled", ""), "; real = ",
                   Get(r, "bytes").value("real", ""), "\n");
+  if (const json& p = Get(r, "predictor"); !run && p.is_object()) {
+    const int played = p.value("replicas_played", 0), dp = lay.value("dp", 0);
+    const int64_t devices = p.value("devices_played", int64_t{0});
+    if (p.value("folded", false)) {
+      absl::StrAppend(&out, "  predictor  played ", devices, " of ", lay.value("world", int64_t{0}), " devices: ",
+                      played == 1 ? std::string("one replica stands for")
+                                  : absl::StrCat("one EP group of ", played, " replicas stands for"),
+                      " all ", dp, " (same timelines: exact)\n");
+    } else if (dp > 1) {
+      absl::StrAppend(&out, "  predictor  played every device: ", p.value("not_folded_because", std::string()), "\n");
+    }
+  }
   if (run) {
     const json& h = Get(r, "host");
     absl::StrAppend(&out, "  clock      ",

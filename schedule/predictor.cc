@@ -144,6 +144,22 @@ FoldBlocker ReplicasFoldBlocker(const ExecutionPlan& plan, const PredictOptions&
   return FoldOf(plan, opts).blocker;
 }
 
+const char* FoldBlockerText(FoldBlocker blocker) {
+  switch (blocker) {
+    case FoldBlocker::kNone: return "";
+    case FoldBlocker::kOneReplica: return "there is one replica";
+    case FoldBlocker::kDisabled: return "folding is off";
+    case FoldBlocker::kPerOpFactors: return "seeded jitter gives every op of every replica its own factor";
+    case FoldBlocker::kLinkFaults: return "a slow link slows one replica's messages only";
+    case FoldBlocker::kExpertParallel:
+      return "the EP all-to-alls couple the replicas (one EP group of all of them, or a routing that differs "
+             "between EP groups)";
+    case FoldBlocker::kStraggler: return "a straggler slows one replica only";
+    case FoldBlocker::kLayout: return "the replicas sit on nodes or NICs out of step with one another";
+  }
+  return "";
+}
+
 int ReplicasPlayed(const ExecutionPlan& plan, const PredictOptions& opts) {
   const Fold f = FoldOf(plan, opts);
   return f.blocker == FoldBlocker::kNone ? f.period : plan.grid.shape().dp;
@@ -167,6 +183,7 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
   pred.tp = shape.tp;
   pred.folded = fold;
   pred.replicas_played = played;
+  pred.fold_blocker = ReplicasFoldBlocker(plan, opts);
   pred.balanced_routing_assumed = sim.balanced_routing_assumed();
   pred.longest_transit = sim.transits().longest_transit();
   pred.transit_bound = sim.transits().transit_bound();

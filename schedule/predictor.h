@@ -73,6 +73,20 @@ struct PredictOptions {
   const StepRouting* routing = nullptr;
 };
 
+// Why Predict does not fold the DP replicas of a plan (kNone: it folds them), the first reason found
+// in this order, so that a caller can say which setting makes it play every device.
+enum class FoldBlocker {
+  kNone,
+  kOneReplica,      // dp = 1: there is only one replica to play
+  kDisabled,        // PredictOptions::fold_replicas is false
+  kPerOpFactors,    // compute_op_factor (seeded jitter) gives every op of every replica its own factor
+  kLinkFaults,      // a slow link slows the messages of one replica only
+  kExpertParallel,  // EP all-to-alls: one EP group of every replica, or a routing (a run's) that
+                    // differs between EP groups
+  kStraggler,       // compute_factor differs between replicas (a straggler)
+  kLayout,          // replicas on hops of different link classes, or sharing a node's NIC
+};
+
 struct Prediction {
   Nanos step_time{0};
   Nanos single_device_time{0};  // T1
@@ -95,6 +109,7 @@ struct Prediction {
   int tp = 1;
   bool folded = false;     // replicas_played < dp
   int replicas_played = 0;  // 1 folded, ep folded into one EP group, or dp
+  FoldBlocker fold_blocker = FoldBlocker::kNone;  // why not folded (kNone when folded)
   // EP exchanges were sized by balanced routing (no StepRouting given): an assumption, not the
   // routing of a run.
   bool balanced_routing_assumed = false;
@@ -127,20 +142,9 @@ bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts);
 // else dp.
 int ReplicasPlayed(const ExecutionPlan& plan, const PredictOptions& opts);
 
-// Why Predict does not fold the DP replicas of a plan (kNone: it folds them), the first reason found
-// in this order, so that a caller can say which setting makes it play every device.
-enum class FoldBlocker {
-  kNone,
-  kOneReplica,      // dp = 1: there is only one replica to play
-  kDisabled,        // PredictOptions::fold_replicas is false
-  kPerOpFactors,    // compute_op_factor (seeded jitter) gives every op of every replica its own factor
-  kLinkFaults,      // a slow link slows the messages of one replica only
-  kExpertParallel,  // EP all-to-alls: one EP group of every replica, or a routing (a run's) that
-                    // differs between EP groups
-  kStraggler,       // compute_factor differs between replicas (a straggler)
-  kLayout,          // replicas on hops of different link classes, or sharing a node's NIC
-};
 FoldBlocker ReplicasFoldBlocker(const ExecutionPlan& plan, const PredictOptions& opts);
+// Why, in a few words ("" for kNone), e.g. "a straggler slows one replica only".
+const char* FoldBlockerText(FoldBlocker blocker);
 
 [[nodiscard]] absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan,
                                                  const PredictOptions& opts = {});

@@ -108,6 +108,38 @@ TEST(PredictCommand, TheGradientsLineSaysWhenNoAllReduceRuns) {
   fs::remove_all(dir);
 }
 
+// The report says how much of the layout the predictor played: one replica, one EP group, or every
+// device and why (schedule::ReplicasPlayed, FoldBlockerText).
+TEST(PredictCommand, TheReportSaysHowMuchOfTheLayoutThePredictorPlayed) {
+  const fs::path dir = TempDir("played");
+  const fs::path report = dir / "report.json";
+  struct Played {
+    std::string flags;
+    int replicas, devices;
+    std::string line;
+  };
+  for (const Played& c :
+       {Played{"--dp=64 --pp=4 --tp=2", 1, 8, "predictor  played 8 of 512 devices: one replica stands for all 64"},
+        Played{"--dp=64 --pp=4 --tp=2 --moe_layers=all --ep=4", 4, 32,
+               "predictor  played 32 of 512 devices: one EP group of 4 replicas stands for all 64"},
+        Played{"--dp=16 --pp=4 --tp=1 --microbatches=8 --schedule=dualpipe", 1, 4,
+               "predictor  played 4 of 64 devices: one replica stands for all 16"},
+        Played{"--dp=8 --pp=4 --tp=2 --straggler_rank=3 --straggler_factor=2", 8, 64,
+               "predictor  played every device: a straggler slows one replica only"},
+        Played{"--dp=4 --pp=2 --tp=2 --moe_layers=all --ep=4", 4, 16,
+               "predictor  played every device: the EP all-to-alls couple the replicas"}}) {
+    const Result r = RunBinary("predict " + c.flags + " --report_json=" + report.string(), dir);
+    ASSERT_EQ(r.exit_code, 0) << c.flags << ": " << r.err;
+    const json p = ReadJson(report)["predictor"];
+    EXPECT_EQ(p["replicas_played"], c.replicas) << c.flags;
+    EXPECT_EQ(p["devices_played"], c.devices) << c.flags;
+    EXPECT_EQ(p["folded"].get<bool>(), c.line.find("stands for") != std::string::npos) << c.flags;
+    EXPECT_EQ(p["not_folded_because"].is_null(), p["folded"].get<bool>()) << c.flags;
+    EXPECT_NE(r.out.find(c.line), std::string::npos) << c.flags << "\n" << r.out;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(PredictCommand, FlopsCostModelIsNamedInTheReport) {
   const fs::path dir = TempDir("flops");
   const fs::path report = dir / "report.json";
