@@ -237,9 +237,10 @@ absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan) {
       break;
     default:  // kLayout (kDisabled: no flag sets it)
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--dp: the %d replicas of this layout are not identical (a node or NIC shared by replicas, or DP "
-          "hops of different link classes), so the predictor plays every device's messages: about %.3g a "
-          "step; at most %.3g. Make pp x tp a multiple of devices_per_node (%d), or use fewer replicas",
+          "--dp: the %d replicas of this layout are not identical (a NIC shared by replicas, or nodes out of "
+          "step with them: no few replicas have the link classes of the next few), so the predictor plays every "
+          "device's messages: about %.3g a step; at most %.3g. Make pp x tp a multiple or a divisor of "
+          "devices_per_node (%d) with a NIC per device, or use fewer replicas",
           cfg.dp, total, kMaxPredictedMessages, cfg.devices_per_node));
   }
   return absl::InvalidArgumentError(absl::StrFormat(

@@ -131,9 +131,10 @@ std::string Setup(const json& r, bool run) {
     const int64_t devices = p.value("devices_played", int64_t{0});
     if (p.value("folded", false)) {
       absl::StrAppend(&out, "  predictor  played ", devices, " of ", lay.value("world", int64_t{0}), " devices: ",
-                      played == 1 ? std::string("one replica stands for")
-                                  : absl::StrCat("one EP group of ", played, " replicas stands for"),
-                      " all ", dp, " (same timelines: exact)\n");
+                      played == 1 ? std::string("one replica stands for all ")
+                                  : absl::StrCat("the first ", played, " replicas stand for all ", dp,
+                                                 ", every ", played, " alike"),
+                      played == 1 ? absl::StrCat(dp) : std::string(), " (same timelines: exact)\n");
     } else if (dp > 1) {
       absl::StrAppend(&out, "  predictor  played every device: ", p.value("not_folded_because", std::string()), "\n");
     }

@@ -11,6 +11,10 @@
 //   Args: dp, pp, m, layers, fold (1: replica folding; 0: every device simulated — the check).
 //   Counters: devices, device_ops_per_s (program ops of every device per second), sim_ms (the
 //   predicted step, modeled ms — equal across fold = 0 and 1), folded.
+// BM_PredictFold: the same for layouts whose replicas fold into one EP group (MoE blocks on every
+// layer, 8 experts, ep 8) or whose two directions fold (DualPipe), folded and not.
+//   Args: dp, pp, ep (1: dense), dualpipe (0/1), fold. Counters: devices, devices_played, sim_ms
+//   (equal across fold = 0 and 1).
 // BM_Validate: schedule validation of a ZB-H1 program; ops_per_s.
 //
 //   build/release/bench/schedule_bench                          # all
@@ -90,6 +94,60 @@ BENCHMARK(BM_Predict1F1B)
     ->Args({64, 16, 64, 160, 1})
     ->Args({64, 16, 64, 160, 0})   // every device simulated: the same sim_ms
     ->Args({1, 16, 64, 16, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Repetitions(kRepetitions)
+    ->ReportAggregatesOnly(true);
+
+void BM_PredictFold(benchmark::State& state) {
+  const int dp = static_cast<int>(state.range(0)), pp = static_cast<int>(state.range(1));
+  const int ep = static_cast<int>(state.range(2));
+  const bool dualpipe = state.range(3) != 0;
+  const PipelineOptions popts{.num_ranks = pp, .num_micro_batches = 2 * pp, .num_chunks = dualpipe ? 2 : 1,
+                              .activation_bytes = 16 << 20, .gradient_bytes = uint64_t{1} << 30};
+  absl::StatusOr<Program> prog = dualpipe ? BuildDualPipe(popts) : BuildOneFOneB(popts);
+  if (!prog.ok()) {
+    state.SkipWithError(std::string(prog.status().message()).c_str());
+    return;
+  }
+  PlanOptions po = PlanFor1F1B(dp, pp, 16, *prog);
+  if (ep > 1) {
+    for (int layer = 1; layer <= 15; ++layer) po.model.moe.layers.push_back(layer);
+    po.model.moe.experts = 8;
+    po.model.moe.expert_hidden = 64;
+    po.ep = ep;
+  }
+  PredictOptions opts;
+  opts.fold_replicas = state.range(4) != 0;
+  Nanos step{0};
+  int played = 0;
+  for (auto _ : state) {
+    absl::StatusOr<ExecutionPlan> plan = BuildPlan(po);
+    if (!plan.ok()) {
+      state.SkipWithError(std::string(plan.status().message()).c_str());
+      return;
+    }
+    absl::StatusOr<Prediction> pred = Predict(*plan, opts);
+    if (!pred.ok()) {
+      state.SkipWithError(std::string(pred.status().message()).c_str());
+      return;
+    }
+    step = pred->step_time;
+    played = pred->replicas_played;
+    benchmark::DoNotOptimize(pred->devices.data());
+  }
+  state.counters["devices"] = dp * pp;
+  state.counters["devices_played"] = played * pp;
+  state.counters["sim_ms"] = ToMillis(step);
+}
+BENCHMARK(BM_PredictFold)
+    ->ArgNames({"dp", "pp", "ep", "dualpipe", "fold"})
+    ->Args({256, 4, 8, 0, 1})  // one EP group of 8 replicas played
+    ->Args({256, 4, 8, 0, 0})
+    ->Args({256, 4, 1, 1, 1})  // DualPipe: one replica played
+    ->Args({256, 4, 1, 1, 0})
+    ->Args({256, 4, 8, 1, 1})  // both
+    ->Args({256, 4, 8, 1, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Repetitions(kRepetitions)

@@ -48,13 +48,13 @@ bool RoutingRepeats(const StepRouting& r, int period) {
 
 struct Fold {
   FoldBlocker blocker = FoldBlocker::kNone;
-  int period = 0;  // replicas played when it folds: 1, or ep with EP exchanges
+  int period = 0;  // replicas played when it folds: 1, ep with EP exchanges, or a multiple
 };
 
 // Whether the DP replicas fold (see "Replica folding"): every replica has the timeline of replica
-// d mod period, period 1 — or ep with EP exchanges, whose all-to-alls couple an EP group's replicas
-// — when the layout repeats every `period` replicas (the link class of every hop a rank's messages
-// take is that of the same hop `period` replicas back, no NIC carries two replicas; with two
+// d mod period — period a multiple of ep with EP exchanges, whose all-to-alls couple an EP group's
+// replicas — when the layout repeats every `period` replicas (the link class of every hop a rank's
+// messages take is that of the same hop `period` replicas back, no NIC carries two replicas; with two
 // directions the gradient rings' hops from a replica's mirror copy too), and so do the factors and
 // the routing. Else the first reason found.
 Fold FoldOf(const ExecutionPlan& plan, const PredictOptions& opts) {
@@ -66,54 +66,18 @@ Fold FoldOf(const ExecutionPlan& plan, const PredictOptions& opts) {
   if (!plan.link_faults.empty()) return {FoldBlocker::kLinkFaults};
   const bool ep = plan.has_ep_exchanges();
   const bool two_directions = plan.options.program.num_directions() > 1;
-  const int period = ep ? plan.ep() : 1;
+  const int e = ep ? plan.ep() : 1;  // the period is a multiple of the EP group
   // One EP group of every replica: nothing repeats. A run's routing: its own replica by replica.
-  if (ep && (period == s.dp || (opts.routing != nullptr && !RoutingRepeats(*opts.routing, period)))) {
+  if (ep && (e == s.dp || (opts.routing != nullptr && !RoutingRepeats(*opts.routing, e)))) {
     return {FoldBlocker::kExpertParallel};
   }
   auto at = [&](int dp, int pp, int tp) { return g.RankOf({dp, pp, tp}); };
-  // Every rank's node, once: the checks below compare about 2·(1 + pp + tp + ep) link classes a
-  // rank (ParallelGrid::ClassOf's, from these nodes), 27 M of them for 2^20 devices without EP.
-  std::vector<int> node(static_cast<size_t>(g.world_size()));
-  for (int r = 0; r < g.world_size(); ++r) node[static_cast<size_t>(r)] = g.NodeOf(r);
-  auto class_of = [&node](int a, int b) {
-    if (a == b) return LinkClass::kSelf;
-    return node[static_cast<size_t>(a)] == node[static_cast<size_t>(b)] ? LinkClass::kIntraNode
-                                                                          : LinkClass::kInterNode;
-  };
-  for (int pp = 0; pp < s.pp; ++pp) {
-    for (int tp = 0; tp < s.tp; ++tp) {
-      for (int dp = 0; dp < s.dp; ++dp) {
-        // Replica dp and its stand-in d0 (same position in the first EP group): the same hops.
-        const int d0 = dp % period, first = dp - d0;
-        const int r = at(dp, pp, tp), r0 = at(d0, pp, tp);
-        if (!opts.compute_factor.empty() &&
-            opts.compute_factor[static_cast<size_t>(r)] != opts.compute_factor[static_cast<size_t>(r0)]) {
-          return {FoldBlocker::kStraggler};
-        }
-        // The DP ring's hop to the next replica, and with EP the expert ring's to the next group.
-        if (class_of(r, at((dp + 1) % s.dp, pp, tp)) != class_of(r0, at((d0 + 1) % s.dp, pp, tp))) {
-          return {FoldBlocker::kLayout};
-        }
-        if (ep && class_of(r, at((dp + period) % s.dp, pp, tp)) != class_of(r0, at(d0 + period, pp, tp))) {
-          return {FoldBlocker::kLayout};
-        }
-        for (int q = 0; q < s.pp; ++q) {
-          if (class_of(r, at(dp, q, tp)) != class_of(r0, at(d0, q, tp))) return {FoldBlocker::kLayout};
-          // Two directions: a gradient ring goes from a replica's mirror copy (another pipeline
-          // rank) to the next replica, or the next EP group.
-          if (!two_directions) continue;
-          if (class_of(r, at((dp + 1) % s.dp, q, tp)) != class_of(r0, at((d0 + 1) % s.dp, q, tp)) ||
-              (ep && class_of(r, at((dp + period) % s.dp, q, tp)) != class_of(r0, at(d0 + period, q, tp)))) {
-            return {FoldBlocker::kLayout};
-          }
-        }
-        for (int t = 0; t < s.tp; ++t) {
-          if (class_of(r, at(dp, pp, t)) != class_of(r0, at(d0, pp, t))) return {FoldBlocker::kLayout};
-        }
-        for (int q = 0; ep && q < period; ++q) {
-          if (class_of(r, at(first + q, pp, tp)) != class_of(r0, at(q, pp, tp))) return {FoldBlocker::kLayout};
-        }
+  if (!opts.compute_factor.empty()) {
+    for (int r = 0; r < g.world_size(); ++r) {
+      const Coord c = g.CoordOf(r);
+      if (opts.compute_factor[static_cast<size_t>(r)] !=
+          opts.compute_factor[static_cast<size_t>(at(0, c.pp, c.tp))]) {
+        return {FoldBlocker::kStraggler};
       }
     }
   }
@@ -131,7 +95,54 @@ Fold FoldOf(const ExecutionPlan& plan, const PredictOptions& opts) {
     if (replica >= 0 && replica != dp) return {FoldBlocker::kLayout};
     replica = dp;
   }
-  return {FoldBlocker::kNone, period};
+  // Every rank's node, once: a check compares about 2·(1 + pp + tp + ep) link classes a rank
+  // (ParallelGrid::ClassOf's, from these nodes), 27 M of them for 2^20 devices without EP.
+  std::vector<int> node(static_cast<size_t>(g.world_size()));
+  for (int r = 0; r < g.world_size(); ++r) node[static_cast<size_t>(r)] = g.NodeOf(r);
+  auto class_of = [&node](int a, int b) {
+    if (a == b) return LinkClass::kSelf;
+    return node[static_cast<size_t>(a)] == node[static_cast<size_t>(b)] ? LinkClass::kIntraNode
+                                                                          : LinkClass::kInterNode;
+  };
+  // Whether every replica's hops have the link classes of its stand-in's, replica dp mod period.
+  auto repeats = [&](int period) {
+    for (int pp = 0; pp < s.pp; ++pp) {
+      for (int tp = 0; tp < s.tp; ++tp) {
+        for (int dp = period; dp < s.dp; ++dp) {
+          const int d0 = dp % period;
+          const int r = at(dp, pp, tp), r0 = at(d0, pp, tp);
+          // The DP ring's hop to the next replica, and with EP the expert ring's to the next group.
+          if (class_of(r, at((dp + 1) % s.dp, pp, tp)) != class_of(r0, at((d0 + 1) % s.dp, pp, tp))) return false;
+          if (ep && class_of(r, at((dp + e) % s.dp, pp, tp)) != class_of(r0, at((d0 + e) % s.dp, pp, tp))) {
+            return false;
+          }
+          for (int q = 0; q < s.pp; ++q) {
+            if (class_of(r, at(dp, q, tp)) != class_of(r0, at(d0, q, tp))) return false;
+            // Two directions: a gradient ring goes from a replica's mirror copy (another pipeline
+            // rank) to the next replica, or the next EP group.
+            if (!two_directions) continue;
+            if (class_of(r, at((dp + 1) % s.dp, q, tp)) != class_of(r0, at((d0 + 1) % s.dp, q, tp)) ||
+                (ep && class_of(r, at((dp + e) % s.dp, q, tp)) != class_of(r0, at((d0 + e) % s.dp, q, tp)))) {
+              return false;
+            }
+          }
+          for (int t = 0; t < s.tp; ++t) {
+            if (class_of(r, at(dp, pp, t)) != class_of(r0, at(d0, pp, t))) return false;
+          }
+          for (int q = 0; ep && q < e; ++q) {  // the EP group
+            if (class_of(r, at(dp - dp % e + q, pp, tp)) != class_of(r0, at(d0 - d0 % e + q, pp, tp))) return false;
+          }
+        }
+      }
+    }
+    return true;
+  };
+  // The smallest period the layout repeats with: one replica, one EP group, or as many replicas or
+  // EP groups as share a node's pattern (nodes of 8 holding two replicas of 4 devices: 2).
+  for (int period = e; period < s.dp; period += e) {
+    if (s.dp % period == 0 && repeats(period)) return {FoldBlocker::kNone, period};
+  }
+  return {FoldBlocker::kLayout};
 }
 
 }  // namespace

@@ -21,6 +21,10 @@
 // message it receives from the previous one (same ports, same times). Exact, and what makes
 // DP 1024 × PP 16 predict in well under a second. fold_replicas = false plays every device
 // (tests check both agree).
+// Replicas that share nodes (nodes of 8 devices, replicas of 4) are not all alike — the DP hop
+// from the first replica of a node to the second stays on the node, the next one leaves it — but
+// they repeat every node: the fold then plays the first P replicas, P the smallest period the
+// layout repeats with, each replica d standing in for all d' ≡ d (mod P), the same way as below.
 // With EP exchanges the all-to-alls couple the replicas of an EP group (ep consecutive replicas),
 // so the fold is one EP group: when the layout, the factors and the routing repeat every ep
 // replicas (balanced routing does; a run's routing rarely), replica d's timeline is replica
@@ -108,7 +112,7 @@ struct Prediction {
   std::vector<std::vector<std::vector<OpInterval>>> timelines;  // [class][pp·TP + tp]
   int tp = 1;
   bool folded = false;     // replicas_played < dp
-  int replicas_played = 0;  // 1 folded, ep folded into one EP group, or dp
+  int replicas_played = 0;  // folded: the period (1, ep, or a multiple: ReplicasPlayed); else dp
   FoldBlocker fold_blocker = FoldBlocker::kNone;  // why not folded (kNone when folded)
   // EP exchanges were sized by balanced routing (no StepRouting given): an assumption, not the
   // routing of a run.
@@ -139,7 +143,8 @@ struct Prediction {
 // device's messages.
 bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts);
 // How many replicas Predict plays: 1 when they fold into one, ep when they fold into one EP group,
-// else dp.
+// a multiple of those when the layout repeats only every few replicas or EP groups (replicas
+// sharing nodes), else dp.
 int ReplicasPlayed(const ExecutionPlan& plan, const PredictOptions& opts);
 
 FoldBlocker ReplicasFoldBlocker(const ExecutionPlan& plan, const PredictOptions& opts);

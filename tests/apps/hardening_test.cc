@@ -224,7 +224,7 @@ TEST(Hardening, InputsMustBeRegularFilesOrStandardInput) {
 TEST(Hardening, UnfoldedPredictionTooLargeNamesTheRealReason) {
   const fs::path dir = TempDir("unfolded");
   const std::string big = "predict --dp=4096 --pp=16 --tp=1 --microbatches=64 --hidden=64x16 ";
-  const std::string layout_advice = "Make pp x tp a multiple of devices_per_node";
+  const std::string layout_advice = "Make pp x tp a multiple or a divisor of devices_per_node";
   // DualPipe's gradient rings visit each replica's two copies in turn: its 4096 replicas fold too.
   const Result dualpipe = RunBinary(big + "--schedule=dualpipe", dir);
   EXPECT_EQ(dualpipe.exit_code, 0) << dualpipe.err;
@@ -299,8 +299,12 @@ TEST(Hardening, ModeledTimesThatDoNotFitAreRefusedNamingTheField) {
   ExpectBadInput(RunBinary("predict --cost_model=flops --flops_hidden=16777216 --flops_seq_len=16777216", dir),
                  "flops_", "flops");
   // A prediction whose replicas do not fold plays every device's messages (dp² of them): bounded.
-  ExpectBadInput(RunBinary("predict --dp=8192 --pp=1 --tp=1 --hidden=64x16 --steps=1 --microbatches=1", dir),
-                 "--dp: the 8192 replicas of this layout are not identical", "unfolded prediction too large");
+  // (Replicas of one device, four a node, repeat every four replicas: they fold, unless they share the NIC.)
+  ExpectBadInput(RunBinary("predict --dp=8192 --pp=1 --tp=1 --hidden=64x16 --steps=1 --microbatches=1 --nics_per_node=1",
+                           dir),
+                 "--dp: the 8192 replicas of this layout are not identical (a NIC shared by replicas",
+                 "unfolded prediction too large");
+  EXPECT_EQ(RunBinary("predict --dp=8192 --pp=1 --tp=1 --hidden=64x16 --steps=1 --microbatches=1", dir).exit_code, 0);
   // Run-time faults whose factors would not fit either: refused before the run, naming the flag.
   const fs::path report = dir / "f.json";
   ExpectBadInput(RunBinary("run --virtual_time --steps=1 --fault=slow_link:src=0,dst=2,factor=1e15 --report_json=" +
