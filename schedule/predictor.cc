@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -137,11 +139,16 @@ Fold FoldOf(const ExecutionPlan& plan, const PredictOptions& opts) {
     }
     return true;
   };
-  // The smallest period the layout repeats with: one replica, one EP group, or as many replicas or
-  // EP groups as share a node's pattern (nodes of 8 holding two replicas of 4 devices: 2).
-  for (int period = e; period < s.dp; period += e) {
-    if (s.dp % period == 0 && repeats(period)) return {FoldBlocker::kNone, period};
-  }
+  // The period the layout repeats with: one replica or one EP group, else as many replicas (or EP
+  // groups) as it takes the nodes to repeat — consecutive replicas lie `stride` devices apart, so the
+  // node pattern repeats every devices_per_node / gcd(devices_per_node, stride) replicas (nodes of 8
+  // holding two replicas of 4 devices: 2). At most two full checks, whatever dp's divisors.
+  if (repeats(e)) return {FoldBlocker::kNone, e};
+  const int dpn = plan.options.placement.devices_per_node;
+  const int stride = std::abs(g.DeviceOf(at(1, 0, 0)) - g.DeviceOf(at(0, 0, 0)));
+  const int node_period = dpn / std::gcd(dpn, std::max(1, stride));
+  const int period = std::lcm(e, node_period);
+  if (period > e && period < s.dp && s.dp % period == 0 && repeats(period)) return {FoldBlocker::kNone, period};
   return {FoldBlocker::kLayout};
 }
 

@@ -22,9 +22,10 @@ struct Layout {
   ScheduleKind kind = ScheduleKind::kOneFOneB;
   int top_k = 2;
   double capacity = 0;
+  bool dp_innermost = false;  // placement order dp, pp, tp (default: tp, pp, dp)
   std::string Name() const {
     return absl::StrCat(ScheduleName(kind), " dp", dp, " pp", pp, " tp", tp, " ep", ep, " node", devices_per_node,
-                        " nics", nics_per_node, " top", top_k, " cap", capacity);
+                        " nics", nics_per_node, " top", top_k, " cap", capacity, dp_innermost ? " dp-inner" : "");
   }
 };
 
@@ -56,6 +57,7 @@ absl::StatusOr<ExecutionPlan> PlanFor(const Layout& l) {
   o.links.devices_per_node = l.devices_per_node;
   o.links.nics_per_node = l.nics_per_node;
   o.placement.devices_per_node = l.devices_per_node;
+  if (l.dp_innermost) o.placement.order = {Dim::kDp, Dim::kPp, Dim::kTp};
   o.bucket_bytes = 16 << 10;
   return BuildPlan(o);
 }
@@ -137,7 +139,8 @@ TEST(PredictFold, EverySmallEpLayoutThatFoldsEqualsTheFullPrediction) {
           for (int node : {1, 2, 3, 4, 8}) {
             for (int nics : {0, 1}) {
               const Layout l{.dp = dp, .pp = pp, .tp = tp, .ep = ep, .devices_per_node = node,
-                             .nics_per_node = nics, .kind = kind, .top_k = 1 + (dp + pp + node) % 2};
+                             .nics_per_node = nics, .kind = kind, .top_k = 1 + (dp + pp + node) % 2,
+                             .dp_innermost = (dp + tp + nics) % 3 == 0};
               if ((dp * pp * tp) % node != 0) continue;
               absl::StatusOr<ExecutionPlan> plan = PlanFor(l);
               ASSERT_TRUE(plan.ok()) << l.Name() << ": " << plan.status();
