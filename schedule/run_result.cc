@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/model/reference_trainer.h"
 #include "runtime/status_macros.h"
+#include "runtime/thread.h"
 #include "schedule/executor_impl.h"
 
 namespace rp::schedule {
@@ -52,20 +53,30 @@ absl::StatusOr<Executor::Impl::StepPredictions> Executor::Impl::PredictEachStep(
       ops_per_step[static_cast<size_t>(r)] += IsDeviceCompute(op.kind);
     }
   }
-  for (int k = 0; k < o.steps; ++k) {
-    PredictOptions pk = popts;
-    pk.step = k;
-    if (o.faults.jitter.max_fraction > 0) {
-      pk.compute_op_factor = [this, &ops_per_step, k](int rank, int i) {
-        return injector.ComputeFactor(rank,
-                                      int64_t{k} * ops_per_step[static_cast<size_t>(rank)] + i);
-      };
+  // The steps' predictions are independent (each reads the plan, its own routing record and the
+  // injector's pure factors): up to 4 at once, on the host's cores, each writing its own slots.
+  step_pred.step_time.resize(static_cast<size_t>(o.steps));
+  std::vector<absl::Status> status(static_cast<size_t>(o.steps));
+  ForSlices(o.steps, /*threads=*/0, /*min_per_slice=*/1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      PredictOptions pk = popts;
+      pk.step = static_cast<int>(k);
+      if (o.faults.jitter.max_fraction > 0) {
+        pk.compute_op_factor = [this, &ops_per_step, k](int rank, int i) {
+          return injector.ComputeFactor(rank, k * ops_per_step[static_cast<size_t>(rank)] + i);
+        };
+      }
+      if (plan->has_ep_exchanges()) pk.routing = &records[static_cast<size_t>(k)].routing;
+      absl::StatusOr<Prediction> p = Predict(*plan, pk);
+      if (!p.ok()) {
+        status[static_cast<size_t>(k)] = p.status();
+        continue;
+      }
+      step_pred.step_time[static_cast<size_t>(k)] = p->step_time;
+      if (keep == static_cast<size_t>(k)) step_pred.kept = *std::move(p);
     }
-    if (plan->has_ep_exchanges()) pk.routing = &records[static_cast<size_t>(k)].routing;
-    RP_ASSIGN_OR_RETURN(Prediction p, Predict(*plan, pk));
-    step_pred.step_time.push_back(p.step_time);
-    if (keep == static_cast<size_t>(k)) step_pred.kept = std::move(p);
-  }
+  });
+  for (const absl::Status& st : status) RP_RETURN_IF_ERROR(st);
   return step_pred;
 }
 
