@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -230,12 +231,14 @@ MemoryEstimate EstimatePredictMemory(const RunConfig& cfg) {
   const double stages = cfg.num_model_stages(), layers = std::max(1, cfg.Mlp().num_layers());
   const double cuts = moe ? 4 * layers : cfg.tp > 1 ? layers + stages : 0;
   const double replica = cfg.tp * m * ((split ? 3 : 2) * (stages + cuts) + 4 * stages);
-  // One replica played — with EP exchanges one EP group, ep replicas — (replicas that do not fold are
-  // bounded by the predictor's message budget, CheckPredictable, which says why they do not), and with
-  // --report_json the report's timeline rows of one device at a time (apps/lazy_json.h), counted as
-  // twice a device's mean share of the replica's intervals (without --report_json the timeline section
-  // is not made, apps/predict_cmd.cc).
-  const double played = moe && cfg.ep > 1 ? cfg.ep : 1;
+  // The replicas played when they fold: one, one EP group, or as many as it takes the node pattern to
+  // repeat — at most lcm(ep, devices_per_node) (schedule::ReplicasPlayed) — (replicas that do not fold
+  // are bounded by the predictor's message budget, CheckPredictable, which says why they do not), and
+  // with --report_json the report's timeline rows of one device at a time (apps/lazy_json.h), counted
+  // as twice a device's mean share of the replica's intervals (without --report_json the timeline
+  // section is not made, apps/predict_cmd.cc).
+  const double played =
+      std::min<double>(cfg.dp, std::lcm(moe && cfg.ep > 1 ? cfg.ep : 1, std::max(1, cfg.devices_per_node)));
   const double replica_devices = static_cast<double>(cfg.pp) * cfg.tp;
   const double rows = cfg.report_json.empty() ? 0 : std::min(1.0, 2 / (replica_devices * played));
   est.parts.push_back({"predicted timelines", "microbatches",
