@@ -20,6 +20,7 @@
 //   build/release/bench/schedule_bench                          # all
 //   build/release/bench/schedule_bench --benchmark_filter='Predict1F1B/dp:1024/pp:16/m:64/fold:1'
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,28 @@ PlanOptions PlanFor1F1B(int dp, int pp, int layers, const Program& prog) {
   return po;
 }
 
+// The timed loop: BuildPlan + Predict each iteration; the last prediction, or nullopt once an error
+// has been reported to the benchmark.
+std::optional<Prediction> TimePlanAndPredict(benchmark::State& state, const PlanOptions& po,
+                                             const PredictOptions& opts) {
+  std::optional<Prediction> last;
+  for (auto _ : state) {
+    absl::StatusOr<ExecutionPlan> plan = BuildPlan(po);
+    if (!plan.ok()) {
+      state.SkipWithError(std::string(plan.status().message()).c_str());
+      return std::nullopt;
+    }
+    absl::StatusOr<Prediction> pred = Predict(*plan, opts);
+    if (!pred.ok()) {
+      state.SkipWithError(std::string(pred.status().message()).c_str());
+      return std::nullopt;
+    }
+    benchmark::DoNotOptimize(pred->devices.data());
+    last = *std::move(pred);
+  }
+  return last;
+}
+
 void BM_Predict1F1B(benchmark::State& state) {
   const int dp = static_cast<int>(state.range(0)), pp = static_cast<int>(state.range(1));
   const int m = static_cast<int>(state.range(2));
@@ -63,27 +86,12 @@ void BM_Predict1F1B(benchmark::State& state) {
   const PlanOptions po = PlanFor1F1B(dp, pp, static_cast<int>(state.range(3)), *prog);
   PredictOptions opts;
   opts.fold_replicas = state.range(4) != 0;
-  Nanos step{0};
-  bool folded = false;
-  for (auto _ : state) {
-    absl::StatusOr<ExecutionPlan> plan = BuildPlan(po);
-    if (!plan.ok()) {
-      state.SkipWithError(std::string(plan.status().message()).c_str());
-      return;
-    }
-    absl::StatusOr<Prediction> pred = Predict(*plan, opts);
-    if (!pred.ok()) {
-      state.SkipWithError(std::string(pred.status().message()).c_str());
-      return;
-    }
-    step = pred->step_time;
-    folded = pred->folded;
-    benchmark::DoNotOptimize(pred->devices.data());
-  }
+  const std::optional<Prediction> pred = TimePlanAndPredict(state, po, opts);
+  if (!pred) return;
   const double device_ops = static_cast<double>(prog->num_ops()) * dp;
   state.counters["devices"] = dp * pp;
-  state.counters["sim_ms"] = ToMillis(step);
-  state.counters["folded"] = folded ? 1 : 0;
+  state.counters["sim_ms"] = ToMillis(pred->step_time);
+  state.counters["folded"] = pred->folded ? 1 : 0;
   state.counters["device_ops_per_s"] =
       benchmark::Counter(device_ops, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -119,26 +127,11 @@ void BM_PredictFold(benchmark::State& state) {
   }
   PredictOptions opts;
   opts.fold_replicas = state.range(4) != 0;
-  Nanos step{0};
-  int played = 0;
-  for (auto _ : state) {
-    absl::StatusOr<ExecutionPlan> plan = BuildPlan(po);
-    if (!plan.ok()) {
-      state.SkipWithError(std::string(plan.status().message()).c_str());
-      return;
-    }
-    absl::StatusOr<Prediction> pred = Predict(*plan, opts);
-    if (!pred.ok()) {
-      state.SkipWithError(std::string(pred.status().message()).c_str());
-      return;
-    }
-    step = pred->step_time;
-    played = pred->replicas_played;
-    benchmark::DoNotOptimize(pred->devices.data());
-  }
+  const std::optional<Prediction> pred = TimePlanAndPredict(state, po, opts);
+  if (!pred) return;
   state.counters["devices"] = dp * pp;
-  state.counters["devices_played"] = played * pp;
-  state.counters["sim_ms"] = ToMillis(step);
+  state.counters["devices_played"] = pred->replicas_played * pp;
+  state.counters["sim_ms"] = ToMillis(pred->step_time);
 }
 BENCHMARK(BM_PredictFold)
     ->ArgNames({"dp", "pp", "ep", "dualpipe", "fold"})

@@ -130,38 +130,38 @@ TEST(PredictFold, OneEpGroupPlayedEqualsEveryDevicePlayed) {
 TEST(PredictFold, EverySmallEpLayoutThatFoldsEqualsTheFullPrediction) {
   int folds = 0, not_folds = 0, multiples = 0;
   for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kDualPipe}) {
-  for (int dp : {4, 6, 8}) {
-    for (int ep : {1, 2, 4}) {
-      if (dp % ep != 0 || ep == dp) continue;
-      for (int pp : {1, 2}) {
-        if (kind == ScheduleKind::kDualPipe && pp == 1) continue;
-        for (int tp : {1, 2}) {
-          for (int node : {1, 2, 3, 4, 8}) {
-            for (int nics : {0, 1}) {
-              const Layout l{.dp = dp, .pp = pp, .tp = tp, .ep = ep, .devices_per_node = node,
-                             .nics_per_node = nics, .kind = kind, .top_k = 1 + (dp + pp + node) % 2,
-                             .dp_innermost = (dp + tp + nics) % 3 == 0};
-              if ((dp * pp * tp) % node != 0) continue;
-              absl::StatusOr<ExecutionPlan> plan = PlanFor(l);
-              ASSERT_TRUE(plan.ok()) << l.Name() << ": " << plan.status();
-              if (!ReplicasFold(*plan, {})) {
-                ++not_folds;
-                continue;
+    for (int dp : {4, 6, 8}) {
+      for (int ep : {1, 2, 4}) {
+        if (dp % ep != 0 || ep == dp) continue;
+        for (int pp : {1, 2}) {
+          if (kind == ScheduleKind::kDualPipe && pp == 1) continue;
+          for (int tp : {1, 2}) {
+            for (int node : {1, 2, 3, 4, 8}) {
+              for (int nics : {0, 1}) {
+                const Layout l{.dp = dp, .pp = pp, .tp = tp, .ep = ep, .devices_per_node = node,
+                               .nics_per_node = nics, .kind = kind, .top_k = 1 + (dp + pp + node) % 2,
+                               .dp_innermost = (dp + tp + nics) % 3 == 0};
+                if ((dp * pp * tp) % node != 0) continue;
+                absl::StatusOr<ExecutionPlan> plan = PlanFor(l);
+                ASSERT_TRUE(plan.ok()) << l.Name() << ": " << plan.status();
+                if (!ReplicasFold(*plan, {})) {
+                  ++not_folds;
+                  continue;
+                }
+                ++folds;
+                absl::StatusOr<Prediction> folded = Predict(*plan, {});
+                absl::StatusOr<Prediction> full = Predict(*plan, {.fold_replicas = false});
+                ASSERT_TRUE(folded.ok() && full.ok()) << l.Name();
+                EXPECT_EQ(folded->replicas_played % ep, 0) << l.Name();
+                EXPECT_LT(folded->replicas_played, dp) << l.Name();
+                if (folded->replicas_played > ep) ++multiples;
+                ExpectSamePrediction(*plan, *folded, *full, l.Name());
               }
-              ++folds;
-              absl::StatusOr<Prediction> folded = Predict(*plan, {});
-              absl::StatusOr<Prediction> full = Predict(*plan, {.fold_replicas = false});
-              ASSERT_TRUE(folded.ok() && full.ok()) << l.Name();
-              EXPECT_EQ(folded->replicas_played % ep, 0) << l.Name();
-              EXPECT_LT(folded->replicas_played, dp) << l.Name();
-              if (folded->replicas_played > ep) ++multiples;
-              ExpectSamePrediction(*plan, *folded, *full, l.Name());
             }
           }
         }
       }
     }
-  }
   }
   EXPECT_GT(folds, 60);
   EXPECT_GT(multiples, 10);  // replicas sharing nodes: the layout repeats every few EP groups or replicas
