@@ -189,8 +189,7 @@ std::vector<schedule::PredictedWire> PredictWireBytes(const Plan& plan) {
 
 absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan) {
   using schedule::FoldBlocker;
-  const FoldBlocker blocker = schedule::ReplicasFoldBlocker(plan.execution, plan.predict);
-  const int played = schedule::ReplicasPlayed(plan.execution, plan.predict);
+  const auto [blocker, played] = schedule::ReplicaFold(plan.execution, plan.predict);
   // The balanced routing the predictor builds for the EP all-to-alls of the replicas it plays.
   if (plan.execution.has_ep_exchanges() && plan.predict.routing == nullptr) {
     if (absl::Status st = CheckRoutingCounts(cfg, played); !st.ok()) {

@@ -179,8 +179,13 @@ const char* FoldBlockerText(FoldBlocker blocker) {
 }
 
 int ReplicasPlayed(const ExecutionPlan& plan, const PredictOptions& opts) {
+  return ReplicaFold(plan, opts).replicas_played;
+}
+
+ReplicaFoldResult ReplicaFold(const ExecutionPlan& plan, const PredictOptions& opts) {
   const Fold f = FoldOf(plan, opts);
-  return f.blocker == FoldBlocker::kNone ? f.period : plan.grid.shape().dp;
+  return {.blocker = f.blocker,
+          .replicas_played = f.blocker == FoldBlocker::kNone ? f.period : plan.grid.shape().dp};
 }
 
 absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptions& opts) {
@@ -188,7 +193,8 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
   const GridShape shape = plan.grid.shape();
   const int world = plan.grid.world_size();
   // Replicas 0 .. played − 1 are simulated; replica d's timeline is replica d mod played's.
-  const int played = ReplicasPlayed(plan, opts);
+  const Fold f = FoldOf(plan, opts);  // once: its layout check reads every rank
+  const int played = f.blocker == FoldBlocker::kNone ? f.period : shape.dp;
   const bool fold = played < shape.dp;
   std::vector<int> ranks;
   for (int r = 0; r < world; ++r) {
@@ -201,7 +207,7 @@ absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan, const PredictOptio
   pred.tp = shape.tp;
   pred.folded = fold;
   pred.replicas_played = played;
-  pred.fold_blocker = ReplicasFoldBlocker(plan, opts);
+  pred.fold_blocker = f.blocker;
   pred.balanced_routing_assumed = sim.balanced_routing_assumed();
   pred.longest_transit = sim.transits().longest_transit();
   pred.transit_bound = sim.transits().transit_bound();

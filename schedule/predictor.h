@@ -142,14 +142,20 @@ struct Prediction {
 // routing that repeats every EP group; see "Replica folding"). When it does not, it plays every
 // device's messages.
 bool ReplicasFold(const ExecutionPlan& plan, const PredictOptions& opts);
+// Why not (kNone: they fold), the first reason in FoldBlocker's order.
+FoldBlocker ReplicasFoldBlocker(const ExecutionPlan& plan, const PredictOptions& opts);
+// Why, in a few words ("" for kNone), e.g. "a straggler slows one replica only".
+const char* FoldBlockerText(FoldBlocker blocker);
 // How many replicas Predict plays: 1 when they fold into one, ep when they fold into one EP group,
 // a multiple of those when the layout repeats only every few replicas or EP groups (replicas
 // sharing nodes), else dp.
 int ReplicasPlayed(const ExecutionPlan& plan, const PredictOptions& opts);
-
-FoldBlocker ReplicasFoldBlocker(const ExecutionPlan& plan, const PredictOptions& opts);
-// Why, in a few words ("" for kNone), e.g. "a straggler slows one replica only".
-const char* FoldBlockerText(FoldBlocker blocker);
+// Both at once (each of the three reads every rank's links: a caller wanting two asks once).
+struct ReplicaFoldResult {
+  FoldBlocker blocker = FoldBlocker::kNone;
+  int replicas_played = 0;
+};
+ReplicaFoldResult ReplicaFold(const ExecutionPlan& plan, const PredictOptions& opts);
 
 [[nodiscard]] absl::StatusOr<Prediction> Predict(const ExecutionPlan& plan,
                                                  const PredictOptions& opts = {});
