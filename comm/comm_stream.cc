@@ -19,8 +19,8 @@ std::vector<RingMachine::Send>& Scratch() {
 }  // namespace
 
 EventCommStream::EventCommStream(Fabric* fabric, LpId lp, bool lp_is_event_driven,
-                                 const std::vector<ChannelId>& listen)
-    : fabric_(fabric), lp_(lp), event_lp_(lp_is_event_driven) {
+                                 const std::vector<ChannelId>& listen, DataLane* lane)
+    : fabric_(fabric), lp_(lp), event_lp_(lp_is_event_driven), lane_(lane) {
   auto handler = [this](Fabric::Scope& scope, ChannelId channel, Delivery delivery) {
     OnMessage(scope, channel, std::move(delivery));
   };
@@ -60,7 +60,11 @@ void EventCommStream::OnMessage(Fabric::Scope& scope, ChannelId channel, Deliver
 }
 
 bool EventCommStream::Feed(Fabric::Scope& scope, Delivery& d) {
-  const SegmentPayload* payload = AsSegment(d.payload.get());
+  // A lane's stream leaves its payloads to the lane (not even their type is read here: a cold
+  // line); its channels carry nothing but its ring's segments.
+  const SegmentPayload* payload = lane_ != nullptr
+                                      ? static_cast<const SegmentPayload*>(d.payload.get())
+                                      : AsSegment(d.payload.get());
   if (payload == nullptr) {
     Fail(scope, absl::InternalError("a ring message without its data"), "receiving from");
     return false;
@@ -68,7 +72,12 @@ bool EventCommStream::Feed(Fabric::Scope& scope, Delivery& d) {
   std::vector<RingMachine::Send>& sends = Scratch();
   sends.clear();
   absl::Status s = running_->machine.OnReceive(d.timing, *payload, &sends);
-  pool_.Give(std::move(d.payload));
+  if (s.ok() && running_->machine.lane_took_payload()) {
+    (void)d.payload.release();  // the lane's now; it hands back one it has read
+    if (std::unique_ptr<SegmentPayload> back = lane_->TakePayload()) pool_.Give(std::move(back));
+  } else {
+    pool_.Give(std::move(d.payload));
+  }
   if (!s.ok()) {
     Fail(scope, s,
          s.code() == absl::StatusCode::kFailedPrecondition ? "receiving from" : "reducing data of");
@@ -109,6 +118,10 @@ void EventCommStream::Fail(Fabric::Scope& scope, const absl::Status& status, con
   inbox_.clear();
   buffered_ = 0;
   running_.reset();
+  if (context_ != nullptr) {
+    lane_->Flush();
+    retired_.emplace_back(lane_->pushed(), std::move(context_));
+  }
   if (event_lp_) scope.Idle(lp_);
 }
 
@@ -122,7 +135,22 @@ void EventCommStream::Pump(Fabric::Scope& scope) {
       Collective c = std::move(queue_.front());
       queue_.pop_front();
       const Nanos start = std::max(c.ready, prev_end_);
-      RingMachine machine(c.spec, c.buffers, start, &pool_);
+      DataLane* lane = nullptr;
+      if (lane_ != nullptr && c.spec.kind == ring::TimedKind::kAllReduce) {
+        lane = lane_;
+        if (!retired_.empty() && retired_.front().first <= lane_->completed()) {
+          context_ = std::move(retired_.front().second);
+          retired_.pop_front();
+        } else {
+          context_ = std::make_unique<DataLane::Context>();
+        }
+        const int n = c.spec.n;
+        *context_ = {.fabric = fabric_, .rank = c.spec.rank, .device = c.spec.device, .n = n,
+                     .peer = c.site.peer, .kind = c.spec.kind, .codec = c.spec.codec,
+                     .op_id = c.spec.op_id, .count = c.spec.count, .residual = c.buffers.residual,
+                     .done = c.done};
+      }
+      RingMachine machine(c.spec, c.buffers, start, &pool_, lane, lane ? context_.get() : nullptr);
       running_.emplace(Running{std::move(c), std::move(machine)});
       awaiting_said_ = false;
       std::vector<RingMachine::Send>& sends = Scratch();
@@ -138,6 +166,10 @@ void EventCommStream::Pump(Fabric::Scope& scope) {
       prev_end_ = result->end;
       Collective c = std::move(running_->collective);
       running_.reset();
+      if (context_ != nullptr) {
+        lane_->Flush();  // its data, for whoever `done` tells to wait for it
+        retired_.emplace_back(lane_->pushed(), std::move(context_));
+      }
       if (c.done) c.done(scope, result);
       continue;
     }

@@ -12,8 +12,9 @@
 //
 // Thread safety: Enqueue from the LP that feeds the stream (its compute stream), one call at a
 // time; everything else runs under the fabric's lock (the handler and Fabric::Run), including the
-// collectives' data plane and the `done` callbacks. The buffers of a queued collective belong to
-// the stream until its `done` runs.
+// collectives' data plane and the `done` callbacks — except, with a DataLane, the all-reduces'
+// data plane, which runs on the lane's thread. The buffers of a queued collective belong to the
+// stream until its `done` runs (with a lane: until the lane ran the items pushed up to then).
 //
 // Lifetime: the stream must outlive every message the fabric may still deliver to its LP.
 //
@@ -61,8 +62,13 @@ class EventCommStream {
   // callback signals: a compute stream running its TP all-reduces this way), and the stream only
   // handles `listen`, the channels its collectives receive on (Fabric::SetChannelHandler). Before
   // any message is posted.
+  //
+  // `lane` (optional; outliving the stream): the data plane of its all-reduces runs there
+  // (comm/data_lane.h): a collective's `done` then reports its timing, and its buffers hold the
+  // result once the lane ran the items pushed up to then (lane->pushed() read in `done`); a data
+  // error reaches `done` later, from the lane, as a second call with the error.
   EventCommStream(Fabric* fabric, LpId lp, bool lp_is_event_driven,
-                  const std::vector<ChannelId>& listen = {});
+                  const std::vector<ChannelId>& listen = {}, DataLane* lane = nullptr);
   EventCommStream(const EventCommStream&) = delete;
   EventCommStream& operator=(const EventCommStream&) = delete;
 
@@ -100,6 +106,11 @@ class EventCommStream {
   // cold line at thousands of streams).
   bool awaiting_said_ = false;
   SegmentPool pool_;  // received segments, reused for sends
+  DataLane* const lane_;
+  // Error contexts of the lane's collectives: the running one's, then retired ones kept until
+  // the lane ran their last item (pushed() at their end), reused after.
+  std::unique_ptr<DataLane::Context> context_;
+  std::deque<std::pair<uint64_t, std::unique_ptr<DataLane::Context>>> retired_;
 };
 
 }  // namespace rp::comm

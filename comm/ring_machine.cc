@@ -28,11 +28,14 @@ ring::TimedShape ShapeOf(const RingMachine::Spec& s) {
 
 }  // namespace
 
-RingMachine::RingMachine(const Spec& spec, const Buffers& buffers, Nanos start, SegmentPool* pool)
+RingMachine::RingMachine(const Spec& spec, const Buffers& buffers, Nanos start, SegmentPool* pool,
+                         DataLane* lane, const DataLane::Context* lane_context)
     : spec_(spec),
       buffers_(buffers),
       start_(start),
       pool_(pool),
+      lane_(lane),
+      lane_context_(lane_context),
       shape_(ShapeOf(spec)),
       segments_(shape_.segments()),
       chunk_base_(spec.n > 0 ? spec.count / static_cast<size_t>(spec.n) : 0),
@@ -109,9 +112,11 @@ absl::Status RingMachine::Begin(std::vector<Send>* sends) {
       spec_.count > 0) {
     std::memcpy(buffers_.out, buffers_.in, spec_.count * sizeof(float));
   }
+  starting_ = true;
   for (const ring::RingTimer::Post& post : timer_.Begin()) {
     RP_RETURN_IF_ERROR(MakeSend(Plan(post.step), post.segment, post, sends));
   }
+  starting_ = false;
   return absl::OkStatus();
 }
 
@@ -121,15 +126,26 @@ absl::Status RingMachine::MakeSend(const StepPlan& p, int k, const ring::RingTim
   const uint64_t bytes = SegmentWireBytes(spec_.codec, g.size);
   std::unique_ptr<SegmentPayload> payload =
       pool_ != nullptr ? pool_->Take() : std::make_unique_for_overwrite<SegmentPayload>();
-  payload->op_id = spec_.op_id;
-  payload->count = spec_.count;
-  payload->elems = static_cast<uint32_t>(g.size);
-  payload->step = p.step;
-  payload->chunk = p.send_chunk;
-  payload->segment = k;
-  payload->kind = spec_.kind;
-  payload->codec = spec_.codec;
-  if (g.size > 0) {
+  if (lane_ != nullptr) {
+    // The lane writes the header and the bytes: this thread does not touch the payload (a cold
+    // line a message at thousands of streams).
+    lane_->Push({.op = p.feedback ? DataLane::Item::Op::kEncodeFeedback : DataLane::Item::Op::kEncode,
+                 .codec = spec_.codec, .starting = starting_, .n = static_cast<uint32_t>(g.size),
+                 .ring_step = next_step(), .step = p.step, .chunk = p.send_chunk, .segment = k,
+                 .first = g.begin, .src = p.send_src + g.begin,
+                 .dst = p.adopt != nullptr ? p.adopt + g.begin : nullptr,
+                 .payload = payload.get(), .context = lane_context_});
+  } else {
+    payload->op_id = spec_.op_id;
+    payload->count = spec_.count;
+    payload->elems = static_cast<uint32_t>(g.size);
+    payload->step = p.step;
+    payload->chunk = p.send_chunk;
+    payload->segment = k;
+    payload->kind = spec_.kind;
+    payload->codec = spec_.codec;
+  }
+  if (g.size > 0 && lane_ == nullptr) {
     std::byte* wire = payload->Reserve(bytes);
     const float* src = p.send_src + g.begin;
     if (spec_.codec == Codec::kFp32) {
@@ -152,23 +168,28 @@ absl::Status RingMachine::MakeSend(const StepPlan& p, int k, const ring::RingTim
   return absl::OkStatus();
 }
 
-absl::Status RingMachine::Check(const SegmentPayload& m, const StepPlan& p, int k,
-                                size_t elems) const {
-  if (m.op_id != spec_.op_id || m.kind != spec_.kind || m.count != spec_.count ||
-      m.codec != spec_.codec) {
+absl::Status CheckSegment(const SegmentPayload& m, uint64_t op_id, ring::TimedKind kind,
+                          uint64_t count, Codec codec, int32_t step, int32_t chunk, int32_t segment,
+                          size_t elems) {
+  if (m.op_id != op_id || m.kind != kind || m.count != count || m.codec != codec) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "mismatched collectives: this rank runs ", TimedKindName(spec_.kind), " #", spec_.op_id,
-        " of ", spec_.count, " elements with ", CodecName(spec_.codec), ", the peer sent ",
-        TimedKindName(m.kind), " #", m.op_id, " of ", m.count, " elements with ",
-        CodecName(m.codec)));
+        "mismatched collectives: this rank runs ", TimedKindName(kind), " #", op_id, " of ",
+        count, " elements with ", CodecName(codec), ", the peer sent ", TimedKindName(m.kind),
+        " #", m.op_id, " of ", m.count, " elements with ", CodecName(m.codec)));
   }
-  if (m.step != p.step || m.chunk != p.recv_chunk || m.segment != k || m.elems != elems) {
+  if (m.step != step || m.chunk != chunk || m.segment != segment || m.elems != elems) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "mismatched segments (is segment_bytes equal on all ranks?): expected step ", p.step,
-        " chunk ", p.recv_chunk, " segment ", k, " of ", elems, " elements, got step ", m.step,
+        "mismatched segments (is segment_bytes equal on all ranks?): expected step ", step,
+        " chunk ", chunk, " segment ", segment, " of ", elems, " elements, got step ", m.step,
         " chunk ", m.chunk, " segment ", m.segment, " of ", m.elems, " elements"));
   }
   return absl::OkStatus();
+}
+
+absl::Status RingMachine::Check(const SegmentPayload& m, const StepPlan& p, int k,
+                                size_t elems) const {
+  return CheckSegment(m, spec_.op_id, spec_.kind, spec_.count, spec_.codec, p.step, p.recv_chunk,
+                      k, elems);
 }
 
 absl::Status RingMachine::OnReceive(const MessageTiming& timing, const SegmentPayload& payload,
@@ -183,8 +204,25 @@ absl::Status RingMachine::OnReceive(const MessageTiming& timing, const SegmentPa
   const int k = segments_ == 1 ? 0 : received % segments_;
   const StepPlan p = Plan(t);
   const ring::Range g = Segment(p.recv, k);
-  RP_RETURN_IF_ERROR(Check(payload, p, k, g.size));
-  if (g.size > 0) {
+  if (lane_ != nullptr) {
+    // The lane checks the header, reads the bytes, then keeps the payload for reuse (the caller
+    // lets go of it: lane_took_payload).
+    DataLane::Item it{.op = p.reduce ? DataLane::Item::Op::kDecodeAdd : DataLane::Item::Op::kDecode,
+                      .codec = spec_.codec, .n = static_cast<uint32_t>(g.size),
+                      .ring_step = p.step, .step = p.step, .chunk = p.recv_chunk, .segment = k,
+                      .first = g.begin,
+                      .payload = const_cast<SegmentPayload*>(&payload), .context = lane_context_};
+    if (p.reduce) {
+      it.src = p.add + g.begin;
+      it.dst = p.dst + (g.begin - p.dst_offset);
+    } else {
+      it.dst = p.dst + g.begin;
+    }
+    lane_->Push(it);
+  } else {
+    RP_RETURN_IF_ERROR(Check(payload, p, k, g.size));
+  }
+  if (g.size > 0 && lane_ == nullptr) {
     if (p.reduce) {
       RP_RETURN_IF_ERROR(DecodeAdd(spec_.codec, p.add + g.begin, payload.data(), g.size,
                                    p.dst + (g.begin - p.dst_offset), g.begin));

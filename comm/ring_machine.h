@@ -51,6 +51,7 @@
 #include "absl/status/status.h"
 #include "comm/codec.h"
 #include "comm/communicator.h"
+#include "comm/data_lane.h"
 #include "comm/ring_steps.h"
 #include "comm/ring_timing.h"
 #include "runtime/fabric.h"
@@ -121,6 +122,13 @@ class SegmentPool {
   size_t size_ = 0;
 };
 
+// FailedPrecondition when segment `m` is not the one a receiver expects: another collective
+// (op_id, kind, count, codec: "mismatched collectives ...") or another step, chunk, segment or
+// size ("mismatched segments ...").
+[[nodiscard]] absl::Status CheckSegment(const SegmentPayload& m, uint64_t op_id, ring::TimedKind kind,
+                                        uint64_t count, Codec codec, int32_t step, int32_t chunk,
+                                        int32_t segment, size_t elems);
+
 // `p` as a ring segment, or nullptr if it is something else (a cheap exact-type check).
 inline const SegmentPayload* AsSegment(const FabricPayload* p) {
   return p != nullptr && typeid(*p) == typeid(SegmentPayload) ? static_cast<const SegmentPayload*>(p)
@@ -166,7 +174,13 @@ class RingMachine {
   };
 
   // `pool` (optional, outliving the machine): where sends take their payloads from.
-  RingMachine(const Spec& spec, const Buffers& buffers, Nanos start, SegmentPool* pool = nullptr);
+  // `lane` (optional, outliving the machine, with `lane_context`): runs the data plane on the
+  // lane's thread (comm/data_lane.h), headers and their checks included — the buffers then hold
+  // the results once the lane ran every item pushed up to done(), a payload OnReceive accepts
+  // passes to the lane (lane_took_payload), and data and mismatch errors go to `lane_context`,
+  // not to Begin/OnReceive. For all-reduces (a broadcast root's copy in Begin is not the lane's).
+  RingMachine(const Spec& spec, const Buffers& buffers, Nanos start, SegmentPool* pool = nullptr,
+              DataLane* lane = nullptr, const DataLane::Context* lane_context = nullptr);
 
   // The sends available at the start (step 0; a broadcast root's whole chain). Appends to *sends.
   [[nodiscard]] absl::Status Begin(std::vector<Send>* sends);
@@ -176,6 +190,8 @@ class RingMachine {
                                        std::vector<Send>* sends);
 
   bool done() const { return timer_.done(); }
+  // Whether a payload OnReceive accepted (returned OK for) is the lane's now.
+  bool lane_took_payload() const { return lane_ != nullptr; }
   // Receives so far / in all (for wait sites and progress).
   int received() const { return timer_.received(); }
   // The step (within its phase) of the next expected receive.
@@ -212,6 +228,8 @@ class RingMachine {
   const Buffers buffers_;
   const Nanos start_;
   SegmentPool* const pool_;
+  DataLane* const lane_;
+  const DataLane::Context* const lane_context_;
   // Chunk c of the real buffer (ring::ChunkRange without its division: every message plans two
   // steps, and divisions were a tenth of a small message's cost).
   ring::Range Chunk(int c) const {
@@ -239,6 +257,7 @@ class RingMachine {
   const int phase_steps_;  // reduce-scatter steps of an all-reduce (n - 1)
   ring::Range own_;        // the own chunk
   uint64_t wire_bytes_ = 0, modeled_bytes_ = 0, messages_ = 0;
+  bool starting_ = false;  // in Begin (a lane's error wording)
 };
 
 // The RingTimer kind of a collective and its name ("all-reduce", ...).

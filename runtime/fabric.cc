@@ -131,7 +131,7 @@ void Fabric::CommitReady() {
     }
     Channel& c = channels_[static_cast<size_t>(p.channel)];
     Ticket& t = TicketAt(p.ticket);
-    if (c.handler && t.payload != nullptr) {
+    if (c.handler && t.payload != nullptr && options_.prefetch_payload) {
       // The payload was written long ago by its sender: fetch its first lines now, while the
       // model and the handler's own state are read, not when the handler reaches its data.
       // (Integer arithmetic: the second line may lie past a small payload, where a pointer may

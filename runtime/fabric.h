@@ -98,6 +98,10 @@ struct FabricOptions {
   // Optional: called under the fabric's lock for every committed message (e.g. to trace port
   // occupancy). Must be quick and must not call back into the fabric.
   std::function<void(const FabricMessage&, const MessageTiming&)> on_commit;
+  // Whether a commit fetches the first two lines of a payload it hands to a handler. False when
+  // the handlers leave their payloads to another thread (comm/data_lane.h): fetching them here
+  // would pull them away from that thread's cache.
+  bool prefetch_payload = true;
 };
 
 // A message's real data, carried with it from Post to its receiver (e.g. a ring segment's wire
@@ -211,6 +215,8 @@ class Fabric {
   // Fails every current and future wait with `status` (first call wins).
   void Abort(const absl::Status& status);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // What every wait fails with once aborted (OK before).
+  absl::Status abort_status() const;
   // Counts commits, posts, bound raises, hand-offs: unchanged for long while LPs wait = a stall.
   uint64_t progress() const { return progress_.load(std::memory_order_relaxed); }
   // Every LP's state and wait site (a consistent snapshot).

@@ -134,6 +134,11 @@ void Fabric::Abort(const absl::Status& status) {
   AbortLocked(status);
 }
 
+absl::Status Fabric::abort_status() const {
+  MutexLock lock(&mu_);
+  return abort_status_;
+}
+
 void Fabric::AbortLocked(const absl::Status& status) {
   if (aborted_.load(std::memory_order_acquire)) return;
   abort_status_ = status.ok() ? absl::CancelledError("fabric aborted") : status;

@@ -98,7 +98,9 @@ absl::Status Executor::Impl::MakeFabric(int world) {
                    .num_devices = world,
                    .faults = plan->link_faults,
                    .tie_rank = plan->tie_rank,
-                   .on_commit = {}};
+                   .on_commit = {},
+                   // The gradient rings' data is read on the data lane's thread (MakeCommunicators).
+                   .prefetch_payload = !(o.virtual_time && o.data_lane)};
   link_fault_seen.assign(plan->link_faults.size(), -1);
   if (Tracer* tracer = o.tracer; tracer != nullptr || !plan->link_faults.empty()) {
     // Port occupancy tracks: each committed message on its egress and ingress ports. And which link
@@ -240,10 +242,11 @@ absl::Status Executor::Impl::MakeCommunicators() {
     }
   }
   if (o.virtual_time) {
+    if (o.data_lane) ctx.lane = std::make_unique<comm::DataLane>();
     for (int r = 0; r < g.world_size(); ++r) {
-      ctx.comm_streams.push_back(
-          std::make_unique<comm::EventCommStream>(fabric.get(), ExecutionPlan::CommLp(r),
-                                                  /*lp_is_event_driven=*/true));
+      ctx.comm_streams.push_back(std::make_unique<comm::EventCommStream>(
+          fabric.get(), ExecutionPlan::CommLp(r), /*lp_is_event_driven=*/true,
+          std::vector<ChannelId>{}, ctx.lane.get()));
     }
   }
   ctx.grads.resize(static_cast<size_t>(plan->num_bucket_groups()));
@@ -433,6 +436,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   if (real_clock_) real_clock_->ResetEpoch();
   const auto w0 = std::chrono::steady_clock::now();
   absl::Status run = cluster->Run([this](Device& dev) { return RunDevice(dev); });
+  ctx.lane.reset();  // before the buffers its items name (a failed run may leave some)
   const double wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   done.store(true, std::memory_order_release);

@@ -152,6 +152,11 @@ struct ExecutorOptions {
   // Pays only if the process keeps freed heap memory (rp::KeepFreedHeapMemory; `ringpipe` does
   // both); changes no result.
   bool warm_first_step = false;
+  // Virtual clock: the gradient all-reduces' data plane (each message's copy, sum and encode)
+  // runs on a worker thread of its own, in commit order, off the fabric's lock, while the commit
+  // loop keeps the timing (comm/data_lane.h). Changes no result; at thousands of devices the
+  // sums and copies then run beside the commit loop instead of inside it.
+  bool data_lane = true;
   // With warm_first_step: the real model's stored activations of one micro-batch of each model
   // stage (Program::num_model_stages() entries) — the warm-up makes a rank's peak of them resident,
   // counted over its program as Validate's peak_stored_bytes. Empty: none. Not the cost model's

@@ -117,6 +117,9 @@ struct RunContext {
   // Per device, on a virtual clock: the comm stream as an event-driven LP of the fabric (no comm
   // thread; see comm/comm_stream.h). Empty: each device's comm stream is a thread.
   std::vector<std::unique_ptr<comm::EventCommStream>> comm_streams;
+  // With comm_streams: the worker that runs their gradient all-reduces' data plane off the
+  // fabric's lock (comm/data_lane.h). The optimizer waits for it before reading the gradients.
+  std::unique_ptr<comm::DataLane> lane;
   // Per device, on a virtual clock with TP > 1: the TP ring all-reduces of its compute stream as
   // state machines fed by the fabric while the compute thread awaits their end on a gate.
   std::vector<std::unique_ptr<comm::EventCommStream>> tp_streams;
@@ -205,6 +208,7 @@ class DeviceRunner {
     Nanos wall_start_m{0}, wall_end_m{0};  // measured, relative to the step start
     uint64_t modeled_bytes = 0;
     int64_t trace_wall_start = 0, trace_wall_end = 0;  // event-driven: hand-over .. end (tracer ns)
+    uint64_t lane_seq = 0;  // the data lane's items to wait for (DataLane::WaitFor)
   };
 
   absl::Status RunStep(int step);

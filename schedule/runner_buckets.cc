@@ -158,7 +158,8 @@ void DeviceRunner::EnqueueBucket(int step, int order, int chunk, int bucket, Nan
                          .transfer = r->transfer, .reduce = r->reduce, .spans = std::move(r->spans),
                          .wall_start_m = r->start - step_start, .wall_end_m = r->end - step_start,
                          .modeled_bytes = r->modeled_bytes,
-                         .trace_wall_start = wall_handed, .trace_wall_end = dev_->WallNow()};
+                         .trace_wall_start = wall_handed, .trace_wall_end = dev_->WallNow(),
+                         .lane_seq = ctx_->lane != nullptr ? ctx_->lane->pushed() : 0};
         scope.Signal(gates_[static_cast<size_t>(order)], r->end);
       }};
   ctx_->comm_streams[static_cast<size_t>(rank_)]->Enqueue(std::move(c));

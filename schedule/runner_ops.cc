@@ -432,6 +432,15 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
             .start = b.start - step_start_, .end = b.end - step_start_,
             .comm = b.transfer + b.reduce, .wall_start = b.wall_start_m, .wall_end = b.wall_end_m});
   }
+  if (ctx_->lane != nullptr) {  // the buckets' data, reduced off the fabric's lock
+    uint64_t seq = 0;
+    for (const BucketRecord& b : buckets_) seq = std::max(seq, b.lane_seq);
+    if (const absl::Status s = ctx_->lane->WaitFor(seq); !s.ok()) {
+      // The lane reported it to its bucket, which aborted the fabric: fail as every wait does.
+      const absl::Status aborted = ctx_->fabric->abort_status();
+      return aborted.ok() ? s : aborted;
+    }
+  }
   dev_->AdvanceCursor(ar_end);
   RP_RETURN_IF_ERROR(Sleep(ar_end, {.rank = rank_, .op = "Opt (awaits its gradient buckets)",
                                     .step = step}));

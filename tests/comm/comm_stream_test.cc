@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "comm/data_lane.h"
 #include "comm/ring_machine.h"
 #include "gtest/gtest.h"
 #include "runtime/fabric.h"
@@ -100,14 +101,17 @@ void RunThreaded(const Case& c, std::vector<std::vector<std::vector<float>>>* ou
 
 // Event streams: rank r's thread (LP r) enqueues its kCalls all-reduces at once, ready at
 // Ready(r), on its event-driven comm stream (LP n + r), then awaits the last one's gate.
+// With `lane`, the streams' data plane runs on it, and each rank waits for it after the gate.
 void RunEvents(const Case& c, std::vector<std::vector<std::vector<float>>>* out,
-               std::vector<std::vector<CollectiveResult>>* res) {
+               std::vector<std::vector<CollectiveResult>>* res, DataLane* lane = nullptr) {
   auto fabric = MakeFabric(2 * c.n, c.n);
   auto comm = MakeTimed(fabric.get(), c.n, c.n);
   std::vector<std::unique_ptr<EventCommStream>> streams;
   std::vector<GateId> gates;
+  std::vector<uint64_t> lane_seq(static_cast<size_t>(c.n), 0);  // written in `done`, under the lock
   for (int r = 0; r < c.n; ++r) {
-    streams.push_back(std::make_unique<EventCommStream>(fabric.get(), c.n + r, true));
+    streams.push_back(std::make_unique<EventCommStream>(fabric.get(), c.n + r, true,
+                                                        std::vector<ChannelId>{}, lane));
     gates.push_back(fabric->AddGate());
   }
   std::vector<std::thread> threads;
@@ -135,17 +139,21 @@ void RunEvents(const Case& c, std::vector<std::vector<std::vector<float>>>* out,
              .done = [&, r, call](Fabric::Scope& scope, const absl::StatusOr<CollectiveResult>& got) {
                ASSERT_TRUE(got.ok()) << got.status();
                (*res)[static_cast<size_t>(r)][static_cast<size_t>(call)] = *got;
+               if (lane != nullptr) lane_seq[static_cast<size_t>(r)] = lane->pushed();
                if (call == kCalls - 1) scope.Signal(gates[static_cast<size_t>(r)], got->end);
              }});
       }
       auto end = fabric->AwaitGate(r, gates[static_cast<size_t>(r)], {.rank = r, .op = "test"});
       ASSERT_TRUE(end.ok()) << end.status();
+      if (lane != nullptr) ASSERT_TRUE(lane->WaitFor(lane_seq[static_cast<size_t>(r)]).ok());
       fabric->Finish(r);
     });
   }
   for (auto& t : threads) t.join();
 }
 
+// Each case: threads, event streams, and event streams whose data plane runs on a DataLane
+// (comm/data_lane.h) all give the same bits and the same timeline.
 TEST(EventCommStream, SameBitsAndTimelineAsThreads) {
   std::vector<Case> cases;
   for (int n : {1, 2, 3, 5}) {
@@ -165,12 +173,29 @@ TEST(EventCommStream, SameBitsAndTimelineAsThreads) {
       }
       return v;
     };
-    auto out_t = fresh(), out_e = fresh();
+    auto out_t = fresh(), out_e = fresh(), out_l = fresh();
     std::vector<std::vector<CollectiveResult>> res_t(
         static_cast<size_t>(c.n), std::vector<CollectiveResult>(kCalls));
-    auto res_e = res_t;
+    auto res_e = res_t, res_l = res_t;
     RunThreaded(c, &out_t, &res_t);
     RunEvents(c, &out_e, &res_e);
+    {
+      DataLane lane;
+      RunEvents(c, &out_l, &res_l, &lane);
+    }
+    for (int r = 0; r < c.n; ++r) {
+      for (int call = 0; call < kCalls; ++call) {
+        const auto& a = out_t[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        const auto& b = out_l[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << name << " (lane)";
+        const CollectiveResult& x = res_t[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        const CollectiveResult& y = res_l[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        EXPECT_EQ(x.start, y.start) << name << " (lane)";
+        EXPECT_EQ(x.end, y.end) << name << " (lane)";
+        EXPECT_EQ(x.transfer, y.transfer) << name << " (lane)";
+        EXPECT_EQ(x.wire_bytes, y.wire_bytes) << name << " (lane)";
+      }
+    }
     for (int r = 0; r < c.n; ++r) {
       for (int call = 0; call < kCalls; ++call) {
         const auto& a = out_t[static_cast<size_t>(r)][static_cast<size_t>(call)];
@@ -251,6 +276,92 @@ TEST(EventCommStream, MissingPeerIsAWaitNamingItThenAbortReleasesEveryone) {
   fabric->Abort(absl::DeadlineExceededError("rank 2 never came"));
   waiter.join();
   EXPECT_TRUE(failure.ok());  // nothing failed inside: the run was aborted from outside
+}
+
+// A data error (an FP16 overflow of a partial sum) found on a DataLane reaches the collective's
+// `done` with the message the stream gives it when the data runs under the lock: the first
+// failure in commit order, naming rank, collective, peer and ring step. WaitFor returns it.
+TEST(EventCommStream, ADataLaneReportsADataErrorAsTheStreamWould) {
+  const int n = 3;
+  const size_t count = 48;
+  auto run = [&](DataLane* lane) {
+    auto fabric = MakeFabric(2 * n, n);
+    auto comm = MakeTimed(fabric.get(), n, n);
+    std::vector<std::unique_ptr<EventCommStream>> streams;
+    for (int r = 0; r < n; ++r) {
+      streams.push_back(std::make_unique<EventCommStream>(fabric.get(), n + r, true,
+                                                          std::vector<ChannelId>{}, lane));
+    }
+    std::vector<std::vector<float>> v(n, std::vector<float>(count, 40000.0f));  // 2x: no FP16
+    std::vector<absl::Status> failures;  // in the order reported (under the fabric's lock)
+    int ended = 0;
+    for (int r = 0; r < n; ++r) {
+      const int prev = (r + n - 1) % n;
+      const ring::Range own = ring::ChunkRange(count, n, r);
+      streams[static_cast<size_t>(r)]->Enqueue(
+          {.spec = {.kind = ring::TimedKind::kAllReduce, .n = n, .rank = r, .device = r,
+                    .next_device = (r + 1) % n, .count = count, .codec = Codec::kFp16,
+                    .segment_elems = 8, .op_id = comm->rank(r).TakeOpId()},
+           .buffers = {.in = v[r].data(), .out = v[r].data(), .work = v[r].data(),
+                       .own_out = v[r].data() + own.begin},
+           .ready = Nanos(0),
+           .send_channel = comm->RingChannel(r),
+           .recv_channel = comm->RingChannel(prev),
+           .site = {.rank = r, .op = "test all-reduce", .peer = prev},
+           .done = [&](Fabric::Scope&, const absl::StatusOr<CollectiveResult>& got) {
+             if (got.ok()) ++ended;
+             else failures.push_back(got.status());
+           }});
+    }
+    for (int r = 0; r < n; ++r) fabric->Finish(r);
+    absl::Status waited;
+    if (lane != nullptr) {
+      EXPECT_EQ(ended, n);  // the timing ran to the end; the data failed on the lane
+      waited = lane->WaitFor(lane->pushed());
+    }
+    return std::make_pair(failures, waited);
+  };
+  const auto [inline_failures, none] = run(nullptr);
+  ASSERT_FALSE(inline_failures.empty());
+  EXPECT_TRUE(none.ok());
+  DataLane lane;
+  const auto [lane_failures, waited] = run(&lane);
+  ASSERT_EQ(lane_failures.size(), 1u);  // the first; the lane skips the data work after it
+  EXPECT_EQ(lane_failures[0], inline_failures[0]);
+  EXPECT_EQ(waited.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(waited.message(), inline_failures[0].message());
+  EXPECT_NE(std::string(waited.message()).find("rank 1 (device 1) all-reduce #0 reducing data of rank 0"),
+            std::string::npos)
+      << waited;
+}
+
+// DataLane: WaitFor of nothing returns at once; items run in push order, a decode's payload is
+// handed back for reuse once read, and a lane destroyed with items it never ran drops them.
+TEST(DataLane, RunsItemsInOrderAndHandsPayloadsBack) {
+  DataLane lane;
+  EXPECT_TRUE(lane.WaitFor(0).ok());
+  std::vector<float> src = {1.5f, -2.0f, 3.25f}, acc = {10.0f, 20.0f, 30.0f}, out(3, 0.0f);
+  const DataLane::Context context{.op_id = 7, .count = 3};
+  SegmentPayload* raw = new SegmentPayload;  // the lane owns it once a decode has read it
+  // Encode src, add it onto acc, then encode the sum: each reads what the one before wrote.
+  lane.Push({.op = DataLane::Item::Op::kEncode, .n = 3, .src = src.data(), .payload = raw,
+             .context = &context});
+  lane.Push({.op = DataLane::Item::Op::kDecodeAdd, .n = 3, .src = acc.data(), .dst = acc.data(),
+             .payload = raw, .context = &context});
+  lane.Push({.op = DataLane::Item::Op::kEncode, .n = 3, .step = 1, .src = acc.data(),
+             .payload = raw, .context = &context});
+  lane.Flush();
+  EXPECT_TRUE(lane.WaitFor(lane.pushed()).ok());
+  std::unique_ptr<SegmentPayload> back = lane.TakePayload();
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back.get(), raw);
+  EXPECT_EQ(lane.TakePayload(), nullptr);
+  Decode(Codec::kFp32, back->data(), 3, out.data());
+  EXPECT_EQ(out, (std::vector<float>{11.5f, 18.0f, 33.25f}));
+  EXPECT_EQ(back->op_id, 7u);  // the header the encode wrote
+  EXPECT_EQ(back->step, 1);
+  EXPECT_EQ(back->elems, 3u);
+  EXPECT_EQ(lane.completed(), 3u);
 }
 
 // SegmentPool: a payload given back is the next one taken (a ring's received segment carries

@@ -262,6 +262,64 @@ TEST(Executor, WarmFirstStepChangesNoResult) {
   }
 }
 
+// The data lane (the gradient all-reduces' copies and sums on a thread of their own, off the
+// fabric's lock) changes no result: the same losses, weights (every rank's, bit for bit) and
+// timeline, with FP32 and with a lossy codec and error feedback, with DP rings and with
+// DualPipe's mirror rings.
+TEST(Executor, DataLaneChangesNoResult) {
+  struct Case {
+    RunSetup setup;
+    comm::Codec codec;
+  };
+  const std::vector<Case> cases = {
+      {{.kind = ScheduleKind::kInterleaved, .dp = 4, .pp = 2, .tp = 2, .m = 4, .v = 2}, comm::Codec::kFp32},
+      {{.kind = ScheduleKind::kOneFOneB, .dp = 3, .pp = 2, .tp = 1, .m = 4}, comm::Codec::kBf16},
+      {{.kind = ScheduleKind::kDualPipeV, .dp = 2, .pp = 2, .tp = 1, .m = 4, .v = 2}, comm::Codec::kFp32},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(ScheduleName(c.setup.kind));
+    ExecutorOptions o = MakeOptions(c.setup, 3);
+    o.run_reference = false;
+    o.codec = c.codec;
+    o.error_feedback = c.codec != comm::Codec::kFp32;
+    o.segment_bytes = 16 << 10;  // a few segments a chunk, each of tens of real elements
+    auto run = [&](bool lane) -> std::pair<RunResult, std::vector<std::vector<float>>> {
+      o.data_lane = lane;
+      absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+      EXPECT_TRUE(ex.ok()) << ex.status();
+      absl::StatusOr<RunResult> r = (*ex)->Run();
+      EXPECT_TRUE(r.ok()) << r.status();
+      std::vector<std::vector<float>> params;
+      for (int rank = 0; rank < o.grid.dp * o.grid.pp * o.grid.tp; ++rank) {
+        for (int chunk = 0; chunk < c.setup.v; ++chunk) {
+          absl::StatusOr<std::vector<float>> p = (*ex)->Parameters(rank, chunk);
+          EXPECT_TRUE(p.ok()) << p.status();
+          params.push_back(*p);
+        }
+      }
+      return {*std::move(r), params};
+    };
+    const auto [inline_run, inline_params] = run(false);
+    const auto [lane_run, lane_params] = run(true);
+    ASSERT_EQ(lane_run.steps.size(), inline_run.steps.size());
+    for (size_t k = 0; k < inline_run.steps.size(); ++k) {
+      EXPECT_EQ(lane_run.steps[k].loss, inline_run.steps[k].loss);
+      EXPECT_EQ(lane_run.steps[k].replica_divergence, inline_run.steps[k].replica_divergence);
+      EXPECT_EQ(lane_run.steps[k].emulated_ms, inline_run.steps[k].emulated_ms);
+    }
+    ASSERT_EQ(lane_params.size(), inline_params.size());
+    for (size_t i = 0; i < inline_params.size(); ++i) {
+      ASSERT_EQ(lane_params[i].size(), inline_params[i].size());
+      EXPECT_EQ(0, std::memcmp(lane_params[i].data(), inline_params[i].data(),
+                               inline_params[i].size() * sizeof(float)))
+          << "parameters " << i;
+    }
+    // The training moved the weights (a lane that dropped the sums would not be caught otherwise
+    // only if both runs dropped them: the inline run is the reference).
+    EXPECT_NE(inline_run.steps.front().loss, inline_run.steps.back().loss);
+  }
+}
+
 TEST(Executor, RunTwiceIsFailedPrecondition) {
   ExecutorOptions o = MakeOptions({.dp = 1, .pp = 2, .tp = 1, .m = 2}, 1);
   o.run_reference = false;

@@ -1,0 +1,192 @@
+#include "comm/data_lane.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "comm/ring_machine.h"
+
+namespace rp::comm {
+namespace {
+
+// The worker sleeps when it has caught up, and is woken once this many items wait (or by a
+// WaitFor): a wake-up per few messages cost more system time than the lane saved.
+constexpr size_t kWakeAt = 8192;
+
+}  // namespace
+
+DataLane::DataLane() : thread_([this] { Loop(); }) { queued_.reserve(kBatch); }
+
+DataLane::~DataLane() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    work_cv_.Signal();
+  }
+  thread_.join();
+  for (const Item& it : queued_) {  // never handed over: dropped like the worker's (Loop)
+    if (it.op == Item::Op::kDecode || it.op == Item::Op::kDecodeAdd) delete it.payload;
+  }
+  for (SegmentPayload* p : ready_payloads_) delete p;
+  MutexLock lock(&mu_);
+  for (SegmentPayload* p : returned_) delete p;
+}
+
+void DataLane::Push(const Item& item) {
+  ++pushed_;
+  queued_.push_back(item);
+  if (queued_.size() >= kBatch) Flush();
+}
+
+void DataLane::Flush() {
+  if (queued_.empty()) return;
+  MutexLock lock(&mu_);
+  if (items_.empty()) {
+    items_.swap(queued_);
+  } else {
+    items_.insert(items_.end(), queued_.begin(), queued_.end());
+    queued_.clear();
+  }
+  if (sleeping_ && (items_.size() >= kWakeAt || wanted_ > completed())) {
+    sleeping_ = false;
+    work_cv_.Signal();
+  }
+}
+
+std::unique_ptr<SegmentPayload> DataLane::TakePayload() {
+  if (ready_payloads_.empty()) {
+    MutexLock lock(&mu_);
+    ready_payloads_.swap(returned_);
+  }
+  if (ready_payloads_.empty()) return nullptr;
+  std::unique_ptr<SegmentPayload> p(ready_payloads_.back());
+  ready_payloads_.pop_back();
+  return p;
+}
+
+absl::Status DataLane::WaitFor(uint64_t seq) {
+  if (completed() >= seq) {
+    MutexLock lock(&mu_);
+    return error_;
+  }
+  MutexLock lock(&mu_);
+  if (completed() < seq) {
+    if (seq > wanted_) wanted_ = seq;
+    if (sleeping_) {
+      sleeping_ = false;
+      work_cv_.Signal();
+    }
+    while (completed() < seq) done_cv_.Wait(&mu_);
+  }
+  return error_;
+}
+
+absl::Status DataLane::RunItem(const Item& it) {
+  SegmentPayload& p = *it.payload;
+  const Context& c = *it.context;
+  switch (it.op) {
+    case Item::Op::kEncode:
+    case Item::Op::kEncodeFeedback: {
+      p.op_id = c.op_id;
+      p.count = c.count;
+      p.elems = it.n;
+      p.step = it.step;
+      p.chunk = it.chunk;
+      p.segment = it.segment;
+      p.kind = c.kind;
+      p.codec = it.codec;
+      if (it.n == 0) return absl::OkStatus();
+      std::byte* wire = p.Reserve(SegmentWireBytes(it.codec, it.n));
+      absl::Status s;
+      if (it.op == Item::Op::kEncodeFeedback) {
+        s = EncodeWithFeedback(it.codec, it.src, it.n, c.residual + it.first, wire, it.first);
+      } else if (it.codec == Codec::kFp32) {
+        std::memcpy(wire, it.src, it.n * sizeof(float));
+      } else {
+        s = Encode(it.codec, it.src, it.n, wire, it.first);
+      }
+      if (s.ok() && it.dst != nullptr) Decode(it.codec, wire, it.n, it.dst);
+      return s;
+    }
+    case Item::Op::kDecode:
+    case Item::Op::kDecodeAdd: {
+      absl::Status s = CheckSegment(p, c.op_id, c.kind, c.count, it.codec, it.step, it.chunk,
+                                    it.segment, it.n);
+      if (!s.ok() || it.n == 0) return s;
+      if (it.op == Item::Op::kDecode) {
+        Decode(it.codec, p.data(), it.n, it.dst);
+        return absl::OkStatus();
+      }
+      return DecodeAdd(it.codec, it.src, p.data(), it.n, it.dst, it.first);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The message EventCommStream::Fail gives a data error found under the lock.
+void DataLane::Report(const Item& it, const absl::Status& s) {
+  const Context& c = *it.context;
+  const int prev = (c.rank + c.n - 1) % c.n;
+  const bool encode = it.op == Item::Op::kEncode || it.op == Item::Op::kEncodeFeedback;
+  const char* what = encode && it.starting                             ? "starting, next"
+                     : s.code() == absl::StatusCode::kFailedPrecondition ? "receiving from"
+                                                                         : "reducing data of";
+  absl::Status out(s.code(), absl::StrCat("rank ", c.rank, " (device ", c.device, ") ",
+                                          TimedKindName(c.kind), " #", c.op_id, " ", what, " rank ",
+                                          prev, " (device ", c.peer, ") at ring step ",
+                                          it.ring_step, ": ", s.message()));
+  {
+    MutexLock lock(&mu_);
+    error_ = out;
+  }
+  if (c.fabric != nullptr && c.done) {
+    c.fabric->Run([&](Fabric::Scope& scope) {
+      absl::StatusOr<CollectiveResult> failed(out);
+      c.done(scope, failed);
+    });
+  }
+}
+
+void DataLane::Loop() {
+  std::vector<Item> batch;
+  std::vector<SegmentPayload*> read;
+  uint64_t done = 0;
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      returned_.insert(returned_.end(), read.begin(), read.end());
+      read.clear();
+      completed_.store(done, std::memory_order_release);
+      if (done >= wanted_) done_cv_.SignalAll();
+      while (items_.empty() && !stop_) {
+        sleeping_ = true;
+        work_cv_.Wait(&mu_);
+      }
+      sleeping_ = false;
+      if (stop_) {
+        // Whoever pushed is gone (a run that failed before its optimizer waited): nothing reads
+        // these buffers any more, so their items are dropped; their payloads are freed.
+        for (const Item& it : items_) {
+          if (it.op == Item::Op::kDecode || it.op == Item::Op::kDecodeAdd) delete it.payload;
+        }
+        items_.clear();
+        return;
+      }
+      batch.swap(items_);
+    }
+    for (const Item& it : batch) {
+      if (!failed_) {
+        const absl::Status s = RunItem(it);
+        if (!s.ok()) {
+          failed_ = true;
+          Report(it, s);
+        }
+      }
+      if (it.op == Item::Op::kDecode || it.op == Item::Op::kDecodeAdd) read.push_back(it.payload);
+    }
+    done += batch.size();
+    batch.clear();
+  }
+}
+
+}  // namespace rp::comm
