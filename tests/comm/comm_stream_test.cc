@@ -225,6 +225,26 @@ TEST(EventCommStream, SameBitsAndTimelineAsThreads) {
   }
 }
 
+// Rank r's in-place all-reduce of *v on comm's ring (device r), ready at 0.
+EventCommStream::Collective InPlaceAllReduce(
+    Communicator& comm, int r, std::vector<float>* v, Codec codec, size_t segment_elems,
+    uint64_t op_id,
+    std::function<void(Fabric::Scope&, absl::StatusOr<CollectiveResult>&)> done) {
+  const int n = comm.size();
+  const int prev = (r + n - 1) % n;
+  const ring::Range own = ring::ChunkRange(v->size(), n, r);
+  return {.spec = {.kind = ring::TimedKind::kAllReduce, .n = n, .rank = r, .device = r,
+                   .next_device = (r + 1) % n, .count = v->size(), .codec = codec,
+                   .segment_elems = segment_elems, .op_id = op_id},
+          .buffers = {.in = v->data(), .out = v->data(), .work = v->data(),
+                      .own_out = v->data() + own.begin},
+          .ready = Nanos(0),
+          .send_channel = comm.RingChannel(r),
+          .recv_channel = comm.RingChannel(prev),
+          .site = {.rank = r, .op = "test all-reduce", .peer = prev},
+          .done = std::move(done)};
+}
+
 TEST(EventCommStream, MissingPeerIsAWaitNamingItThenAbortReleasesEveryone) {
   const int n = 3;
   auto fabric = MakeFabric(2 * n, n);
@@ -238,21 +258,12 @@ TEST(EventCommStream, MissingPeerIsAWaitNamingItThenAbortReleasesEveryone) {
   absl::Status failure;
   // Ranks 0 and 1 start; rank 2 never does.
   for (int r = 0; r < 2; ++r) {
-    const int prev = (r + n - 1) % n;
-    const ring::Range own = ring::ChunkRange(64, n, r);
-    streams[static_cast<size_t>(r)]->Enqueue(
-        {.spec = {.kind = ring::TimedKind::kAllReduce, .n = n, .rank = r, .device = r,
-                  .next_device = (r + 1) % n, .count = 64, .segment_elems = 16},
-         .buffers = {.in = v[r].data(), .out = v[r].data(), .work = v[r].data(),
-                     .own_out = v[r].data() + own.begin},
-         .ready = Nanos(0),
-         .send_channel = comm->RingChannel(r),
-         .recv_channel = comm->RingChannel(prev),
-         .site = {.rank = r, .op = "test all-reduce", .peer = prev},
-         .done = [&](Fabric::Scope& scope, const absl::StatusOr<CollectiveResult>& got) {
-           if (!got.ok()) failure = got.status();
-           scope.Signal(gate, Nanos(0));
-         }});
+    streams[static_cast<size_t>(r)]->Enqueue(InPlaceAllReduce(
+        *comm, r, &v[r], Codec::kFp32, 16, /*op_id=*/0,
+        [&](Fabric::Scope& scope, const absl::StatusOr<CollectiveResult>& got) {
+          if (!got.ok()) failure = got.status();
+          scope.Signal(gate, Nanos(0));
+        }));
   }
   fabric->Finish(0);
   fabric->Finish(1);
@@ -296,22 +307,12 @@ TEST(EventCommStream, ADataLaneReportsADataErrorAsTheStreamWould) {
     std::vector<absl::Status> failures;  // in the order reported (under the fabric's lock)
     int ended = 0;
     for (int r = 0; r < n; ++r) {
-      const int prev = (r + n - 1) % n;
-      const ring::Range own = ring::ChunkRange(count, n, r);
-      streams[static_cast<size_t>(r)]->Enqueue(
-          {.spec = {.kind = ring::TimedKind::kAllReduce, .n = n, .rank = r, .device = r,
-                    .next_device = (r + 1) % n, .count = count, .codec = Codec::kFp16,
-                    .segment_elems = 8, .op_id = comm->rank(r).TakeOpId()},
-           .buffers = {.in = v[r].data(), .out = v[r].data(), .work = v[r].data(),
-                       .own_out = v[r].data() + own.begin},
-           .ready = Nanos(0),
-           .send_channel = comm->RingChannel(r),
-           .recv_channel = comm->RingChannel(prev),
-           .site = {.rank = r, .op = "test all-reduce", .peer = prev},
-           .done = [&](Fabric::Scope&, const absl::StatusOr<CollectiveResult>& got) {
-             if (got.ok()) ++ended;
-             else failures.push_back(got.status());
-           }});
+      streams[static_cast<size_t>(r)]->Enqueue(InPlaceAllReduce(
+          *comm, r, &v[r], Codec::kFp16, 8, comm->rank(r).TakeOpId(),
+          [&](Fabric::Scope&, const absl::StatusOr<CollectiveResult>& got) {
+            if (got.ok()) ++ended;
+            else failures.push_back(got.status());
+          }));
     }
     for (int r = 0; r < n; ++r) fabric->Finish(r);
     absl::Status waited;
