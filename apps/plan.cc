@@ -200,6 +200,15 @@ absl::Status CheckPredictable(const RunConfig& cfg, const Plan& plan) {
   RP_ASSIGN_OR_RETURN(const double per_replica, ModeledMessagesPerReplicaStep(cfg));
   const double total = per_replica * played;
   if (total <= kMaxPredictedMessages) return absl::OkStatus();
+  if (blocker == FoldBlocker::kNone && played > cfg.ep) {  // nodes out of step with the EP groups
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--ep: the predictor plays %d replicas whole: the all-to-alls exchange tokens between the %d "
+        "replicas of an EP group, and on nodes of %d devices the layout repeats only every %d replicas "
+        "(pp x tp x %d = %d devices): about %.3g messages a step; at most %.3g. Use a smaller --ep, fewer "
+        "micro-batches, or a --devices_per_node that divides pp x tp = %d (then one EP group is played)",
+        played, cfg.ep, cfg.devices_per_node, played, played, cfg.pp * cfg.tp * played, total,
+        kMaxPredictedMessages, cfg.pp * cfg.tp));
+  }
   if (blocker == FoldBlocker::kNone) {  // folded into one EP group, still too large
     return absl::InvalidArgumentError(absl::StrFormat(
         "--ep: the predictor plays one EP group whole (the all-to-alls exchange tokens between its %d "

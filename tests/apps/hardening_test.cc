@@ -242,6 +242,14 @@ TEST(Hardening, UnfoldedPredictionTooLargeNamesTheRealReason) {
                  "--ep: the predictor plays one EP group whole (the all-to-alls exchange tokens between its 128 "
                  "replicas; pp x tp x ep = 4096 devices)",
                  "ep group too large");
+  // Nodes of 48 devices hold a replica and a half (pp 16 x tp 2): the nodes repeat every 3 replicas, the
+  // layout every lcm(64, 3) = 192, and the refusal counts those (it said "one EP group ... its 64
+  // replicas" for them).
+  ExpectBadInput(RunBinary(moe + "--dp=384 --ep=64 --devices_per_node=48", dir),
+                 "--ep: the predictor plays 192 replicas whole: the all-to-alls exchange tokens between the 64 "
+                 "replicas of an EP group, and on nodes of 48 devices the layout repeats only every 192 "
+                 "replicas (pp x tp x 192 = 6144 devices)",
+                 "ep groups out of step with the nodes");
   // 65536 devices in EP groups of 2 fold into one group of 2 replicas: predicted in well under a second.
   const Result ep_folds = RunBinary(big + "--moe_layers=all --ep=2", dir);
   EXPECT_EQ(ep_folds.exit_code, 0) << ep_folds.err;
