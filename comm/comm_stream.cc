@@ -105,14 +105,9 @@ void EventCommStream::Fail(Fabric::Scope& scope, const absl::Status& status, con
   failed_ = true;
   const Collective& c = running_->collective;
   const RingMachine::Spec& spec = c.spec;
-  const int prev = (spec.rank + spec.n - 1) % spec.n;
-  const absl::Status out(
-      status.code(),
-      absl::StrCat("rank ", spec.rank, " (device ", spec.device, ") ",
-                   TimedKindName(spec.kind), " #", spec.op_id, " ", what, " rank ", prev,
-                   " (device ", c.site.peer, ") at ring step ", running_->machine.next_step(),
-                   ": ", status.message()));
-  absl::StatusOr<CollectiveResult> failed(out);
+  absl::StatusOr<CollectiveResult> failed(
+      RingRankError(status, spec.rank, spec.n, spec.device, spec.kind, spec.op_id, what,
+                    c.site.peer, running_->machine.next_step()));
   if (c.done) c.done(scope, failed);
   queue_.clear();
   inbox_.clear();

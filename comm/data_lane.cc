@@ -1,6 +1,5 @@
 #include "comm/data_lane.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -65,10 +64,6 @@ std::unique_ptr<SegmentPayload> DataLane::TakePayload() {
 }
 
 absl::Status DataLane::WaitFor(uint64_t seq) {
-  if (completed() >= seq) {
-    MutexLock lock(&mu_);
-    return error_;
-  }
   MutexLock lock(&mu_);
   if (completed() < seq) {
     if (seq > wanted_) wanted_ = seq;
@@ -96,28 +91,17 @@ absl::Status DataLane::RunItem(const Item& it) {
       p.kind = c.kind;
       p.codec = it.codec;
       if (it.n == 0) return absl::OkStatus();
-      std::byte* wire = p.Reserve(SegmentWireBytes(it.codec, it.n));
-      absl::Status s;
-      if (it.op == Item::Op::kEncodeFeedback) {
-        s = EncodeWithFeedback(it.codec, it.src, it.n, c.residual + it.first, wire, it.first);
-      } else if (it.codec == Codec::kFp32) {
-        std::memcpy(wire, it.src, it.n * sizeof(float));
-      } else {
-        s = Encode(it.codec, it.src, it.n, wire, it.first);
-      }
-      if (s.ok() && it.dst != nullptr) Decode(it.codec, wire, it.n, it.dst);
-      return s;
+      return EncodeSegment(it.codec, it.src, it.n,
+                           it.op == Item::Op::kEncodeFeedback ? c.residual + it.first : nullptr,
+                           p.Reserve(SegmentWireBytes(it.codec, it.n)), it.first, it.dst);
     }
     case Item::Op::kDecode:
     case Item::Op::kDecodeAdd: {
       absl::Status s = CheckSegment(p, c.op_id, c.kind, c.count, it.codec, it.step, it.chunk,
                                     it.segment, it.n);
       if (!s.ok() || it.n == 0) return s;
-      if (it.op == Item::Op::kDecode) {
-        Decode(it.codec, p.data(), it.n, it.dst);
-        return absl::OkStatus();
-      }
-      return DecodeAdd(it.codec, it.src, p.data(), it.n, it.dst, it.first);
+      return DecodeSegment(it.codec, it.op == Item::Op::kDecodeAdd ? it.src : nullptr, p.data(),
+                           it.n, it.dst, it.first);
     }
   }
   return absl::OkStatus();
@@ -126,15 +110,12 @@ absl::Status DataLane::RunItem(const Item& it) {
 // The message EventCommStream::Fail gives a data error found under the lock.
 void DataLane::Report(const Item& it, const absl::Status& s) {
   const Context& c = *it.context;
-  const int prev = (c.rank + c.n - 1) % c.n;
   const bool encode = it.op == Item::Op::kEncode || it.op == Item::Op::kEncodeFeedback;
   const char* what = encode && it.starting                             ? "starting, next"
                      : s.code() == absl::StatusCode::kFailedPrecondition ? "receiving from"
                                                                          : "reducing data of";
-  absl::Status out(s.code(), absl::StrCat("rank ", c.rank, " (device ", c.device, ") ",
-                                          TimedKindName(c.kind), " #", c.op_id, " ", what, " rank ",
-                                          prev, " (device ", c.peer, ") at ring step ",
-                                          it.ring_step, ": ", s.message()));
+  const absl::Status out =
+      RingRankError(s, c.rank, c.n, c.device, c.kind, c.op_id, what, c.peer, it.ring_step);
   {
     MutexLock lock(&mu_);
     error_ = out;

@@ -146,17 +146,10 @@ absl::Status RingMachine::MakeSend(const StepPlan& p, int k, const ring::RingTim
     payload->codec = spec_.codec;
   }
   if (g.size > 0 && lane_ == nullptr) {
-    std::byte* wire = payload->Reserve(bytes);
-    const float* src = p.send_src + g.begin;
-    if (spec_.codec == Codec::kFp32) {
-      std::memcpy(wire, src, bytes);
-    } else if (p.feedback) {
-      RP_RETURN_IF_ERROR(EncodeWithFeedback(spec_.codec, src, g.size,
-                                            buffers_.residual + g.begin, wire, g.begin));
-    } else {
-      RP_RETURN_IF_ERROR(Encode(spec_.codec, src, g.size, wire, g.begin));
-    }
-    if (p.adopt != nullptr) Decode(spec_.codec, wire, g.size, p.adopt + g.begin);
+    RP_RETURN_IF_ERROR(EncodeSegment(spec_.codec, p.send_src + g.begin, g.size,
+                                     p.feedback ? buffers_.residual + g.begin : nullptr,
+                                     payload->Reserve(bytes), g.begin,
+                                     p.adopt != nullptr ? p.adopt + g.begin : nullptr));
   }
   wire_bytes_ += bytes;
   modeled_bytes_ += post.bytes;
@@ -166,6 +159,36 @@ absl::Status RingMachine::MakeSend(const StepPlan& p, int k, const ring::RingTim
                                     .step = spec_.model.step},
                         .payload = std::move(payload)});
   return absl::OkStatus();
+}
+
+absl::Status EncodeSegment(Codec codec, const float* src, size_t n, float* residual,
+                           std::byte* wire, uint64_t first, float* adopt) {
+  if (residual != nullptr) {
+    RP_RETURN_IF_ERROR(EncodeWithFeedback(codec, src, n, residual, wire, first));
+  } else if (codec == Codec::kFp32) {
+    std::memcpy(wire, src, n * sizeof(float));
+  } else {
+    RP_RETURN_IF_ERROR(Encode(codec, src, n, wire, first));
+  }
+  if (adopt != nullptr) Decode(codec, wire, n, adopt);
+  return absl::OkStatus();
+}
+
+absl::Status DecodeSegment(Codec codec, const float* add, const std::byte* wire, size_t n,
+                           float* dst, uint64_t first) {
+  if (add != nullptr) return DecodeAdd(codec, add, wire, n, dst, first);
+  Decode(codec, wire, n, dst);
+  return absl::OkStatus();
+}
+
+absl::Status RingRankError(const absl::Status& status, int rank, int n, int device,
+                           ring::TimedKind kind, uint64_t op_id, const char* what, int peer_device,
+                           int ring_step) {
+  const int prev = (rank + n - 1) % n;
+  return absl::Status(status.code(),
+                      absl::StrCat("rank ", rank, " (device ", device, ") ", TimedKindName(kind),
+                                   " #", op_id, " ", what, " rank ", prev, " (device ", peer_device,
+                                   ") at ring step ", ring_step, ": ", status.message()));
 }
 
 absl::Status CheckSegment(const SegmentPayload& m, uint64_t op_id, ring::TimedKind kind,
@@ -223,12 +246,9 @@ absl::Status RingMachine::OnReceive(const MessageTiming& timing, const SegmentPa
     RP_RETURN_IF_ERROR(Check(payload, p, k, g.size));
   }
   if (g.size > 0 && lane_ == nullptr) {
-    if (p.reduce) {
-      RP_RETURN_IF_ERROR(DecodeAdd(spec_.codec, p.add + g.begin, payload.data(), g.size,
-                                   p.dst + (g.begin - p.dst_offset), g.begin));
-    } else {
-      Decode(spec_.codec, payload.data(), g.size, p.dst + g.begin);
-    }
+    RP_RETURN_IF_ERROR(DecodeSegment(spec_.codec, p.reduce ? p.add + g.begin : nullptr,
+                                     payload.data(), g.size,
+                                     p.dst + (g.begin - (p.reduce ? p.dst_offset : 0)), g.begin));
   }
   ring::RingTimer::Post next;
   if (timer_.OnReceive(timing.arrival, timing.ready, &next)) {

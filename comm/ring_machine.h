@@ -129,6 +129,21 @@ class SegmentPool {
                                         uint64_t count, Codec codec, int32_t step, int32_t chunk,
                                         int32_t segment, size_t elems);
 
+// A segment's wire bytes from src[0, n): encoded in `codec` (with error feedback through
+// residual[0, n) when `residual` is set; FP32 is a copy), then, with `adopt`, decoded into
+// adopt[0, n) (a lossy owner keeps what it sent). `first`: the segment's offset, named by errors.
+[[nodiscard]] absl::Status EncodeSegment(Codec codec, const float* src, size_t n, float* residual,
+                                         std::byte* wire, uint64_t first, float* adopt);
+// A received segment's bytes into dst[0, n): decoded, or with `add` set, decoded and added to
+// add[0, n) (OutOfRange on a sum that is not finite).
+[[nodiscard]] absl::Status DecodeSegment(Codec codec, const float* add, const std::byte* wire,
+                                         size_t n, float* dst, uint64_t first);
+// The error of a ring collective's rank (what a driver reports): "rank R (device D) <kind> #<op>
+// <what> rank <prev> (device P) at ring step S: <status>".
+[[nodiscard]] absl::Status RingRankError(const absl::Status& status, int rank, int n, int device,
+                                         ring::TimedKind kind, uint64_t op_id, const char* what,
+                                         int peer_device, int ring_step);
+
 // `p` as a ring segment, or nullptr if it is something else (a cheap exact-type check).
 inline const SegmentPayload* AsSegment(const FabricPayload* p) {
   return p != nullptr && typeid(*p) == typeid(SegmentPayload) ? static_cast<const SegmentPayload*>(p)
