@@ -1,10 +1,6 @@
 #include "schedule/workload_cost.h"
 
-
 #include <algorithm>
-#include <functional>
-#include <memory>
-#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "comm/ring_timing.h"
@@ -18,108 +14,6 @@ constexpr double kMaxOpNanos = 1e15;
 
 // Layers of model stage k when `layers` are balanced over `stages` (the first layers % stages get one more).
 int BalancedLayers(int layers, int stages, int k) { return layers / stages + (k < layers % stages ? 1 : 0); }
-
-// What a stage keeps for `rows` rows of micro-batch `key`: after its forward, and after a Bi of a
-// zero output gradient (what a split backward keeps until W). A W then frees the key, so a stage
-// holds one measurement's rows at a time.
-struct Kept {
-  int64_t after_forward = 0, after_input_grad = 0;
-};
-absl::StatusOr<Kept> MeasureKept(MlpStage& stage, int key, int64_t rows) {
-  const TpAllReduceFn identity = [](std::span<float>) { return absl::OkStatus(); };
-  const int64_t before = stage.activation_bytes();
-  Tensor x(rows, stage.input_dim());
-  RP_RETURN_IF_ERROR(stage.Forward(key, x, identity).status());
-  Kept k{.after_forward = stage.activation_bytes() - before};
-  const Tensor dy(rows, stage.output_dim());
-  RP_RETURN_IF_ERROR(stage.BackwardInput(key, dy, identity).status());
-  k.after_input_grad = stage.activation_bytes() - before;
-  RP_RETURN_IF_ERROR(stage.BackwardWeight(key));
-  return k;
-}
-
-// Bytes a·T + b·kept(T) (see StoredBytes), one (a, b) per Kept field.
-struct KeptForm {
-  int64_t a[2] = {0, 0}, b[2] = {0, 0};
-  Kept At(int64_t t, int64_t kept) const {
-    return {.after_forward = a[0] * t + b[0] * kept, .after_input_grad = a[1] * t + b[1] * kept};
-  }
-};
-bool operator==(const Kept& x, const Kept& y) {
-  return x.after_forward == y.after_forward && x.after_input_grad == y.after_input_grad;
-}
-
-// A stage's stored bytes for a micro-batch of `rows` rows, from a few measurements of at most 3
-// rows. Its input rows are all equal (zeros), so every token takes the same top-k experts and each
-// of those experts keeps min(T, capacity(T)) of its T tokens: a stage keeps a·T + b·kept(T) bytes,
-// with kept(T) = top_k · min(T, capacity(T)) (0 without MoE blocks) — per-token tensors, and per
-// kept (token, slot) the experts' rows.
-// - kept proportional to T up to the micro-batch (no MoE block, or a capacity that does not drop
-//   there): T = 1 gives the slope, checked at T = 2.
-// - a capacity that drops: a and b are solved from T = 1 and 2 on `make_probe`'s stage, which
-//   differs only in a capacity factor of E / (4k) that keeps one row per expert for 1 to 4 rows
-//   (kept(2) = kept(1)): the slots' bytes do not depend on the factor, only their count does. The
-//   form is checked on the probe at T = 3 and on the stage itself at T = 1 and 3.
-// A stage that does not fit, or a micro-batch of at most 3 rows, is measured whole. `probe_rows`
-// adds the rows passed through the model.
-// (Measuring every stage whole ran a forward and a Bi of the whole micro-batch through the real
-// model before every run and prediction: minutes for a 4096-wide MoE block and 8 576 rows. Fitting
-// on the stage itself needed a count at which its capacity drops, about 1 / (1 − C·k/E): 100 rows
-// at C·k/E = 0.99, which took the config fuzzer past its 10 s limit on a 1024-wide block, and
-// 10 000 rows at 0.9999.)
-absl::StatusOr<Kept> StoredBytes(MlpStage& stage, const MlpConfig& mlp, int64_t rows,
-                                 const std::function<absl::StatusOr<std::unique_ptr<MlpStage>>(const MlpConfig&)>&
-                                     make_probe,
-                                 int64_t& probe_rows) {
-  const bool moe = std::any_of(stage.layers().begin(), stage.layers().end(),
-                               [](const MlpStage::LayerInfo& l) { return l.kind == ShardKind::kMoe; });
-  auto kept_with = [&](double capacity_factor, int64_t t) -> int64_t {
-    if (!moe) return 0;
-    const int64_t cap = ExpertCapacity(capacity_factor, mlp.moe.top_k, t, mlp.moe.experts);
-    return static_cast<int64_t>(mlp.moe.top_k) * (cap < 0 ? t : std::min(t, cap));
-  };
-  auto kept = [&](int64_t t) { return kept_with(mlp.moe.capacity_factor, t); };
-  int key = 0;
-  auto measure = [&](MlpStage& s, int64_t t) {
-    probe_rows += t;
-    return MeasureKept(s, key++, t);
-  };
-  if (rows <= 3) return measure(stage, rows);
-  RP_ASSIGN_OR_RETURN(const Kept one, measure(stage, 1));
-  // T − ⌈(C·k/E)·T⌉ grows with T, so if the micro-batch's count is proportional every smaller one is.
-  if (kept(rows) == rows * kept(1)) {
-    RP_ASSIGN_OR_RETURN(const Kept two, measure(stage, 2));
-    const KeptForm slope{.a = {one.after_forward, one.after_input_grad}};
-    if (two == slope.At(2, 0)) return slope.At(rows, 0);
-    return measure(stage, rows);
-  }
-  MlpConfig probe_mlp = mlp;
-  probe_mlp.moe.capacity_factor = static_cast<double>(mlp.moe.experts) / (4.0 * mlp.moe.top_k);
-  auto probe_kept = [&](int64_t t) { return kept_with(probe_mlp.moe.capacity_factor, t); };
-  const int64_t k1 = probe_kept(1), det = probe_kept(2) - 2 * k1;  // = −top_k
-  RP_ASSIGN_OR_RETURN(const std::unique_ptr<MlpStage> probe, make_probe(probe_mlp));
-  RP_ASSIGN_OR_RETURN(const Kept p1, measure(*probe, 1));
-  RP_ASSIGN_OR_RETURN(const Kept p2, measure(*probe, 2));
-  KeptForm form;
-  bool fits = true;
-  for (int f = 0; f < 2 && fits; ++f) {
-    const int64_t m1 = f == 0 ? p1.after_forward : p1.after_input_grad;
-    const int64_t m2 = f == 0 ? p2.after_forward : p2.after_input_grad;
-    fits = (m2 - 2 * m1) % det == 0;  // m2 − 2·m1 = b·(kept(2) − 2·kept(1))
-    form.b[f] = fits ? (m2 - 2 * m1) / det : 0;
-    form.a[f] = m1 - form.b[f] * k1;
-  }
-  if (fits) {
-    RP_ASSIGN_OR_RETURN(const Kept p3, measure(*probe, 3));
-    RP_ASSIGN_OR_RETURN(const Kept three, measure(stage, 3));
-    const Kept whole = form.At(rows, kept(rows));
-    if (p3 == form.At(3, probe_kept(3)) && one == form.At(1, kept(1)) && three == form.At(3, kept(3)) &&
-        whole.after_forward >= 0 && whole.after_input_grad >= 0) {
-      return whole;
-    }
-  }
-  return measure(stage, rows);
-}
 
 }  // namespace
 
@@ -260,21 +154,22 @@ absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& mlp, int pp, int
   std::vector<uint64_t> grads(static_cast<size_t>(pp), 0);
   const uint64_t rows = static_cast<uint64_t>(microbatch_size);
   for (int k = 0; k < k_stages; ++k) {
-    RP_ASSIGN_OR_RETURN(auto stage, MlpStage::Create(mlp, part, k, /*tp_rank=*/0));
+    RP_ASSIGN_OR_RETURN(const std::vector<MlpStage::LayerInfo> layers, StageLayers(mlp, part, k));
     const int rank = k % pp;
-    grads[static_cast<size_t>(rank)] += stage->params().size() * sizeof(float);
-    b.stage_gradient.push_back(stage->params().size() * sizeof(float));
-    auto make_probe = [&](const MlpConfig& probe) { return MlpStage::Create(probe, part, k, /*tp_rank=*/0); };
-    RP_ASSIGN_OR_RETURN(const Kept kept, StoredBytes(*stage, mlp, microbatch_size, make_probe, b.probe_rows));
+    const auto gradient = static_cast<uint64_t>(layers.back().end_offset) * sizeof(float);
+    grads[static_cast<size_t>(rank)] += gradient;
+    b.stage_gradient.push_back(gradient);
+    const StoredActivationBytes kept = StageStoredBytes(layers, mlp, microbatch_size);
     const auto after_forward = static_cast<uint64_t>(kept.after_forward);
     b.stored[static_cast<size_t>(rank)] += after_forward;
     b.stage_stored.push_back({.after_forward = after_forward,
                               .after_input_grad = static_cast<uint64_t>(kept.after_input_grad)});
-    const uint64_t out = k + 1 < k_stages ? rows * stage->output_dim() * sizeof(float) : 0;
+    const uint64_t out =
+        k + 1 < k_stages ? rows * static_cast<uint64_t>(mlp.out_dim(part.end_layer(k) - 1)) * sizeof(float) : 0;
     b.stage_output.push_back(out);
     b.activation_message = std::max(b.activation_message, out);
     uint64_t fwd = 0, bwd = 0;
-    for (const MlpStage::LayerInfo& l : stage->layers()) {
+    for (const MlpStage::LayerInfo& l : layers) {
       if (l.kind == ShardKind::kRowParallel) fwd += rows * static_cast<uint64_t>(l.out) * sizeof(float);
       if (l.kind == ShardKind::kColumnParallel && l.layer > 0) {
         bwd += rows * static_cast<uint64_t>(l.in) * sizeof(float);

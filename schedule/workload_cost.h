@@ -65,9 +65,6 @@ struct WorkloadBytes {
   std::vector<std::array<uint64_t, 2>> stage_tp;
   std::vector<uint64_t> stage_gradient;
   std::vector<StageStored> stage_stored;  // stored activations of one micro-batch of stage k
-  // Rows passed through the model to measure stage_stored (a few per stage, not the micro-batch's,
-  // unless a stage's bytes do not fit the form a·T + b·kept(T) the measurements assume).
-  int64_t probe_rows = 0;
 };
 
 // Places a cost model's per-model-stage entries (CostModel::model_stages, stage_stored) on
@@ -93,9 +90,9 @@ absl::StatusOr<TransformerCost> CostOfTransformer(const TransformerModel& model,
 
 // The real MLP's sizes: model stage k = chunk · pp + rank (as the generators place chunks),
 // `layers_per_stage` as in PartitionMlp. A stage's stored bytes (after a forward of zeros, and after
-// a Bi of a zero gradient) are those of a whole micro-batch, fitted from passes of a few rows (a MoE
-// block's kept rows follow its capacity; workload_cost.cc) or, where the fit does not hold, measured
-// on the whole micro-batch. Errors: PartitionMlp's and MlpStage's.
+// a Bi of a zero gradient) are those of a whole micro-batch (StageStoredBytes, runtime/model/mlp.h).
+// Builds no stage and allocates nothing proportional to the model. Errors: PartitionMlp's and
+// StageLayers'.
 absl::StatusOr<WorkloadBytes> MlpWorkloadBytes(const MlpConfig& model, int pp, int virtual_stages, int tp,
                                                const std::vector<int>& layers_per_stage, int microbatch_size);
 

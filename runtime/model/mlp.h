@@ -323,6 +323,28 @@ class MlpStage {
 [[nodiscard]] absl::StatusOr<std::vector<MlpStage::LayerInfo>> StageLayers(
     const MlpConfig& config, const ModelPartition& partition, int stage, int ep_rank = 0);
 
+// The activation bytes one micro-batch of `rows` equal rows (a forward of zeros, a BackwardInput of
+// a zero gradient) keeps on a stage of `layers` (StageLayers; one shard, ep == 1): what
+// MlpStage::activation_bytes() grows by after its forward, and after its BackwardInput (pure; the
+// predictor's memory model — tests check it against real stages, every layer kind, TP shards and
+// capacities that drop). Equal rows take the same top-k experts of a MoE block, and each of those
+// keeps min(rows, ExpertCapacity(rows)) of them: K kept (token, slot)s.
+//   dense layer (this shard's in x out):  forward  rows·(in + out if it has an activation)
+//                                          (its input, and the pre-activation)
+//                                          after Bi rows·(in + out) (its input, the output gradient)
+//   MoE block (width d, E experts, expert hidden h): both rows·(d + E) + K·(2d + 2h)
+//     (forward: the input and router probabilities, each kept slot's input, pre-activation,
+//      activation and output; after Bi: the input and router logits' gradient, each kept slot's
+//      input, activation, output gradient and pre-activation gradient)
+// Computing it builds no stage: MlpWorkloadBytes prices layouts of a 1 GiB model without
+// allocating one.
+struct StoredActivationBytes {
+  int64_t after_forward = 0;
+  int64_t after_input_grad = 0;
+};
+StoredActivationBytes StageStoredBytes(std::span<const MlpStage::LayerInfo> layers, const MlpConfig& config,
+                                       int64_t rows);
+
 // A pass of a stage as modeled time sees it: the layers it computes, in order, and the exchanges
 // between them (TP all-reduces, EP all-to-alls) — the order in which MlpStage's passes reach their
 // exchange points and call LayerGradsDoneFn (tests check it). The executor and the predictor give

@@ -306,6 +306,27 @@ absl::StatusOr<std::vector<MlpStage::LayerInfo>> StageLayers(const MlpConfig& co
   return layers;
 }
 
+StoredActivationBytes StageStoredBytes(std::span<const MlpStage::LayerInfo> layers, const MlpConfig& config,
+                                       int64_t rows) {
+  constexpr int64_t kFloat = sizeof(float);
+  StoredActivationBytes b;
+  for (const MlpStage::LayerInfo& info : layers) {
+    if (info.kind == ShardKind::kMoe) {
+      const MoeConfig& moe = config.moe;
+      const int64_t cap = ExpertCapacity(moe.capacity_factor, moe.top_k, rows, moe.experts);
+      const int64_t kept = int64_t{moe.top_k} * (cap < 0 ? rows : std::min(rows, cap));
+      const int64_t d = info.in, h = moe.expert_hidden;
+      const int64_t both = kFloat * (rows * (d + moe.experts) + kept * (2 * d + 2 * h));
+      b.after_forward += both;
+      b.after_input_grad += both;
+      continue;
+    }
+    b.after_forward += kFloat * rows * (info.in + (info.activation ? info.out : 0));
+    b.after_input_grad += kFloat * rows * (info.in + info.out);
+  }
+  return b;
+}
+
 // Shards, offsets, initial weights, MoE blocks and gradient groups of the stage's layers.
 absl::Status MlpStage::LayOut(const MlpConfig& config, const ModelPartition& partition) {
   RP_ASSIGN_OR_RETURN(layers_, StageLayers(config, partition, stage_, ep_rank_));
