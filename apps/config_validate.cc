@@ -28,8 +28,11 @@ using budget::kMaxOpNs;
 using budget::ModeledSizes;
 using budget::OpsFitTheWatchdog;
 
-// Sizes that bound what BuildPlan allocates (see there).
+// Sizes that bound what BuildPlan allocates (see there). A run allocates the real model (1 GiB of
+// fp32 at most); a prediction only counts it (StageLayers, StageStoredBytes), bounded by the
+// budgets' messages and times and, for the sizes' integer arithmetic, by 2^40 floats.
 constexpr double kMaxModelFloats = double{1 << 28};
+constexpr double kMaxPredictedFloats = double{int64_t{1} << 40};
 constexpr int64_t kMaxProgramSlots = int64_t{1} << 22;
 // Largest DDP bucket cap (1 TiB): one bucket per chunk for any model.
 constexpr double kMaxBucketMb = double{1 << 20};
@@ -247,25 +250,25 @@ absl::Status CheckModelPartition(const RunConfig& cfg) {
   return absl::OkStatus();
 }
 
-// The real MLP's sizes, bounded where they are allocated: by `run`, and by `predict` under the fixed
-// cost model (its message sizes are measured on the real MLP).
-absl::Status CheckRealModel(const RunConfig& cfg) {
+// The real MLP's sizes: `run` allocates its weights and a micro-batch's activations; `predict` under
+// the fixed cost model sizes its messages from them.
+absl::Status CheckRealModel(const RunConfig& cfg, bool for_run) {
   const MlpConfig mlp = cfg.Mlp();
-  // BuildPlan allocates the model's weights and one micro-batch's activations to size the messages:
-  // bound both (counted in double: the product of huge widths overflows int64).
+  // Counted in double: the product of huge widths overflows int64.
   double weights = 0, widest = mlp.input_dim;
   for (int l = 0; l < mlp.num_layers(); ++l) {
     weights += static_cast<double>(mlp.in_dim(l)) * mlp.out_dim(l);
     widest = std::max<double>(widest, mlp.out_dim(l));
   }
-  if (weights > kMaxModelFloats) {
-    return FieldError("hidden", absl::StrFormat("the model has %.0f weights; at most %.0f (1 GiB of fp32)", weights,
-                                                kMaxModelFloats));
+  const double most = for_run ? kMaxModelFloats : kMaxPredictedFloats;
+  const char* what = for_run ? "1 GiB of fp32" : "4 TiB of fp32";
+  if (weights > most) {
+    return FieldError("hidden", absl::StrFormat("the model has %.0f weights; at most %.0f (%s)", weights, most, what));
   }
-  if (widest * cfg.microbatch_size > kMaxModelFloats) {
+  if (widest * cfg.microbatch_size > most) {
     return FieldError("microbatch_size",
-                      absl::StrFormat("%d rows x the widest layer (%.0f) = %.0f activations; at most %.0f (1 GiB of fp32)",
-                                      cfg.microbatch_size, widest, widest * cfg.microbatch_size, kMaxModelFloats));
+                      absl::StrFormat("%d rows x the widest layer (%.0f) = %.0f activations; at most %.0f (%s)",
+                                      cfg.microbatch_size, widest, widest * cfg.microbatch_size, most, what));
   }
   if (cfg.train_size < cfg.microbatch_size) {
     return FieldError("train_size", absl::StrCat(cfg.train_size, " is smaller than one micro-batch (",
@@ -330,7 +333,7 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   RP_RETURN_IF_ERROR(CheckTimeBudget(cfg, links, op_ns, time_field, sizes));
   // The real model: needed by `run`, and by `predict` in the fixed cost model (message sizes).
   RP_RETURN_IF_ERROR(CheckModelPartition(cfg));
-  if (for_run || cfg.cost_model == CostModelKind::kFixed) RP_RETURN_IF_ERROR(CheckRealModel(cfg));
+  if (for_run || cfg.cost_model == CostModelKind::kFixed) RP_RETURN_IF_ERROR(CheckRealModel(cfg, for_run));
   for (const ConfigField& f : Fields()) {
     if (f.grammar != Grammar::kString) continue;
     const nlohmann::json v = f.get(cfg);

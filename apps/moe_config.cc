@@ -16,9 +16,10 @@
 namespace rp::apps {
 namespace {
 
-// Bounds shared with config_validate.cc's budgets: model weights (1 GiB of fp32) and modeled
-// messages per device per step.
+// Bounds shared with config_validate.cc's budgets: model weights (1 GiB of fp32 for a run, which
+// allocates them; 4 TiB for a prediction, which counts them) and modeled messages per device per step.
 constexpr double kMaxModelFloats = double{1 << 28};
+constexpr double kMaxPredictedFloats = double{int64_t{1} << 40};
 constexpr double kMaxMessagesPerDeviceStep = double{1 << 22};
 constexpr uint64_t kMaxRowBytes = uint64_t{1} << 30;
 // Kept-slot counts of a step's routing (schedule::StepRouting: per MoE block, DP replica,
@@ -172,9 +173,10 @@ absl::Status CheckMoe(const RunConfig& cfg, bool for_run) {
       const double width = cfg.hidden[static_cast<size_t>(layer - 1)];
       expert_weights += static_cast<double>(cfg.experts) * (2 * width * cfg.expert_hidden + cfg.expert_hidden + width + width);
     }
-    if (expert_weights > kMaxModelFloats) {
-      return FieldError("experts", absl::StrFormat("the MoE blocks hold %.0f weights; at most %.0f (1 GiB of fp32)",
-                                                   expert_weights, kMaxModelFloats));
+    const double most = for_run ? kMaxModelFloats : kMaxPredictedFloats;
+    if (expert_weights > most) {
+      return FieldError("experts", absl::StrFormat("the MoE blocks hold %.0f weights; at most %.0f (%s of fp32)",
+                                                   expert_weights, most, for_run ? "1 GiB" : "4 TiB"));
     }
     // A run records every replica's routing; a prediction builds (balanced) routing only for EP
     // exchanges, and at best for one EP group (CheckPredictable checks the replicas it plays).

@@ -82,6 +82,31 @@ TEST(PredictCommand, SixteenThousandDevicesPredictWithoutEmulating) {
   fs::remove_all(dir);
 }
 
+// `predict` counts the real MLP, it does not build it: a model past `run`'s bound (2^28 weights, 1 GiB,
+// which a run allocates) is predicted, its gradient all-reduces sized by every weight — a replica's
+// ring of 4 sends 2 · 3/4 of its 4-byte gradients — while `run` refuses it naming the field.
+TEST(PredictCommand, PredictsAModelTooLargeToRun) {
+  const fs::path dir = TempDir("large_model");
+  const fs::path report = dir / "report.json";
+  const std::string layout = "--input_dim=16 --hidden=8192x8 --classes=10 --dp=4 --pp=4 --tp=1";
+  const Result r = RunBinary("predict " + layout + " --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = ReadJson(report);
+  const double weights = 16.0 * 8192 + 8192 + 7 * (8192.0 * 8192 + 8192) + 8192.0 * 10 + 10;  // 470 040 586
+  ASSERT_GT(weights, double{1 << 28});
+  double dp_bytes = 0;
+  for (const json& d : j["devices"]) {
+    if (d["dp"] == 0) dp_bytes += d["predicted"]["modeled_dp_bytes"].get<double>();
+  }
+  EXPECT_NEAR(dp_bytes, 2 * 0.75 * 4 * weights, 1e-6 * dp_bytes);
+  const Result refused = RunBinary("run " + layout, dir);
+  EXPECT_EQ(refused.exit_code, kExitBadInput);
+  EXPECT_NE(refused.err.find("--hidden: the model has 469975040 weights; at most 268435456 (1 GiB of fp32)"),
+            std::string::npos)
+      << refused.err;
+  fs::remove_all(dir);
+}
+
 // The setup's gradients line names the all-reduce only where one runs: a group of one member (dp 1,
 // one direction) all-reduces nothing — the report's wire bytes say so too — while DualPipe's
 // mirror all-reduce averages its two copies even at dp 1, and EP's expert buckets use dp / ep.
