@@ -321,8 +321,9 @@ StoredActivationBytes StageStoredBytes(std::span<const MlpStage::LayerInfo> laye
       b.after_input_grad += both;
       continue;
     }
-    b.after_forward += kFloat * rows * (info.in + (info.activation ? info.out : 0));
-    b.after_input_grad += kFloat * rows * (info.in + info.out);
+    const int64_t in = info.in, out = info.out;  // each up to 2^31 − 1: summed in int64
+    b.after_forward += kFloat * rows * (in + (info.activation ? out : 0));
+    b.after_input_grad += kFloat * rows * (in + out);
   }
   return b;
 }
