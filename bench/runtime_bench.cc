@@ -1,5 +1,5 @@
 // Benchmarks of the emulated machine (runtime/): wait precision, tracing cost, cluster start/stop,
-// and one model kernel path (a MoE stage's pass against its expert count).
+// and model kernel paths (a MoE stage's pass against its expert count; the ways of dx = dy · wᵀ).
 //
 // Wait lateness — methodology (also in docs/runtime.md, "Measuring wait lateness"):
 //   BM_WaitLateness/devices/wait_us: `devices` threads wait at once, as device threads of an
@@ -47,6 +47,7 @@
 #include "benchmark/benchmark.h"
 #include "runtime/device.h"
 #include "runtime/lateness.h"
+#include "runtime/model/kernels.h"
 #include "runtime/model/mlp.h"
 #include "runtime/real_clock.h"
 #include "runtime/tracer.h"
@@ -305,6 +306,30 @@ BENCHMARK(BM_MoeStagePass)
     ->Range(256, 16384)
     ->Complexity(benchmark::oN)
     ->Unit(benchmark::kMillisecond);
+
+// dx = dy · wᵀ (MatMulTransposedB, a dense layer's backward input gradient) for n rows of dy and a
+// k × m w, each way it can take (way 1: 8 × 8 tiles of w transposed in registers; 2: w transposed
+// whole, then MatMul's register blocks; 0: kAuto's choice). Compare ways within one run: the
+// ratio tiles / transpose-w says where kAuto should switch (kernels.h).
+void BM_MatMulTransposedB(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
+  const auto way = static_cast<TransposedBWay>(state.range(3));
+  Tensor dy(n, m), w(k, m), dx(n, k), scratch;
+  for (int64_t i = 0; i < dy.size(); ++i) dy.data()[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  for (int64_t i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>((i * 13) % 97) / 97.0f - 0.5f;
+  for (auto _ : state) {
+    if (absl::Status st = MatMulTransposedB(dy, w, dx, &scratch, way); !st.ok()) {
+      return state.SkipWithError(std::string(st.message()).c_str());
+    }
+    benchmark::DoNotOptimize(dx.data());
+  }
+  state.counters["gproducts_per_s"] = benchmark::Counter(static_cast<double>(n * k * m) * 1e-9,
+                                                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_MatMulTransposedB)
+    ->ArgNames({"n", "k", "m", "way"})
+    ->ArgsProduct({{1, 16, 64, 128, 256}, {64, 1024}, {64, 1024}, {0, 1, 2}})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace rp

@@ -29,6 +29,10 @@ inline void Axpy(float a, const float* __restrict x, float* __restrict y, int64_
 
 constexpr int64_t kRowBlock = 4;    // rows that share one pass over a weight row (stays in L1)
 constexpr int64_t kColTile = 128;   // output columns per tile (MatMul)
+// MatMulTransposedB's kAuto (kernels.h): tiles below this many rows of dy, or from this many values
+// of w on.
+constexpr int64_t kTransposeWRows = 64;
+constexpr int64_t kTilesFromValues = int64_t{1} << 18;
 
 #if RP_KERNELS_AVX2
 // AVX2 register-blocked versions of MatMul's and MatMulTransposedAAccumulate's loops, chosen at
@@ -102,6 +106,79 @@ __attribute__((target("avx2"))) void MatMulsAvx2(const float* a, int64_t rows, i
   }
   for (; j < rows; ++j) RowsAvx2<1, kAccumulate>(a + j * a_row, a_row, a_col, b, m, out + j * m, T);
 }
+
+// dx (n × k) = dy (n × m) · wᵀ (w: k × m) without transposing w as a whole: for each block of 8
+// rows of w (8 output columns of dx) and 8 reduction indices t, the 8 × 8 tile of w is transposed in
+// registers, and every row of dy adds its 8 products to its 8 outputs in increasing t, 4 rows at a
+// time (4 independent chains); the running sums wait in dx between tiles (a float stored and
+// reloaded is the same float). Each output element gets exactly the serial loop's operations in its
+// order: 0 + p0 + p1 + ... (a separate multiply and add, no FMA). Used while the rows are few against
+// w's (TransposedBByTiles below): transposing w whole costs k·m copies for n·k·m products.
+__attribute__((target("avx2"))) inline void Transpose8x8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// Rows r0..r0+R of dx, columns i0..i0+8: adds the products of reduction indices t0..t0+U (U ≤ 8,
+// tile[u] = w[i0..i0+8][t0 + u]) in increasing t.
+template <int R>
+__attribute__((target("avx2"))) inline void AddTileAvx2(const __m256 tile[8], int U, const float* dy, int64_t m,
+                                                        int64_t t0, float* dx, int64_t k, int64_t i0) {
+  __m256 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm256_loadu_ps(dx + j * k + i0);
+  for (int u = 0; u < U; ++u) {
+    for (int j = 0; j < R; ++j) {
+      const __m256 s = _mm256_broadcast_ss(dy + j * m + t0 + u);
+      acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(s, tile[u]));
+    }
+  }
+  for (int j = 0; j < R; ++j) _mm256_storeu_ps(dx + j * k + i0, acc[j]);
+}
+
+__attribute__((target("avx2"))) void TransposedBByTiles(const float* dy, int64_t n, int64_t m, const float* w,
+                                                        int64_t k, float* dx) {
+  int64_t i0 = 0;
+  for (; i0 + 8 <= k; i0 += 8) {
+    for (int64_t r = 0; r < n; ++r) _mm256_storeu_ps(dx + r * k + i0, _mm256_setzero_ps());
+    for (int64_t t0 = 0; t0 < m; t0 += 8) {
+      const int U = static_cast<int>(std::min<int64_t>(8, m - t0));
+      __m256 tile[8];
+      if (U == 8) {
+        for (int l = 0; l < 8; ++l) tile[l] = _mm256_loadu_ps(w + (i0 + l) * m + t0);
+        Transpose8x8(tile);
+      } else {
+        for (int u = 0; u < U; ++u) {
+          const float* c = w + i0 * m + t0 + u;
+          tile[u] = _mm256_setr_ps(c[0], c[m], c[2 * m], c[3 * m], c[4 * m], c[5 * m], c[6 * m], c[7 * m]);
+        }
+      }
+      int64_t r = 0;
+      for (; r + 4 <= n; r += 4) AddTileAvx2<4>(tile, U, dy + r * m, m, t0, dx + r * k, k, i0);
+      for (; r < n; ++r) AddTileAvx2<1>(tile, U, dy + r * m, m, t0, dx + r * k, k, i0);
+    }
+  }
+  for (; i0 < k; ++i0) {  // the last k % 8 columns: the serial loop
+    for (int64_t r = 0; r < n; ++r) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t < m; ++t) acc += dy[r * m + t] * w[i0 * m + t];
+      dx[r * k + i0] = acc;
+    }
+  }
+}
 #endif
 
 }  // namespace
@@ -138,13 +215,23 @@ absl::Status MatMul(ConstMatrixView x, ConstMatrixView w, MatrixView y) {
 }
 
 absl::Status MatMulTransposedB(ConstMatrixView dy, ConstMatrixView w, MatrixView dx,
-                               Tensor* scratch) {
+                               Tensor* scratch, TransposedBWay way) {
   if (dy.cols != w.cols || dx.rows != dy.rows || dx.cols != w.rows) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "MatMulTransposedB: dy %s · (w %s)ᵀ does not give dx %s", Shape(dy.rows, dy.cols),
         Shape(w.rows, w.cols), Shape(dx.rows, dx.cols)));
   }
   if (scratch == nullptr) return absl::InvalidArgumentError("MatMulTransposedB: scratch is null");
+#if RP_KERNELS_AVX2
+  if (way == TransposedBWay::kAuto) {
+    way = dy.rows < kTransposeWRows || w.rows * w.cols >= kTilesFromValues ? TransposedBWay::kTiles
+                                                                           : TransposedBWay::kTransposeW;
+  }
+  if (way == TransposedBWay::kTiles && HaveAvx2()) {
+    TransposedBByTiles(dy.data, dy.rows, dy.cols, w.data, w.rows, dx.data);
+    return absl::OkStatus();
+  }
+#endif
   if (scratch->rows() != w.cols || scratch->cols() != w.rows) {
     // Reshaped in place: TP's column- and row-parallel layers alternate two shapes, and the
     // storage keeps the larger one's capacity (every element is written below).

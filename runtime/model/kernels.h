@@ -49,10 +49,19 @@ namespace rp {
 // y = x · w.  x: n×k, w: k×m, y: n×m (overwritten).
 [[nodiscard]] absl::Status MatMul(ConstMatrixView x, ConstMatrixView w, MatrixView y);
 
-// dx = dy · wᵀ.  dy: n×m, w: k×m, dx: n×k (overwritten). `scratch` receives wᵀ (resized as needed;
-// reuse it across calls to avoid allocations). Same reduction order as MatMul over m.
+// dx = dy · wᵀ.  dy: n×m, w: k×m, dx: n×k (overwritten). Same reduction order as MatMul over m, and
+// the same bits whichever way it takes:
+//   kTransposeW  w transposed whole into `scratch` (resized as needed; reuse it across calls to
+//                avoid allocations), then MatMul's register blocks — worth it when dy has many rows;
+//   kTiles       (AVX2 CPUs; elsewhere kTransposeW) w read in 8 × 8 tiles transposed in registers,
+//                no scratch — k·m copies saved, which dominate when dy has few rows against w's
+//                (a 16-row micro-batch through a 1024 × 1024 layer: about 6x faster);
+//   kAuto        kTiles below 64 rows of dy or for a w of 2^18 values or more (past L2, where the
+//                whole transpose misses the cache), else kTransposeW (bench/runtime_bench.cc
+//                BM_MatMulTransposedB).
+enum class TransposedBWay : uint8_t { kAuto, kTiles, kTransposeW };
 [[nodiscard]] absl::Status MatMulTransposedB(ConstMatrixView dy, ConstMatrixView w, MatrixView dx,
-                                             Tensor* scratch);
+                                             Tensor* scratch, TransposedBWay way = TransposedBWay::kAuto);
 
 // g += xᵀ · dy.  x: n×k, dy: n×m, g: k×m (accumulated; rows of x/dy in increasing order).
 [[nodiscard]] absl::Status MatMulTransposedAAccumulate(ConstMatrixView x, ConstMatrixView dy,

@@ -149,8 +149,8 @@ TEST(MatMulTransposedAAccumulate, MicroBatchAccumulationEqualsOneBigBatchBitwise
 // shapes that exercise every block size and remainder (rows % 4, columns % 16 and % 8).
 TEST(Kernels, MatMulsEqualThePlainSerialLoopBitwise) {
   uint32_t seed = 100;
-  for (int64_t n : {1, 3, 4, 5, 9, 32}) {
-    for (int64_t k : {1, 7, 33, 64}) {
+  for (int64_t n : {1, 3, 4, 5, 9, 32, 70}) {
+    for (int64_t k : {1, 7, 8, 33, 64}) {
       for (int64_t m : {1, 7, 8, 9, 16, 17, 40, 64}) {
         SCOPED_TRACE(absl::StrCat("n ", n, " k ", k, " m ", m));
         // Mixed magnitudes, so a different summation order would change the low bits.
@@ -183,6 +183,25 @@ TEST(Kernels, MatMulsEqualThePlainSerialLoopBitwise) {
           }
         }
         EXPECT_TRUE(SameBits(g.span(), gwant.span()));
+        // dx = dy · wᵀ (wt: k × m), each element over t = 0..m−1 in order, each way
+        // MatMulTransposedB can take (tiles of w, or w transposed whole).
+        Tensor wt = Random(k, m, ++seed, 0.01f), dxwant(n, k);
+        Tensor dy100 = Random(n, m, ++seed, 100.0f);
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t i = 0; i < k; ++i) {
+            float acc = 0.0f;
+            for (int64_t t = 0; t < m; ++t) {
+              const volatile float p = dy100.at(r, t) * wt.at(i, t);
+              acc += p;
+            }
+            dxwant.at(r, i) = acc;
+          }
+        }
+        for (TransposedBWay way : {TransposedBWay::kAuto, TransposedBWay::kTiles, TransposedBWay::kTransposeW}) {
+          Tensor dx(n, k), scratch;
+          ASSERT_TRUE(MatMulTransposedB(dy100, wt, dx, &scratch, way).ok());
+          EXPECT_TRUE(SameBits(dx.span(), dxwant.span())) << "way " << static_cast<int>(way);
+        }
       }
     }
   }
