@@ -107,13 +107,7 @@ __attribute__((target("avx2"))) void MatMulsAvx2(const float* a, int64_t rows, i
   for (; j < rows; ++j) RowsAvx2<1, kAccumulate>(a + j * a_row, a_row, a_col, b, m, out + j * m, T);
 }
 
-// dx (n × k) = dy (n × m) · wᵀ (w: k × m) without transposing w as a whole: for each block of 8
-// rows of w (8 output columns of dx) and 8 reduction indices t, the 8 × 8 tile of w is transposed in
-// registers, and every row of dy adds its 8 products to its 8 outputs in increasing t, 4 rows at a
-// time (4 independent chains); the running sums wait in dx between tiles (a float stored and
-// reloaded is the same float). Each output element gets exactly the serial loop's operations in its
-// order: 0 + p0 + p1 + ... (a separate multiply and add, no FMA). Used while the rows are few against
-// w's (TransposedBByTiles below): transposing w whole costs k·m copies for n·k·m products.
+// r[i][j] becomes r[j][i] (an 8 × 8 float tile, in registers).
 __attribute__((target("avx2"))) inline void Transpose8x8(__m256 r[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
@@ -149,6 +143,13 @@ __attribute__((target("avx2"))) inline void AddTileAvx2(const __m256 tile[8], in
   for (int j = 0; j < R; ++j) _mm256_storeu_ps(dx + j * k + i0, acc[j]);
 }
 
+// dx (n × k) = dy (n × m) · wᵀ (w: k × m) without transposing w as a whole: for each block of 8
+// rows of w (8 output columns of dx) and 8 reduction indices t, the 8 × 8 tile of w is transposed in
+// registers, and every row of dy adds its 8 products to its 8 outputs in increasing t, 4 rows at a
+// time (4 independent chains); the running sums wait in dx between tiles (a float stored and
+// reloaded is the same float). Each output element gets exactly the serial loop's operations in its
+// order: 0 + p0 + p1 + ... (a separate multiply and add, no FMA). Transposing w whole costs k·m
+// copies for n·k·m products: these tiles win while n is small or w is past L2 (kernels.h).
 __attribute__((target("avx2"))) void TransposedBByTiles(const float* dy, int64_t n, int64_t m, const float* w,
                                                         int64_t k, float* dx) {
   int64_t i0 = 0;
