@@ -95,7 +95,7 @@ double MicroBatchesInFlight(const RunConfig& cfg) {
 // device and micro-batch in flight; counting the one-device worst case on every device
 // overstated MoE runs ep-fold (1024 devices at ep 64 were refused at 32.9 GB).
 void AddExpertParts(const RunConfig& cfg, const MlpConfig& mlp, double per_replica, double states, double in_flight,
-                    MemoryEstimate& est) {
+                    double eval_copies, MemoryEstimate& est) {
   const double E = mlp.moe.experts, k = mlp.moe.top_k, h = mlp.moe.expert_hidden, ep = cfg.ep;
   const double tp = std::max(1, cfg.tp), T = cfg.microbatch_size;
   constexpr double kEvalRows = 512;
@@ -112,13 +112,13 @@ void AddExpertParts(const RunConfig& cfg, const MlpConfig& mlp, double per_repli
   const double copies = cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2 : 1;
   double experts = cfg.dp * copies * tp * shard * 4 * per_replica;
   if (cfg.reference) experts += tp * (ep * router + expert_floats) * 4 * (3 + states);
-  if (cfg.virtual_time) experts += ep * tp * shard * 4 * 2;
+  experts += eval_copies * ep * tp * shard * 4 * 2;  // the evaluation's copies (virtual clock)
   // Blame the factor furthest above its default (4 experts of hidden 64).
   est.parts.push_back({"experts", E / 4 >= h / 64 ? "experts" : "expert_hidden", experts});
   // The reference trainer runs one micro-batch of each EP group at a time, its replicas in lockstep.
   const double reference_stored = cfg.reference ? tp * ep * stored : 0;
   est.parts.push_back({"expert activations", "microbatch_size",
-                       (cfg.dp * tp * in_flight * stored + reference_stored + tp * ep * eval_stored) * 4 * 2});
+                       (cfg.dp * tp * in_flight * stored + reference_stored + std::max(1.0, eval_copies) * tp * ep * eval_stored) * 4 * 2});
 }
 
 // What a run keeps of every step until its end (schedule/step_book.cc; the median step, whose figures
@@ -182,9 +182,13 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   const bool moe = mlp.moe.enabled();
   const double ep_replicas = moe ? std::max(1, cfg.ep) : 1;
   if (cfg.reference) model += ep_replicas * weights * 4 * (3 + states);
-  // Virtual clock: the held-out evaluation's copy of replica 0 (weights + gradients), one per EP
-  // rank.
-  if (cfg.virtual_time) model += ep_replicas * weights * 4 * 2;
+  // Virtual clock: the held-out evaluation's copies of replica 0 (weights + gradients), one per EP
+  // rank, one per evaluation thread (schedule::EvaluationThreads; a real-clock run evaluates the
+  // devices' own shards).
+  const int64_t eval_samples = cfg.eval_samples > 0 ? std::min(cfg.eval_samples, cfg.test_size) : cfg.test_size;
+  const double eval_copies =
+      cfg.virtual_time ? schedule::EvaluationThreads(ep_replicas * weights * 4, eval_samples) : 0;
+  model += eval_copies * ep_replicas * weights * 4 * 2;
   est.parts.push_back({"model", cfg.dp > 64 ? "dp" : "hidden", model});
 
   const double in_flight = MicroBatchesInFlight(cfg);
@@ -193,7 +197,7 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
                              std::max(1, cfg.tp);
   est.parts.push_back({"activations", "microbatch_size", activations});
 
-  if (moe) AddExpertParts(cfg, mlp, per_replica, states, in_flight, est);
+  if (moe) AddExpertParts(cfg, mlp, per_replica, states, in_flight, eval_copies, est);
   AddRecordParts(cfg, mlp, est);
   est.parts.push_back({"devices", "dp", cfg.world_size() * (kPerDeviceBytes + kReportBytesPerDevice)});
   // glibc's malloc arenas (one per thread up to 8 per core), each with memory it keeps once freed

@@ -135,6 +135,9 @@ absl::Status Executor::Impl::Build() {
   if (o.steps < 1) return Invalid("steps", "must be >= 1");
   if (o.eval_every < 0) return Invalid("eval_every", "must be >= 0");
   if (o.eval_samples < 0) return Invalid("eval_samples", "must be >= 0");
+  if (o.eval_threads < 0 || o.eval_threads > 64) {
+    return Invalid("eval_threads", "must be in [0, 64]");
+  }
   if (!o.virtual_time && !(o.time_scale >= kMinRealTimeScale && std::isfinite(o.time_scale))) {
     // Below it modeled time (wall ÷ scale) overflows within days (runtime/real_clock.h).
     return Invalid("time_scale", absl::StrCat("must be finite and >= ", kMinRealTimeScale));

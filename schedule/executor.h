@@ -170,6 +170,9 @@ struct ExecutorOptions {
   // after the last). 0 = only after the last step.
   int eval_every = 1;
   int64_t eval_samples = 0;  // held-out samples evaluated (0 = the whole test split)
+  // Threads of a virtual-clock evaluation (0 = EvaluationThreads' choice; the figures do not
+  // depend on it). A real-clock run evaluates on one.
+  int eval_threads = 0;
   // Also train rp::ReferenceTrainer (single device, FP32) on the same data and report its loss per
   // step and the executor's difference from it (after the cluster run; not timed).
   bool run_reference = true;
@@ -381,5 +384,14 @@ PredictOptions PredictOptionsFor(const ExecutorOptions& options);
 
 // Per global rank, the product of the straggler factors `faults` names (empty if none).
 std::vector<double> StragglerFactors(const FaultPlan& faults, int world);
+
+// Threads a virtual-clock run's held-out evaluation uses: one per host core (at most 4), no more
+// than its 512-row batches of `samples`, and only as many as keep the extra copies of replica 0
+// (weights and gradients: 2 × `replica_weight_bytes` each, one per thread but the first) within
+// kMaxExtraEvaluationBytes. The batches are independent and their sums are taken in batch order,
+// so the figures do not depend on the count. A real-clock run evaluates on one thread (a thread
+// of its own would take host time from the deadlines).
+inline constexpr double kMaxExtraEvaluationBytes = 256.0 * (1 << 20);
+int EvaluationThreads(double replica_weight_bytes, int64_t samples);
 
 }  // namespace rp::schedule

@@ -83,22 +83,29 @@ class Executor::Impl {
   // Rank r's EP communicator counters so far: {real bytes, modeled bytes}.
   std::pair<uint64_t, uint64_t> EpBytes(int r) const;
   // Held-out evaluation of replica 0's model, at the boundary (the last step's; every step's on
-  // a real clock, where a thread of its own would steal the deadlines' host time).
+  // a real clock, where threads of its own would steal the deadlines' host time).
   absl::Status Evaluate(StepRecord& rec);
-  // The same over the shards shard(model stage, EP rank, TP rank). Reads only the shards, the
-  // data set and the plan.
-  absl::Status EvaluateModel(absl::FunctionRef<MlpStage*(int, int, int)> shard, double* accuracy,
-                             double* test_loss) const;
+  // The same over the shards shard(worker, model stage, EP rank, TP rank) on `workers` threads
+  // (the caller is worker 0; each worker reads only its own shards), the 512-row batches handed
+  // out in turn and their sums added in batch order: the figures of one thread, bit for bit.
+  // Reads only the shards, the data set and the plan.
+  absl::Status EvaluateModel(absl::FunctionRef<MlpStage*(int, int, int, int)> shard, int workers,
+                             double* accuracy, double* test_loss) const;
   // Replica 0's shard as its device holds it.
   MlpStage* RunnerShard(int k, int q, int t) const;
-  // Virtual clock: copies replica 0's weights into eval_shards and evaluates them on eval_thread
-  // while the next step trains, for records[record].
+  // Threads of a virtual-clock evaluation (EvaluationThreads; 1 on a real clock).
+  int EvaluationWorkers() const;
+  // Makes eval_sets[0, count) copies of replica 0's current weights (building the missing sets).
+  absl::Status CopyReplicaZero(int count);
+  // Virtual clock: copies replica 0's weights into eval_sets and evaluates them on eval_thread
+  // (and its helpers) while the next step trains, for records[record].
   absl::Status StartEvaluation(size_t record);
   // Waits for that evaluation (if one runs) and fills its record; its error, naming the step.
   // A step whose evaluation fails stays committed (its weights are fine): the run fails at the
   // boundary that joins it, the record's accuracy left NaN.
   absl::Status JoinEvaluation();
-  std::vector<std::vector<std::unique_ptr<MlpStage>>> eval_shards;  // [model stage][q · tp + t]
+  // Copies of replica 0 for the evaluation: [set][model stage][q · tp + t].
+  std::vector<std::vector<std::vector<std::unique_ptr<MlpStage>>>> eval_sets;
   size_t eval_record = 0;
   absl::Status eval_status;  // eval_thread's result; read after the join
   double eval_accuracy = 0, eval_loss = 0;

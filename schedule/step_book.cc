@@ -5,14 +5,17 @@
 // divergence and the metrics are computed on up to 4 threads (rp::ForSlices; the results do not
 // depend on the split), and on the virtual clock a step's held-out evaluation — all but the
 // last step's — runs on a thread of its own over a copy of replica 0's weights while the next
-// step trains (StartEvaluation; joined at the next boundary).
+// step trains (StartEvaluation; joined at the next boundary). On the virtual clock an evaluation
+// takes up to one thread per core (EvaluationThreads), each over its own copy.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -231,21 +234,62 @@ MlpStage* Executor::Impl::RunnerShard(int k, int q, int t) const {
       .get();
 }
 
-absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
-  return EvaluateModel([this](int k, int q, int t) { return RunnerShard(k, q, t); },
-                       &rec.accuracy, &rec.test_loss);
+namespace {
+constexpr int64_t kEvalRows = 512;  // rows per evaluation batch
+}  // namespace
+
+int EvaluationThreads(double replica_weight_bytes, int64_t samples) {
+  const int64_t batches = (std::max<int64_t>(samples, 0) + kEvalRows - 1) / kEvalRows;
+  const int64_t cores = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 4);
+  const int64_t by_memory =
+      replica_weight_bytes > 0
+          ? 1 + static_cast<int64_t>(kMaxExtraEvaluationBytes / (2 * replica_weight_bytes))
+          : cores;
+  return static_cast<int>(std::max<int64_t>(1, std::min({cores, batches, by_memory})));
 }
 
-absl::Status Executor::Impl::EvaluateModel(absl::FunctionRef<MlpStage*(int, int, int)> shard,
-                                           double* accuracy, double* test_loss) const {
+int Executor::Impl::EvaluationWorkers() const {
+  if (!o.virtual_time) return 1;
+  if (o.eval_threads > 0) return o.eval_threads;
+  double bytes = 0;
+  for (int k = 0; k < o.program.num_model_stages(); ++k) {
+    for (int q = 0; q < plan->ep(); ++q) {
+      for (int t = 0; t < plan->grid.shape().tp; ++t) {
+        bytes += static_cast<double>(std::as_const(*RunnerShard(k, q, t)).params().size()) * 4;
+      }
+    }
+  }
+  const int64_t samples = o.eval_samples > 0 ? std::min(o.eval_samples, data->size(Split::kTest))
+                                             : data->size(Split::kTest);
+  return EvaluationThreads(bytes, samples);
+}
+
+absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
+  // Worker 0 reads the devices' own shards (nothing trains meanwhile), the others copies.
+  const int workers = EvaluationWorkers();
+  RP_RETURN_IF_ERROR(CopyReplicaZero(workers - 1));
+  const int tp = plan->grid.shape().tp;
+  return EvaluateModel(
+      [this, tp](int w, int k, int q, int t) {
+        return w == 0 ? RunnerShard(k, q, t)
+                      : eval_sets[static_cast<size_t>(w - 1)][static_cast<size_t>(k)]
+                                 [static_cast<size_t>(q * tp + t)]
+                                     .get();
+      },
+      workers, &rec.accuracy, &rec.test_loss);
+}
+
+absl::Status Executor::Impl::EvaluateModel(absl::FunctionRef<MlpStage*(int, int, int, int)> shard,
+                                           int workers, double* accuracy,
+                                           double* test_loss) const {
   const int64_t total = o.eval_samples > 0 ? std::min(o.eval_samples, data->size(Split::kTest))
                                            : data->size(Split::kTest);
-  constexpr int64_t kEvalRows = 512;          // rows per evaluation batch
-  constexpr int kEvalMicroBatch = 1 << 30;    // an id no training micro-batch uses
-  double loss = 0;
-  int64_t correct = 0;
-  for (int64_t begin = 0; begin < total; begin += kEvalRows) {
-    const int64_t n = std::min(kEvalRows, total - begin);
+  constexpr int kEvalMicroBatch = 1 << 30;  // an id no training micro-batch uses
+  const int64_t batches = (total + kEvalRows - 1) / kEvalRows;
+  std::vector<LossStats> stats(static_cast<size_t>(batches));
+  std::vector<absl::Status> status(static_cast<size_t>(batches));
+  const auto batch = [&](int w, int64_t i) -> absl::Status {
+    const int64_t begin = i * kEvalRows, n = std::min(kEvalRows, total - begin);
     RP_ASSIGN_OR_RETURN(Batch b, data->Slice(Split::kTest, begin, n));
     // Replica 0's model: its EP group's shards (EP ranks 0..ep-1, each TP rank) in lockstep, the
     // other sources passing one zero row each (as rp::ReferenceTrainer::Evaluate).
@@ -255,60 +299,97 @@ absl::Status Executor::Impl::EvaluateModel(absl::FunctionRef<MlpStage*(int, int,
     for (int k = 0; k < o.program.num_model_stages(); ++k) {
       std::vector<MlpStage*> shards;
       for (int q = 0; q < ep; ++q) {
-        for (int tp = 0; tp < tp_size; ++tp) shards.push_back(shard(k, q, tp));
+        for (int tp = 0; tp < tp_size; ++tp) shards.push_back(shard(w, k, q, tp));
       }
       const std::vector<ConstMatrixView> in(act.begin(), act.end());
       RP_ASSIGN_OR_RETURN(act, RunStageGroupSerial(shards, tp_size, MlpStage::Pass::kInfer,
                                                    kEvalMicroBatch, in));
     }
-    const Tensor& x = act[0];
-    RP_ASSIGN_OR_RETURN(LossStats ls, SoftmaxCrossEntropy(x, b.labels, 1.0f, MatrixView{}));
-    loss += ls.loss_sum;
-    correct += ls.correct;
+    RP_ASSIGN_OR_RETURN(stats[static_cast<size_t>(i)],
+                        SoftmaxCrossEntropy(act[0], b.labels, 1.0f, MatrixView{}));
+    return absl::OkStatus();
+  };
+  // The batches in turn, to whichever worker is free; after an error, no new batch starts.
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto work = [&](int w) {
+    for (int64_t i; !failed.load(std::memory_order_relaxed) &&
+                    (i = next.fetch_add(1, std::memory_order_relaxed)) < batches;) {
+      status[static_cast<size_t>(i)] = batch(w, i);
+      if (!status[static_cast<size_t>(i)].ok()) failed.store(true, std::memory_order_relaxed);
+    }
+  };
+  std::vector<Thread> helpers;
+  for (int w = 1; w < workers; ++w) {
+    absl::StatusOr<Thread> t = Thread::Start(kDeviceStackBytes, [&work, w] { work(w); });
+    if (!t.ok()) break;  // no thread to spare: the others take its batches
+    helpers.push_back(*std::move(t));
+  }
+  work(0);
+  for (Thread& t : helpers) t.Join();
+  double loss = 0;
+  int64_t correct = 0;
+  for (int64_t i = 0; i < batches; ++i) {  // batch order: the sums of one thread
+    RP_RETURN_IF_ERROR(status[static_cast<size_t>(i)]);
+    loss += stats[static_cast<size_t>(i)].loss_sum;
+    correct += stats[static_cast<size_t>(i)].correct;
   }
   *accuracy = total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
   *test_loss = total > 0 ? loss / static_cast<double>(total) : 0.0;
   return absl::OkStatus();
 }
 
-absl::Status Executor::Impl::StartEvaluation(size_t record) {
+absl::Status Executor::Impl::CopyReplicaZero(int count) {
   const int K = o.program.num_model_stages(), ep = plan->ep(), tp = plan->grid.shape().tp;
-  const auto copy_of = [this, tp](int k, int q, int t) {
-    return eval_shards[static_cast<size_t>(k)][static_cast<size_t>(q * tp + t)].get();
-  };
-  if (eval_shards.empty()) {  // built once, as the runners build replica 0's shards
-    eval_shards.resize(static_cast<size_t>(K));
+  while (std::ssize(eval_sets) < count) {  // built once, as the runners build replica 0's shards
+    auto& set = eval_sets.emplace_back(static_cast<size_t>(K));
     for (int k = 0; k < K; ++k) {
       const int pp = o.program.RankOfModelStage(k), ch = o.program.ChunkOfModelStage(k);
       for (int q = 0; q < ep; ++q) {
         for (int t = 0; t < tp; ++t) {
           RP_ASSIGN_OR_RETURN(auto st, MlpStage::Create(o.model, plan->partition,
                                                         plan->Chunk(pp, ch).model_stage, t, q));
-          eval_shards[static_cast<size_t>(k)].push_back(std::move(st));
+          set[static_cast<size_t>(k)].push_back(std::move(st));
         }
       }
     }
   }
-  for (int k = 0; k < K; ++k) {
-    for (int q = 0; q < ep; ++q) {
-      for (int t = 0; t < tp; ++t) {
-        const std::span<const float> from = std::as_const(*RunnerShard(k, q, t)).params();
-        const std::span<float> to = copy_of(k, q, t)->params();
-        if (from.size() != to.size()) {
-          return absl::InternalError(absl::StrCat("evaluation copy of model stage ", k,
-                                                  " has ", to.size(), " weights, the device ",
-                                                  from.size()));
+  for (int s = 0; s < count; ++s) {
+    for (int k = 0; k < K; ++k) {
+      for (int q = 0; q < ep; ++q) {
+        for (int t = 0; t < tp; ++t) {
+          const std::span<const float> from = std::as_const(*RunnerShard(k, q, t)).params();
+          const std::span<float> to = eval_sets[static_cast<size_t>(s)][static_cast<size_t>(k)]
+                                               [static_cast<size_t>(q * tp + t)]
+                                                   ->params();
+          if (from.size() != to.size()) {
+            return absl::InternalError(absl::StrCat("evaluation copy of model stage ", k,
+                                                    " has ", to.size(), " weights, the device ",
+                                                    from.size()));
+          }
+          std::copy(from.begin(), from.end(), to.begin());
         }
-        std::copy(from.begin(), from.end(), to.begin());
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::StartEvaluation(size_t record) {
+  const int workers = EvaluationWorkers(), tp = plan->grid.shape().tp;
+  RP_RETURN_IF_ERROR(CopyReplicaZero(workers));
   eval_record = record;
-  absl::StatusOr<Thread> t = Thread::Start(kDeviceStackBytes, [this, copy_of] {
-    eval_status = EvaluateModel(copy_of, &eval_accuracy, &eval_loss);
+  absl::StatusOr<Thread> thread = Thread::Start(kDeviceStackBytes, [this, workers, tp] {
+    eval_status = EvaluateModel(
+        [this, tp](int w, int k, int q, int t) {
+          return eval_sets[static_cast<size_t>(w)][static_cast<size_t>(k)]
+                          [static_cast<size_t>(q * tp + t)]
+                              .get();
+        },
+        workers, &eval_accuracy, &eval_loss);
   });
-  if (!t.ok()) return Evaluate(records[record]);  // no thread to spare: evaluate here
-  eval_thread = std::move(*t);
+  if (!thread.ok()) return Evaluate(records[record]);  // no thread to spare: evaluate here
+  eval_thread = std::move(*thread);
   return absl::OkStatus();
 }
 

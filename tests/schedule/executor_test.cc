@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -233,6 +234,57 @@ TEST(Executor, HeldOutEvaluationOffTheBoundaryEqualsTheBoundarys) {
   }
   // The weights change every step: an evaluation of stale weights would repeat a figure.
   EXPECT_NE(all->steps[0].test_loss, all->steps[kSteps - 1].test_loss);
+}
+
+// A virtual-clock evaluation hands its 512-row batches to one thread per core, each over its own
+// copy of replica 0, and adds their sums in batch order: every step's figures — the ones computed
+// while the next step trains and the last step's, at its boundary on the devices' own shards and
+// copies — are the bits of one thread, whatever the count (3 with a partial batch; 4 with more
+// threads than some evaluations' batches).
+TEST(Executor, HeldOutEvaluationOnSeveralThreadsEqualsOneThreads) {
+  const RunSetup setup{.kind = ScheduleKind::kInterleaved, .dp = 2, .pp = 2, .tp = 2, .m = 4,
+                       .v = 2};
+  auto run = [&](int threads, int64_t samples) {
+    ExecutorOptions o = MakeOptions(setup, 3);
+    o.eval_every = 1;
+    o.eval_samples = samples;
+    o.eval_threads = threads;
+    o.run_reference = false;
+    return CreateAndRun(o);
+  };
+  for (const int64_t samples : {int64_t{1200}, int64_t{2600}}) {
+    SCOPED_TRACE(samples);
+    absl::StatusOr<RunResult> one = run(1, samples);
+    ASSERT_TRUE(one.ok()) << one.status();
+    for (const int threads : {3, 4}) {
+      SCOPED_TRACE(threads);
+      absl::StatusOr<RunResult> many = run(threads, samples);
+      ASSERT_TRUE(many.ok()) << many.status();
+      ASSERT_EQ(many->steps.size(), one->steps.size());
+      for (size_t k = 0; k < one->steps.size(); ++k) {
+        ASSERT_FALSE(std::isnan(one->steps[k].test_loss));
+        EXPECT_EQ(many->steps[k].loss, one->steps[k].loss);
+        EXPECT_EQ(many->steps[k].accuracy, one->steps[k].accuracy);
+        EXPECT_EQ(many->steps[k].test_loss, one->steps[k].test_loss);
+      }
+    }
+  }
+}
+
+TEST(Executor, EvaluationThreadsFollowCoresBatchesAndMemory) {
+  const int cores = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  EXPECT_EQ(EvaluationThreads(1e6, 512), 1);  // one batch
+  EXPECT_EQ(EvaluationThreads(1e6, 513), std::min(cores, 2));
+  EXPECT_EQ(EvaluationThreads(1e6, 4096), cores);
+  EXPECT_EQ(EvaluationThreads(1e6, 0), 1);
+  // Each extra thread copies weights and gradients: 2 x 100 MiB fits 256 MiB once, 2 x 200 never.
+  EXPECT_EQ(EvaluationThreads(100.0 * (1 << 20), 4096), std::min(cores, 2));
+  EXPECT_EQ(EvaluationThreads(200.0 * (1 << 20), 4096), 1);
+  ExecutorOptions o = MakeOptions({.kind = ScheduleKind::kOneFOneB, .dp = 1, .pp = 2, .tp = 1, .m = 2}, 1);
+  o.eval_threads = -1;
+  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.status().message().find("eval_threads"), std::string_view::npos) << ex.status();
 }
 
 // Warming the first step's memory (each device thread populates a block before step 0 and frees
