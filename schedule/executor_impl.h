@@ -95,6 +95,10 @@ class Executor::Impl {
   MlpStage* RunnerShard(int k, int q, int t) const;
   // Threads of a virtual-clock evaluation (EvaluationThreads; 1 on a real clock).
   int EvaluationWorkers() const;
+  // Held-out samples an evaluation reads (eval_samples, at most the split).
+  int64_t EvaluationSamples() const;
+  // Copy `set`'s shard of model stage k, EP rank q, TP rank t.
+  MlpStage* EvalShard(int set, int k, int q, int t) const;
   // Makes eval_sets[0, count) copies of replica 0's current weights (building the missing sets).
   absl::Status CopyReplicaZero(int count);
   // Virtual clock: copies replica 0's weights into eval_sets and evaluates them on eval_thread

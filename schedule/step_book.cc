@@ -259,22 +259,27 @@ int Executor::Impl::EvaluationWorkers() const {
       }
     }
   }
-  const int64_t samples = o.eval_samples > 0 ? std::min(o.eval_samples, data->size(Split::kTest))
-                                             : data->size(Split::kTest);
-  return EvaluationThreads(bytes, samples);
+  return EvaluationThreads(bytes, EvaluationSamples());
+}
+
+int64_t Executor::Impl::EvaluationSamples() const {
+  return o.eval_samples > 0 ? std::min(o.eval_samples, data->size(Split::kTest))
+                            : data->size(Split::kTest);
+}
+
+MlpStage* Executor::Impl::EvalShard(int set, int k, int q, int t) const {
+  return eval_sets[static_cast<size_t>(set)][static_cast<size_t>(k)]
+                  [static_cast<size_t>(q * plan->grid.shape().tp + t)]
+                      .get();
 }
 
 absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
   // Worker 0 reads the devices' own shards (nothing trains meanwhile), the others copies.
   const int workers = EvaluationWorkers();
   RP_RETURN_IF_ERROR(CopyReplicaZero(workers - 1));
-  const int tp = plan->grid.shape().tp;
   return EvaluateModel(
-      [this, tp](int w, int k, int q, int t) {
-        return w == 0 ? RunnerShard(k, q, t)
-                      : eval_sets[static_cast<size_t>(w - 1)][static_cast<size_t>(k)]
-                                 [static_cast<size_t>(q * tp + t)]
-                                     .get();
+      [this](int w, int k, int q, int t) {
+        return w == 0 ? RunnerShard(k, q, t) : EvalShard(w - 1, k, q, t);
       },
       workers, &rec.accuracy, &rec.test_loss);
 }
@@ -282,8 +287,7 @@ absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
 absl::Status Executor::Impl::EvaluateModel(absl::FunctionRef<MlpStage*(int, int, int, int)> shard,
                                            int workers, double* accuracy,
                                            double* test_loss) const {
-  const int64_t total = o.eval_samples > 0 ? std::min(o.eval_samples, data->size(Split::kTest))
-                                           : data->size(Split::kTest);
+  const int64_t total = EvaluationSamples();
   constexpr int kEvalMicroBatch = 1 << 30;  // an id no training micro-batch uses
   const int64_t batches = (total + kEvalRows - 1) / kEvalRows;
   std::vector<LossStats> stats(static_cast<size_t>(batches));
@@ -359,9 +363,7 @@ absl::Status Executor::Impl::CopyReplicaZero(int count) {
       for (int q = 0; q < ep; ++q) {
         for (int t = 0; t < tp; ++t) {
           const std::span<const float> from = std::as_const(*RunnerShard(k, q, t)).params();
-          const std::span<float> to = eval_sets[static_cast<size_t>(s)][static_cast<size_t>(k)]
-                                               [static_cast<size_t>(q * tp + t)]
-                                                   ->params();
+          const std::span<float> to = EvalShard(s, k, q, t)->params();
           if (from.size() != to.size()) {
             return absl::InternalError(absl::StrCat("evaluation copy of model stage ", k,
                                                     " has ", to.size(), " weights, the device ",
@@ -376,17 +378,13 @@ absl::Status Executor::Impl::CopyReplicaZero(int count) {
 }
 
 absl::Status Executor::Impl::StartEvaluation(size_t record) {
-  const int workers = EvaluationWorkers(), tp = plan->grid.shape().tp;
+  const int workers = EvaluationWorkers();
   RP_RETURN_IF_ERROR(CopyReplicaZero(workers));
   eval_record = record;
-  absl::StatusOr<Thread> thread = Thread::Start(kDeviceStackBytes, [this, workers, tp] {
+  absl::StatusOr<Thread> thread = Thread::Start(kDeviceStackBytes, [this, workers] {
     eval_status = EvaluateModel(
-        [this, tp](int w, int k, int q, int t) {
-          return eval_sets[static_cast<size_t>(w)][static_cast<size_t>(k)]
-                          [static_cast<size_t>(q * tp + t)]
-                              .get();
-        },
-        workers, &eval_accuracy, &eval_loss);
+        [this](int w, int k, int q, int t) { return EvalShard(w, k, q, t); }, workers,
+        &eval_accuracy, &eval_loss);
   });
   if (!thread.ok()) return Evaluate(records[record]);  // no thread to spare: evaluate here
   eval_thread = std::move(*thread);
