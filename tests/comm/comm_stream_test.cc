@@ -145,7 +145,9 @@ void RunEvents(const Case& c, std::vector<std::vector<std::vector<float>>>* out,
       }
       auto end = fabric->AwaitGate(r, gates[static_cast<size_t>(r)], {.rank = r, .op = "test"});
       ASSERT_TRUE(end.ok()) << end.status();
-      if (lane != nullptr) ASSERT_TRUE(lane->WaitFor(lane_seq[static_cast<size_t>(r)]).ok());
+      if (lane != nullptr) {
+        ASSERT_TRUE(lane->WaitFor(lane_seq[static_cast<size_t>(r)]).ok());
+      }
       fabric->Finish(r);
     });
   }

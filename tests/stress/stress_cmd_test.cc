@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "apps/stress.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -112,7 +113,7 @@ constexpr const char* kSmallRun =
     "--microbatch_size=4 --train_size=256 --test_size=32 --reference=false";
 
 TEST(RunFaults, ThrowExitsThreeNamingRankStepOp) {
-  const Result r = RunBinary(std::string(kSmallRun) + " --fault=throw:rank=3,step=1,op=2");
+  const Result r = RunBinary(absl::StrCat(kSmallRun, " --fault=throw:rank=3,step=1,op=2"));
   EXPECT_EQ(r.exit_code, 3) << r.out;
   EXPECT_THAT(r.out, HasSubstr("first failure: rank 3 (dp 1, pp 1, tp 0) step 1 op 2"));
   EXPECT_THAT(r.out, HasSubstr("committed steps: 1"));
@@ -120,7 +121,7 @@ TEST(RunFaults, ThrowExitsThreeNamingRankStepOp) {
 }
 
 TEST(RunFaults, SlowLinkRunsToTheEndAndIsReported) {
-  const Result r = RunBinary(std::string(kSmallRun) + " --fault=slow_link:src=0,dst=1,factor=10,step=1");
+  const Result r = RunBinary(absl::StrCat(kSmallRun, " --fault=slow_link:src=0,dst=1,factor=10,step=1"));
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("slow link: rank 0 -> rank 1 took 10x its link class's time from step 1"));
 }
@@ -130,7 +131,7 @@ TEST(RunFaults, MalformedFaultFlagsExitTwo) {
                         "--fault=slow_link:src=0,dst=1", "--fault=stall:rank=0,step=0,op=0,extra=1",
                         "--fault=throw:rank=9,step=0,op=0", "--fault=throw:rank=0,step=0,op=999",
                         "--straggler=1", "--jitter=a:b"}) {
-    const Result r = RunBinary(std::string(kSmallRun) + " " + f);
+    const Result r = RunBinary(absl::StrCat(kSmallRun, " ", f));
     EXPECT_EQ(r.exit_code, 2) << f << "\n" << r.out;
   }
 }
