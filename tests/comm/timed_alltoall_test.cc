@@ -56,6 +56,10 @@ TEST(TimedAllToAll, OnAnUncontendedFabricEqualsTheClosedForm) {
   for (int n = 1; n <= 8; ++n) {
     for (size_t block : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{65539}}) {
       for (size_t seg : {size_t{256}, size_t{4096}, size_t{1} << 20}) {
+        // A block of 65 539 values in 256-byte segments is 1 024 messages a pair: the same
+        // per-message arithmetic at every n, so it runs at n <= 3 only (at n = 4..8 it made 87 % of
+        // the test's messages: 92 s under TSan). Every other shape runs at every n.
+        if (block == 65539 && seg == 256 && n > 3) continue;
         for (Codec c : {Codec::kFp32, Codec::kBf16, Codec::kInt8}) cases.push_back({n, block, seg, c});
       }
     }

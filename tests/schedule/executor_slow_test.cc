@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/faults.h"
+#include "runtime/thread.h"
 #include "runtime/tracer.h"
 #include "schedule/executor.h"
 #include "schedule/generators.h"
@@ -51,6 +52,12 @@ TEST(ExecutorFaults, WaitsLongerThanTheTimeoutAreNotAStallOnRealClock) {
   EXPECT_GT(longest_wait_ms, 1.5 * 45.0);
 }
 
+// The host work of the two cases below, in units: 8 in plain builds, 2 under a sanitizer, whose
+// instrumented kernels run 15-30 times slower (the cases took 30 s each under TSan at 8): a
+// quarter of the work still outlasts the watchdog many times over, and the check below skips a
+// case that did not.
+constexpr int kHostWorkScale = kSanitizerBuild ? 2 : 8;
+
 // Runs a healthy layout whose own host work outlasts the watchdog: it must succeed. If the whole
 // run took less than four timeouts (a much faster host) the case was not exercised: skipped, not
 // failed — the host's speed is not what these tests check.
@@ -76,11 +83,11 @@ TEST(ExecutorFaults, SlowStepBoundaryIsNotAStall) {
     o.virtual_time = virtual_time;
     o.time_scale = 1.0;
     o.model.hidden = {512, 512, 512};
-    o.dataset.test_size = 16384;
+    o.dataset.test_size = kHostWorkScale * 2048;
     o.eval_samples = 0;  // the whole held-out split
     o.watchdog_timeout = std::chrono::milliseconds(50);
-    // The evaluation (16384 samples through 3 layers of 512) lasts longer than the timeout plus the
-    // monitor's 20 ms period, most of it inside the boundary.
+    // The evaluation (16 384 samples through 3 layers of 512; 4 096 under a sanitizer) lasts
+    // longer than the timeout plus the monitor's 20 ms period, most of it inside the boundary.
     ExpectHealthyRunOutlastingTheWatchdog(o);
   }
 }
@@ -93,10 +100,11 @@ TEST(ExecutorFaults, SlowStepBoundaryIsNotAStall) {
 TEST(ExecutorFaults, LongKernelIsNotAStallOnVirtualClock) {
   ExecutorOptions o = Small(1, /*dp=*/1, /*pp=*/2);
   o.model.hidden = {1024, 1024, 1024};
-  o.microbatch_size = 1024;
-  o.dataset.train_size = 2048;
+  o.microbatch_size = kHostWorkScale * 128;
+  o.dataset.train_size = kHostWorkScale * 256;
   o.watchdog_timeout = std::chrono::milliseconds(50);
-  // Four passes of 1024 rows through layers of 1024 take several timeouts.
+  // Four passes of 1024 rows (256 under a sanitizer) through layers of 1024 take several
+  // timeouts.
   ExpectHealthyRunOutlastingTheWatchdog(o);
 }
 
