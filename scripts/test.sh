@@ -10,7 +10,7 @@
 #   6. fuzz smoke: 20000 libFuzzer executions each of the config, report and flag parsers under
 #      ASan+UBSan (scripts/fuzz.sh)
 #
-#   scripts/test.sh           # everything (30 minutes on 2 cores from a fresh clone, measured)
+#   scripts/test.sh           # everything (about 35 minutes on 2 cores from a fresh clone: README)
 #   scripts/test.sh --quick   # steps 1-2 only
 set -euo pipefail
 cd "$(dirname "$0")/.."
