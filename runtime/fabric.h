@@ -221,6 +221,8 @@ class Fabric {
   uint64_t progress() const { return progress_.load(std::memory_order_relaxed); }
   // Every LP's state and wait site (a consistent snapshot).
   std::vector<LpWait> Waits() const;
+  // lp's bound (see "bound"): its next post may be ready no earlier.
+  Nanos bound(LpId lp) const;
   // Messages posted and not yet committed, and committed in all.
   uint64_t pending() const;
   uint64_t committed() const { return committed_.load(std::memory_order_relaxed); }

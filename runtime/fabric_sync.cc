@@ -146,6 +146,11 @@ void Fabric::AbortLocked(const absl::Status& status) {
   for (auto& l : lps_) l->parker.Unpark();
 }
 
+Nanos Fabric::bound(LpId lp) const {
+  MutexLock lock(&mu_);
+  return lps_[static_cast<size_t>(lp)]->bound;
+}
+
 std::vector<LpWait> Fabric::Waits() const {
   MutexLock lock(&mu_);
   std::vector<LpWait> out;

@@ -358,6 +358,9 @@ absl::Status Executor::Impl::RunDevice(Device& dev) {
                                   ? ToString(ops[static_cast<size_t>(r.cur_op())], plan->v)
                                   : "step barrier",
                    .waiting = r.waiting(), .status = s});
+    // Noted first: its record precedes those of the waits its abort releases (which may carry
+    // its very status), so the report's root is found among equal records as before.
+    AwaitFailureTurn(r.rank(), dev.cursor(), s);
   }
   return s;
 }
@@ -419,6 +422,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
                                                         o.program.num_directions() > 1),
                                        .thread_policy = o.virtual_time ? SchedPolicy::kBatch
                                                                        : SchedPolicy::kInherit}));
+  if (o.virtual_time) OrderFailures(cluster->watchdog());
   std::atomic<bool> done{false};
   std::thread monitor([&] { Monitor(*cluster, done); });
   // The single-device reference needs nothing from the run: on the virtual clock it trains on a

@@ -354,8 +354,9 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // Trains options.steps steps. Errors: the run's first failure (naming rank, op, peer, step);
-  // FailedPrecondition if called twice.
+  // Trains options.steps steps. Errors: the run's first failure (naming rank, op, peer, step) —
+  // on a virtual clock the first in modeled time (the fabric's key order), whichever device
+  // thread the host ran to its failure first; FailedPrecondition if called twice.
   [[nodiscard]] absl::StatusOr<RunResult> Run();
 
   const ExecutorOptions& options() const;

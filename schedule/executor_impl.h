@@ -141,6 +141,18 @@ class Executor::Impl {
 
   // run_failure.cc
   absl::Status Fail(const absl::Status& run);
+  // Failures in modeled-time order (virtual clock): a device thread's own failure goes through the
+  // fabric's commit order as a message of its compute LP to itself, ready at the device's modeled
+  // time, whose handler fails the run (the watchdog keeps the first). So the failure that heads
+  // the report is the one earliest in modeled time (key order: time, then tie rank), whichever
+  // thread reaches its failure first on the host. OrderFailures sets up a channel and a gate per
+  // rank before the device threads start; AwaitFailureTurn posts a failure and waits (not holding
+  // back commits) until it committed or the run was aborted. Consequences of another failure
+  // (Cancelled, Aborted) are not ordered.
+  void OrderFailures(Watchdog& watchdog);
+  void AwaitFailureTurn(int rank, Nanos at, const absl::Status& status);
+  std::vector<ChannelId> failure_channels;  // by rank; empty: failures not ordered (real clock)
+  std::vector<GateId> failure_gates;
   void Monitor(Cluster& cluster, const std::atomic<bool>& done);  // the stall monitor thread
   // The stall the monitor found: a DeadlineExceeded naming who waits for whom.
   absl::Status StallStatus(std::chrono::nanoseconds quiet);

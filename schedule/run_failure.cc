@@ -210,7 +210,48 @@ absl::Status HeadStatus(const std::vector<ErrorRecord>& errs, const absl::Status
   return first;
 }
 
+// A device's failure on its way through the fabric's commit order.
+struct FailureNote final : FabricPayload {
+  explicit FailureNote(absl::Status s) : status(std::move(s)) {}
+  absl::Status status;
+};
+
 }  // namespace
+
+void Executor::Impl::OrderFailures(Watchdog& watchdog) {
+  const int world = plan->grid.world_size();
+  failure_channels.assign(static_cast<size_t>(world), -1);
+  failure_gates.assign(static_cast<size_t>(world), -1);
+  for (int r = 0; r < world; ++r) {
+    const LpId lp = ExecutionPlan::ComputeLp(r);
+    const ChannelId ch = fabric->AddChannel(lp, lp);
+    const GateId gate = fabric->AddGate();
+    fabric->SetChannelHandler(ch, [&watchdog, gate](Fabric::Scope& scope, ChannelId, Delivery d) {
+      watchdog.Fail(static_cast<const FailureNote&>(*d.payload).status);
+      scope.Signal(gate, d.timing.arrival);
+    });
+    failure_channels[static_cast<size_t>(r)] = ch;
+    failure_gates[static_cast<size_t>(r)] = gate;
+  }
+}
+
+void Executor::Impl::AwaitFailureTurn(int rank, Nanos at, const absl::Status& status) {
+  if (failure_channels.empty() || absl::IsCancelled(status) || absl::IsAborted(status)) return;
+  const LpId lp = ExecutionPlan::ComputeLp(rank);
+  const int device = plan->grid.DeviceOf(rank);
+  // A running LP's key follows every committed one, so this post is in order; one that is not
+  // running (a failure at a step boundary's rendezvous) may be refused: then it fails unordered,
+  // as a thread that reaches its failure first.
+  const absl::StatusOr<uint64_t> posted = fabric->Post(
+      lp, failure_channels[static_cast<size_t>(rank)],
+      {.src = device, .dst = device, .bytes = 0, .ready = std::max(at, fabric->bound(lp))},
+      std::make_unique<FailureNote>(status));
+  if (!posted.ok()) return;
+  // OK once this failure committed (it failed the run unless an earlier one had); Cancelled once
+  // the run was aborted by an earlier one. Either way the run's failure is decided.
+  (void)fabric->AwaitGate(lp, failure_gates[static_cast<size_t>(rank)],
+                          {.rank = rank, .op = "its own failure, in modeled-time order"});
+}
 
 absl::Status Executor::Impl::Fail(const absl::Status& first_reported) {
   // Every thread has joined: the devices' state is ours.

@@ -104,6 +104,7 @@ TEST(Fabric, ManyPendingMessagesKeepTheirPayloadsAndOrderAcrossReusedTickets) {
                              std::move(p))
                       .ok());
     }
+    EXPECT_EQ((*f)->bound(0), Nanos(10 * (next - 1)));  // a post raises its LP's bound to its ready
     if (round == 0) {
       EXPECT_EQ((*f)->pending(), static_cast<uint64_t>(kMessages));  // all held back by LP 2
       (*f)->Finish(2);
@@ -115,9 +116,11 @@ TEST(Fabric, ManyPendingMessagesKeepTheirPayloadsAndOrderAcrossReusedTickets) {
       EXPECT_EQ(static_cast<Number&>(*d->payload).value, v);
       EXPECT_EQ(d->ticket, static_cast<uint64_t>(v));
       EXPECT_GE(d->timing.arrival, last);
+      EXPECT_EQ((*f)->bound(1), d->timing.arrival);  // an await resumes its LP at the arrival
       last = d->timing.arrival;
     }
     (*f)->Advance(1, Nanos(10 * next));  // the receiver, running, no longer holds back the last
+    EXPECT_EQ((*f)->bound(1), Nanos(10 * next));
     std::vector<int> want;
     for (int v = first + 1; v < next; v += 2) want.push_back(v);
     EXPECT_EQ(handled, want);

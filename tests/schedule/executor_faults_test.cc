@@ -413,5 +413,60 @@ TEST(ExecutorFaults, AFailedRunsTraceMarksTheFailure) {
 }
 
 
+// Two kernels throw at the same modeled time in two replicas (the same op of the same stage in the
+// same step). Which thread reaches its throw first is up to the host, but a failure goes through
+// the fabric's commit order (Executor::Impl::AwaitFailureTurn): the report heads with the one of
+// least key — at equal times the lower tie rank, replica 1's — in every run. (Without the ordering
+// a 512-device run named either in 8 tries: 5 and 3.)
+TEST(ExecutorFaults, FailuresAtTheSameModeledTimeHeadTheReportInKeyOrder) {
+  ExecutorOptions o = Small(3, /*dp=*/4, /*pp=*/2);
+  const int f_op = FirstOp(o, 0, OpKind::kForward);
+  // Stage 0 of replicas 3 and 1: ranks 6 and 2 (tp 1: rank = dp · pp + stage).
+  o.faults.op_faults = {{.kind = OpFaultKind::kThrow, .rank = 6, .step = 1, .op = f_op},
+                        {.kind = OpFaultKind::kThrow, .rank = 2, .step = 1, .op = f_op}};
+  for (int run = 0; run < 12; ++run) {
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("rank 2 step 1: exception")) << run;
+    const RunFailure* f = (*ex)->failure();
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->rank, 2) << "run " << run << ": " << r.status();
+    EXPECT_EQ(f->step, 1);
+    EXPECT_EQ(f->op, f_op);
+  }
+}
+
+// A stall and a throw at the same modeled time in two replicas: the stall has the lower key (its
+// replica's tie rank), so in modeled time it came first, and the throw — which its host thread
+// reaches at once — waits for it: the run reports the stall (from the stall monitor, after the
+// timeout), not the throw. (Without the ordering the throw was reported, in every run.) The same
+// two faults with the ranks swapped report the throw.
+TEST(ExecutorFaults, AThrowAfterAStallInKeyOrderReportsTheStall) {
+  ExecutorOptions o = Small(3, /*dp=*/4, /*pp=*/2);
+  const int f_op = FirstOp(o, 0, OpKind::kForward);
+  for (const bool stall_first : {true, false}) {
+    const int stalled = stall_first ? 2 : 6, thrower = stall_first ? 6 : 2;
+    o.faults.op_faults = {{.kind = OpFaultKind::kStall, .rank = stalled, .step = 1, .op = f_op},
+                          {.kind = OpFaultKind::kThrow, .rank = thrower, .step = 1, .op = f_op}};
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    const RunFailure* f = (*ex)->failure();
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->committed_steps, 1);
+    if (stall_first) {
+      ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+      EXPECT_TRUE(f->rank == stalled || std::find(f->stuck_ranks.begin(), f->stuck_ranks.end(), stalled) !=
+                                            f->stuck_ranks.end())
+          << r.status();
+    } else {
+      ASSERT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
+      EXPECT_EQ(f->rank, thrower) << r.status();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rp::schedule
