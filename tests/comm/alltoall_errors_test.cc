@@ -30,7 +30,7 @@ constexpr std::chrono::seconds kHangGuard{5};
 
 std::string AllMessages(const std::vector<absl::Status>& status) {
   std::string s;
-  for (const absl::Status& st : status) s += std::string(st.message()) + "\n";
+  for (const absl::Status& st : status) absl::StrAppend(&s, st.message(), "\n");
   return s;
 }
 
