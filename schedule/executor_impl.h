@@ -148,11 +148,13 @@ class Executor::Impl {
   // thread reaches its failure first on the host. OrderFailures sets up a channel and a gate per
   // rank before the device threads start; AwaitFailureTurn posts a failure and waits (not holding
   // back commits) until it committed or the run was aborted. Consequences of another failure
-  // (Cancelled, Aborted) are not ordered.
+  // (Cancelled, Aborted) are not ordered. A fabric aborted by a handler (a collective's data
+  // error, at its commit) makes the abort status the run's failure.
   void OrderFailures(Watchdog& watchdog);
   void AwaitFailureTurn(int rank, Nanos at, const absl::Status& status);
   std::vector<ChannelId> failure_channels;  // by rank; empty: failures not ordered (real clock)
   std::vector<GateId> failure_gates;
+  Watchdog* failure_watchdog = nullptr;  // the run's (OrderFailures)
   void Monitor(Cluster& cluster, const std::atomic<bool>& done);  // the stall monitor thread
   // The stall the monitor found: a DeadlineExceeded naming who waits for whom.
   absl::Status StallStatus(std::chrono::nanoseconds quiet);

@@ -219,6 +219,7 @@ struct FailureNote final : FabricPayload {
 }  // namespace
 
 void Executor::Impl::OrderFailures(Watchdog& watchdog) {
+  failure_watchdog = &watchdog;
   const int world = plan->grid.world_size();
   failure_channels.assign(static_cast<size_t>(world), -1);
   failure_gates.assign(static_cast<size_t>(world), -1);
@@ -236,21 +237,28 @@ void Executor::Impl::OrderFailures(Watchdog& watchdog) {
 }
 
 void Executor::Impl::AwaitFailureTurn(int rank, Nanos at, const absl::Status& status) {
-  if (failure_channels.empty() || absl::IsCancelled(status) || absl::IsAborted(status)) return;
-  const LpId lp = ExecutionPlan::ComputeLp(rank);
-  const int device = plan->grid.DeviceOf(rank);
-  // A running LP's key follows every committed one, so this post is in order; one that is not
-  // running (a failure at a step boundary's rendezvous) may be refused: then it fails unordered,
-  // as a thread that reaches its failure first.
-  const absl::StatusOr<uint64_t> posted = fabric->Post(
-      lp, failure_channels[static_cast<size_t>(rank)],
-      {.src = device, .dst = device, .bytes = 0, .ready = std::max(at, fabric->bound(lp))},
-      std::make_unique<FailureNote>(status));
-  if (!posted.ok()) return;
-  // OK once this failure committed (it failed the run unless an earlier one had); Cancelled once
-  // the run was aborted by an earlier one. Either way the run's failure is decided.
-  (void)fabric->AwaitGate(lp, failure_gates[static_cast<size_t>(rank)],
-                          {.rank = rank, .op = "its own failure, in modeled-time order"});
+  if (failure_channels.empty()) return;
+  if (!fabric->aborted() && !absl::IsCancelled(status) && !absl::IsAborted(status)) {
+    const LpId lp = ExecutionPlan::ComputeLp(rank);
+    const int device = plan->grid.DeviceOf(rank);
+    // A running LP's key follows every committed one, so this post is in order; one that is not
+    // running (a failure at a step boundary's rendezvous) may be refused: then it fails unordered,
+    // as a thread that reaches its failure first.
+    const absl::StatusOr<uint64_t> posted = fabric->Post(
+        lp, failure_channels[static_cast<size_t>(rank)],
+        {.src = device, .dst = device, .bytes = 0, .ready = std::max(at, fabric->bound(lp))},
+        std::make_unique<FailureNote>(status));
+    // OK once this failure committed (it failed the run unless an earlier one had); the abort
+    // status once the run was aborted first.
+    if (posted.ok()) {
+      (void)fabric->AwaitGate(lp, failure_gates[static_cast<size_t>(rank)],
+                              {.rank = rank, .op = "its own failure, in modeled-time order"});
+    }
+  }
+  // A handler that found a collective's data error aborted the fabric at that commit, in key order:
+  // that is the run's failure, not the status each released thread reports on its way out (which
+  // wraps it, and whose first arrival is up to the host).
+  if (fabric->aborted()) failure_watchdog->Fail(fabric->abort_status());
 }
 
 absl::Status Executor::Impl::Fail(const absl::Status& first_reported) {

@@ -83,14 +83,20 @@ absl::StatusOr<comm::CollectiveResult> DeviceRunner::TpAllReduce(
       .send_channel = tp.RingChannel(index),
       .recv_channel = tp.RingChannel(prev),
       .site = site,
-      .done = [this, &tp, index, codec = co.codec](
+      .done = [this, &tp, index, step, codec = co.codec](
                   Fabric::Scope& scope, absl::StatusOr<comm::CollectiveResult>& r) {
         if (r.ok()) tp.rank(index).Account(*r, codec);
         const absl::Status status = r.status();
         const Nanos end = r.ok() ? r->end : Nanos(0);
         tp_result_ = std::move(r);
         scope.Signal(tp_gate_, end);
-        if (!status.ok()) scope.Abort(status);
+        if (!status.ok()) {
+          // Noted here, in commit order, before the abort releases anyone: among the records that
+          // carry this status (every wait the abort releases), this one is first.
+          ctx_->NoteError({.rank = rank_, .step = step, .op = -1, .op_name = "TP all-reduce",
+                           .waiting = {}, .status = status});
+          scope.Abort(status);
+        }
       }};
   ctx_->tp_streams[static_cast<size_t>(rank_)]->Enqueue(std::move(c));
   absl::StatusOr<Nanos> end = ctx_->fabric->AwaitGate(ExecutionPlan::ComputeLp(rank_), tp_gate_, site);

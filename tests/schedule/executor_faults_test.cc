@@ -468,5 +468,30 @@ TEST(ExecutorFaults, AThrowAfterAStallInKeyOrderReportsTheStall) {
   }
 }
 
+// A data error inside a TP all-reduce (a learning rate that sends the weights to infinity: every
+// TP group's sum overflows at the same modeled time in step 1) is found by the ring's handler at a
+// commit, in key order, and that commit's error is the run's failure — not the status of whichever
+// released device thread reached the watchdog first (which wraps it). Before, 8 runs of the CLI's
+// `--lr=1e30` named 5 different ranks and "missing peers" that nobody missed.
+TEST(ExecutorFaults, ADataErrorInATpAllReduceIsTheSameFailureEveryRun) {
+  ExecutorOptions o = Small(3, /*dp=*/2, /*pp=*/2);
+  o.grid.tp = 2;
+  o.placement.devices_per_node = 4;
+  o.links.devices_per_node = 4;
+  o.optimizer.lr = 1e30f;
+  std::string first;
+  for (int run = 0; run < 8; ++run) {
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
+    const std::string msg(r.status().message());
+    EXPECT_THAT(msg, HasSubstr("all-reduce"));
+    EXPECT_THAT(msg, HasSubstr("missing peers: none")) << msg;
+    if (run == 0) first = msg;
+    EXPECT_EQ(msg, first) << "run " << run;
+  }
+}
+
 }  // namespace
 }  // namespace rp::schedule
