@@ -140,10 +140,10 @@ void EventCommStream::Pump(Fabric::Scope& scope) {
           context_ = std::make_unique<DataLane::Context>();
         }
         const int n = c.spec.n;
-        *context_ = {.fabric = fabric_, .rank = c.spec.rank, .device = c.spec.device, .n = n,
-                     .peer = c.site.peer, .kind = c.spec.kind, .codec = c.spec.codec,
-                     .op_id = c.spec.op_id, .count = c.spec.count, .residual = c.buffers.residual,
-                     .done = c.done};
+        *context_ = {.rank = c.spec.rank, .device = c.spec.device, .n = n, .peer = c.site.peer,
+                     .kind = c.spec.kind, .codec = c.spec.codec, .op_id = c.spec.op_id,
+                     .count = c.spec.count, .residual = c.buffers.residual,
+                     .sequence = lane_collectives_++, .tag = c.tag};
       }
       RingMachine machine(c.spec, c.buffers, start, &pool_, lane, lane ? context_.get() : nullptr);
       running_.emplace(Running{std::move(c), std::move(machine)});

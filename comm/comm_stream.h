@@ -54,6 +54,9 @@ class EventCommStream {
     // status, already naming rank, collective and peer). After a failure the stream runs
     // nothing more. Called once: it may move from the result (its spans).
     std::function<void(Fabric::Scope&, absl::StatusOr<CollectiveResult>&)> done;
+    // The caller's name for it (e.g. a gradient bucket's index), given back with a data error
+    // found on a lane (DataLane::WaitFor).
+    int32_t tag = -1;
   };
 
   // The stream posts as `lp`. With lp_is_event_driven it registers as lp's handler
@@ -66,7 +69,8 @@ class EventCommStream {
   // `lane` (optional; outliving the stream): the data plane of its all-reduces runs there
   // (comm/data_lane.h): a collective's `done` then reports its timing, and its buffers hold the
   // result once the lane ran the items pushed up to then (lane->pushed() read in `done`); a data
-  // error reaches `done` later, from the lane, as a second call with the error.
+  // error found there is kept for the collective's device (DataLane::WaitFor), not given to
+  // `done`.
   EventCommStream(Fabric* fabric, LpId lp, bool lp_is_event_driven,
                   const std::vector<ChannelId>& listen = {}, DataLane* lane = nullptr);
   EventCommStream(const EventCommStream&) = delete;
@@ -111,6 +115,7 @@ class EventCommStream {
   // the lane ran their last item (pushed() at their end), reused after.
   std::unique_ptr<DataLane::Context> context_;
   std::deque<std::pair<uint64_t, std::unique_ptr<DataLane::Context>>> retired_;
+  uint64_t lane_collectives_ = 0;  // the lane's collectives started so far (Context::sequence)
 };
 
 }  // namespace rp::comm

@@ -63,17 +63,32 @@ std::unique_ptr<SegmentPayload> DataLane::TakePayload() {
   return p;
 }
 
+absl::Status DataLane::WaitFor(uint64_t seq, int device, int* tag) {
+  MutexLock lock(&mu_);
+  Await(seq);
+  const auto it = errors_.find(device);
+  if (it == errors_.end()) return absl::OkStatus();
+  if (tag != nullptr) *tag = it->second.tag;
+  return it->second.status;
+}
+
 absl::Status DataLane::WaitFor(uint64_t seq) {
   MutexLock lock(&mu_);
-  if (completed() < seq) {
-    if (seq > wanted_) wanted_ = seq;
-    if (sleeping_) {
-      sleeping_ = false;
-      work_cv_.Signal();
-    }
-    while (completed() < seq) done_cv_.Wait(&mu_);
+  Await(seq);
+  for (const auto& [device, e] : errors_) {
+    if (e.root) return e.status;
   }
-  return error_;
+  return errors_.empty() ? absl::OkStatus() : errors_.begin()->second.status;
+}
+
+void DataLane::Await(uint64_t seq) {
+  if (completed() >= seq) return;
+  if (seq > wanted_) wanted_ = seq;
+  if (sleeping_) {
+    sleeping_ = false;
+    work_cv_.Signal();
+  }
+  while (completed() < seq) done_cv_.Wait(&mu_);
 }
 
 absl::Status DataLane::RunItem(const Item& it) {
@@ -90,16 +105,24 @@ absl::Status DataLane::RunItem(const Item& it) {
       p.segment = it.segment;
       p.kind = c.kind;
       p.codec = it.codec;
-      if (it.n == 0) return absl::OkStatus();
-      return EncodeSegment(it.codec, it.src, it.n,
-                           it.op == Item::Op::kEncodeFeedback ? c.residual + it.first : nullptr,
-                           p.Reserve(SegmentWireBytes(it.codec, it.n)), it.first, it.dst);
+      p.poisoned = c.failed;
+      if (it.n == 0 || c.failed) return absl::OkStatus();
+      absl::Status s = EncodeSegment(it.codec, it.src, it.n,
+                                     it.op == Item::Op::kEncodeFeedback ? c.residual + it.first : nullptr,
+                                     p.Reserve(SegmentWireBytes(it.codec, it.n)), it.first, it.dst);
+      if (!s.ok()) p.poisoned = true;  // its bytes are not the segment's
+      return s;
     }
     case Item::Op::kDecode:
     case Item::Op::kDecodeAdd: {
+      if (c.failed) return absl::OkStatus();
       absl::Status s = CheckSegment(p, c.op_id, c.kind, c.count, it.codec, it.step, it.chunk,
                                     it.segment, it.n);
-      if (!s.ok() || it.n == 0) return s;
+      if (!s.ok()) return s;
+      if (p.poisoned) {
+        return absl::AbortedError("its data came from a collective whose data had failed");
+      }
+      if (it.n == 0) return absl::OkStatus();
       return DecodeSegment(it.codec, it.op == Item::Op::kDecodeAdd ? it.src : nullptr, p.data(),
                            it.n, it.dst, it.first);
     }
@@ -107,24 +130,25 @@ absl::Status DataLane::RunItem(const Item& it) {
   return absl::OkStatus();
 }
 
-// The message EventCommStream::Fail gives a data error found under the lock.
+// Keeps a data error for the collective's device, with the message EventCommStream::Fail gives
+// one found under the lock; the collective's data stops (Context::failed).
 void DataLane::Report(const Item& it, const absl::Status& s) {
   const Context& c = *it.context;
+  c.failed = true;
   const bool encode = it.op == Item::Op::kEncode || it.op == Item::Op::kEncodeFeedback;
+  const bool root = !absl::IsAborted(s);
   const char* what = encode && it.starting                             ? "starting, next"
-                     : s.code() == absl::StatusCode::kFailedPrecondition ? "receiving from"
+                     : s.code() == absl::StatusCode::kFailedPrecondition || !root ? "receiving from"
                                                                          : "reducing data of";
   const absl::Status out =
       RingRankError(s, c.rank, c.n, c.device, c.kind, c.op_id, what, c.peer, it.ring_step);
-  {
-    MutexLock lock(&mu_);
-    error_ = out;
-  }
-  if (c.fabric != nullptr && c.done) {
-    c.fabric->Run([&](Fabric::Scope& scope) {
-      absl::StatusOr<CollectiveResult> failed(out);
-      c.done(scope, failed);
-    });
+  MutexLock lock(&mu_);
+  auto [at, inserted] = errors_.try_emplace(c.device);
+  DeviceError& e = at->second;
+  // A root error beats a consequence; among roots the device's earliest collective (its items
+  // reach the lane in its own order, so the first found in a collective is its first).
+  if (inserted || (root && (!e.root || c.sequence < e.sequence))) {
+    e = DeviceError{.status = out, .root = root, .sequence = c.sequence, .tag = c.tag};
   }
 }
 
@@ -156,13 +180,7 @@ void DataLane::Loop() {
       batch.swap(items_);
     }
     for (const Item& it : batch) {
-      if (!failed_) {
-        const absl::Status s = RunItem(it);
-        if (!s.ok()) {
-          failed_ = true;
-          Report(it, s);
-        }
-      }
+      if (const absl::Status s = RunItem(it); !s.ok()) Report(it, s);
       if (it.op == Item::Op::kDecode || it.op == Item::Op::kDecodeAdd) read.push_back(it.payload);
     }
     done += batch.size();

@@ -17,11 +17,16 @@
 // Payloads: a received payload goes to the lane with its item and comes back, once read, through
 // TakePayload, so a run allocates about as many payloads as messages in flight.
 //
-// Errors: a codec or FP32-sum overflow found by the lane is reported through its collective's
-// Context (the same message as when the data ran under the lock, naming rank, collective, peer
-// and ring step; the context's `done` gets it under the fabric's lock), and from then on the lane
-// skips the data work; WaitFor returns that first error. The first error is the first in push
-// order, so it does not depend on thread timing.
+// Errors: a codec or FP32-sum overflow, or a mismatched header, found by the lane fails that
+// collective's data (with the message the stream gives it when the data runs under the lock,
+// naming rank, collective, peer and ring step) and is kept for its device. The collective's later
+// items do no data work: its encodes still write their headers but mark their payloads poisoned,
+// and a peer that decodes a poisoned payload fails too — as a consequence (Aborted), not a root.
+// So what fails is decided by the data alone, item by item in each collective's own order, never
+// by the order in which different collectives' items reached the lane (host order): the same
+// every run. Nothing is reported meanwhile — the timing runs on — and a device learns its own
+// collectives' verdict with WaitFor(seq, device) before its optimizer reads the gradients (the
+// executor then orders the devices' failures in modeled time, docs/executor.md).
 //
 // Thread safety: Push, pushed and TakePayload from one thread at a time (under the fabric's
 // lock); WaitFor and completed from any thread. The destructor drops the items not run yet (no
@@ -32,6 +37,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -50,17 +56,18 @@ struct SegmentPayload;
 
 class DataLane {
  public:
-  // What a data error of one collective names, and whom it tells (EventCommStream fills it).
+  // What a data error of one collective names (EventCommStream fills it; reused for a later
+  // collective only once the lane ran every item pushed for this one).
   struct Context {
-    Fabric* fabric = nullptr;
     int rank = 0, device = 0, n = 1, peer = -1;
     ring::TimedKind kind{};
     Codec codec = Codec::kFp32;
     uint64_t op_id = 0;
     uint64_t count = 0;          // the collective's elements (a segment's header)
     float* residual = nullptr;   // error feedback: the residual of element 0
-    // The collective's `done`, called with the error under the fabric's lock.
-    std::function<void(Fabric::Scope&, absl::StatusOr<CollectiveResult>&)> done;
+    uint64_t sequence = 0;       // the collective's place among its device's (stream order)
+    int32_t tag = -1;            // the caller's name for it (EventCommStream::Collective::tag)
+    mutable bool failed = false;  // written by the lane only: its data failed
   };
   // One segment's data work (64 bytes). An encode writes the segment's header (the context's
   // collective, step, chunk, segment, n elements) and its wire bytes; a decode checks the header
@@ -96,7 +103,13 @@ class DataLane {
   // A payload the lane has read and handed back, or null.
   std::unique_ptr<SegmentPayload> TakePayload();
 
-  // Waits until the first `seq` items ran; the first data error, if any.
+  // Waits until the first `seq` items ran. Returns the data error of `device`'s collectives: a
+  // root error (its own data overflowed or mismatched) of its earliest failed collective, else
+  // an Aborted status if its data only came from a failed collective, else OK. `tag` (optional)
+  // gets the failed collective's Context::tag.
+  [[nodiscard]] absl::Status WaitFor(uint64_t seq, int device, int* tag = nullptr);
+  // As WaitFor(seq, device), over every device: the root error of the lowest device that has
+  // one, else the lowest consequence, else OK.
   [[nodiscard]] absl::Status WaitFor(uint64_t seq);
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
 
@@ -104,6 +117,7 @@ class DataLane {
   void Loop();
   absl::Status RunItem(const Item& it);
   void Report(const Item& it, const absl::Status& s);
+  void Await(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Producer side (under the fabric's lock): items not handed over yet, in a block of their own
   // so that the worker's mutex is taken once per kBatch items, not twice a message.
@@ -118,9 +132,16 @@ class DataLane {
   bool sleeping_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  // A device's data error: the root error of its earliest failed collective (by sequence), else
+  // its first consequence.
+  struct DeviceError {
+    absl::Status status;
+    bool root = false;
+    uint64_t sequence = 0;
+    int32_t tag = -1;
+  };
+  std::map<int, DeviceError> errors_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> completed_{0};
-  bool failed_ = false;  // worker only
   std::thread thread_;
 };
 

@@ -69,6 +69,9 @@ struct SegmentPayload final : FabricPayload {
   int32_t segment = 0;
   ring::TimedKind kind = ring::TimedKind::kAllReduce;
   Codec codec = Codec::kFp32;
+  // Set by a DataLane encode of a collective whose data already failed: the bytes were not
+  // written, and a receiver fails as a consequence (comm/data_lane.h).
+  bool poisoned = false;
 
   // Room for `n` wire bytes: inline up to kInlineBytes (no second allocation for the small
   // segments of large rings), else on the heap.

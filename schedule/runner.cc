@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<DeviceRunner>> DeviceRunner::Create(RunContext* c
 void DeviceRunner::AddGates() {
   for (size_t b = 0; b < buckets_.size(); ++b) gates_.push_back(ctx_->fabric->AddGate());
   tp_gate_ = ctx_->fabric->AddGate();
+  abort_gate_ = ctx_->fabric->AddGate();
 }
 
 Nanos DeviceRunner::WallNow() const {

@@ -217,6 +217,7 @@ class DeviceRunner {
   absl::Status Send(int step, int op_index, const Op& op);
   absl::Status Recv(int step, int op_index, const Op& op);
   absl::Status OptimizerStep(int step, int op_index, const Op& op);
+  absl::Status LaneDataError(int step, int bucket, const absl::Status& s);
   absl::Status InjectedFault(int step, int op_index, const Op& op, const OpFault& fault);
   // One pass of a compute op (an F&B has two): the chunk whose plan steps it follows, its
   // fault-free cost, and the real kernel, which receives the TP, layer and EP callbacks.
@@ -284,6 +285,7 @@ class DeviceRunner {
   int tp_calls_ = 0;  // TP all-reduces so far in the current op
   // Event-driven TP all-reduces: the gate the compute thread awaits, the result handed over.
   GateId tp_gate_ = -1;
+  GateId abort_gate_ = -1;  // never signalled: a wait on it ends with the run's abort
   absl::StatusOr<comm::CollectiveResult> tp_result_;
   int ep_calls_ = 0;  // EP all-to-alls so far in the current op
   // Buckets: per launch order, a gate and the comm stream's record.

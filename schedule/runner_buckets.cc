@@ -167,8 +167,27 @@ void DeviceRunner::EnqueueBucket(int step, int order, int chunk, int bucket, Nan
                          .trace_wall_start = wall_handed, .trace_wall_end = dev_->WallNow(),
                          .lane_seq = ctx_->lane != nullptr ? ctx_->lane->pushed() : 0};
         scope.Signal(gates_[static_cast<size_t>(order)], r->end);
-      }};
+      },
+      .tag = order};
   ctx_->comm_streams[static_cast<size_t>(rank_)]->Enqueue(std::move(c));
+}
+
+// A data error the lane kept for one of this device's buckets (comm/data_lane.h). A root error
+// (this device's own data overflowed or mismatched) is the device's failure, which the executor
+// orders among the others in modeled time. A consequence (its data came from another device's
+// failed bucket) waits for that device's failure to end the run — which device fails is decided
+// by the data alone, while failing here would let whichever thread got here first name the run's
+// failure. The wait does not hold back commits (a gate), so the failing device gets there.
+absl::Status DeviceRunner::LaneDataError(int step, int bucket, const absl::Status& s) {
+  if (ctx_->fabric->aborted()) return ctx_->fabric->abort_status();
+  waiting_.clear();  // a data error waits for nobody
+  const absl::Status named(s.code(), absl::StrCat("rank ", rank_, " step ", step, " gradient bucket ",
+                                                  bucket, " (DP all-reduce): ", s.message()));
+  if (!absl::IsAborted(s)) return named;
+  const absl::StatusOr<Nanos> waited = ctx_->fabric->AwaitGate(
+      ExecutionPlan::ComputeLp(rank_), abort_gate_,
+      {.rank = rank_, .op = "Opt (awaits the failure its bucket's data came from)", .step = step});
+  return waited.ok() ? named : waited.status();
 }
 
 absl::Status DeviceRunner::RunBucket(int step, int order, int chunk, int bucket, Nanos ready) {

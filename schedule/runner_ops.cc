@@ -435,10 +435,10 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
   if (ctx_->lane != nullptr) {  // the buckets' data, reduced off the fabric's lock
     uint64_t seq = 0;
     for (const BucketRecord& b : buckets_) seq = std::max(seq, b.lane_seq);
-    if (const absl::Status s = ctx_->lane->WaitFor(seq); !s.ok()) {
-      // The lane reported it to its bucket, which aborted the fabric: fail as every wait does.
-      const absl::Status aborted = ctx_->fabric->abort_status();
-      return aborted.ok() ? s : aborted;
+    int bucket = -1;
+    if (const absl::Status s = ctx_->lane->WaitFor(seq, ctx_->plan->grid.DeviceOf(rank_), &bucket);
+        !s.ok()) {
+      return LaneDataError(step, bucket, s);
     }
   }
   dev_->AdvanceCursor(ar_end);

@@ -6,6 +6,8 @@
 #include "comm/comm_stream.h"
 
 #include <memory>
+#include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -291,10 +293,11 @@ TEST(EventCommStream, MissingPeerIsAWaitNamingItThenAbortReleasesEveryone) {
   EXPECT_TRUE(failure.ok());  // nothing failed inside: the run was aborted from outside
 }
 
-// A data error (an FP16 overflow of a partial sum) found on a DataLane reaches the collective's
-// `done` with the message the stream gives it when the data runs under the lock: the first
-// failure in commit order, naming rank, collective, peer and ring step. WaitFor returns it.
-TEST(EventCommStream, ADataLaneReportsADataErrorAsTheStreamWould) {
+// A data error (an FP16 overflow of a partial sum) found on a DataLane carries the message the
+// stream gives it when the data runs under the lock (naming rank, collective, peer and ring
+// step), and is kept for its device — not given to `done`, whose timing ran to the end. Every
+// rank's first reduce overflows: each device has its own root error, the same every time.
+TEST(EventCommStream, ADataLaneKeepsEachDevicesDataErrorAsTheStreamWouldWordIt) {
   const int n = 3;
   const size_t count = 48;
   auto run = [&](DataLane* lane) {
@@ -309,33 +312,79 @@ TEST(EventCommStream, ADataLaneReportsADataErrorAsTheStreamWould) {
     std::vector<absl::Status> failures;  // in the order reported (under the fabric's lock)
     int ended = 0;
     for (int r = 0; r < n; ++r) {
-      streams[static_cast<size_t>(r)]->Enqueue(InPlaceAllReduce(
-          *comm, r, &v[r], Codec::kFp16, 8, comm->rank(r).TakeOpId(),
-          [&](Fabric::Scope&, const absl::StatusOr<CollectiveResult>& got) {
-            if (got.ok()) ++ended;
-            else failures.push_back(got.status());
-          }));
+      auto c = InPlaceAllReduce(*comm, r, &v[r], Codec::kFp16, 8, comm->rank(r).TakeOpId(),
+                                [&](Fabric::Scope&, const absl::StatusOr<CollectiveResult>& got) {
+                                  if (got.ok()) ++ended;
+                                  else failures.push_back(got.status());
+                                });
+      c.tag = 10 + r;
+      streams[static_cast<size_t>(r)]->Enqueue(std::move(c));
     }
     for (int r = 0; r < n; ++r) fabric->Finish(r);
-    absl::Status waited;
+    std::vector<absl::Status> waited(n);
+    std::vector<int> tags(n, -1);
     if (lane != nullptr) {
       EXPECT_EQ(ended, n);  // the timing ran to the end; the data failed on the lane
-      waited = lane->WaitFor(lane->pushed());
+      for (int r = 0; r < n; ++r) waited[static_cast<size_t>(r)] = lane->WaitFor(lane->pushed(), r, &tags[static_cast<size_t>(r)]);
     }
-    return std::make_pair(failures, waited);
+    return std::make_tuple(failures, waited, tags);
   };
-  const auto [inline_failures, none] = run(nullptr);
+  const auto [inline_failures, none, no_tags] = run(nullptr);
   ASSERT_FALSE(inline_failures.empty());
-  EXPECT_TRUE(none.ok());
+  for (const absl::Status& s : none) EXPECT_TRUE(s.ok());
   DataLane lane;
-  const auto [lane_failures, waited] = run(&lane);
-  ASSERT_EQ(lane_failures.size(), 1u);  // the first; the lane skips the data work after it
-  EXPECT_EQ(lane_failures[0], inline_failures[0]);
-  EXPECT_EQ(waited.code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(waited.message(), inline_failures[0].message());
-  EXPECT_NE(std::string(waited.message()).find("rank 1 (device 1) all-reduce #0 reducing data of rank 0"),
+  const auto [lane_failures, waited, tags] = run(&lane);
+  EXPECT_TRUE(lane_failures.empty());  // nothing reaches `done`
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(waited[static_cast<size_t>(r)].code(), absl::StatusCode::kOutOfRange) << r;
+    EXPECT_EQ(tags[static_cast<size_t>(r)], 10 + r);
+  }
+  // Rank 1's is the error the stream found first under the lock, word for word.
+  EXPECT_EQ(waited[1], inline_failures[0]);
+  EXPECT_NE(std::string(waited[1].message()).find("rank 1 (device 1) all-reduce #0 reducing data of rank 0"),
             std::string::npos)
-      << waited;
+      << waited[1];
+  EXPECT_EQ(lane.WaitFor(lane.pushed()), waited[0]);  // the lowest device's
+}
+
+// One rank's data overflows FP16 at its first send: that rank has the root error; the rank that
+// decodes its (poisoned) segment and the one after it, whose data came through it, fail as
+// consequences (Aborted), naming whom they received from. Decided by the data alone: the same in
+// every run, whatever order the streams' items reached the lane in.
+TEST(EventCommStream, ADataLanePoisonsWhatAFailedCollectiveSends) {
+  const int n = 3;
+  const size_t count = 48;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    DataLane lane;
+    auto fabric = MakeFabric(2 * n, n);
+    auto comm = MakeTimed(fabric.get(), n, n);
+    std::vector<std::unique_ptr<EventCommStream>> streams;
+    for (int r = 0; r < n; ++r) {
+      streams.push_back(std::make_unique<EventCommStream>(fabric.get(), n + r, true,
+                                                          std::vector<ChannelId>{}, &lane));
+    }
+    std::vector<std::vector<float>> v(n, std::vector<float>(count, 1.0f));
+    v[0][32] = 1e9f;  // in chunk 2, rank 0's first send: it fails to encode
+    int ended = 0;
+    // Started in a different order each attempt: their first sends reach the lane in that order.
+    for (int i = 0; i < n; ++i) {
+      const int r = (i + attempt) % n;
+      streams[static_cast<size_t>(r)]->Enqueue(InPlaceAllReduce(
+          *comm, r, &v[r], Codec::kFp16, 8, comm->rank(r).TakeOpId(),
+          [&](Fabric::Scope&, const absl::StatusOr<CollectiveResult>& got) { ended += got.ok(); }));
+    }
+    for (int r = 0; r < n; ++r) fabric->Finish(r);
+    EXPECT_EQ(ended, n);
+    const absl::Status root = lane.WaitFor(lane.pushed(), 0);
+    EXPECT_EQ(root.code(), absl::StatusCode::kOutOfRange) << root;
+    EXPECT_NE(std::string(root.message()).find("starting, next"), std::string::npos) << root;
+    for (int r = 1; r < n; ++r) {
+      const absl::Status s = lane.WaitFor(lane.pushed(), r);
+      EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << r << ": " << s;
+      EXPECT_NE(std::string(s.message()).find("receiving from"), std::string::npos) << s;
+    }
+    EXPECT_EQ(lane.WaitFor(lane.pushed()), root);  // a root before any consequence
+  }
 }
 
 // DataLane: WaitFor of nothing returns at once; items run in push order, a decode's payload is

@@ -493,5 +493,32 @@ TEST(ExecutorFaults, ADataErrorInATpAllReduceIsTheSameFailureEveryRun) {
   }
 }
 
+// A gradient bucket's data error found on the data lane (an FP16 overflow in every replica's
+// gradients: a learning rate that sends the weights far out) is decided by the data alone — each
+// device learns its own buckets' verdict at its optimizer, a device whose data only came from a
+// failed bucket waits for that failure — and the devices' failures take effect in modeled-time
+// order: the same failure every run. Before, the lane reported the first error to reach it, in
+// host order, and aborted the run at once: the CLI's `--codec=fp16 --lr=1e4` named 3 different
+// ranks in 6 runs.
+TEST(ExecutorFaults, ADataErrorOnTheDataLaneIsTheSameFailureEveryRun) {
+  ExecutorOptions o = Small(3, /*dp=*/4, /*pp=*/2);
+  o.codec = comm::Codec::kFp16;
+  o.optimizer.lr = 1e4f;
+  ASSERT_TRUE(o.data_lane);
+  std::string first;
+  for (int run = 0; run < 8; ++run) {
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
+    const std::string msg(r.status().message());
+    EXPECT_THAT(msg, HasSubstr("gradient bucket"));
+    EXPECT_THAT(msg, HasSubstr("fp16 range"));
+    EXPECT_THAT(msg, HasSubstr("missing peers: none")) << msg;
+    if (run == 0) first = msg;
+    EXPECT_EQ(msg, first) << "run " << run;
+  }
+}
+
 }  // namespace
 }  // namespace rp::schedule
