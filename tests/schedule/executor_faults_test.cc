@@ -468,6 +468,24 @@ TEST(ExecutorFaults, AThrowAfterAStallInKeyOrderReportsTheStall) {
   }
 }
 
+// Runs `o` 8 times; each must fail OutOfRange with the same message, naming no missing peer.
+// Returns the message.
+std::string TheSameDataErrorEveryRun(const ExecutorOptions& o) {
+  std::string first;
+  for (int run = 0; run < 8; ++run) {
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    EXPECT_TRUE(ex.ok()) << ex.status();
+    if (!ex.ok()) return "";
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
+    const std::string msg(r.status().message());
+    EXPECT_THAT(msg, HasSubstr("missing peers: none")) << msg;
+    if (run == 0) first = msg;
+    EXPECT_EQ(msg, first) << "run " << run;
+  }
+  return first;
+}
+
 // A data error inside a TP all-reduce (a learning rate that sends the weights to infinity: every
 // TP group's sum overflows at the same modeled time in step 1) is found by the ring's handler at a
 // commit, in key order, and that commit's error is the run's failure — not the status of whichever
@@ -479,45 +497,29 @@ TEST(ExecutorFaults, ADataErrorInATpAllReduceIsTheSameFailureEveryRun) {
   o.placement.devices_per_node = 4;
   o.links.devices_per_node = 4;
   o.optimizer.lr = 1e30f;
-  std::string first;
-  for (int run = 0; run < 8; ++run) {
-    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-    ASSERT_TRUE(ex.ok()) << ex.status();
-    absl::StatusOr<RunResult> r = (*ex)->Run();
-    ASSERT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
-    const std::string msg(r.status().message());
-    EXPECT_THAT(msg, HasSubstr("all-reduce"));
-    EXPECT_THAT(msg, HasSubstr("missing peers: none")) << msg;
-    if (run == 0) first = msg;
-    EXPECT_EQ(msg, first) << "run " << run;
-  }
+  EXPECT_THAT(TheSameDataErrorEveryRun(o), HasSubstr("all-reduce"));
 }
 
-// A gradient bucket's data error found on the data lane (an FP16 overflow in every replica's
-// gradients: a learning rate that sends the weights far out) is decided by the data alone — each
+// A gradient bucket's data error found on the data lane is decided by the data alone — each
 // device learns its own buckets' verdict at its optimizer, a device whose data only came from a
 // failed bucket waits for that failure — and the devices' failures take effect in modeled-time
 // order: the same failure every run. Before, the lane reported the first error to reach it, in
 // host order, and aborted the run at once: the CLI's `--codec=fp16 --lr=1e4` named 3 different
-// ranks in 6 runs.
+// ranks in 6 runs. Two cases: an FP16 overflow in every replica's first sends (lr 1e4), and one
+// in a ring's sum part-way round (lr 300: the ranks after it get poisoned data and wait).
 TEST(ExecutorFaults, ADataErrorOnTheDataLaneIsTheSameFailureEveryRun) {
-  ExecutorOptions o = Small(3, /*dp=*/4, /*pp=*/2);
+  ExecutorOptions o = Small(6, /*dp=*/8, /*pp=*/2);
   o.codec = comm::Codec::kFp16;
-  o.optimizer.lr = 1e4f;
   ASSERT_TRUE(o.data_lane);
-  std::string first;
-  for (int run = 0; run < 8; ++run) {
-    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-    ASSERT_TRUE(ex.ok()) << ex.status();
-    absl::StatusOr<RunResult> r = (*ex)->Run();
-    ASSERT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
-    const std::string msg(r.status().message());
-    EXPECT_THAT(msg, HasSubstr("gradient bucket"));
-    EXPECT_THAT(msg, HasSubstr("fp16 range"));
-    EXPECT_THAT(msg, HasSubstr("missing peers: none")) << msg;
-    if (run == 0) first = msg;
-    EXPECT_EQ(msg, first) << "run " << run;
-  }
+  o.optimizer.lr = 1e4f;
+  const std::string start = TheSameDataErrorEveryRun(o);
+  EXPECT_THAT(start, HasSubstr("gradient bucket"));
+  EXPECT_THAT(start, HasSubstr("starting, next"));
+  EXPECT_THAT(start, HasSubstr("fp16 range"));
+  o.optimizer.lr = 300;
+  const std::string sum = TheSameDataErrorEveryRun(o);
+  EXPECT_THAT(sum, HasSubstr("gradient bucket"));
+  EXPECT_THAT(sum, HasSubstr("reducing data of"));
 }
 
 }  // namespace
