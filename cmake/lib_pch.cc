@@ -1,0 +1,1 @@
+// Empty: the object library that builds cmake/lib_pch.h (cmake/RingpipePch.cmake).
