@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/ring_machine.h"
+#include "runtime/status_macros.h"
 
 namespace rp::comm {
 namespace {
@@ -40,6 +41,7 @@ void DataLane::Push(const Item& item) {
 void DataLane::Flush() {
   if (queued_.empty()) return;
   MutexLock lock(&mu_);
+  flushed_ += queued_.size();
   if (items_.empty()) {
     items_.swap(queued_);
   } else {
@@ -65,7 +67,7 @@ std::unique_ptr<SegmentPayload> DataLane::TakePayload() {
 
 absl::Status DataLane::WaitFor(uint64_t seq, int device, int* tag) {
   MutexLock lock(&mu_);
-  Await(seq);
+  RP_RETURN_IF_ERROR(Await(seq));
   const auto it = errors_.find(device);
   if (it == errors_.end()) return absl::OkStatus();
   if (tag != nullptr) *tag = it->second.tag;
@@ -74,21 +76,28 @@ absl::Status DataLane::WaitFor(uint64_t seq, int device, int* tag) {
 
 absl::Status DataLane::WaitFor(uint64_t seq) {
   MutexLock lock(&mu_);
-  Await(seq);
+  RP_RETURN_IF_ERROR(Await(seq));
   for (const auto& [device, e] : errors_) {
     if (e.root) return e.status;
   }
   return errors_.empty() ? absl::OkStatus() : errors_.begin()->second.status;
 }
 
-void DataLane::Await(uint64_t seq) {
-  if (completed() >= seq) return;
+absl::Status DataLane::Await(uint64_t seq) {
+  if (completed() >= seq) return absl::OkStatus();
+  // Items not handed over would never run: a wait for them would never end.
+  if (seq > flushed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "DataLane::WaitFor(", seq, ") beyond the ", flushed_,
+        " items flushed: Flush before reading pushed()"));
+  }
   if (seq > wanted_) wanted_ = seq;
   if (sleeping_) {
     sleeping_ = false;
     work_cv_.Signal();
   }
   while (completed() < seq) done_cv_.Wait(&mu_);
+  return absl::OkStatus();
 }
 
 absl::Status DataLane::RunItem(const Item& it) {
@@ -145,9 +154,10 @@ void DataLane::Report(const Item& it, const absl::Status& s) {
   MutexLock lock(&mu_);
   auto [at, inserted] = errors_.try_emplace(c.device);
   DeviceError& e = at->second;
-  // A root error beats a consequence; among roots the device's earliest collective (its items
-  // reach the lane in its own order, so the first found in a collective is its first).
-  if (inserted || (root && (!e.root || c.sequence < e.sequence))) {
+  // A root error beats a consequence; among roots, and among consequences, the device's earliest
+  // collective (its items reach the lane in its own order, so the first error found in a
+  // collective is its first; different collectives' items reach it in host order).
+  if (inserted || (root && !e.root) || (root == e.root && c.sequence < e.sequence)) {
     e = DeviceError{.status = out, .root = root, .sequence = c.sequence, .tag = c.tag};
   }
 }

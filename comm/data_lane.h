@@ -36,7 +36,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <thread>
@@ -47,7 +46,6 @@
 #include "comm/codec.h"
 #include "comm/communicator.h"
 #include "comm/ring_timing.h"
-#include "runtime/fabric.h"
 #include "runtime/mutex.h"
 
 namespace rp::comm {
@@ -105,8 +103,10 @@ class DataLane {
 
   // Waits until the first `seq` items ran. Returns the data error of `device`'s collectives: a
   // root error (its own data overflowed or mismatched) of its earliest failed collective, else
-  // an Aborted status if its data only came from a failed collective, else OK. `tag` (optional)
-  // gets the failed collective's Context::tag.
+  // the Aborted status of its earliest collective whose data only came from a failed one, else
+  // OK — the same whatever order different collectives' items reached the lane in. `tag`
+  // (optional) gets the failed collective's Context::tag. FailedPrecondition at once if `seq`
+  // counts items not flushed yet (they would never run: the wait would never end).
   [[nodiscard]] absl::Status WaitFor(uint64_t seq, int device, int* tag = nullptr);
   // As WaitFor(seq, device), over every device: the root error of the lowest device that has
   // one, else the lowest consequence, else OK.
@@ -117,7 +117,7 @@ class DataLane {
   void Loop();
   absl::Status RunItem(const Item& it);
   void Report(const Item& it, const absl::Status& s);
-  void Await(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Await(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Producer side (under the fabric's lock): items not handed over yet, in a block of their own
   // so that the worker's mutex is taken once per kBatch items, not twice a message.
@@ -132,8 +132,9 @@ class DataLane {
   bool sleeping_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t flushed_ ABSL_GUARDED_BY(mu_) = 0;  // items handed to the worker so far
   // A device's data error: the root error of its earliest failed collective (by sequence), else
-  // its first consequence.
+  // the consequence of its earliest poisoned one.
   struct DeviceError {
     absl::Status status;
     bool root = false;

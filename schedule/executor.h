@@ -154,8 +154,10 @@ struct ExecutorOptions {
   bool warm_first_step = false;
   // Virtual clock: the gradient all-reduces' data plane (each message's copy, sum and encode)
   // runs on a worker thread of its own, in commit order, off the fabric's lock, while the commit
-  // loop keeps the timing (comm/data_lane.h). Changes no result; at thousands of devices the
-  // sums and copies then run beside the commit loop instead of inside it.
+  // loop keeps the timing (comm/data_lane.h). Changes no result of a healthy run; at thousands
+  // of devices the sums and copies then run beside the commit loop instead of inside it. A
+  // bucket's data error then takes its place among failures at its device's optimizer, not at
+  // the overflowing message (docs/executor.md, "Failures in modeled-time order").
   bool data_lane = true;
   // With warm_first_step: the real model's stored activations of one micro-batch of each model
   // stage (Program::num_model_stages() entries) — the warm-up makes a rank's peak of them resident,

@@ -416,6 +416,53 @@ TEST(DataLane, RunsItemsInOrderAndHandsPayloadsBack) {
   EXPECT_EQ(lane.completed(), 3u);
 }
 
+// DataLane: a device whose collectives only received poisoned data (consequences) keeps its
+// earliest collective's (by sequence), whichever reached the lane first; a root error in a later
+// collective still beats them; and a wait for items never flushed is an error, not a hang.
+TEST(DataLane, KeepsADevicesEarliestConsequenceWhateverTheOrderItsItemsArrived) {
+  for (const bool second_first : {false, true}) {
+    // Two collectives of device 0 (sequences 0 and 1) each decode a poisoned segment (contexts
+    // anew each time: the lane marks a failed one).
+    const DataLane::Context first{.device = 0, .op_id = 1, .count = 2, .sequence = 0, .tag = 100};
+    const DataLane::Context second{.device = 0, .op_id = 2, .count = 2, .sequence = 1, .tag = 101};
+    const DataLane::Context overflowing{.device = 0, .op_id = 3, .count = 2, .sequence = 2,
+                                        .tag = 102};
+    DataLane lane;
+    std::vector<float> dst(2, 0.0f);
+    auto poisoned_decode = [&](const DataLane::Context& c) {
+      auto* p = new SegmentPayload;  // the lane owns it once its decode has read it
+      p->op_id = c.op_id;
+      p->count = c.count;
+      p->elems = 2;
+      p->poisoned = true;
+      lane.Push({.op = DataLane::Item::Op::kDecode, .n = 2, .dst = dst.data(), .payload = p,
+                 .context = &c});
+    };
+    if (second_first) poisoned_decode(second);
+    poisoned_decode(first);
+    if (!second_first) poisoned_decode(second);
+    EXPECT_EQ(lane.WaitFor(lane.pushed() + 1, 0).code(), absl::StatusCode::kFailedPrecondition)
+        << "not flushed yet";
+    lane.Flush();
+    int tag = -1;
+    const absl::Status got = lane.WaitFor(lane.pushed(), 0, &tag);
+    EXPECT_TRUE(absl::IsAborted(got)) << got;
+    EXPECT_EQ(tag, 100) << (second_first ? "second collective's items first" : "in order");
+    EXPECT_TRUE(lane.WaitFor(lane.pushed(), 1).ok());  // another device: nothing
+    // A root error (an FP16 overflow at a send) of a later collective beats both consequences.
+    const std::vector<float> huge = {1e9f, 1.0f};
+    auto* out = new SegmentPayload;
+    lane.Push({.op = DataLane::Item::Op::kEncode, .codec = Codec::kFp16, .n = 2,
+               .src = huge.data(), .payload = out, .context = &overflowing});
+    lane.Flush();
+    const absl::Status root = lane.WaitFor(lane.pushed(), 0, &tag);
+    EXPECT_EQ(root.code(), absl::StatusCode::kOutOfRange) << root;
+    EXPECT_EQ(tag, 102);
+    EXPECT_TRUE(out->poisoned);  // its bytes are not the segment's
+    delete out;                  // an encode's payload stays the pusher's
+  }
+}
+
 // SegmentPool: a payload given back is the next one taken (a ring's received segment carries
 // its next send), and a recycled payload keeps its heap room for a segment that fits.
 TEST(SegmentPool, ReusesPayloadsAndTheirHeapRoom) {
