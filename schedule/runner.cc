@@ -228,6 +228,12 @@ absl::Status DeviceRunner::InjectedFault(int step, int op_index, const Op& op,
            std::min<std::chrono::nanoseconds>(ctx_->options->watchdog_timeout / 2,
                                               std::chrono::milliseconds(250)));
   waiting_.clear();
+  // In modeled time the device stopped here: nothing it could post is earlier than its cursor.
+  // Its bound (the key a failure elsewhere waits behind, docs/executor.md "Failures in
+  // modeled-time order") may still be its last post or receive — with pp 1, the step's start —
+  // so raise it, or a throw earlier than this stall in modeled time would wait behind it and the
+  // stall be reported instead.
+  ctx_->fabric->Advance(ExecutionPlan::ComputeLp(rank_), dev_->cursor());
   if (dev_->watchdog().WaitForFailure(limit)) {
     return dev_->watchdog().Cancelled({.rank = rank_, .op = "stalled by injected fault", .step = step});
   }
