@@ -154,7 +154,11 @@ void DeviceRunner::EnqueueBucket(int step, int order, int chunk, int bucket, Nan
                                             order, " (DP all-reduce): ", r.status().message()));
           ctx_->NoteError({.rank = rank_, .step = step, .op = -1,
                            .op_name = absl::StrCat("gradient bucket ", order, " (DP all-reduce)"),
-                           .waiting = {waiting}, .status = s});
+                           // Only a wait that timed out (real clock) missed its peer; a data
+                           // error (found at a commit) waited for nobody.
+                           .waiting = absl::IsDeadlineExceeded(r.status()) ? std::vector<int>{waiting}
+                                                                           : std::vector<int>{},
+                           .status = s});
           scope.Abort(s);
           return;
         }

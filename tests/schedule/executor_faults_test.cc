@@ -552,5 +552,21 @@ TEST(ExecutorFaults, ADataErrorOnTheDataLaneIsTheSameFailureEveryRun) {
   EXPECT_THAT(sum, HasSubstr("reducing data of"));
 }
 
+// Without the data lane (ExecutorOptions::data_lane = false; not a CLI option) a bucket's data
+// error part-way round a ring (lr 300: a sum overflows) is found by the ring's handler at a
+// commit, in key order, as a TP ring's: the same failure every run, naming no missing peer
+// (before, its record named the ring's previous rank as one it waited for; found by review). An
+// error in a ring's first sends is found instead by the device thread that starts the bucket,
+// in host order (docs/executor.md): with the lane, the default, both are ordered.
+TEST(ExecutorFaults, ADataErrorInABucketWithoutTheLaneIsTheSameFailureEveryRun) {
+  ExecutorOptions o = Small(6, /*dp=*/8, /*pp=*/2);
+  o.codec = comm::Codec::kFp16;
+  o.data_lane = false;
+  o.optimizer.lr = 300;
+  const std::string msg = TheSameDataErrorEveryRun(o);
+  EXPECT_THAT(msg, HasSubstr("gradient bucket"));
+  EXPECT_THAT(msg, HasSubstr("reducing data of"));
+}
+
 }  // namespace
 }  // namespace rp::schedule
