@@ -127,6 +127,9 @@ class Device {
   const MemoryTracker& memory() const { return memory_; }
   const DeviceStats& stats() const { return stats_; }
 
+  // The running index the next compute op gets (ComputeOp::index; FaultInjector::StopsAt).
+  int64_t next_compute_index() const { return compute_index_; }
+
   // Modeled end of the last compute op (compute thread only). AdvanceCursor moves it forward.
   Nanos cursor() const { return cursor_; }
   void AdvanceCursor(Nanos t) { cursor_ = std::max(cursor_, t); }

@@ -219,6 +219,9 @@ class DeviceRunner {
   absl::Status OptimizerStep(int step, int op_index, const Op& op);
   absl::Status LaneDataError(int step, int bucket, const absl::Status& s);
   absl::Status InjectedFault(int step, int op_index, const Op& op, const OpFault& fault);
+  // Before a compute op that starts when its inputs are `ready`: raises the compute LP's bound to
+  // the op's start if a DeviceStop fault stops the device there.
+  void BeforeComputeOp(Nanos ready);
   // One pass of a compute op (an F&B has two): the chunk whose plan steps it follows, its
   // fault-free cost, and the real kernel, which receives the TP, layer and EP callbacks.
   using Kernel = std::function<absl::Status(const TpAllReduceFn&, const LayerGradsDoneFn&,

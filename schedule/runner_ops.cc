@@ -107,6 +107,14 @@ DeviceRunner::Part DeviceRunner::BackwardPart(int step, int op_index, const Op& 
       }};
 }
 
+void DeviceRunner::BeforeComputeOp(Nanos ready) {
+  // A DeviceStop fault hangs the device inside Device::BeginCompute, at the op's start: its place
+  // in modeled-time order (its bound) is there, as an injected stall's (InjectedFault).
+  if (dev_->faults().StopsAt(rank_, dev_->next_compute_index())) {
+    ctx_->fabric->Advance(ExecutionPlan::ComputeLp(rank_), std::max(dev_->cursor(), ready));
+  }
+}
+
 absl::Status DeviceRunner::Compute(int step, int op_index, const Op& op) {
   const ExecutionPlan& plan = *ctx_->plan;
   const int K = ctx_->options->program.num_model_stages();
@@ -316,6 +324,7 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
   const OpInfo info{.name = OpKindName(op.kind), .micro_batch = op.micro_batch, .step = step};
   Nanos base{0};
   for (const Part& p : parts) base += p.base;
+  BeforeComputeOp(ready);
   RP_ASSIGN_OR_RETURN(const Device::ComputeOp c, dev_->BeginCompute(info, base, ready));
   Nanos cursor = c.start, kernel_time{0};
   uint64_t done_base = 0;
@@ -454,6 +463,7 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
   const OpInfo info{.name = "Opt", .step = step};
   const Nanos start = dev_->cursor();
   const Nanos opt_wall0 = WallNow();
+  BeforeComputeOp(ar_end);
   absl::StatusOr<Nanos> end = dev_->Compute(info, plan.OptimizerCost(coord_.pp),
                                             ar_end, [&]() -> absl::Status {
     const HostWork work(&ctx_->host_work);  // the update: host work of ours, not a stall

@@ -472,30 +472,41 @@ TEST(ExecutorFaults, AThrowAfterAStallInKeyOrderReportsTheStall) {
 // place in key order is where it stopped (its cursor), not the last time it posted or received:
 // with pp 1 a compute thread posts nothing between the step's start and its buckets, and before,
 // the throw's failure waited behind the stalled thread's bound (the step's start) until the
-// stall monitor reported the stall instead (found by review).
+// stall monitor reported the stall instead (found by review). Both ways a device hangs: an
+// injected stall (OpFault) and a dead GPU (the runtime's DeviceStop).
 TEST(ExecutorFaults, AStallLaterInModeledTimeThanAThrowReportsTheThrow) {
-  ExecutorOptions o = Small(3, /*dp=*/2, /*pp=*/1);
-  const auto& ops = o.program.ranks[0];
-  int last_b = -1;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].kind == OpKind::kBackward) last_b = static_cast<int>(i);
+  for (const bool device_stop : {false, true}) {
+    ExecutorOptions o = Small(3, /*dp=*/2, /*pp=*/1);
+    const auto& ops = o.program.ranks[0];
+    int last_b = -1, compute_ops = 0, compute_before_last_b = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind == OpKind::kBackward) {
+        last_b = static_cast<int>(i);
+        compute_before_last_b = compute_ops;
+      }
+      compute_ops += IsDeviceCompute(ops[i].kind);
+    }
+    ASSERT_GT(last_b, 0);
+    const int first_f = FirstOp(o, 0, OpKind::kForward);
+    ASSERT_LT(first_f, last_b);
+    // Rank 0 (replica 0, the lower tie rank) hangs at step 1's last backward; rank 1 throws at
+    // its first forward, modeled milliseconds earlier.
+    o.faults.op_faults = {{.kind = OpFaultKind::kThrow, .rank = 1, .step = 1, .op = first_f}};
+    if (device_stop) {
+      o.faults.stops.push_back({.rank = 0, .op_index = compute_ops + compute_before_last_b});
+    } else {
+      o.faults.op_faults.push_back({.kind = OpFaultKind::kStall, .rank = 0, .step = 1, .op = last_b});
+    }
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kInternal) << device_stop << " " << r.status();
+    const RunFailure* f = (*ex)->failure();
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->rank, 1) << r.status();
+    EXPECT_EQ(f->op, first_f);
+    EXPECT_EQ(f->committed_steps, 1);
   }
-  ASSERT_GT(last_b, 0);
-  const int first_f = FirstOp(o, 0, OpKind::kForward);
-  ASSERT_LT(first_f, last_b);
-  // Rank 0 (replica 0, the lower tie rank) hangs at its last backward; rank 1 throws at its
-  // first forward, modeled milliseconds earlier.
-  o.faults.op_faults = {{.kind = OpFaultKind::kStall, .rank = 0, .step = 1, .op = last_b},
-                        {.kind = OpFaultKind::kThrow, .rank = 1, .step = 1, .op = first_f}};
-  absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
-  ASSERT_TRUE(ex.ok()) << ex.status();
-  absl::StatusOr<RunResult> r = (*ex)->Run();
-  ASSERT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
-  const RunFailure* f = (*ex)->failure();
-  ASSERT_NE(f, nullptr);
-  EXPECT_EQ(f->rank, 1) << r.status();
-  EXPECT_EQ(f->op, first_f);
-  EXPECT_EQ(f->committed_steps, 1);
 }
 
 // Runs `o` 8 times; each must fail OutOfRange with the same message, naming no missing peer.
