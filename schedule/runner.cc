@@ -205,6 +205,14 @@ absl::Status DeviceRunner::RunOp(int step, int op_index) {
   return absl::OkStatus();
 }
 
+void DeviceRunner::BeforeComputeOp(Nanos ready) {
+  // A DeviceStop fault hangs the device inside Device::BeginCompute, at the op's start: its place
+  // in modeled-time order (its bound) is there, as an injected stall's (InjectedFault).
+  if (dev_->faults().StopsAt(rank_, dev_->next_compute_index())) {
+    ctx_->fabric->Advance(ExecutionPlan::ComputeLp(rank_), std::max(dev_->cursor(), ready));
+  }
+}
+
 absl::Status DeviceRunner::InjectedFault(int step, int op_index, const Op& op,
                                          const OpFault& f) {
   int64_t none = -1;

@@ -107,14 +107,6 @@ DeviceRunner::Part DeviceRunner::BackwardPart(int step, int op_index, const Op& 
       }};
 }
 
-void DeviceRunner::BeforeComputeOp(Nanos ready) {
-  // A DeviceStop fault hangs the device inside Device::BeginCompute, at the op's start: its place
-  // in modeled-time order (its bound) is there, as an injected stall's (InjectedFault).
-  if (dev_->faults().StopsAt(rank_, dev_->next_compute_index())) {
-    ctx_->fabric->Advance(ExecutionPlan::ComputeLp(rank_), std::max(dev_->cursor(), ready));
-  }
-}
-
 absl::Status DeviceRunner::Compute(int step, int op_index, const Op& op) {
   const ExecutionPlan& plan = *ctx_->plan;
   const int K = ctx_->options->program.num_model_stages();
