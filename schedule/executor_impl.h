@@ -160,8 +160,8 @@ class Executor::Impl {
   absl::Status StallStatus(std::chrono::nanoseconds quiet);
   // The ranks with a stream running without progress (StallStatus), and in *detail what the first runs.
   std::vector<int> RunningRanks(const std::vector<LpWait>& waits, std::string* detail) const;
-  void NoteStallRecords(const absl::Status& stall, int first, const std::vector<LpWait>& waits,
-                        const std::map<int, int>& waits_for);
+  void NoteStallRecords(const absl::Status& stall, int first, const std::vector<int>& running,
+                        const std::vector<LpWait>& waits, const std::map<int, int>& waits_for);
 
  private:
   absl::Status MakeCommunicators();

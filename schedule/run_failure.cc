@@ -116,20 +116,24 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
                       : absl::StrCat("; running without progress: ", RankName(g, running.front()),
                                      running_detail),
       chain.size() > 1 ? absl::StrCat("; the wait chain ends at rank ", chain.back()) : ""));
-  NoteStallRecords(s, first, waits, waits_for);
+  NoteStallRecords(s, first, running, waits, waits_for);
   return s;
 }
 
 void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
+                                      const std::vector<int>& running,
                                       const std::vector<LpWait>& waits,
                                       const std::map<int, int>& waits_for) {
-  // One record per rank in the picture, `first` first: RunFailure follows the same wait chains
-  // (a running rank's own record, from its thread, ends them).
+  // One record per rank in the picture, `first` first: RunFailure follows the same wait chains,
+  // which end at the running ranks (their threads' own records, noted as the abort releases them,
+  // may name a peer: a stalled device's comm stream waiting in a ring).
   auto note = [&](int rank) {
     ErrorRecord e{.rank = rank, .step = -1, .op = -1, .op_name = "stall", .waiting = {},
-                  .status = stall};
+                  .status = stall,
+                  .running = std::find(running.begin(), running.end(), rank) != running.end()};
+    if (e.running) e.op_name = "running without progress";
     for (const LpWait& w : waits) {
-      if (w.lp / 2 == rank && AwaitedRank(plan->grid, w) >= 0) {
+      if (!e.running && w.lp / 2 == rank && AwaitedRank(plan->grid, w) >= 0) {
         e.op_name = w.site.op;
         e.step = w.site.step;
       }
@@ -139,6 +143,9 @@ void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
   };
   if (first >= 0) note(first);
   for (const auto& [rank, peer] : waits_for) {
+    if (rank != first) note(rank);
+  }
+  for (int rank : running) {
     if (rank != first) note(rank);
   }
 }
@@ -164,11 +171,17 @@ const ErrorRecord* RootError(const std::vector<ErrorRecord>& errs, const absl::S
 }
 
 // Follows each missing peer's own failed wait (its error record) to the end of the chain: the
-// ranks that waited for nobody (distinct, in the peers' order).
+// ranks that waited for nobody, or that the stall monitor saw running (distinct, in the peers'
+// order).
 std::vector<int> WaitChainEnds(const std::vector<ErrorRecord>& errs, const std::vector<int>& missing,
                                int world) {
   std::map<int, std::vector<int>> waits;  // rank → whom its failed wait waited for
+  std::vector<bool> running(static_cast<size_t>(world), false);
   for (const ErrorRecord& e : errs) {
+    if (e.running && e.rank >= 0 && e.rank < world) running[static_cast<size_t>(e.rank)] = true;
+  }
+  for (const ErrorRecord& e : errs) {
+    if (e.rank >= 0 && e.rank < world && running[static_cast<size_t>(e.rank)]) continue;
     if (!waits.contains(e.rank) || waits[e.rank].empty()) waits[e.rank] = e.waiting;
   }
   std::vector<int> ends;

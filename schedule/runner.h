@@ -63,6 +63,9 @@ struct ErrorRecord {
   std::string op_name;
   std::vector<int> waiting;  // ranks it waited for
   absl::Status status;
+  // The stall monitor saw a stream of this rank running without progress: whatever its other
+  // stream waited for when the abort released it, its wait chain ends here.
+  bool running = false;
 };
 
 // One device's record of one step.

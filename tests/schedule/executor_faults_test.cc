@@ -362,6 +362,53 @@ TEST(ExecutorFaults, StallOnRealClockChainEndsAtTheStalledRankNotBehindItsBound)
   EXPECT_EQ(f->committed_steps, 1);
 }
 
+// DP 4 × PP 3, interleaved (v 2, m 6), on a real clock; rank 2 (dp 0, pp 2) stalls in a backward of
+// chunk 0 of step 2 (stress seed 5152157), while its comm stream waits in chunk 1's bucket ring for
+// rank 11. The monitor saw rank 2 running without progress, but the abort released its comm
+// stream with a record naming rank 11, and RunFailure followed it: "missing peers: 2 (their wait
+// chains end at rank(s) 11)". A rank the monitor saw running ends its chain.
+TEST(ExecutorFaults, AStalledRanksCommStreamDoesNotCarryItsWaitChainOn) {
+  ExecutorOptions o = Small(3, /*dp=*/4, /*pp=*/3);
+  absl::StatusOr<Program> prog = BuildInterleaved({.num_ranks = 3, .num_micro_batches = 6, .num_chunks = 2,
+                                                   .activation_bytes = 1 << 14, .gradient_bytes = 1 << 16});
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  o.program = *prog;
+  o.model.input_dim = 8;
+  o.model.classes = 4;
+  o.model.hidden.assign(5, 8);
+  o.dataset.input_dim = 8;
+  o.dataset.classes = 4;
+  o.dataset.teacher_hidden = 8;
+  o.microbatch_size = 3;
+  o.links.intra_node = {};
+  o.links.inter_node = {};
+  o.bucket_bytes = 123392;
+  o.segment_bytes = 29096;
+  o.overlap_grad_allreduce = true;
+  o.virtual_time = false;
+  o.time_scale = 0.02;
+  int op = -1;
+  const auto& ops = o.program.ranks[2];
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == OpKind::kBackward && ops[i].micro_batch == 3 && ops[i].chunk == 0) op = static_cast<int>(i);
+  }
+  ASSERT_GE(op, 0);
+  const int stalled = 2;
+  o.faults.op_faults = {{.kind = OpFaultKind::kStall, .rank = stalled, .step = 2, .op = op}};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<RunResult> r = (*ex)->Run();
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+    const std::string msg(r.status().message());
+    EXPECT_THAT(msg, HasSubstr("running without progress: rank 2 ")) << msg;
+    const RunFailure* f = (*ex)->failure();
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->stuck_ranks, std::vector<int>{stalled}) << msg;
+    EXPECT_EQ(f->committed_steps, 2);
+  }
+}
+
 // The device running without progress is named with the op it runs. Stalled in op 0 of step 1, its
 // last wait site was the step barrier, and the report said "running without progress: rank 1 (dp 1,
 // pp 0, tp 0) (compute stream, last in 'step barrier', ...)": no op of the stall.
