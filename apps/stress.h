@@ -66,6 +66,9 @@ absl::StatusOr<Drawn> DrawConfig(uint64_t seed, int fault_every, int max_devices
 // Collects failed checks of one configuration.
 struct Checker {
   std::vector<std::string> failures;
+  // The configuration's training left a lossy wire format's range (its own failure, not a broken
+  // invariant: the same configuration with FP32 wire formats was checked to train to the end).
+  bool out_of_range = false;
   template <typename... A>
   void Fail(const absl::FormatSpec<A...>& fmt, const A&... args) {
     failures.push_back(absl::StrFormat(fmt, args...));
@@ -74,6 +77,7 @@ struct Checker {
 
 struct FaultTally {
   int injected = 0, detected = 0, attributed = 0;
+  int out_of_range = 0;  // configurations (with or without a fault) that left their wire format's range
   std::map<std::string, int> by_kind;
 };
 

@@ -80,10 +80,12 @@ bool StressOne(uint64_t s, const StressOptions& o, stress::FaultTally& tally, in
     } else {
       stress::CheckHealthy(*c, ck);
     }
+    if (ck.out_of_range) ++tally.out_of_range;
   }
   if (o.list) {
     std::printf("seed=%llu %s: %s\n", static_cast<unsigned long long>(s),
-                ck.failures.empty() ? "ok" : "FAIL", summary.c_str());
+                !ck.failures.empty() ? "FAIL" : ck.out_of_range ? "ok (left its wire format's range)" : "ok",
+                summary.c_str());
   }
   if (!ck.failures.empty()) {
     std::printf("FAIL seed=%llu: %s\n  config: %s\n",
@@ -144,11 +146,17 @@ int Stress(const ParsedArgs& args) {
   for (const auto& [k, n] : tally.by_kind) absl::StrAppend(&kinds, kinds.empty() ? "" : ", ", k, " ", n);
   std::printf(
       "stress: %d configurations (seeds %llu..%llu), %d failed; comm checks %d; faults injected "
-      "%d (%s), detected %d, attributed to the faulty rank %d; wall %.1f s\n",
+      "%d (%s), detected %d, attributed to the faulty rank %d%s; wall %.1f s\n",
       static_cast<int>(configs), static_cast<unsigned long long>(seed),
       static_cast<unsigned long long>(seed + static_cast<uint64_t>(configs) - 1), failed,
       comm_checks, tally.injected, kinds.empty() ? "none" : kinds.c_str(), tally.detected,
-      tally.attributed, wall);
+      tally.attributed,
+      tally.out_of_range == 0
+          ? ""
+          : absl::StrCat("; ", tally.out_of_range,
+                         " left their lossy wire format's range (OUT_OF_RANGE, their own failure: "
+                         "trained to the end with FP32 wire formats)").c_str(),
+      wall);
   return failed == 0 ? kExitOk : kExitFailed;
 }
 

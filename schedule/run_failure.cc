@@ -132,13 +132,15 @@ void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
                   .status = stall,
                   .running = std::find(running.begin(), running.end(), rank) != running.end()};
     if (e.running) e.op_name = "running without progress";
+    if (auto it = waits_for.find(rank); it != waits_for.end()) e.waiting = {it->second};
+    // The site of the wait the chain follows (a rank's two streams may wait for different peers).
     for (const LpWait& w : waits) {
-      if (!e.running && w.lp / 2 == rank && AwaitedRank(plan->grid, w) >= 0) {
+      if (!e.waiting.empty() && w.lp / 2 == rank && AwaitedRank(plan->grid, w) == e.waiting.front()) {
         e.op_name = w.site.op;
         e.step = w.site.step;
+        break;
       }
     }
-    if (auto it = waits_for.find(rank); it != waits_for.end()) e.waiting = {it->second};
     ctx.NoteError(e);
   };
   if (first >= 0) note(first);

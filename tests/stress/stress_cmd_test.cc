@@ -108,6 +108,35 @@ TEST(StressChecks, AStallBlamedOnAnotherRankFailsTheConfiguration) {
   EXPECT_EQ(tally.attributed, 1);
 }
 
+// A configuration whose training leaves its lossy wire format's range (FP16 gradients and a
+// learning rate of 1e4: the DP all-reduce overflows in step 1) fails on its own, before a fault of
+// step 2 fires: not a failed check (seed 7770055 drew one, an FP16 EP all-to-all at step 2), as long
+// as its FP32 twin trains to the end. Healthy or with a fault, it is counted apart.
+TEST(StressChecks, AConfigurationLeavingItsWireFormatsRangeIsNotAFailedCheck) {
+  const rp::OpFault stall{.kind = rp::OpFaultKind::kStall, .rank = 1, .step = 2, .op = 0};
+  rp::apps::stress::Drawn c = FaultConfig(stall, stall);
+  c.options.codec = rp::comm::Codec::kFp16;
+  c.options.optimizer.lr = 1e4f;
+  c.options.steps = 3;
+  rp::apps::stress::Checker ck;
+  rp::apps::stress::FaultTally tally;
+  rp::apps::stress::CheckFault(c, ck, tally);
+  EXPECT_TRUE(ck.failures.empty()) << ck.failures[0];
+  EXPECT_TRUE(ck.out_of_range);
+  EXPECT_EQ(tally.detected, 0);
+  c.options.faults.op_faults.clear();
+  c.fault.reset();
+  rp::apps::stress::Checker healthy;
+  rp::apps::stress::CheckHealthy(c, healthy);
+  EXPECT_TRUE(healthy.failures.empty()) << healthy.failures[0];
+  EXPECT_TRUE(healthy.out_of_range);
+  // With FP32 gradients the same run trains to the end: nothing to set apart.
+  c.options.codec = rp::comm::Codec::kFp32;
+  rp::apps::stress::Checker fp32;
+  rp::apps::stress::CheckHealthy(c, fp32);
+  EXPECT_FALSE(fp32.out_of_range);
+}
+
 constexpr const char* kSmallRun =
     "run --virtual_time=true --steps=3 --dp=2 --pp=2 --tp=1 --microbatches=2 --hidden=16x3 "
     "--microbatch_size=4 --train_size=256 --test_size=32 --reference=false";
