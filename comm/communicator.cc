@@ -170,8 +170,16 @@ void Communicator::Abort(const absl::Status& status) {
   aborted_.store(true, std::memory_order_seq_cst);  // paired with RankComm::in_op_
   for (auto& ch : ring_data_) ch->Cancel();
   for (auto& q : ring_acks_) q->Cancel();
-  // Ranks of a timed group may wait in the fabric for messages that will never be posted.
-  if (options_.fabric != nullptr) options_.fabric->Abort(status);
+  // Ranks of a timed group may wait in the fabric for messages that will never be posted; so may
+  // every other LP on the fabric. The waits it releases are consequences of this failure (Aborted,
+  // carrying it), whatever its code: a released wait of another group is not a second failure of
+  // the same kind, which the report could take for the first (schedule/run_failure.cc).
+  if (options_.fabric != nullptr) {
+    options_.fabric->Abort(absl::IsAborted(status) || absl::IsCancelled(status)
+                               ? status
+                               : absl::AbortedError(absl::StrCat(
+                                     "aborted because of an earlier failure: ", status.ToString())));
+  }
 }
 
 absl::Status Communicator::abort_status() const {

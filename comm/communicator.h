@@ -406,7 +406,9 @@ class Communicator {
   // The handle of group rank r in [0, size()).
   RankComm& rank(int r) { return *ranks_[static_cast<size_t>(r)]; }
 
-  // Fails the group with `status` (the first call wins) and wakes every blocked rank.
+  // Fails the group with `status` (the first call wins) and wakes every blocked rank. A timed
+  // group aborts its fabric too, with Aborted "aborted because of an earlier failure: <status>"
+  // (status itself if already Aborted or Cancelled): what that releases elsewhere is a consequence.
   void Abort(const absl::Status& status);
   bool aborted() const { return aborted_.load(std::memory_order_seq_cst); }
   // The status that aborted the group (OK if none).

@@ -209,19 +209,43 @@ std::vector<int> WaitChainEnds(const std::vector<ErrorRecord>& errs, const std::
   return ends;
 }
 
+// How much of `e`'s failure the consequence `c` carries: the length of the longest tail of e's
+// message — all of it, or what follows one of its ": " (the prefixes the layers above the failure
+// added, e.g. the runner's "rank R (...) step S op X: ") — that c's message contains, or 0. A tail
+// must be long enough to name a failure ("element 19: value 78274.4 is outside the fp16 range").
+size_t CarriedTail(const absl::Status& c, const absl::Status& e) {
+  constexpr size_t kMinTail = 32;
+  const absl::string_view m = e.message();
+  for (size_t at = 0; at < m.size() && m.size() - at >= kMinTail;) {
+    const absl::string_view tail = m.substr(at);
+    if (absl::StrContains(c.message(), tail)) return tail.size();
+    const size_t sep = m.find(": ", at);
+    if (sep == absl::string_view::npos) break;
+    at = sep + 2;
+  }
+  return 0;
+}
+
 // The failure that heads the report: the first one a device reported, unless that was a
 // consequence — a wait released because another failure aborted the fabric (Aborted, Cancelled),
 // whose message carries that failure — which can reach the watchdog before the thread that failed
-// does (a collective run by handlers fails in whichever thread commits); then the failure it
-// carries, as its rank recorded it.
+// does (a collective run by handlers fails in whichever thread commits; on a real clock a
+// collective that fails aborts its group and the fabric at once, before its thread reports); then
+// the failure it carries, as its rank recorded it (the record carried most fully: the failure may
+// have been carried before its rank's runner named it).
 absl::Status HeadStatus(const std::vector<ErrorRecord>& errs, const absl::Status& first) {
   if (!absl::IsAborted(first) && !absl::IsCancelled(first)) return first;
+  const ErrorRecord* best = nullptr;
+  size_t best_tail = 0;
   for (const ErrorRecord& e : errs) {
-    if (!absl::IsCancelled(e.status) && !absl::IsAborted(e.status) &&
-        !e.status.message().empty() && absl::StrContains(first.message(), e.status.message())) {
-      return e.status;
+    if (absl::IsCancelled(e.status) || absl::IsAborted(e.status) || e.status.message().empty()) continue;
+    if (absl::StrContains(first.message(), e.status.message())) return e.status;
+    if (const size_t tail = CarriedTail(first, e.status); tail > best_tail) {
+      best = &e;
+      best_tail = tail;
     }
   }
+  if (best != nullptr) return best->status;
   return first;
 }
 

@@ -39,18 +39,25 @@ absl::StatusOr<Nanos> DeviceRunner::EpAllToAll(int step, int op_index, const Op&
   const comm::AllToAllWireModel wire = EpWireModel(plan, width, step);
   // Errors go back through the pass's kernel, which names the site (runner_ops.cc): naming it here
   // too printed "rank R (...) step S op X: " twice.
-  comm::CollectiveResult r;
-  if (!ctx_->ep_streams.empty()) {  // virtual clock: the fabric runs it, this thread parks once
-    RP_ASSIGN_OR_RETURN(r, ctx_->ep_streams[static_cast<size_t>(rank_)]->Run(
-                               x.send, send_elems, x.bins, &x.recv, &recv_elems, co, wire, start,
-                               {.rank = rank_, .op = "EP all-to-all", .step = step}));
-  } else {
+  absl::StatusOr<comm::CollectiveResult> run = [&]() -> absl::StatusOr<comm::CollectiveResult> {
+    if (!ctx_->ep_streams.empty()) {  // virtual clock: the fabric runs it, this thread parks once
+      return ctx_->ep_streams[static_cast<size_t>(rank_)]->Run(
+          x.send, send_elems, x.bins, &x.recv, &recv_elems, co, wire, start,
+          {.rank = rank_, .op = "EP all-to-all", .step = step});
+    }
     absl::StatusOr<comm::AllToAllV> a2a = comm::AllToAllV::Create(
         &ctx_->Ep(rank_).rank(index), x.send, send_elems, x.bins, &x.recv, &recv_elems, co, wire);
     if (!a2a.ok()) return a2a.status();
     RP_RETURN_IF_ERROR(a2a->Run(start));
-    r = a2a->result();
+    return a2a->result();
+  }();
+  if (!run.ok()) {
+    // Only a wait that timed out missed its peers; a data error (an encode out of range) or a
+    // consequence of another failure waited for nobody.
+    if (!absl::IsDeadlineExceeded(run.status())) waiting_.clear();
+    return run.status();
   }
+  const comm::CollectiveResult& r = *run;
   x.recv_counts.resize(recv_elems.size());
   for (size_t i = 0; i < recv_elems.size(); ++i) x.recv_counts[i] = recv_elems[i] / width;
   waiting_.clear();

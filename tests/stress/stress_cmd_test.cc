@@ -137,6 +137,34 @@ TEST(StressChecks, AConfigurationLeavingItsWireFormatsRangeIsNotAFailedCheck) {
   EXPECT_FALSE(fp32.out_of_range);
 }
 
+// Stress seed 7770055 without its fault: DP 4 × PP 4 DualPipeV with MoE blocks and EP 2 in FP16 on
+// a real clock, whose training overflows FP16 in rank 3's EP all-to-all in step 2. The failing
+// collective aborts its group and the fabric at once, before rank 3's thread reports; the waits
+// that releases elsewhere (a pipeline receive of rank 12, rank 7's all-to-all) returned the same
+// OUT_OF_RANGE wrapped, or Aborted with the all-to-all's own message, and whichever reached the
+// watchdog first headed the report: 3 runs in 12 named ranks 1 or 8, and "missing peers: 7" for
+// an encode that waited for nobody. Now the report names rank 3's op every run.
+TEST(RealClockFailures, ADataErrorHeadsTheReportNotTheWaitsItsAbortReleased) {
+  absl::StatusOr<rp::apps::stress::Drawn> c = rp::apps::stress::DrawConfig(7770055, 3, 32, true);
+  ASSERT_TRUE(c.ok()) << c.status();
+  rp::schedule::ExecutorOptions o = c->options;
+  ASSERT_FALSE(o.virtual_time);
+  ASSERT_EQ(o.ep_codec, rp::comm::Codec::kFp16);
+  o.faults.op_faults.clear();
+  for (int run = 0; run < 8; ++run) {
+    absl::StatusOr<std::unique_ptr<rp::schedule::Executor>> ex = rp::schedule::Executor::Create(o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    absl::StatusOr<rp::schedule::RunResult> r = (*ex)->Run();
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
+    const rp::schedule::RunFailure* f = (*ex)->failure();
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->rank, 3) << "run " << run << ": " << r.status();
+    EXPECT_EQ(f->step, 2) << r.status();
+    EXPECT_TRUE(f->missing_peers.empty()) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("all-to-all-v")) << r.status();
+  }
+}
+
 constexpr const char* kSmallRun =
     "run --virtual_time=true --steps=3 --dp=2 --pp=2 --tp=1 --microbatches=2 --hidden=16x3 "
     "--microbatch_size=4 --train_size=256 --test_size=32 --reference=false";
