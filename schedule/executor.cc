@@ -294,13 +294,15 @@ void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
   while (!done.load(std::memory_order_acquire)) {
     if (cluster.watchdog().WaitForFailure(kMonitorPeriod)) {
       const absl::Status s = cluster.watchdog().status();
+      // The fabric first, with the run's failure itself (a communicator's abort would hand it on
+      // wrapped as a consequence: Communicator::Abort).
+      fabric->Abort(s);
       for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads, &ctx.eps}) {
         for (auto& c : *v) {
           // An expert group id of a stage with no MoE block has no communicator.
           if (c != nullptr) c->Abort(s);
         }
       }
-      fabric->Abort(s);
       return;
     }
     const uint64_t progress =
