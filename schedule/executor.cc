@@ -294,8 +294,7 @@ void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
   while (!done.load(std::memory_order_acquire)) {
     if (cluster.watchdog().WaitForFailure(kMonitorPeriod)) {
       const absl::Status s = cluster.watchdog().status();
-      // The fabric first, with the run's failure itself (a communicator's abort would hand it on
-      // wrapped as a consequence: Communicator::Abort).
+      // The fabric first, with the failure itself (a communicator's abort would wrap it).
       fabric->Abort(s);
       for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads, &ctx.eps}) {
         for (auto& c : *v) {
