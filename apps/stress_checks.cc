@@ -227,10 +227,13 @@ void CheckFigures(const schedule::ExecutorOptions& o, const schedule::RunResult&
 
 // A drawn configuration whose training leaves a lossy wire format's range: an FP16, BF16 or INT8
 // encode refuses a value (OUT_OF_RANGE), which the emulator reports instead of saturating it — the
-// configuration's own failure, not a broken invariant. True (and `ck` told nothing) when `o` uses a
-// lossy wire format, its fault-free run (`o` without faults) fails with OUT_OF_RANGE, and the same
-// configuration with FP32 wire formats trains to the end; a failed FP32 twin is a failed check.
-bool LeavesTheWireFormatsRange(const schedule::ExecutorOptions& with_faults, Checker& ck) {
+// configuration's own failure, not a broken invariant. True (and ck.out_of_range set) when the
+// run's failure `run` is OUT_OF_RANGE, `o` uses a lossy wire format, its fault-free run (`o` without
+// faults) fails with OUT_OF_RANGE, and the same configuration with FP32 wire formats trains to the
+// end; a failed FP32 twin is a failed check.
+bool LeavesTheWireFormatsRange(const absl::Status& run_status, const schedule::ExecutorOptions& with_faults,
+                               Checker& ck) {
+  if (!absl::IsOutOfRange(run_status)) return false;
   schedule::ExecutorOptions o = with_faults;
   if (o.codec == comm::Codec::kFp32 && o.ep_codec == comm::Codec::kFp32) return false;
   o.faults.op_faults.clear();
@@ -246,6 +249,7 @@ bool LeavesTheWireFormatsRange(const schedule::ExecutorOptions& with_faults, Che
   if (const absl::Status fp32 = run(o); !fp32.ok()) {
     ck.Fail("left the wire format's range, and with FP32 wire formats the run fails too: %s", fp32.ToString());
   }
+  ck.out_of_range = true;
   return true;
 }
 
@@ -276,10 +280,7 @@ void CheckHealthy(const Drawn& c, Checker& ck) {
   if (!ex.ok()) return ck.Fail("Executor::Create: %s", ex.status().ToString());
   absl::StatusOr<schedule::RunResult> r = (*ex)->Run();
   if (!r.ok()) {
-    if (absl::IsOutOfRange(r.status()) && LeavesTheWireFormatsRange(o, ck)) {
-      ck.out_of_range = true;
-      return;
-    }
+    if (LeavesTheWireFormatsRange(r.status(), o, ck)) return;
     return ck.Fail("run failed: %s", r.status().ToString());
   }
   if (static_cast<int>(r->steps.size()) != o.steps) ck.Fail("%d step records, expected %d", r->steps.size(), o.steps);
@@ -309,10 +310,7 @@ void CheckFault(const Drawn& c, Checker& ck, FaultTally& tally) {
   absl::StatusOr<schedule::RunResult> r = (*ex)->Run();
   if (f.kind == OpFaultKind::kSlowLink) {
     if (!r.ok()) {
-      if (absl::IsOutOfRange(r.status()) && LeavesTheWireFormatsRange(c.options, ck)) {
-        ck.out_of_range = true;
-        return;
-      }
+      if (LeavesTheWireFormatsRange(r.status(), c.options, ck)) return;
       return ck.Fail("slow link: run failed: %s", r.status().ToString());
     }
     bool seen = false;
@@ -330,11 +328,7 @@ void CheckFault(const Drawn& c, Checker& ck, FaultTally& tally) {
   if (fl == nullptr) return ck.Fail("%s fault: no RunFailure", OpFaultKindName(f.kind));
   // The run failed before its fault fired: the configuration's own failure if it fails without the
   // fault too (a lossy wire format's range), else a failed check below.
-  if (fl->seconds_after_fault < 0 && absl::IsOutOfRange(r.status()) &&
-      LeavesTheWireFormatsRange(c.options, ck)) {
-    ck.out_of_range = true;
-    return;
-  }
+  if (fl->seconds_after_fault < 0 && LeavesTheWireFormatsRange(r.status(), c.options, ck)) return;
   const size_t failures_before = ck.failures.size();
   const double limit = std::chrono::duration<double>(c.options.watchdog_timeout).count() + 1.0;
   if (!(fl->seconds_after_fault >= 0 && fl->seconds_after_fault < limit)) {
