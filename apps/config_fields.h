@@ -99,7 +99,7 @@ struct RunConfig {
   int steps = 1;
   uint64_t seed = 1;
   int eval_every = 0;         // held-out evaluation every N steps (and after the last); 0: ~10 in all
-  int64_t eval_samples = 0;   // held-out samples per evaluation; 0: the whole split
+  int64_t eval_samples = 0;   // held-out samples per evaluation; 0: auto (schedule/executor.h)
   bool reference = true;      // also train the single-device FP32 reference; report the loss gap
 
   // The real workload (runtime/model/mlp.h, runtime/model/dataset.h, runtime/model/optimizer.h).

@@ -185,7 +185,9 @@ std::vector<ConfigField>* BuildFieldTable() {
                     "Evaluate held-out accuracy every N steps and after the last (0: about 10 evaluations).",
                     kEmulationOnly));
   f->push_back(IntF("eval_samples", RP_MEMBER(eval_samples), 0, int64_t{1} << 30,
-                    "Held-out samples per evaluation (0: the whole held-out split).", kEmulationOnly));
+                    "Held-out samples per evaluation (0: the whole held-out split after the last step, max(global "
+                    "batch, 1024) after the others).",
+                    kEmulationOnly));
   f->push_back(BoolF("reference", RP_MEMBER(reference),
                      "true: also train the single-device FP32 reference and report the loss gap.", kEmulationOnly));
   f->push_back(IntF("seed", RP_MEMBER(seed), 0, std::numeric_limits<int64_t>::max(),

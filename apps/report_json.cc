@@ -233,7 +233,7 @@ json StepsJson(const std::vector<schedule::StepRecord>& records) {
   for (const schedule::StepRecord& s : records) {
     steps.push_back({{"step", s.step}, {"loss", Num(s.loss)}, {"accuracy", Num(s.train_accuracy)},
                      {"test_accuracy", Num(s.accuracy)}, {"test_loss", Num(s.test_loss)},
-                     {"measured_ms", s.measured_ms}, {"emulated_ms", s.emulated_ms},
+                     {"test_samples", s.test_samples}, {"measured_ms", s.measured_ms}, {"emulated_ms", s.emulated_ms},
                      {"predicted_ms", s.predicted_ms}, {"replica_divergence", s.replica_divergence},
                      {"reference_loss", Num(s.reference_loss)}});
     if (!s.moe.empty()) {
@@ -266,6 +266,7 @@ void DescribeRun(const schedule::RunResult& run, const schedule::Prediction& pre
                                                pred.span_bubble})}};
   r["replica_divergence"] = run.max_replica_divergence;
   r["training"] = {{"final_loss", Num(run.final_loss)}, {"final_test_accuracy", Num(run.final_accuracy)},
+                   {"final_test_samples", run.steps.empty() ? int64_t{0} : run.steps.back().test_samples},
                    {"chance_accuracy", run.chance_accuracy},
                    {"max_loss_rel_diff_vs_fp32_reference", Num(run.max_loss_rel_diff)}};
   r["steps"] = StepsJson(run.steps);

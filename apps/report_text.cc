@@ -180,6 +180,17 @@ std::string Steps(const json& r) {
                       "\n");
     }
   }
+  // Evaluations of fewer samples than the final one (eval_samples auto: a step's worth).
+  const int64_t final_samples = Get(r, "training").value("final_test_samples", int64_t{0});
+  int64_t fewer = 0;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const int64_t k = steps[i].value("test_samples", int64_t{0});
+    if (k > 0 && k < final_samples) fewer = k;
+  }
+  if (fewer > 0) {
+    absl::StrAppend(&out, "  held-out acc before the last step: the split's first ", fewer, " samples (the last: all ",
+                    final_samples, "; --eval_samples sets one count for all)\n");
+  }
   const json& t = Get(r, "training");
   absl::StrAppend(&out, "  held-out accuracy ", Fmt("%.3f", D(t, "final_test_accuracy")), " (chance ",
                   Fmt("%.3f", D(t, "chance_accuracy")), "); loss vs single-device FP32 reference: max rel. diff ",

@@ -171,7 +171,13 @@ struct ExecutorOptions {
   // Held-out evaluation of replica 0's assembled model after every `eval_every` steps (and always
   // after the last). 0 = only after the last step.
   int eval_every = 1;
-  int64_t eval_samples = 0;  // held-out samples evaluated (0 = the whole test split)
+  // Held-out samples an evaluation reads, the split's first ones (at most the split). 0 = auto:
+  // the last step's evaluation (the run's final figure) reads the whole split, the others
+  // AutoEvalSamples(global batch) — as many as a step trains on, at least 1024 — so a short run
+  // with a small global batch does not spend most of its time evaluating (a 10-step run evaluates
+  // every step; each evaluation of the whole 4096-sample split cost 5 steps of training at a
+  // global batch of 256).
+  int64_t eval_samples = 0;
   // Threads of a virtual-clock evaluation (0 = EvaluationThreads' choice; the figures do not
   // depend on it). A real-clock run evaluates on one.
   int eval_threads = 0;
@@ -188,6 +194,7 @@ struct StepRecord {
   // Held-out accuracy / loss of replica 0's model after this step's update (NaN if not evaluated).
   double accuracy = std::numeric_limits<double>::quiet_NaN();
   double test_loss = std::numeric_limits<double>::quiet_NaN();
+  int64_t test_samples = 0;  // held-out samples that evaluation read (0 if not evaluated)
   double measured_ms = 0;   // first op start to last op end: wall / time_scale (virtual: emulated)
   double emulated_ms = 0;   // the same window in the run's modeled time
   // schedule::Predict of this step (its own jitter draws, if any; with EP exchanges, the step's
@@ -396,5 +403,8 @@ std::vector<double> StragglerFactors(const FaultPlan& faults, int world);
 // of its own would take host time from the deadlines).
 inline constexpr double kMaxExtraEvaluationBytes = 256.0 * (1 << 20);
 int EvaluationThreads(double replica_weight_bytes, int64_t samples);
+// Held-out samples of an evaluation other than the last one under eval_samples = 0 (auto), capped
+// by the split: max(global_batch, 1024).
+int64_t AutoEvalSamples(int64_t global_batch);
 
 }  // namespace rp::schedule

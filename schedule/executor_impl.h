@@ -84,19 +84,20 @@ class Executor::Impl {
   std::pair<uint64_t, uint64_t> EpBytes(int r) const;
   // Held-out evaluation of replica 0's model, at the boundary (the last step's; every step's on
   // a real clock, where threads of its own would steal the deadlines' host time).
-  absl::Status Evaluate(StepRecord& rec);
+  absl::Status Evaluate(StepRecord& rec, bool last);
   // The same over the shards shard(worker, model stage, EP rank, TP rank) on `workers` threads
   // (the caller is worker 0; each worker reads only its own shards), the 512-row batches handed
   // out in turn and their sums added in batch order: the figures of one thread, bit for bit.
   // Reads only the shards, the data set and the plan.
   absl::Status EvaluateModel(absl::FunctionRef<MlpStage*(int, int, int, int)> shard, int workers,
-                             double* accuracy, double* test_loss) const;
+                             int64_t samples, double* accuracy, double* test_loss) const;
   // Replica 0's shard as its device holds it.
   MlpStage* RunnerShard(int k, int q, int t) const;
-  // Threads of a virtual-clock evaluation (EvaluationThreads; 1 on a real clock).
-  int EvaluationWorkers() const;
-  // Held-out samples an evaluation reads (eval_samples, at most the split).
-  int64_t EvaluationSamples() const;
+  // Threads of a virtual-clock evaluation of `samples` (EvaluationThreads; 1 on a real clock).
+  int EvaluationWorkers(int64_t samples) const;
+  // Held-out samples an evaluation reads (eval_samples, at most the split; auto: the whole split
+  // for the last step's, AutoEvalSamples for the others).
+  int64_t EvaluationSamples(bool last) const;
   // Copy `set`'s shard of model stage k, EP rank q, TP rank t.
   MlpStage* EvalShard(int set, int k, int q, int t) const;
   // Makes eval_sets[0, count) copies of replica 0's current weights (building the missing sets).
@@ -113,6 +114,7 @@ class Executor::Impl {
   size_t eval_record = 0;
   absl::Status eval_status;  // eval_thread's result; read after the join
   double eval_accuracy = 0, eval_loss = 0;
+  int64_t eval_samples = 0;
   // Declared after what it writes: destroyed (joined) first.
   Thread eval_thread;  // rp::Thread: explicit stack size, as the device threads
 

@@ -179,7 +179,7 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   if (last || (o.eval_every > 0 && (step + 1) % o.eval_every == 0)) {
     // The last step's evaluation is the run's final figure: nothing left to overlap it with.
     if (o.virtual_time && !last) return StartEvaluation(records.size() - 1);
-    RP_RETURN_IF_ERROR(Evaluate(records.back()));
+    RP_RETURN_IF_ERROR(Evaluate(records.back(), last));
   }
   return absl::OkStatus();
 }
@@ -248,7 +248,11 @@ int EvaluationThreads(double replica_weight_bytes, int64_t samples) {
   return static_cast<int>(std::max<int64_t>(1, std::min({cores, batches, by_memory})));
 }
 
-int Executor::Impl::EvaluationWorkers() const {
+int64_t AutoEvalSamples(int64_t global_batch) {
+  return std::max<int64_t>(global_batch, 1024);
+}
+
+int Executor::Impl::EvaluationWorkers(int64_t samples) const {
   if (!o.virtual_time) return 1;
   if (o.eval_threads > 0) return o.eval_threads;
   double bytes = 0;
@@ -259,12 +263,13 @@ int Executor::Impl::EvaluationWorkers() const {
       }
     }
   }
-  return EvaluationThreads(bytes, EvaluationSamples());
+  return EvaluationThreads(bytes, samples);
 }
 
-int64_t Executor::Impl::EvaluationSamples() const {
-  return o.eval_samples > 0 ? std::min(o.eval_samples, data->size(Split::kTest))
-                            : data->size(Split::kTest);
+int64_t Executor::Impl::EvaluationSamples(bool last) const {
+  const int64_t split = data->size(Split::kTest);
+  if (o.eval_samples > 0) return std::min(o.eval_samples, split);
+  return last ? split : std::min(AutoEvalSamples(layout.global_batch()), split);
 }
 
 MlpStage* Executor::Impl::EvalShard(int set, int k, int q, int t) const {
@@ -273,21 +278,23 @@ MlpStage* Executor::Impl::EvalShard(int set, int k, int q, int t) const {
                       .get();
 }
 
-absl::Status Executor::Impl::Evaluate(StepRecord& rec) {
+absl::Status Executor::Impl::Evaluate(StepRecord& rec, bool last) {
   // Worker 0 reads the devices' own shards (nothing trains meanwhile), the others copies.
-  const int workers = EvaluationWorkers();
+  const int64_t samples = EvaluationSamples(last);
+  const int workers = EvaluationWorkers(samples);
   RP_RETURN_IF_ERROR(CopyReplicaZero(workers - 1));
-  return EvaluateModel(
+  RP_RETURN_IF_ERROR(EvaluateModel(
       [this](int w, int k, int q, int t) {
         return w == 0 ? RunnerShard(k, q, t) : EvalShard(w - 1, k, q, t);
       },
-      workers, &rec.accuracy, &rec.test_loss);
+      workers, samples, &rec.accuracy, &rec.test_loss));
+  rec.test_samples = samples;
+  return absl::OkStatus();
 }
 
 absl::Status Executor::Impl::EvaluateModel(absl::FunctionRef<MlpStage*(int, int, int, int)> shard,
-                                           int workers, double* accuracy,
+                                           int workers, int64_t total, double* accuracy,
                                            double* test_loss) const {
-  const int64_t total = EvaluationSamples();
   constexpr int kEvalMicroBatch = 1 << 30;  // an id no training micro-batch uses
   const int64_t batches = (total + kEvalRows - 1) / kEvalRows;
   std::vector<LossStats> stats(static_cast<size_t>(batches));
@@ -378,15 +385,17 @@ absl::Status Executor::Impl::CopyReplicaZero(int count) {
 }
 
 absl::Status Executor::Impl::StartEvaluation(size_t record) {
-  const int workers = EvaluationWorkers();
+  const int64_t samples = EvaluationSamples(/*last=*/false);
+  const int workers = EvaluationWorkers(samples);
   RP_RETURN_IF_ERROR(CopyReplicaZero(workers));
   eval_record = record;
-  absl::StatusOr<Thread> thread = Thread::Start(kDeviceStackBytes, [this, workers] {
+  eval_samples = samples;
+  absl::StatusOr<Thread> thread = Thread::Start(kDeviceStackBytes, [this, workers, samples] {
     eval_status = EvaluateModel(
-        [this](int w, int k, int q, int t) { return EvalShard(w, k, q, t); }, workers,
+        [this](int w, int k, int q, int t) { return EvalShard(w, k, q, t); }, workers, samples,
         &eval_accuracy, &eval_loss);
   });
-  if (!thread.ok()) return Evaluate(records[record]);  // no thread to spare: evaluate here
+  if (!thread.ok()) return Evaluate(records[record], /*last=*/false);  // no thread to spare
   eval_thread = std::move(*thread);
   return absl::OkStatus();
 }
@@ -401,6 +410,7 @@ absl::Status Executor::Impl::JoinEvaluation() {
   }
   records[eval_record].accuracy = eval_accuracy;
   records[eval_record].test_loss = eval_loss;
+  records[eval_record].test_samples = eval_samples;
   return absl::OkStatus();
 }
 

@@ -196,6 +196,24 @@ TEST(RunCommand, DefaultRunTrainsFarAboveChanceAndWritesEveryDocumentedKey) {
     EXPECT_TRUE(s["loss"].is_number());
     EXPECT_TRUE(s["accuracy"].is_number());
   }
+  // Held-out evaluations (eval_samples auto): the split's first max(global batch 256, 1024) samples
+  // after every evaluated step but the last, the whole split of 4096 after the last, and the text
+  // says so.
+  int evaluated = 0;
+  for (size_t i = 0; i + 1 < j["steps"].size(); ++i) {
+    const json& s = j["steps"][i];
+    if (!s["test_accuracy"].is_number()) {
+      EXPECT_EQ(s["test_samples"], 0) << i;
+      continue;
+    }
+    ++evaluated;
+    EXPECT_EQ(s["test_samples"], 1024) << i;
+  }
+  EXPECT_GT(evaluated, 0);
+  EXPECT_EQ(j["steps"].back()["test_samples"], 4096);
+  EXPECT_EQ(j["training"]["final_test_samples"], 4096);
+  EXPECT_NE(r.out.find("held-out acc before the last step: the split's first 1024 samples (the last: all 4096"),
+            std::string::npos);
   for (const char* timeline : {"measured", "emulated", "predicted"}) {
     EXPECT_EQ(j["timeline"][timeline]["devices"].size(), 4u) << timeline;  // the first replica
   }

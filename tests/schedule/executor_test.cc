@@ -271,6 +271,47 @@ TEST(Executor, HeldOutEvaluationOnSeveralThreadsEqualsOneThreads) {
   }
 }
 
+// eval_samples 0 (the default): every evaluation but the last reads the held-out split's first
+// max(global batch, 1024) samples, the last the whole split — the same figures, bit for bit, as
+// runs that ask for those counts; and each record says how many it read.
+TEST(Executor, AutoHeldOutEvaluationReadsAStepsWorthThenTheSplit) {
+  constexpr int kSteps = 3;
+  constexpr int64_t kSplit = 3000;
+  for (const int mb : {8, 160}) {  // global batch 2 · 4 · mb: 64 (→ 1024 samples), 1280
+    SCOPED_TRACE(mb);
+    const int64_t step_worth = std::max<int64_t>(2 * 4 * mb, 1024);
+    ASSERT_EQ(AutoEvalSamples(2 * 4 * mb), step_worth);
+    auto run = [&](int64_t samples) {
+      ExecutorOptions o = MakeOptions({.kind = ScheduleKind::kOneFOneB, .dp = 2, .pp = 2, .tp = 1,
+                                       .m = 4}, kSteps);
+      o.microbatch_size = mb;
+      o.dataset.train_size = 2 * 4 * mb * kSteps;
+      o.dataset.test_size = kSplit;
+      o.eval_every = 1;
+      o.eval_samples = samples;
+      o.run_reference = false;
+      return CreateAndRun(o);
+    };
+    absl::StatusOr<RunResult> autoc = run(0), worth = run(step_worth), split = run(kSplit);
+    ASSERT_TRUE(autoc.ok()) << autoc.status();
+    ASSERT_TRUE(worth.ok()) << worth.status();
+    ASSERT_TRUE(split.ok()) << split.status();
+    ASSERT_EQ(autoc->steps.size(), static_cast<size_t>(kSteps));
+    for (int k = 0; k < kSteps; ++k) {
+      SCOPED_TRACE(k);
+      const RunResult& same = k + 1 < kSteps ? *worth : *split;
+      EXPECT_EQ(autoc->steps[k].test_samples, k + 1 < kSteps ? step_worth : kSplit);
+      EXPECT_EQ(same.steps[k].test_samples, autoc->steps[k].test_samples);
+      ASSERT_FALSE(std::isnan(autoc->steps[k].test_loss));
+      EXPECT_EQ(autoc->steps[k].accuracy, same.steps[k].accuracy);
+      EXPECT_EQ(autoc->steps[k].test_loss, same.steps[k].test_loss);
+    }
+    // The counts matter: the split's figure of step 0 is not the step's worth's.
+    EXPECT_NE(split->steps[0].test_loss, worth->steps[0].test_loss);
+    EXPECT_EQ(autoc->final_accuracy, split->final_accuracy);
+  }
+}
+
 TEST(Executor, EvaluationThreadsFollowCoresBatchesAndMemory) {
   const int cores = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
   EXPECT_EQ(EvaluationThreads(1e6, 512), 1);  // one batch
