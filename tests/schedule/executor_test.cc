@@ -281,9 +281,11 @@ TEST(Executor, AutoHeldOutEvaluationReadsAStepsWorthThenTheSplit) {
     SCOPED_TRACE(mb);
     const int64_t step_worth = std::max<int64_t>(2 * 4 * mb, 1024);
     ASSERT_EQ(AutoEvalSamples(2 * 4 * mb), step_worth);
-    auto run = [&](int64_t samples) {
+    auto run = [&](int64_t samples, bool virtual_time = true) {
       ExecutorOptions o = MakeOptions({.kind = ScheduleKind::kOneFOneB, .dp = 2, .pp = 2, .tp = 1,
                                        .m = 4}, kSteps);
+      o.virtual_time = virtual_time;
+      o.time_scale = 0.05;  // real clock: every evaluation at its boundary, on one thread
       o.microbatch_size = mb;
       o.dataset.train_size = 2 * 4 * mb * kSteps;
       o.dataset.test_size = kSplit;
@@ -309,6 +311,15 @@ TEST(Executor, AutoHeldOutEvaluationReadsAStepsWorthThenTheSplit) {
     // The counts matter: the split's figure of step 0 is not the step's worth's.
     EXPECT_NE(split->steps[0].test_loss, worth->steps[0].test_loss);
     EXPECT_EQ(autoc->final_accuracy, split->final_accuracy);
+    // On a real clock, where every evaluation runs at its boundary: the same counts and figures.
+    absl::StatusOr<RunResult> real = run(0, /*virtual_time=*/false);
+    ASSERT_TRUE(real.ok()) << real.status();
+    ASSERT_EQ(real->steps.size(), static_cast<size_t>(kSteps));
+    for (int k = 0; k < kSteps; ++k) {
+      SCOPED_TRACE(k);
+      EXPECT_EQ(real->steps[k].test_samples, autoc->steps[k].test_samples);
+      EXPECT_EQ(real->steps[k].test_loss, autoc->steps[k].test_loss);
+    }
   }
 }
 
