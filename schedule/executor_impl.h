@@ -114,7 +114,7 @@ class Executor::Impl {
   size_t eval_record = 0;
   absl::Status eval_status;  // eval_thread's result; read after the join
   double eval_accuracy = 0, eval_loss = 0;
-  int64_t eval_samples = 0;
+  int64_t eval_record_samples = 0;  // held-out samples that evaluation reads
   // Declared after what it writes: destroyed (joined) first.
   Thread eval_thread;  // rp::Thread: explicit stack size, as the device threads
 

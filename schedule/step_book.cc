@@ -389,7 +389,7 @@ absl::Status Executor::Impl::StartEvaluation(size_t record) {
   const int workers = EvaluationWorkers(samples);
   RP_RETURN_IF_ERROR(CopyReplicaZero(workers));
   eval_record = record;
-  eval_samples = samples;
+  eval_record_samples = samples;
   absl::StatusOr<Thread> thread = Thread::Start(kDeviceStackBytes, [this, workers, samples] {
     eval_status = EvaluateModel(
         [this](int w, int k, int q, int t) { return EvalShard(w, k, q, t); }, workers, samples,
@@ -410,7 +410,7 @@ absl::Status Executor::Impl::JoinEvaluation() {
   }
   records[eval_record].accuracy = eval_accuracy;
   records[eval_record].test_loss = eval_loss;
-  records[eval_record].test_samples = eval_samples;
+  records[eval_record].test_samples = eval_record_samples;
   return absl::OkStatus();
 }
 
