@@ -309,9 +309,16 @@ int ExecutionPlan::num_bucket_groups() const {
 }
 
 std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duration) {
+  std::vector<Nanos> out;
+  StepDurations(chunk, pass, duration, &out);
+  return out;
+}
+
+void StepDurations(const ChunkPlan& chunk, int pass, Nanos duration, std::vector<Nanos>* durations) {
   const auto& weights = chunk.step_weight[static_cast<size_t>(pass)];
   const uint64_t total = chunk.total_weight[static_cast<size_t>(pass)];
-  std::vector<Nanos> out;
+  std::vector<Nanos>& out = *durations;
+  out.clear();
   out.reserve(weights.size());
   uint64_t done = 0;
   Nanos prev{0};
@@ -325,7 +332,6 @@ std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duratio
     out.push_back(end - prev);
     prev = end;
   }
-  return out;
 }
 
 namespace {

@@ -213,5 +213,7 @@ struct ExecutionPlan {
 // The durations of the kLayer steps of one pass of `duration` on `chunk`, in step order (0 for
 // the exchange steps): consecutive ShareEnd differences of the step weights, summing to `duration`.
 std::vector<Nanos> StepDurations(const ChunkPlan& chunk, int pass, Nanos duration);
+// The same into *durations (replacing its contents, reusing its storage).
+void StepDurations(const ChunkPlan& chunk, int pass, Nanos duration, std::vector<Nanos>* durations);
 
 }  // namespace rp::schedule

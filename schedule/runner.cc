@@ -146,7 +146,8 @@ absl::Status DeviceRunner::Body(Device& dev,
                                  .count();
     }
     RP_RETURN_IF_ERROR(Sleep(t0, {.rank = rank_, .op = "step start", .step = step}));
-    step_.intervals.clear();  // keeps its capacity: steps record alike
+    step_.intervals.clear();  // keeps its capacity (unless TakeIntervals took it): steps record alike
+    step_.intervals.reserve(reserve_intervals_);
     step_.emulated_end = step_.measured_end = Nanos{0};
     RP_RETURN_IF_ERROR(RunStep(step));
     step_.emulated_end = dev.cursor();

@@ -37,8 +37,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "comm/alltoall_event.h"
 #include "comm/comm_stream.h"
@@ -173,8 +175,15 @@ class DeviceRunner {
   int rank() const { return rank_; }
   const Coord& coord() const { return coord_; }
   // The step the device ran last. Read after the compute thread stopped or at the step boundary
-  // (by its last arriver): the next step reuses its storage (no fresh memory per step).
+  // (by its last arriver): the next step reuses its storage, unless TakeIntervals took it.
   const DeviceStep& last_step() const { return step_; }
+  // Moves the last step's intervals out, for a record kept past the step (at the step boundary,
+  // by its last arriver, after their metrics): the next step records into fresh storage, which
+  // this device reserves and touches itself rather than the boundary copying every device's.
+  std::vector<OpInterval> TakeIntervals() {
+    reserve_intervals_ = step_.intervals.size();
+    return std::exchange(step_.intervals, {});
+  }
   std::vector<std::unique_ptr<MlpStage>>& stages() { return stages_; }
   const std::vector<std::unique_ptr<MlpStage>>& stages() const { return stages_; }
   std::vector<std::unique_ptr<Optimizer>>& optimizers() { return optimizers_; }
@@ -240,7 +249,8 @@ class DeviceRunner {
   // with the runner stepping modeled time through each part's plan steps (TP all-reduces, bucket
   // launches), one PassRun a part (runner_ops.cc).
   class PassRun;
-  absl::Status RunParts(int step, int op_index, const Op& op, Nanos ready, std::vector<Part> parts);
+  absl::Status RunParts(int step, int op_index, const Op& op, Nanos ready,
+                        absl::InlinedVector<Part, 2> parts);
   // The stage input of F(mb) of model stage k (data, a received or a local activation), and the
   // output gradient of B(mb) of stage k; kernels for them.
   absl::StatusOr<Pending> TakeInput(int step, const Op& op, int k, int mb);
@@ -287,12 +297,15 @@ class DeviceRunner {
   Nanos step_start_{0};
   int64_t step_wall_origin_ns_ = 0;  // steady_clock ns of the step's modeled start
   DeviceStep step_;
+  std::vector<Nanos> durations_;  // RunParts' scratch: the running part's plan-step durations
+  size_t reserve_intervals_ = 0;  // the count TakeIntervals took: the next step's likely count
   uint64_t populated_bytes_ = 0;
   int tp_calls_ = 0;  // TP all-reduces so far in the current op
   // Event-driven TP all-reduces: the gate the compute thread awaits, the result handed over.
   GateId tp_gate_ = -1;
   GateId abort_gate_ = -1;  // never signalled: a wait on it ends with the run's abort
   absl::StatusOr<comm::CollectiveResult> tp_result_;
+  comm::Codec tp_codec_ = comm::Codec::kFp32;  // the running TP all-reduce's (its handler's)
   int ep_calls_ = 0;  // EP all-to-alls so far in the current op
   // Buckets: per launch order, a gate and the comm stream's record.
   std::vector<GateId> gates_;

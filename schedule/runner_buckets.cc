@@ -83,9 +83,9 @@ absl::StatusOr<comm::CollectiveResult> DeviceRunner::TpAllReduce(
       .send_channel = tp.RingChannel(index),
       .recv_channel = tp.RingChannel(prev),
       .site = site,
-      .done = [this, &tp, index, step, codec = co.codec](
-                  Fabric::Scope& scope, absl::StatusOr<comm::CollectiveResult>& r) {
-        if (r.ok()) tp.rank(index).Account(*r, codec);
+      // Captures 16 bytes, which std::function keeps inline (no allocation per all-reduce).
+      .done = [this, step](Fabric::Scope& scope, absl::StatusOr<comm::CollectiveResult>& r) {
+        if (r.ok()) ctx_->Tp(coord_).rank(coord_.tp).Account(*r, tp_codec_);
         const absl::Status status = r.status();
         const Nanos end = r.ok() ? r->end : Nanos(0);
         tp_result_ = std::move(r);
@@ -98,6 +98,7 @@ absl::StatusOr<comm::CollectiveResult> DeviceRunner::TpAllReduce(
           scope.Abort(status);
         }
       }};
+  tp_codec_ = co.codec;
   ctx_->tp_streams[static_cast<size_t>(rank_)]->Enqueue(std::move(c));
   absl::StatusOr<Nanos> end = ctx_->fabric->AwaitGate(ExecutionPlan::ComputeLp(rank_), tp_gate_, site);
   ctx_->fabric->ResetGate(tp_gate_);

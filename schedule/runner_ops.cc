@@ -121,7 +121,7 @@ absl::Status DeviceRunner::Compute(int step, int op_index, const Op& op) {
   Pending in, dy;
   Tensor out, dx;
   Nanos ready{0};
-  std::vector<Part> parts;
+  absl::InlinedVector<Part, 2> parts;
   if (has_f) {
     RP_ASSIGN_OR_RETURN(in, TakeInput(step, op, kf, f_mb));
     ready = std::max(ready, in.ready);
@@ -154,7 +154,7 @@ absl::Status DeviceRunner::Compute(int step, int op_index, const Op& op) {
 class DeviceRunner::PassRun {
  public:
   PassRun(DeviceRunner& r, int step, int op_index, const Op& op, const Part& part,
-          std::vector<Nanos> durations, Nanos* cursor, Nanos* kernel_time)
+          const std::vector<Nanos>& durations, Nanos* cursor, Nanos* kernel_time)
       : r_(r),
         o_(*r.ctx_->options),
         step_(step),
@@ -163,7 +163,7 @@ class DeviceRunner::PassRun {
         part_(part),
         chunk_(r.ctx_->plan->Chunk(r.coord_.pp, part.chunk)),
         steps_(chunk_.steps[static_cast<size_t>(part.pass)]),
-        durations_(std::move(durations)),
+        durations_(durations),
         launches_(o_.overlap_grad_allreduce && op_index == chunk_.last_grad_op),
         cursor_(*cursor),
         kernel_time_(*kernel_time),
@@ -258,8 +258,9 @@ class DeviceRunner::PassRun {
   absl::Status Tp(std::span<float> buffer) {
     RP_ASSIGN_OR_RETURN(const Nanos wall0, Enter(PassStep::Kind::kTpAllReduce, "TP all-reduce"));
     const int64_t trace_w0 = r_.dev_->WallNow();
-    const std::vector<int> group = r_.ctx_->plan->TpGroup(r_.rank_);
-    r_.waiting_ = {group[static_cast<size_t>((r_.coord_.tp + o_.grid.tp - 1) % o_.grid.tp)]};
+    Coord prev = r_.coord_;  // the TP ring's previous rank: whom the ring waits for
+    prev.tp = (prev.tp + o_.grid.tp - 1) % o_.grid.tp;
+    r_.waiting_.assign(1, r_.ctx_->plan->grid.RankOf(prev));
     const comm::CollectiveOptions co{
         .segment_bytes = r_.ctx_->plan->ring_segment_bytes,
         .timeout = CommTimeout(o_),
@@ -298,7 +299,7 @@ class DeviceRunner::PassRun {
   const Part& part_;
   const ChunkPlan& chunk_;
   const std::vector<PassStep>& steps_;
-  const std::vector<Nanos> durations_;  // of each plan step of the part
+  const std::vector<Nanos>& durations_;  // of each plan step of the part (the runner's scratch)
   const bool launches_;                 // the op completes the chunk's gradients: launch buckets
   Nanos& cursor_;
   Nanos& kernel_time_;
@@ -311,7 +312,7 @@ class DeviceRunner::PassRun {
 };
 
 absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos ready,
-                                    std::vector<Part> parts) {
+                                    absl::InlinedVector<Part, 2> parts) {
   const ExecutionPlan& plan = *ctx_->plan;
   const OpInfo info{.name = OpKindName(op.kind), .micro_batch = op.micro_batch, .step = step};
   Nanos base{0};
@@ -325,10 +326,9 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
     // This part's share of the op's (faulted) duration: the parts cut it by their costs.
     done_base += static_cast<uint64_t>(part.base.count());
     const Nanos share = ShareEnd(c.duration, done_base, static_cast<uint64_t>(base.count()));
-    std::vector<Nanos> durations =
-        StepDurations(plan.Chunk(coord_.pp, part.chunk), part.pass, share - prev_share);
+    StepDurations(plan.Chunk(coord_.pp, part.chunk), part.pass, share - prev_share, &durations_);
     prev_share = share;
-    PassRun run(*this, step, op_index, op, part, std::move(durations), &cursor, &kernel_time);
+    PassRun run(*this, step, op_index, op, part, durations_, &cursor, &kernel_time);
     RP_RETURN_IF_ERROR(run.Run(parts.size() > 1));
     RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = info.name, .step = step}));
     if (&part == &parts.back()) RP_RETURN_IF_ERROR(dev_->EndCompute(info, c, cursor, kernel_time));

@@ -165,7 +165,7 @@ absl::Status Executor::Impl::Bookkeep(int step) {
   std::vector<std::vector<OpInterval>> intervals;
   if (keep) {
     intervals.reserve(runners.size());
-    for (const auto& r : runners) intervals.push_back(r->last_step().intervals);
+    for (const auto& r : runners) intervals.push_back(r->TakeIntervals());
   }
   if (plan->has_ep_exchanges()) {
     std::vector<std::pair<uint64_t, uint64_t>> ep_bytes(runners.size());

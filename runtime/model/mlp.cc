@@ -132,6 +132,21 @@ void MlpStage::Free(Tensor* slot) {
   *slot = Tensor();
 }
 
+void MlpStage::Retire(std::unordered_map<int, std::unique_ptr<MicroBatch>>::iterator it) {
+  std::unique_ptr<MicroBatch> mb = std::move(it->second);
+  states_.erase(it);
+  for (auto* vec : {&mb->x, &mb->pre, &mb->dpre}) {
+    for (Tensor& t : *vec) Free(&t);
+  }
+  pool_.Recycle(std::move(mb->cur));  // not an activation (EndPass moved any result out)
+  std::vector<Tensor> x = std::move(mb->x), pre = std::move(mb->pre), dpre = std::move(mb->dpre);
+  *mb = MicroBatch();
+  mb->x = std::move(x);  // one empty tensor per local layer, as a new record
+  mb->pre = std::move(pre);
+  mb->dpre = std::move(dpre);
+  spare_states_.push_back(std::move(mb));
+}
+
 absl::StatusOr<MlpStage::MicroBatch*> MlpStage::Find(int micro_batch, const char* op) {
   auto it = states_.find(micro_batch);
   if (it == states_.end()) {
@@ -164,14 +179,19 @@ absl::Status MlpStage::BeginPass(Pass pass, int micro_batch, ConstMatrixView inp
           "forward: stage %d (tp rank %d) already holds micro-batch %d", stage_, tp_rank_,
           micro_batch));
     }
-    it->second = std::make_unique<MicroBatch>();
+    if (spare_states_.empty()) {
+      it->second = std::make_unique<MicroBatch>();
+      const size_t n = layers_.size();
+      it->second->x.resize(n);
+      it->second->pre.resize(n);
+      it->second->dpre.resize(n);
+    } else {
+      it->second = std::move(spare_states_.back());
+      spare_states_.pop_back();
+    }
     mb = it->second.get();
     mb->rows = input.rows;
     mb->cursor = 0;
-    const size_t n = layers_.size();
-    mb->x.resize(n);
-    mb->pre.resize(n);
-    mb->dpre.resize(n);
   } else {
     RP_ASSIGN_OR_RETURN(mb, Find(micro_batch, "backward"));
     if (mb->active || !mb->forward_done || mb->input_grad_done) {
@@ -381,10 +401,7 @@ absl::StatusOr<Tensor> MlpStage::EndPass(int micro_batch) {
       break;
     case Pass::kInfer:
     case Pass::kBackward:
-      for (auto* vec : {&mb.x, &mb.pre, &mb.dpre}) {
-        for (Tensor& t : *vec) Free(&t);
-      }
-      states_.erase(it);
+      Retire(it);
       break;
   }
   return result;
@@ -466,10 +483,7 @@ absl::Status MlpStage::BackwardWeight(int micro_batch, const LayerGradsDoneFn& o
     Free(&dpre);
     if (on_layer_grads) on_layer_grads(l);
   }
-  for (auto* vec : {&mb->x, &mb->pre, &mb->dpre}) {
-    for (Tensor& t : *vec) Free(&t);
-  }
-  states_.erase(micro_batch);
+  Retire(states_.find(micro_batch));
   return absl::OkStatus();
 }
 

@@ -292,6 +292,8 @@ class MlpStage {
   absl::StatusOr<MicroBatch*> Find(int micro_batch, const char* op);
   void Store(Tensor* slot, Tensor value, MicroBatch& mb);
   void Free(Tensor* slot);
+  // Frees every tensor of the micro-batch at `it` and removes it from states_ (its record kept).
+  void Retire(std::unordered_map<int, std::unique_ptr<MicroBatch>>::iterator it);
   absl::StatusOr<Tensor> RunPass(Pass pass, int micro_batch, ConstMatrixView input,
                                  const TpAllReduceFn& tp_allreduce,
                                  const LayerGradsDoneFn& on_layer_grads,
@@ -312,6 +314,9 @@ class MlpStage {
   std::vector<ParamRange> param_ranges_;
   std::vector<std::unique_ptr<MoeBlock>> moe_;  // per local layer; null for dense layers
   std::unordered_map<int, std::unique_ptr<MicroBatch>> states_;
+  // Finished micro-batch records (tensors freed, vectors' capacity kept) for the next forwards:
+  // a stage begins a pass a few times per step, each would allocate the record and its 3 vectors.
+  std::vector<std::unique_ptr<MicroBatch>> spare_states_;
   int64_t activation_bytes_ = 0;
   Tensor scratch_;  // wᵀ for MatMulTransposedB
   TensorPool pool_;  // storage of freed activations, for the next ones

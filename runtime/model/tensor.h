@@ -140,15 +140,22 @@ class TensorPool {
   // whole (e.g. MatMul's y).
   Tensor ForOverwrite(int64_t rows, int64_t cols) {
     const size_t n = static_cast<size_t>(rows * cols);
+    // Best fit, the most recently kept among equals: a first fit would hand a large buffer to a
+    // small tensor, and the next large one would find only small buffers (a fresh allocation per
+    // pass where a stage's layers alternate two shapes, e.g. TP shards and full activations).
+    size_t best = spare_.size();
     for (size_t i = spare_.size(); i-- > 0;) {
-      if (spare_[i].capacity() < n) continue;
-      std::vector<float> v = std::move(spare_[i]);
-      spare_[i] = std::move(spare_.back());
-      spare_.pop_back();
-      v.resize(n);  // writes only elements beyond the old size
-      return Tensor(rows, cols, std::move(v));
+      const size_t cap = spare_[i].capacity();
+      if (cap < n || (best != spare_.size() && cap >= spare_[best].capacity())) continue;
+      best = i;
+      if (cap == n) break;
     }
-    return Tensor(rows, cols);
+    if (best == spare_.size()) return Tensor(rows, cols);
+    std::vector<float> v = std::move(spare_[best]);
+    spare_[best] = std::move(spare_.back());
+    spare_.pop_back();
+    v.resize(n);  // writes only elements beyond the old size
+    return Tensor(rows, cols, std::move(v));
   }
   // A copy of `src`.
   Tensor Copy(ConstMatrixView src) {

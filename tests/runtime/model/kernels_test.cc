@@ -427,5 +427,29 @@ TEST(TensorPool, ReusesStorageZeroedAndBounded) {
   EXPECT_EQ(pool.spare(), TensorPool::kKeep);
 }
 
+// Best fit: of the buffers that fit, the smallest backs the tensor (a stage whose layers alternate
+// a TP shard and a full activation keeps reusing both sizes instead of handing the large buffer to
+// the small tensor and allocating the next large one), the most recently kept among equals.
+TEST(TensorPool, TheSmallestBufferThatFitsBacksTheTensor) {
+  TensorPool pool;
+  Tensor large = pool.ForOverwrite(32, 64);
+  Tensor small = pool.ForOverwrite(32, 32);
+  Tensor small2 = pool.ForOverwrite(32, 32);
+  const float* large_storage = large.data();
+  const float* small_storage = small.data();
+  const float* small2_storage = small2.data();
+  pool.Recycle(std::move(small));
+  pool.Recycle(std::move(large));  // kept last: a first fit from the back would take it
+  pool.Recycle(std::move(small2));
+
+  Tensor s = pool.ForOverwrite(16, 64);  // 1024 elements: both small buffers fit exactly
+  EXPECT_EQ(s.data(), small2_storage);   // the most recently kept of the equals
+  Tensor t = pool.ForOverwrite(32, 16);  // 512: the other small buffer, not the large one
+  EXPECT_EQ(t.data(), small_storage);
+  Tensor u = pool.ForOverwrite(32, 64);  // 2048: only the large buffer fits
+  EXPECT_EQ(u.data(), large_storage);
+  EXPECT_EQ(pool.spare(), 0u);
+}
+
 }  // namespace
 }  // namespace rp
