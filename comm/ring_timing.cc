@@ -39,8 +39,8 @@ RingTimer::Post RingTimer::MakePost(int step, int k, Nanos ready) {
   return p;
 }
 
-std::vector<RingTimer::Post> RingTimer::Begin() {
-  std::vector<Post> out;
+absl::InlinedVector<RingTimer::Post, 4> RingTimer::Begin() {
+  absl::InlinedVector<Post, 4> out;
   if (n_ <= 1) return out;
   if (kind_ == TimedKind::kBroadcast && rank_ != root_) return out;
   const int K = shape_.segments();

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "comm/codec.h"
 #include "comm/ring_steps.h"
 #include "runtime/time.h"
@@ -125,7 +126,8 @@ class RingTimer {
   // n ranks, this rank `rank`; `root` for a broadcast (ignored otherwise).
   RingTimer(TimedKind kind, const TimedShape& shape, int n, int rank, int root, Nanos start);
 
-  std::vector<Post> Begin();
+  // Inline for up to 4 segments (a collective begins every bucket and TP all-reduce: no allocation).
+  absl::InlinedVector<Post, 4> Begin();
   // The next receive arrived at `arrival`; its sender had it ready at `ready`. Returns whether a
   // post follows (then *post is it).
   bool OnReceive(Nanos arrival, Nanos ready, Post* post);

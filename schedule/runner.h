@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "comm/alltoall_event.h"
@@ -287,9 +288,10 @@ class DeviceRunner {
   Device* dev_ = nullptr;
   std::vector<std::unique_ptr<MlpStage>> stages_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
-  std::map<std::pair<int, int>, Pending> acts_;   // (mb, model stage) → stage input
-  std::map<std::pair<int, int>, Pending> grads_;  // (mb, model stage) → stage output gradient
-  std::map<int, Tensor> dlogits_;
+  // Hash maps: a few entries each, inserted and erased every op (a tree allocated a node each).
+  absl::flat_hash_map<std::pair<int, int>, Pending> acts_;   // (mb, model stage) → stage input
+  absl::flat_hash_map<std::pair<int, int>, Pending> grads_;  // (mb, model stage) → output gradient
+  absl::flat_hash_map<int, Tensor> dlogits_;
   std::vector<double> loss_sum_;
   std::vector<int64_t> correct_;
   int64_t act_accounted_ = 0;
