@@ -34,4 +34,3 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "boost/circular_buffer.hpp"
-#include "boost/heap/d_ary_heap.hpp"

@@ -74,11 +74,11 @@
 
 #include "absl/functional/function_ref.h"
 #include "boost/circular_buffer.hpp"
-#include "boost/heap/d_ary_heap.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/fabric_model.h"
 #include "runtime/mutex.h"
+#include "runtime/radix_queue.h"
 #include "runtime/time.h"
 #include "runtime/watchdog.h"
 
@@ -268,14 +268,18 @@ class Fabric {
     // (a std::deque would allocate and free a block every few messages); grown by PostLocked.
     boost::circular_buffer<TicketId> queue;
   };
-  // Pending messages, least key on top: a 4-ary heap (Boost.Heap) — half the levels of a binary
-  // heap, its four children on two adjacent lines (BM_EventRing at 4096 streams: 283-287 against
-  // 290-360 ns a message with std::priority_queue, 3 interleaved pairs).
+  // Pending messages in key order (rp::RadixQueue): a 4-ary heap's sift-down, each level a cold
+  // line at thousands of LPs, was the commit loop's largest cost at 4096 devices.
   struct Pending {
     Key key;
     TicketId ticket = 0;
     ChannelId channel = 0;
-    friend bool operator<(const Pending& a, const Pending& b) { return b.key < a.key; }  // min-heap
+  };
+  struct PendingTime {
+    int64_t operator()(const Pending& p) const { return p.key.time; }
+  };
+  struct PendingBefore {
+    bool operator()(const Pending& a, const Pending& b) const { return a.key < b.key; }
   };
   struct Gate {
     bool signalled = false;
@@ -334,7 +338,7 @@ class Fabric {
   std::deque<Channel> channels_ ABSL_GUARDED_BY(mu_);
   std::vector<Gate> gates_ ABSL_GUARDED_BY(mu_);
   std::vector<Rendezvous> rendezvous_ ABSL_GUARDED_BY(mu_);
-  boost::heap::d_ary_heap<Pending, boost::heap::arity<4>> pending_ ABSL_GUARDED_BY(mu_);
+  RadixQueue<Pending, PendingTime, PendingBefore> pending_ ABSL_GUARDED_BY(mu_);
   // Ticket storage: blocks of kTicketBlock (addresses stay put), free ids reused LIFO.
   static constexpr uint32_t kTicketShift = 9, kTicketBlock = 1u << kTicketShift;
   struct TicketBlock {

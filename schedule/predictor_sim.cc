@@ -78,12 +78,19 @@ int Simulation::ChannelFor(int kind, int a, int b) {
 void Simulation::Post(int lp, int channel, const FabricMessage& m, int ingress_device) {
   const int dev = lp / 2;
   const LpId global = 2 * devs_[static_cast<size_t>(dev)].rank + lp % 2;
+  uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<uint32_t>(messages_.size());
+    messages_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  messages_[slot] = PendingMessage{.msg = m, .channel = channel, .ingress_device = ingress_device};
   pending_.push(Pending{.time = m.ready.count(),
                         .tie = plan_.tie_rank[static_cast<size_t>(global)],
                         .seq = lp_seq_[static_cast<size_t>(lp)]++,
-                        .channel = channel,
-                        .msg = m,
-                        .ingress_device = ingress_device});
+                        .slot = slot});
   devs_[static_cast<size_t>(dev)].modeled_bytes += m.bytes;
 }
 
@@ -121,8 +128,10 @@ absl::Status Simulation::Run() {
       RP_RETURN_IF_ERROR(lp % 2 == 0 ? AdvanceCompute(lp / 2) : AdvanceComm(lp / 2));
     }
     if (pending_.empty()) break;
-    const Pending p = pending_.top();
+    const uint32_t slot = pending_.top().slot;
     pending_.pop();
+    const PendingMessage p = messages_[slot];
+    free_slots_.push_back(slot);
     const MessageTiming t = p.ingress_device >= 0 ? fabric_.CommitThrough(p.msg, p.ingress_device)
                                                   : fabric_.Commit(p.msg);
     if (IsSaturated(t.arrival)) {

@@ -10,7 +10,6 @@
 #include <deque>
 #include <map>
 #include <optional>
-#include <queue>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -18,6 +17,7 @@
 #include "comm/alltoall_timing.h"
 #include "comm/ring_timing.h"
 #include "runtime/fabric_model.h"
+#include "runtime/radix_queue.h"
 #include "schedule/metrics.h"
 #include "schedule/plan.h"
 #include "schedule/predictor.h"
@@ -66,18 +66,30 @@ class Simulation {
     TimingFifo committed;
     int waiter = -1;  // LP blocked on it
   };
+  // A posted message's key and where its message waits (messages_): 24 bytes an entry of
+  // pending_ (rp::RadixQueue: a heap's sift-down over tens of thousands of pending messages, each
+  // level a cache miss, was the largest cost of a full play such as a straggler's). Keys are
+  // distinct (tie ranks are, and an LP's posts count up).
   struct Pending {
     int64_t time = 0;
     uint64_t tie = 0;
-    uint64_t seq = 0;
-    int channel = 0;
-    FabricMessage msg;
-    int ingress_device = -1;  // folding: the stand-in ingress (-1: msg.dst's)
-    friend bool operator<(const Pending& a, const Pending& b) {  // min-heap by key
-      if (a.time != b.time) return a.time > b.time;
-      if (a.tie != b.tie) return a.tie > b.tie;
-      return a.seq > b.seq;
+    uint32_t seq = 0;
+    uint32_t slot = 0;  // in messages_
+  };
+  struct PendingTime {
+    int64_t operator()(const Pending& p) const { return p.time; }
+  };
+  struct PendingBefore {
+    bool operator()(const Pending& a, const Pending& b) const {
+      if (a.time != b.time) return a.time < b.time;
+      if (a.tie != b.tie) return a.tie < b.tie;
+      return a.seq < b.seq;
     }
+  };
+  struct PendingMessage {
+    FabricMessage msg;
+    int channel = 0;
+    int ingress_device = -1;  // folding: the stand-in ingress (-1: msg.dst's)
   };
   struct Bucket {
     int order = 0, chunk = 0, index = 0;
@@ -181,11 +193,13 @@ class Simulation {
   FabricModel fabric_;
   std::vector<Device> devs_;
   std::vector<int> dev_of_rank_;  // global rank → simulated index, -1 if not simulated
-  std::vector<uint64_t> lp_seq_;
+  std::vector<uint32_t> lp_seq_;  // posts per LP in a step
   std::vector<Channel> channels_;
   // (kind, src rank, dst rank) packed into 64 bits → index in channels_ (ChannelFor).
   absl::flat_hash_map<uint64_t, int> channel_ids_;
-  std::priority_queue<Pending> pending_;
+  RadixQueue<Pending, PendingTime, PendingBefore> pending_;
+  std::vector<PendingMessage> messages_;  // by Pending::slot; free slots in free_slots_
+  std::vector<uint32_t> free_slots_;
   std::vector<int> runnable_;
   std::vector<bool> queued_;
   TransitStats transits_;
