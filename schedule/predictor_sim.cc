@@ -291,10 +291,10 @@ void Simulation::StartTpRing(int dev, const Device::Part& part, const ChunkPlan&
   const int32_t oi = static_cast<int32_t>(d.pc);
   Record(d, {.kind = IntervalKind::kCompute, .op = oi, .detail = part.detail,
              .start = d.segment_start, .end = d.cursor});
-  const std::vector<int> group = plan_.TpGroup(d.rank);
-  const int T = static_cast<int>(group.size()), pos = d.coord.tp;
-  const int next = group[static_cast<size_t>((pos + 1) % T)];
-  const int prev = group[static_cast<size_t>((pos + T - 1) % T)];
+  // The TP group's ring neighbours (ParallelGrid::TpGroup's order, without building the group).
+  const int T = plan_.grid.shape().tp, pos = d.coord.tp;
+  const int next = plan_.grid.RankOf({d.coord.dp, d.coord.pp, (pos + 1) % T});
+  const int prev = plan_.grid.RankOf({d.coord.dp, d.coord.pp, (pos + T - 1) % T});
   const TimedShape shape = TimedShape::Ring(
       T, chunk.tp_elements[static_cast<size_t>(part.pass)][static_cast<size_t>(d.tp_calls)],
       plan_.ring_segment_bytes / 4, comm::Codec::kFp32, plan_.options.reduce_gbps);

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -37,6 +38,8 @@ class Simulation {
 
   // Results, per simulated device (index into `ranks`).
   const std::vector<OpInterval>& intervals(int i) const { return devs_[static_cast<size_t>(i)].intervals; }
+  // Moves simulated device i's intervals out (intervals(i) is empty afterwards).
+  std::vector<OpInterval> TakeIntervals(int i) { return std::move(devs_[static_cast<size_t>(i)].intervals); }
   Nanos end(int i) const { return devs_[static_cast<size_t>(i)].cursor; }
   uint64_t modeled_bytes(int i) const { return devs_[static_cast<size_t>(i)].modeled_bytes; }
   // The committed messages' transits (the longest: the first of equals).
