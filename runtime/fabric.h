@@ -269,7 +269,8 @@ class Fabric {
     boost::circular_buffer<TicketId> queue;
   };
   // Pending messages in key order (rp::RadixQueue): a 4-ary heap's sift-down, each level a cold
-  // line at thousands of LPs, was the commit loop's largest cost at 4096 devices.
+  // line at thousands of LPs, was the commit loop's largest cost at 4096 devices. Times are never
+  // negative, as the queue needs: bounds start at 0 and a post before its LP's bound is refused.
   struct Pending {
     Key key;
     TicketId ticket = 0;
