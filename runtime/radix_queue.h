@@ -10,7 +10,7 @@
 // a push appends to one of 64 vectors; a pop that finds no entry at or before the last time moves
 // the lowest non-empty vector's entries once, to lower vectors or to `near_`, a small heap of the
 // entries at or before the last time, in full key order (time, then the caller's tie-breaks).
-// Each entry moves at most 64 times, in practice once or twice, through contiguous memory.
+// Each entry moves at most 64 times (down one bucket or more each time), through contiguous memory.
 //
 // Order: exactly the key order `Before` gives, whatever the order of pushes — an entry whose time
 // precedes the last time taken (a simulation may post at the current time with a lower tie-break,
