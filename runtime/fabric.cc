@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <utility>
 
@@ -117,6 +118,15 @@ Fabric::TicketId Fabric::NewTicket() {
   return id;
 }
 
+absl::Status Fabric::HandlerFailure(LpId receiver, ChannelId channel, int src_device,
+                                    const char* what) const {
+  const WaitSite& site = lps_[static_cast<size_t>(receiver)]->site;
+  return absl::InternalError(absl::StrCat(
+      site.rank >= 0 ? DescribeSite(site) : absl::StrCat("LP ", receiver),
+      ": exception in the handler of a message on channel ", channel, " from device ", src_device,
+      ": ", what));
+}
+
 void Fabric::CommitReady() {
   while (!pending_.empty() && pending_.top().key < tree_[1] &&
          !aborted_.load(std::memory_order_relaxed)) {
@@ -159,7 +169,19 @@ void Fabric::CommitReady() {
       ++c.consumed;
       free_tickets_.push_back(p.ticket);  // reused first by what the handler posts
       Scope scope(*this);
-      c.handler(scope, p.channel, std::move(d));  // may post, signal (the loop re-checks)
+      // The handler runs on whichever thread commits: an exception it throws is its receiver's
+      // failure, reported here in commit order, not one of the committing thread (whose rank it
+      // would name on its way out through that thread's own op).
+      const int from = t.message.src;
+      try {
+        c.handler(scope, p.channel, std::move(d));  // may post, signal (the loop re-checks)
+      } catch (const std::exception& e) {
+        AbortLocked(HandlerFailure(c.dst, p.channel, from, e.what()));
+        return;
+      } catch (...) {
+        AbortLocked(HandlerFailure(c.dst, p.channel, from, "unknown exception"));
+        return;
+      }
       continue;
     }
     TimingAt(p.ticket) = timing;

@@ -46,7 +46,10 @@
 // and (Internal) if it is ready before a message already committed (a broken conservative rule).
 // Waits return Cancelled once Abort was called (a failed run). Waits have no timeout of their
 // own: stalls are detected centrally from progress() (rp::FabricMonitor in the executor), which
-// sees every LP's wait site (Waits()).
+// sees every LP's wait site (Waits()). A handler that throws aborts the fabric at that commit with
+// Internal naming its receiver (the receiving LP's wait site, e.g. "rank 3 in op 'dp all-reduce'
+// ...") and the exception; the thread that happened to commit the message returns normally and
+// is not blamed (the exception does not leave the fabric).
 //
 // Thread safety: every method may be called from any thread; one mutex guards the state (posting,
 // committing and waking are short critical sections). An LP's own methods (Post, Advance, Await,
@@ -309,6 +312,10 @@ class Fabric {
   void RaiseBound(LpId lp, Nanos t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateTree(LpId lp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Internal "<receiver's wait site>: exception in the handler of a message on channel C from
+  // device D: <what>" (the receiver named by its LP id while it has no site).
+  absl::Status HandlerFailure(LpId receiver, ChannelId channel, int src_device, const char* what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint64_t> PostLocked(LpId lp, ChannelId channel, const FabricMessage& m,
                                       std::unique_ptr<FabricPayload> payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

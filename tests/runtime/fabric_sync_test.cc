@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace rp {
@@ -111,6 +113,57 @@ TEST(Fabric, AbortReleasesADeadlockAndWaitsNameTheirPeers) {
   EXPECT_TRUE(absl::IsDeadlineExceeded(got[0])) << got[0];
   EXPECT_TRUE(absl::IsDeadlineExceeded(got[1])) << got[1];
   EXPECT_EQ(fabric.progress(), progress);
+}
+
+// A handler runs on whichever thread commits its message. What it throws is its receiver's
+// failure: the fabric aborts at that commit with Internal naming the receiving LP (its wait site,
+// else its id) and the exception, and the committing thread's call returns normally — it must
+// not carry the exception out as its own (a report would then blame that thread's rank).
+TEST(Fabric, AHandlerThatThrowsFailsItsReceiverNotTheCommittingThread) {
+  for (const bool standard_exception : {true, false}) {
+    // LP 2 (tie 0) holds back LP 0's messages until it advances: its Advance commits them.
+    auto f = Fabric::Create({.links = {}, .num_devices = 3, .tie_rank = {1, 2, 0}});
+    ASSERT_TRUE(f.ok());
+    Fabric& fabric = **f;
+    const ChannelId ch = fabric.AddChannel(0, 1);
+    const ChannelId other = fabric.AddChannel(2, 0);
+    int handled = 0;
+    fabric.SetHandler(1, [&](Fabric::Scope& scope, ChannelId c, Delivery) {
+      if (handled++ == 0) {  // the first message: the receiver now waits for the next one
+        scope.Awaiting(1, c, {.rank = 7, .op = "dp all-reduce", .peer = 0, .step = 3});
+        return;
+      }
+      if (standard_exception) throw std::runtime_error("segment 2 of 4: bad length");
+      throw 42;
+    });
+    ASSERT_TRUE(fabric.Post(0, ch, {.src = 0, .dst = 1, .ready = Nanos(10)}).ok());
+    ASSERT_TRUE(fabric.Post(0, ch, {.src = 0, .dst = 1, .ready = Nanos(20)}).ok());
+    EXPECT_EQ(handled, 0);
+    fabric.Advance(2, Nanos(100));  // commits both on this thread; must not throw
+    EXPECT_EQ(handled, 2);
+    ASSERT_TRUE(fabric.aborted());
+    const absl::Status s = fabric.abort_status();
+    EXPECT_TRUE(absl::IsInternal(s)) << s;
+    EXPECT_EQ(s.message(),
+              absl::StrCat("rank 7 in op 'dp all-reduce' waiting for peer 0 at step 3: exception in "
+                           "the handler of a message on channel ", ch, " from device 0: ",
+                           standard_exception ? "segment 2 of 4: bad length" : "unknown exception"));
+    // Every wait is released with it (the run fails there).
+    EXPECT_EQ(fabric.Await(0, other, {.rank = 0, .op = "recv", .peer = 2}).status(), s);
+  }
+  // A receiver that never named a wait site is named by its LP id.
+  auto f = Fabric::Create({.links = {}, .num_devices = 2, .tie_rank = {0, 1}});
+  ASSERT_TRUE(f.ok());
+  const ChannelId ch = (*f)->AddChannel(0, 1);
+  (*f)->SetHandler(1, [](Fabric::Scope&, ChannelId, Delivery) -> void {
+    throw std::length_error("vector");
+  });
+  ASSERT_TRUE((*f)->Post(0, ch, {.src = 0, .dst = 1, .ready = Nanos(5)}).ok());
+  (*f)->Finish(0);
+  ASSERT_TRUE((*f)->aborted());
+  EXPECT_EQ((*f)->abort_status().message(),
+            absl::StrCat("LP 1: exception in the handler of a message on channel ", ch,
+                         " from device 0: vector"));
 }
 
 // Regression: channels made while an LP waits on another (lazily created p2p channels) must not
