@@ -48,8 +48,8 @@
 // own: stalls are detected centrally from progress() (rp::FabricMonitor in the executor), which
 // sees every LP's wait site (Waits()). A handler that throws aborts the fabric at that commit with
 // Internal naming its receiver (the receiving LP's wait site, e.g. "rank 3 in op 'dp all-reduce'
-// ...") and the exception; the thread that happened to commit the message returns normally and
-// is not blamed (the exception does not leave the fabric).
+// ...") and the exception; the thread that happened to commit the message returns normally (the
+// exception does not leave the fabric through its call).
 //
 // Thread safety: every method may be called from any thread; one mutex guards the state (posting,
 // committing and waking are short critical sections). An LP's own methods (Post, Advance, Await,
