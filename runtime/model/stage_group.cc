@@ -100,7 +100,6 @@ absl::StatusOr<std::vector<Tensor>> RunStageGroupSerial(std::span<MlpStage* cons
     RP_RETURN_IF_ERROR(shards[i]->BeginPass(pass, micro_batch, inputs[i / T]));
   }
   std::vector<StageExchange> ex(n);
-  std::vector<float> sum;
   while (true) {
     for (size_t i = 0; i < n; ++i) {
       RP_ASSIGN_OR_RETURN(ex[i], shards[i]->RunToExchange(micro_batch));
@@ -108,14 +107,15 @@ absl::StatusOr<std::vector<Tensor>> RunStageGroupSerial(std::span<MlpStage* cons
     }
     if (ex[0].kind == StageExchange::Kind::kDone) break;
     if (ex[0].kind == StageExchange::Kind::kTpAllReduce) {
+      // The sum b0 + b1 + ... in TP rank 0's buffer (the same operations in the same order as
+      // into a copy of b0: no buffer of its own, which an evaluation batch's size would put on
+      // fresh pages at every call), then copied to the other ranks'.
       for (size_t q = 0; q < sources; ++q) {
         const std::span<float> b0 = ex[q * T].tp_buffer;
-        sum.assign(b0.begin(), b0.end());
         for (size_t t = 1; t < T; ++t) {
-          RP_RETURN_IF_ERROR(Accumulate(sum, ex[q * T + t].tp_buffer));
+          RP_RETURN_IF_ERROR(Accumulate(b0, ex[q * T + t].tp_buffer));
         }
-        for (size_t t = 0; t < T; ++t)
-          std::copy(sum.begin(), sum.end(), ex[q * T + t].tp_buffer.begin());
+        for (size_t t = 1; t < T; ++t) std::copy(b0.begin(), b0.end(), ex[q * T + t].tp_buffer.begin());
       }
       continue;
     }
@@ -150,7 +150,6 @@ absl::StatusOr<Tensor> RunTpGroupSerial(std::span<MlpStage* const> shards, MlpSt
   }
   for (MlpStage* s : shards) RP_RETURN_IF_ERROR(s->BeginPass(pass, micro_batch, input));
   std::vector<std::span<float>> buffers(static_cast<size_t>(T));
-  std::vector<float> sum;
   while (true) {
     for (int t = 0; t < T; ++t) {
       RP_ASSIGN_OR_RETURN(buffers[static_cast<size_t>(t)],
@@ -163,9 +162,11 @@ absl::StatusOr<Tensor> RunTpGroupSerial(std::span<MlpStage* const> shards, MlpSt
           << " values, rank 0 one of " << n;
     }
     if (n == 0) break;
-    sum.assign(buffers[0].begin(), buffers[0].end());
-    for (int t = 1; t < T; ++t) RP_RETURN_IF_ERROR(Accumulate(sum, buffers[static_cast<size_t>(t)]));
-    for (std::span<float> b : buffers) std::copy(sum.begin(), sum.end(), b.begin());
+    // In rank 0's buffer, as RunStageGroupSerial.
+    for (int t = 1; t < T; ++t) RP_RETURN_IF_ERROR(Accumulate(buffers[0], buffers[static_cast<size_t>(t)]));
+    for (int t = 1; t < T; ++t) {
+      std::copy(buffers[0].begin(), buffers[0].end(), buffers[static_cast<size_t>(t)].begin());
+    }
   }
   Tensor result;
   for (int t = 0; t < T; ++t) {
