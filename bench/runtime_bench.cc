@@ -329,6 +329,33 @@ void BM_MatMulTransposedB(benchmark::State& state) {
 BENCHMARK(BM_MatMulTransposedB)
     ->ArgNames({"n", "k", "m", "way"})
     ->ArgsProduct({{1, 16, 64, 128, 256}, {64, 1024}, {64, 1024}, {0, 1, 2}})
+    ->ArgsProduct({{16, 32, 64, 256}, {256, 2048}, {256, 2048}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond);
+
+// y = x · w (MatMul, a dense layer's forward) for n rows of x and a k × m w: small layers (the
+// scaling benchmark's 64 wide) to a wide model's TP shards (2048 × 256, 256 × 2048) whose w
+// (2 MB) lies past L2.
+void BM_MatMul(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
+  Tensor x(n, k), w(k, m), y(n, m);
+  for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  for (int64_t i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>((i * 13) % 97) / 97.0f - 0.5f;
+  for (auto _ : state) {
+    if (absl::Status st = MatMul(x, w, y); !st.ok()) {
+      return state.SkipWithError(std::string(st.message()).c_str());
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["gproducts_per_s"] = benchmark::Counter(static_cast<double>(n * k * m) * 1e-9,
+                                                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_MatMul)
+    ->ArgNames({"n", "k", "m"})
+    ->Args({16, 64, 64})
+    ->Args({64, 1024, 1024})
+    ->Args({32, 2048, 256})
+    ->Args({32, 256, 2048})
+    ->Args({256, 2048, 2048})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -72,25 +72,50 @@ __attribute__((target("avx2"))) inline void BlockAvx2(const float* a, int64_t a_
   }
 }
 
-// R output rows over all m columns: blocks of 16 and 8 columns, then the scalar remainder (the
-// same operations in the same order).
+// R output rows over `width` columns (b's and out's rows `ld` apart): blocks of 16 and 8
+// columns, then the scalar remainder (the same operations in the same order).
 template <int R, bool kAccumulate>
 __attribute__((target("avx2"))) void RowsAvx2(const float* a, int64_t a_row, int64_t a_col,
-                                              const float* b, int64_t m, float* out, int64_t T) {
+                                              const float* b, int64_t width, int64_t ld, float* out,
+                                              int64_t T) {
   int64_t c = 0;
-  for (; c + 16 <= m; c += 16) BlockAvx2<R, 2, kAccumulate>(a, a_row, a_col, b + c, m, out + c, m, T);
-  for (; c + 8 <= m; c += 8) BlockAvx2<R, 1, kAccumulate>(a, a_row, a_col, b + c, m, out + c, m, T);
-  for (; c < m; ++c) {
+  for (; c + 16 <= width; c += 16) BlockAvx2<R, 2, kAccumulate>(a, a_row, a_col, b + c, ld, out + c, ld, T);
+  for (; c + 8 <= width; c += 8) BlockAvx2<R, 1, kAccumulate>(a, a_row, a_col, b + c, ld, out + c, ld, T);
+  for (; c < width; ++c) {
     for (int j = 0; j < R; ++j) {
-      float acc = kAccumulate ? out[j * m + c] : 0.0f;
-      for (int64_t t = 0; t < T; ++t) acc += a[j * a_row + t * a_col] * b[t * m + c];
-      out[j * m + c] = acc;
+      float acc = kAccumulate ? out[j * ld + c] : 0.0f;
+      for (int64_t t = 0; t < T; ++t) acc += a[j * a_row + t * a_col] * b[t * ld + c];
+      out[j * ld + c] = acc;
     }
   }
 }
 
-// out (rows × m) (+)= Σ_t a(j, t) · b[t]: blocks of 4 rows, then single rows. Row j of `a` starts at
-// a + j·a_row.
+// out (rows × width, rows ld apart) (+)= Σ_t a(j, t) · b[t] over T terms: blocks of 4 rows, then
+// single rows. Row j of `a` starts at a + j·a_row.
+template <bool kAccumulate>
+__attribute__((target("avx2"))) void RowBlocksAvx2(const float* a, int64_t rows, int64_t a_row,
+                                                   int64_t a_col, const float* b, int64_t width,
+                                                   int64_t ld, float* out, int64_t T) {
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) {
+    RowsAvx2<4, kAccumulate>(a + j * a_row, a_row, a_col, b, width, ld, out + j * ld, T);
+  }
+  for (; j < rows; ++j) RowsAvx2<1, kAccumulate>(a + j * a_row, a_row, a_col, b, width, ld, out + j * ld, T);
+}
+
+// A panel of b: kPanelTerms rows × kPanelCols columns (256 KB), which stays in L2 while every
+// block of 4 output rows walks it.
+constexpr int64_t kPanelTerms = 256, kPanelCols = 256;
+// Panels from a b of this many values (1 MB, past L2) when at least kPanelFromRows output rows
+// walk it (a few row blocks stream a large b from memory no slower than they walk panels).
+constexpr int64_t kPanelFromValues = int64_t{1} << 18;
+constexpr int64_t kPanelFromRows = 16;
+
+// out (rows × m) (+)= Σ_t a(j, t) · b[t] for t = 0..T−1. A large b is walked by panels (above):
+// the panels of a column range in increasing t, each adding its terms onto the running sums that
+// wait in out between panels (a float stored and reloaded is the same float), so every element
+// still receives 0 (or its old value) + p0 + p1 + ... in increasing t — the same bits as without
+// panels.
 template <bool kAccumulate>
 __attribute__((target("avx2"))) void MatMulsAvx2(const float* a, int64_t rows, int64_t a_row,
                                                  int64_t a_col, const float* b, int64_t m, float* out,
@@ -100,11 +125,23 @@ __attribute__((target("avx2"))) void MatMulsAvx2(const float* a, int64_t rows, i
     if (!kAccumulate) std::fill_n(out, rows * m, 0.0f);
     return;
   }
-  int64_t j = 0;
-  for (; j + 4 <= rows; j += 4) {
-    RowsAvx2<4, kAccumulate>(a + j * a_row, a_row, a_col, b, m, out + j * m, T);
+  if (rows < kPanelFromRows || T * m < kPanelFromValues) {
+    RowBlocksAvx2<kAccumulate>(a, rows, a_row, a_col, b, m, m, out, T);
+    return;
   }
-  for (; j < rows; ++j) RowsAvx2<1, kAccumulate>(a + j * a_row, a_row, a_col, b, m, out + j * m, T);
+  for (int64_t c0 = 0; c0 < m; c0 += kPanelCols) {
+    const int64_t width = std::min(kPanelCols, m - c0);
+    for (int64_t t0 = 0; t0 < T; t0 += kPanelTerms) {
+      const int64_t terms = std::min(kPanelTerms, T - t0);
+      const float* at = a + t0 * a_col;
+      const float* bt = b + t0 * m + c0;
+      if (kAccumulate || t0 > 0) {
+        RowBlocksAvx2<true>(at, rows, a_row, a_col, bt, width, m, out + c0, terms);
+      } else {
+        RowBlocksAvx2<false>(at, rows, a_row, a_col, bt, width, m, out + c0, terms);
+      }
+    }
+  }
 }
 
 // r[i][j] becomes r[j][i] (an 8 × 8 float tile, in registers).

@@ -207,6 +207,63 @@ TEST(Kernels, MatMulsEqualThePlainSerialLoopBitwise) {
   }
 }
 
+// Shapes whose b is walked by panels (kernels.cc: 16 rows or more, a b of 2^18 values or more, in
+// panels of 256 terms × 256 columns): several panels each way, a last panel part-filled both ways
+// (600 = 2·256 + 88 terms; 523 = 2·256 + 11 columns: 16-, 8- and 1-column blocks), row counts
+// with and without a remainder of 4 — still the plain serial loop's bits, for y = x · w and onto
+// a non-zero g += xᵀ · dy.
+TEST(Kernels, PanelledMatMulsEqualThePlainSerialLoopBitwise) {
+  uint32_t seed = 900;
+  for (const auto& [n, k, m] : {Shape3{16, 600, 523}, Shape3{37, 600, 523}, Shape3{18, 1024, 256},
+                                Shape3{21, 256, 1031}}) {
+    SCOPED_TRACE(absl::StrCat("n ", n, " k ", k, " m ", m));
+    Tensor x = Random(n, k, ++seed, 100.0f), w = Random(k, m, ++seed, 0.01f);
+    Tensor y(n, m), want(n, m);
+    ASSERT_TRUE(MatMul(x, w, y).ok());
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < m; ++c) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < k; ++i) {
+          const volatile float p = x.at(r, i) * w.at(i, c);
+          acc += p;
+        }
+        want.at(r, c) = acc;
+      }
+    }
+    EXPECT_TRUE(SameBits(y.span(), want.span()));
+    // g (k × m) += xᵀ · dy: k output rows walk dy (n × m) over the n rows of x.
+    Tensor dy = Random(n, m, ++seed, 0.01f);
+    Tensor g = Random(k, m, ++seed, 1.0f), gwant = g;
+    ASSERT_TRUE(MatMulTransposedAAccumulate(x, dy, g).ok());
+    for (int64_t i = 0; i < k; ++i) {
+      for (int64_t c = 0; c < m; ++c) {
+        float acc = gwant.at(i, c);
+        for (int64_t r = 0; r < n; ++r) {
+          const volatile float p = x.at(r, i) * dy.at(r, c);
+          acc += p;
+        }
+        gwant.at(i, c) = acc;
+      }
+    }
+    EXPECT_TRUE(SameBits(g.span(), gwant.span()));
+  }
+  // The gradient's panels across the batch: 700 rows of x (three panels of terms) onto 300 × 523.
+  Tensor x = Random(700, 300, ++seed, 100.0f), dy = Random(700, 523, ++seed, 0.01f);
+  Tensor g = Random(300, 523, ++seed, 1.0f), gwant = g;
+  ASSERT_TRUE(MatMulTransposedAAccumulate(x, dy, g).ok());
+  for (int64_t i = 0; i < 300; ++i) {
+    for (int64_t c = 0; c < 523; ++c) {
+      float acc = gwant.at(i, c);
+      for (int64_t r = 0; r < 700; ++r) {
+        const volatile float p = x.at(r, i) * dy.at(r, c);
+        acc += p;
+      }
+      gwant.at(i, c) = acc;
+    }
+  }
+  EXPECT_TRUE(SameBits(g.span(), gwant.span()));
+}
+
 TEST(Kernels, ShapeMismatchesAreInvalidArgument) {
   Tensor a(3, 4), b(5, 6), c(3, 6), scratch;
   EXPECT_EQ(MatMul(a, b, c).code(), absl::StatusCode::kInvalidArgument);
