@@ -308,9 +308,9 @@ BENCHMARK(BM_MoeStagePass)
     ->Unit(benchmark::kMillisecond);
 
 // dx = dy · wᵀ (MatMulTransposedB, a dense layer's backward input gradient) for n rows of dy and a
-// k × m w, each way it can take (way 1: 8 × 8 tiles of w transposed in registers; 2: w transposed
-// whole, then MatMul's register blocks; 0: kAuto's choice). Compare ways within one run: the
-// ratio tiles / transpose-w says where kAuto should switch (kernels.h).
+// k × m w, each way it can take (way 1: strips of 16 rows of w transposed, then MatMul's register
+// blocks; 2: w transposed whole, then MatMul; 0: kAuto's choice), up to a wide layer's TP shards.
+// Compare ways within one run (kernels.h).
 void BM_MatMulTransposedB(benchmark::State& state) {
   const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
   const auto way = static_cast<TransposedBWay>(state.range(3));

@@ -29,10 +29,6 @@ inline void Axpy(float a, const float* __restrict x, float* __restrict y, int64_
 
 constexpr int64_t kRowBlock = 4;    // rows that share one pass over a weight row (stays in L1)
 constexpr int64_t kColTile = 128;   // output columns per tile (MatMul)
-// MatMulTransposedB's kAuto (kernels.h): tiles below this many rows of dy, or from this many values
-// of w on.
-constexpr int64_t kTransposeWRows = 64;
-constexpr int64_t kTilesFromValues = int64_t{1} << 18;
 
 #if RP_KERNELS_AVX2
 // AVX2 register-blocked versions of MatMul's and MatMulTransposedAAccumulate's loops, chosen at
@@ -164,50 +160,42 @@ __attribute__((target("avx2"))) inline void Transpose8x8(__m256 r[8]) {
   r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-// Rows r0..r0+R of dx, columns i0..i0+8: adds the products of reduction indices t0..t0+U (U ≤ 8,
-// tile[u] = w[i0..i0+8][t0 + u]) in increasing t.
-template <int R>
-__attribute__((target("avx2"))) inline void AddTileAvx2(const __m256 tile[8], int U, const float* dy, int64_t m,
-                                                        int64_t t0, float* dx, int64_t k, int64_t i0) {
-  __m256 acc[R];
-  for (int j = 0; j < R; ++j) acc[j] = _mm256_loadu_ps(dx + j * k + i0);
-  for (int u = 0; u < U; ++u) {
-    for (int j = 0; j < R; ++j) {
-      const __m256 s = _mm256_broadcast_ss(dy + j * m + t0 + u);
-      acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(s, tile[u]));
+// dx (n × k) = dy (n × m) · wᵀ (w: k × m) by strips of w: 16 of its rows (16 output columns of dx)
+// are transposed into `strip` (m × 16, 8 × 8 tiles in registers), then every block of 4 rows of dy
+// walks the strip with MatMul's register block — each dx element stays in a register over all m
+// terms (0 + p0 + p1 + ... in increasing t, the serial loop's order). Then a strip of 8 rows, and
+// the last k % 8 columns by the serial loop. `strip` holds 16·m floats.
+// strip[t][l] = w[i0 + l][t] for l < rows (8 or 16) and t < m: 8 × 8 tiles transposed in registers.
+__attribute__((target("avx2"))) void FillStrip(const float* w, int64_t m, int64_t i0, int rows, float* strip) {
+  int64_t t0 = 0;
+  for (; t0 + 8 <= m; t0 += 8) {
+    for (int h = 0; h < rows; h += 8) {
+      __m256 tile[8];
+      for (int l = 0; l < 8; ++l) tile[l] = _mm256_loadu_ps(w + (i0 + h + l) * m + t0);
+      Transpose8x8(tile);
+      for (int u = 0; u < 8; ++u) _mm256_storeu_ps(strip + (t0 + u) * rows + h, tile[u]);
     }
   }
-  for (int j = 0; j < R; ++j) _mm256_storeu_ps(dx + j * k + i0, acc[j]);
+  for (; t0 < m; ++t0) {
+    for (int l = 0; l < rows; ++l) strip[t0 * rows + l] = w[(i0 + l) * m + t0];
+  }
 }
 
-// dx (n × k) = dy (n × m) · wᵀ (w: k × m) without transposing w as a whole: for each block of 8
-// rows of w (8 output columns of dx) and 8 reduction indices t, the 8 × 8 tile of w is transposed in
-// registers, and every row of dy adds its 8 products to its 8 outputs in increasing t, 4 rows at a
-// time (4 independent chains); the running sums wait in dx between tiles (a float stored and
-// reloaded is the same float). Each output element gets exactly the serial loop's operations in its
-// order: 0 + p0 + p1 + ... (a separate multiply and add, no FMA). Transposing w whole costs k·m
-// copies for n·k·m products: these tiles win while n is small or w is past L2 (kernels.h).
-__attribute__((target("avx2"))) void TransposedBByTiles(const float* dy, int64_t n, int64_t m, const float* w,
-                                                        int64_t k, float* dx) {
+__attribute__((target("avx2"))) void TransposedBByStrips(const float* dy, int64_t n, int64_t m, const float* w,
+                                                         int64_t k, float* dx, float* strip) {
   int64_t i0 = 0;
-  for (; i0 + 8 <= k; i0 += 8) {
-    for (int64_t r = 0; r < n; ++r) _mm256_storeu_ps(dx + r * k + i0, _mm256_setzero_ps());
-    for (int64_t t0 = 0; t0 < m; t0 += 8) {
-      const int U = static_cast<int>(std::min<int64_t>(8, m - t0));
-      __m256 tile[8];
-      if (U == 8) {
-        for (int l = 0; l < 8; ++l) tile[l] = _mm256_loadu_ps(w + (i0 + l) * m + t0);
-        Transpose8x8(tile);
-      } else {
-        for (int u = 0; u < U; ++u) {
-          const float* c = w + i0 * m + t0 + u;
-          tile[u] = _mm256_setr_ps(c[0], c[m], c[2 * m], c[3 * m], c[4 * m], c[5 * m], c[6 * m], c[7 * m]);
-        }
-      }
-      int64_t r = 0;
-      for (; r + 4 <= n; r += 4) AddTileAvx2<4>(tile, U, dy + r * m, m, t0, dx + r * k, k, i0);
-      for (; r < n; ++r) AddTileAvx2<1>(tile, U, dy + r * m, m, t0, dx + r * k, k, i0);
-    }
+  for (; i0 + 16 <= k; i0 += 16) {
+    FillStrip(w, m, i0, 16, strip);
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) BlockAvx2<4, 2, false>(dy + r * m, m, 1, strip, 16, dx + r * k + i0, k, m);
+    for (; r < n; ++r) BlockAvx2<1, 2, false>(dy + r * m, m, 1, strip, 16, dx + r * k + i0, k, m);
+  }
+  if (i0 + 8 <= k) {
+    FillStrip(w, m, i0, 8, strip);
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) BlockAvx2<4, 1, false>(dy + r * m, m, 1, strip, 8, dx + r * k + i0, k, m);
+    for (; r < n; ++r) BlockAvx2<1, 1, false>(dy + r * m, m, 1, strip, 8, dx + r * k + i0, k, m);
+    i0 += 8;
   }
   for (; i0 < k; ++i0) {  // the last k % 8 columns: the serial loop
     for (int64_t r = 0; r < n; ++r) {
@@ -261,12 +249,14 @@ absl::Status MatMulTransposedB(ConstMatrixView dy, ConstMatrixView w, MatrixView
   }
   if (scratch == nullptr) return absl::InvalidArgumentError("MatMulTransposedB: scratch is null");
 #if RP_KERNELS_AVX2
-  if (way == TransposedBWay::kAuto) {
-    way = dy.rows < kTransposeWRows || w.rows * w.cols >= kTilesFromValues ? TransposedBWay::kTiles
-                                                                           : TransposedBWay::kTransposeW;
-  }
-  if (way == TransposedBWay::kTiles && HaveAvx2()) {
-    TransposedBByTiles(dy.data, dy.rows, dy.cols, w.data, w.rows, dx.data);
+  if ((way == TransposedBWay::kAuto || way == TransposedBWay::kStrips) && HaveAvx2()) {
+    const size_t need = static_cast<size_t>(16 * w.cols);
+    if (static_cast<size_t>(scratch->size()) < need) {
+      std::vector<float> storage = std::move(*scratch).Release();
+      storage.resize(need);
+      *scratch = Tensor(w.cols, 16, std::move(storage));
+    }
+    TransposedBByStrips(dy.data, dy.rows, dy.cols, w.data, w.rows, dx.data, scratch->data());
     return absl::OkStatus();
   }
 #endif

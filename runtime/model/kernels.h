@@ -54,16 +54,19 @@ namespace rp {
 [[nodiscard]] absl::Status MatMul(ConstMatrixView x, ConstMatrixView w, MatrixView y);
 
 // dx = dy · wᵀ.  dy: n×m, w: k×m, dx: n×k (overwritten). Same reduction order as MatMul over m, and
-// the same bits whichever way it takes:
-//   kTransposeW  w transposed whole into `scratch` (resized as needed; reuse it across calls to
-//                avoid allocations), then MatMul's register blocks — worth it when dy has many rows;
-//   kTiles       (AVX2 CPUs; elsewhere kTransposeW) w read in 8 × 8 tiles transposed in registers,
-//                no scratch — k·m copies saved, which dominate when dy has few rows against w's
-//                (a 16-row micro-batch through a 1024 × 1024 layer: about 6x faster);
-//   kAuto        kTiles below 64 rows of dy or for a w of 2^18 values or more (past L2, where the
-//                whole transpose misses the cache), else kTransposeW (bench/runtime_bench.cc
-//                BM_MatMulTransposedB).
-enum class TransposedBWay : uint8_t { kAuto, kTiles, kTransposeW };
+// the same bits whichever way it takes (`scratch`: resized as needed; reuse it across calls to
+// avoid allocations):
+//   kStrips      (AVX2 CPUs; elsewhere kTransposeW) 16 rows of w at a time transposed into
+//                `scratch` (16·m values, 8 × 8 tiles in registers), which every 4 rows of dy then
+//                walk with MatMul's register block: each dx element stays in a register over its m
+//                terms, and no transpose of w as a whole (k·m copies through the cache, a miss each
+//                past L2) is made;
+//   kTransposeW  w transposed whole into `scratch`, then MatMul;
+//   kAuto        kStrips where it runs, else kTransposeW. bench/runtime_bench.cc
+//                BM_MatMulTransposedB, one run: kStrips 26–37 G products/s from 16 rows of dy on
+//                (16–256 rows, w 256–2048 square), kTransposeW 0.9–44 (worst for few rows and a
+//                large w, best for many rows and a small w), the 8 × 8 tiles it replaced 4.5–31.
+enum class TransposedBWay : uint8_t { kAuto, kStrips, kTransposeW };
 [[nodiscard]] absl::Status MatMulTransposedB(ConstMatrixView dy, ConstMatrixView w, MatrixView dx,
                                              Tensor* scratch, TransposedBWay way = TransposedBWay::kAuto);
 

@@ -184,7 +184,7 @@ TEST(Kernels, MatMulsEqualThePlainSerialLoopBitwise) {
         }
         EXPECT_TRUE(SameBits(g.span(), gwant.span()));
         // dx = dy · wᵀ (wt: k × m), each element over t = 0..m−1 in order, each way
-        // MatMulTransposedB can take (tiles of w, or w transposed whole).
+        // MatMulTransposedB can take (strips of w, or w transposed whole).
         Tensor wt = Random(k, m, ++seed, 0.01f), dxwant(n, k);
         Tensor dy100 = Random(n, m, ++seed, 100.0f);
         for (int64_t r = 0; r < n; ++r) {
@@ -197,7 +197,7 @@ TEST(Kernels, MatMulsEqualThePlainSerialLoopBitwise) {
             dxwant.at(r, i) = acc;
           }
         }
-        for (TransposedBWay way : {TransposedBWay::kAuto, TransposedBWay::kTiles, TransposedBWay::kTransposeW}) {
+        for (TransposedBWay way : {TransposedBWay::kAuto, TransposedBWay::kStrips, TransposedBWay::kTransposeW}) {
           Tensor dx(n, k), scratch;
           ASSERT_TRUE(MatMulTransposedB(dy100, wt, dx, &scratch, way).ok());
           EXPECT_TRUE(SameBits(dx.span(), dxwant.span())) << "way " << static_cast<int>(way);
@@ -210,8 +210,8 @@ TEST(Kernels, MatMulsEqualThePlainSerialLoopBitwise) {
 // Shapes whose b is walked by panels (kernels.cc: 16 rows or more, a b of 2^18 values or more, in
 // panels of 256 terms × 256 columns): several panels each way, a last panel part-filled both ways
 // (600 = 2·256 + 88 terms; 523 = 2·256 + 11 columns: 16-, 8- and 1-column blocks), row counts
-// with and without a remainder of 4 — still the plain serial loop's bits, for y = x · w and onto
-// a non-zero g += xᵀ · dy.
+// with and without a remainder of 4 — still the plain serial loop's bits, for y = x · w, onto
+// a non-zero g += xᵀ · dy, and for dx = dy · wᵀ of those sizes.
 TEST(Kernels, PanelledMatMulsEqualThePlainSerialLoopBitwise) {
   uint32_t seed = 900;
   for (const auto& [n, k, m] : {Shape3{16, 600, 523}, Shape3{37, 600, 523}, Shape3{18, 1024, 256},
@@ -246,6 +246,24 @@ TEST(Kernels, PanelledMatMulsEqualThePlainSerialLoopBitwise) {
       }
     }
     EXPECT_TRUE(SameBits(g.span(), gwant.span()));
+    // dx = dy · wᵀ (w: k × m; k = 600: 37 strips of 16 rows of w and one of 8; m = 523: each
+    // strip's last 3 terms copied one by one), each way.
+    Tensor dy100 = Random(n, m, ++seed, 100.0f), dxwant(n, k);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < k; ++i) {
+        float acc = 0.0f;
+        for (int64_t t = 0; t < m; ++t) {
+          const volatile float p = dy100.at(r, t) * w.at(i, t);
+          acc += p;
+        }
+        dxwant.at(r, i) = acc;
+      }
+    }
+    for (TransposedBWay way : {TransposedBWay::kAuto, TransposedBWay::kStrips, TransposedBWay::kTransposeW}) {
+      Tensor dx(n, k), scratch;
+      ASSERT_TRUE(MatMulTransposedB(dy100, w, dx, &scratch, way).ok());
+      EXPECT_TRUE(SameBits(dx.span(), dxwant.span())) << "way " << static_cast<int>(way);
+    }
   }
   // The gradient's panels across the batch: 700 rows of x (three panels of terms) onto 300 × 523.
   Tensor x = Random(700, 300, ++seed, 100.0f), dy = Random(700, 523, ++seed, 0.01f);
