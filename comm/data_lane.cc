@@ -1,5 +1,7 @@
 #include "comm/data_lane.h"
 
+#include <exception>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -100,6 +102,26 @@ absl::Status DataLane::Await(uint64_t seq) {
   return absl::OkStatus();
 }
 
+// An exception (an allocation of the payload's wire bytes that fails) is the item's error, as a
+// data error: its collective fails with the rank, peer and ring step named, and the lane goes on —
+// it would otherwise end the process with no report.
+absl::Status DataLane::RunItemCatching(const Item& it) {
+  const auto failed = [&it](absl::Status s) {
+    // An encode that threw wrote no valid bytes: its receiver must not decode them.
+    if (it.op == Item::Op::kEncode || it.op == Item::Op::kEncodeFeedback) it.payload->poisoned = true;
+    return s;
+  };
+  try {
+    return RunItem(it);
+  } catch (const std::bad_alloc& e) {
+    return failed(absl::ResourceExhaustedError(absl::StrCat("out of memory on the data lane (", e.what(), ")")));
+  } catch (const std::exception& e) {
+    return failed(absl::InternalError(absl::StrCat("exception on the data lane: ", e.what())));
+  } catch (...) {
+    return failed(absl::InternalError("exception on the data lane: unknown exception"));
+  }
+}
+
 absl::Status DataLane::RunItem(const Item& it) {
   SegmentPayload& p = *it.payload;
   const Context& c = *it.context;
@@ -190,7 +212,7 @@ void DataLane::Loop() {
       batch.swap(items_);
     }
     for (const Item& it : batch) {
-      if (const absl::Status s = RunItem(it); !s.ok()) Report(it, s);
+      if (const absl::Status s = RunItemCatching(it); !s.ok()) Report(it, s);
       if (it.op == Item::Op::kDecode || it.op == Item::Op::kDecodeAdd) read.push_back(it.payload);
     }
     done += batch.size();

@@ -17,8 +17,9 @@
 // Payloads: a received payload goes to the lane with its item and comes back, once read, through
 // TakePayload, so a run allocates about as many payloads as messages in flight.
 //
-// Errors: a codec or FP32-sum overflow, or a mismatched header, found by the lane fails that
-// collective's data (with the message the stream gives it when the data runs under the lock,
+// Errors: a codec or FP32-sum overflow, a mismatched header, or an exception the item's work
+// threw (ResourceExhausted for a payload it could not allocate, else Internal; the lane goes on)
+// found by the lane fails that collective's data (with the message the stream gives it when the data runs under the lock,
 // naming rank, collective, peer and ring step) and is kept for its device. The collective's later
 // items do no data work: its encodes still write their headers but mark their payloads poisoned,
 // and a peer that decodes a poisoned payload fails too — as a consequence (Aborted), not a root.
@@ -115,6 +116,7 @@ class DataLane {
 
  private:
   void Loop();
+  absl::Status RunItemCatching(const Item& it);
   absl::Status RunItem(const Item& it);
   void Report(const Item& it, const absl::Status& s);
   absl::Status Await(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
