@@ -147,138 +147,99 @@ TEST(MatMulTransposedAAccumulate, MicroBatchAccumulationEqualsOneBigBatchBitwise
 // The reduction-order contract, bit for bit: each output element is exactly the plain serial float
 // loop (whichever code path the CPU takes: the AVX2 register blocks or the portable tiles), for
 // shapes that exercise every block size and remainder (rows % 4, columns % 16 and % 8).
-TEST(Kernels, MatMulsEqualThePlainSerialLoopBitwise) {
-  uint32_t seed = 100;
-  for (int64_t n : {1, 3, 4, 5, 9, 32, 70}) {
-    for (int64_t k : {1, 7, 8, 33, 64}) {
-      for (int64_t m : {1, 7, 8, 9, 16, 17, 40, 64}) {
-        SCOPED_TRACE(absl::StrCat("n ", n, " k ", k, " m ", m));
-        // Mixed magnitudes, so a different summation order would change the low bits.
-        Tensor x = Random(n, k, ++seed, 100.0f), w = Random(k, m, ++seed, 0.01f);
-        Tensor y(n, m), want(n, m);
-        ASSERT_TRUE(MatMul(x, w, y).ok());
-        for (int64_t r = 0; r < n; ++r) {
-          for (int64_t c = 0; c < m; ++c) {
-            float acc = 0.0f;
-            for (int64_t i = 0; i < k; ++i) {
-              const volatile float p = x.at(r, i) * w.at(i, c);  // no contraction into an FMA
-              acc += p;
-            }
-            want.at(r, c) = acc;
-          }
-        }
-        EXPECT_TRUE(SameBits(y.span(), want.span()));
-        // g += xᵀ · dy over the rows of x in increasing order, onto a non-zero g.
-        Tensor dy = Random(n, m, ++seed, 0.01f);
-        Tensor g = Random(k, m, ++seed, 1.0f), gwant = g;
-        ASSERT_TRUE(MatMulTransposedAAccumulate(x, dy, g).ok());
-        for (int64_t i = 0; i < k; ++i) {
-          for (int64_t c = 0; c < m; ++c) {
-            float acc = gwant.at(i, c);
-            for (int64_t r = 0; r < n; ++r) {
-              const volatile float p = x.at(r, i) * dy.at(r, c);
-              acc += p;
-            }
-            gwant.at(i, c) = acc;
-          }
-        }
-        EXPECT_TRUE(SameBits(g.span(), gwant.span()));
-        // dx = dy · wᵀ (wt: k × m), each element over t = 0..m−1 in order, each way
-        // MatMulTransposedB can take (strips of w, or w transposed whole).
-        Tensor wt = Random(k, m, ++seed, 0.01f), dxwant(n, k);
-        Tensor dy100 = Random(n, m, ++seed, 100.0f);
-        for (int64_t r = 0; r < n; ++r) {
-          for (int64_t i = 0; i < k; ++i) {
-            float acc = 0.0f;
-            for (int64_t t = 0; t < m; ++t) {
-              const volatile float p = dy100.at(r, t) * wt.at(i, t);
-              acc += p;
-            }
-            dxwant.at(r, i) = acc;
-          }
-        }
-        for (TransposedBWay way : {TransposedBWay::kAuto, TransposedBWay::kStrips, TransposedBWay::kTransposeW}) {
-          Tensor dx(n, k), scratch;
-          ASSERT_TRUE(MatMulTransposedB(dy100, wt, dx, &scratch, way).ok());
-          EXPECT_TRUE(SameBits(dx.span(), dxwant.span())) << "way " << static_cast<int>(way);
-        }
+// The plain serial loops of the reduction-order contract (kernels.h), a separate multiply and add
+// per product (volatile: no contraction into an FMA).
+Tensor SerialMatMul(const Tensor& x, const Tensor& w) {  // x · w
+  Tensor y(x.rows(), w.cols());
+  for (int64_t r = 0; r < x.rows(); ++r) {
+    for (int64_t c = 0; c < w.cols(); ++c) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < x.cols(); ++i) {
+        const volatile float p = x.at(r, i) * w.at(i, c);
+        acc += p;
       }
+      y.at(r, c) = acc;
+    }
+  }
+  return y;
+}
+Tensor SerialTransposedB(const Tensor& dy, const Tensor& w) {  // dy · wᵀ
+  Tensor dx(dy.rows(), w.rows());
+  for (int64_t r = 0; r < dy.rows(); ++r) {
+    for (int64_t i = 0; i < w.rows(); ++i) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t < dy.cols(); ++t) {
+        const volatile float p = dy.at(r, t) * w.at(i, t);
+        acc += p;
+      }
+      dx.at(r, i) = acc;
+    }
+  }
+  return dx;
+}
+void SerialTransposedAAccumulate(const Tensor& x, const Tensor& dy, Tensor& g) {  // g += xᵀ · dy
+  for (int64_t i = 0; i < x.cols(); ++i) {
+    for (int64_t c = 0; c < dy.cols(); ++c) {
+      float acc = g.at(i, c);
+      for (int64_t r = 0; r < x.rows(); ++r) {
+        const volatile float p = x.at(r, i) * dy.at(r, c);
+        acc += p;
+      }
+      g.at(i, c) = acc;
     }
   }
 }
 
-// Shapes whose b is walked by panels (kernels.cc: 16 rows or more, a b of 2^18 values or more, in
-// panels of 256 terms × 256 columns): several panels each way, a last panel part-filled both ways
-// (600 = 2·256 + 88 terms; 523 = 2·256 + 11 columns: 16-, 8- and 1-column blocks), row counts
-// with and without a remainder of 4 — still the plain serial loop's bits, for y = x · w, onto
-// a non-zero g += xᵀ · dy, and for dx = dy · wᵀ of those sizes.
+// y = x · w, g += xᵀ · dy onto a non-zero g, and dx = dy · wᵀ each way MatMulTransposedB can take
+// (strips of w, or w transposed whole), for x n × k and w k × m: the serial loops' bits. Mixed
+// magnitudes, so a different summation order would change the low bits.
+void ExpectSerialBits(int64_t n, int64_t k, int64_t m, uint32_t& seed) {
+  SCOPED_TRACE(absl::StrCat("n ", n, " k ", k, " m ", m));
+  Tensor x = Random(n, k, ++seed, 100.0f), w = Random(k, m, ++seed, 0.01f);
+  Tensor y(n, m);
+  ASSERT_TRUE(MatMul(x, w, y).ok());
+  EXPECT_TRUE(SameBits(y.span(), SerialMatMul(x, w).span()));
+  Tensor dy = Random(n, m, ++seed, 0.01f);
+  Tensor g = Random(k, m, ++seed, 1.0f), gwant = g;
+  ASSERT_TRUE(MatMulTransposedAAccumulate(x, dy, g).ok());
+  SerialTransposedAAccumulate(x, dy, gwant);
+  EXPECT_TRUE(SameBits(g.span(), gwant.span()));
+  Tensor dy100 = Random(n, m, ++seed, 100.0f);
+  const Tensor dxwant = SerialTransposedB(dy100, w);
+  for (TransposedBWay way : {TransposedBWay::kAuto, TransposedBWay::kStrips, TransposedBWay::kTransposeW}) {
+    Tensor dx(n, k), scratch;
+    ASSERT_TRUE(MatMulTransposedB(dy100, w, dx, &scratch, way).ok());
+    EXPECT_TRUE(SameBits(dx.span(), dxwant.span())) << "way " << static_cast<int>(way);
+  }
+}
+
+// Every register block size and remainder of the AVX2 paths (4- and 1-row blocks, 16-, 8- and
+// 1-column blocks; strips of 16 and 8 rows of w and the last k % 8 columns).
+TEST(Kernels, MatMulsEqualThePlainSerialLoopBitwise) {
+  uint32_t seed = 100;
+  for (int64_t n : {1, 3, 4, 5, 9, 32, 70}) {
+    for (int64_t k : {1, 7, 8, 33, 64}) {
+      for (int64_t m : {1, 7, 8, 9, 16, 17, 40, 64}) ExpectSerialBits(n, k, m, seed);
+    }
+  }
+}
+
+// Shapes whose right operand is walked by panels (kernels.cc: 16 rows or more, an operand of 2^18
+// values or more, in panels of 256 terms × 256 columns): several panels each way, a last panel
+// part-filled both ways (600 = 2·256 + 88 terms; 523 = 2·256 + 11 columns: 16-, 8- and 1-column
+// blocks), row counts with and without a remainder of 4; for dx = dy · wᵀ, k = 600 is 37 strips
+// of 16 rows of w and one of 8, and m = 523 leaves each strip 3 terms copied one by one.
 TEST(Kernels, PanelledMatMulsEqualThePlainSerialLoopBitwise) {
   uint32_t seed = 900;
   for (const auto& [n, k, m] : {Shape3{16, 600, 523}, Shape3{37, 600, 523}, Shape3{18, 1024, 256},
                                 Shape3{21, 256, 1031}}) {
-    SCOPED_TRACE(absl::StrCat("n ", n, " k ", k, " m ", m));
-    Tensor x = Random(n, k, ++seed, 100.0f), w = Random(k, m, ++seed, 0.01f);
-    Tensor y(n, m), want(n, m);
-    ASSERT_TRUE(MatMul(x, w, y).ok());
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t c = 0; c < m; ++c) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < k; ++i) {
-          const volatile float p = x.at(r, i) * w.at(i, c);
-          acc += p;
-        }
-        want.at(r, c) = acc;
-      }
-    }
-    EXPECT_TRUE(SameBits(y.span(), want.span()));
-    // g (k × m) += xᵀ · dy: k output rows walk dy (n × m) over the n rows of x.
-    Tensor dy = Random(n, m, ++seed, 0.01f);
-    Tensor g = Random(k, m, ++seed, 1.0f), gwant = g;
-    ASSERT_TRUE(MatMulTransposedAAccumulate(x, dy, g).ok());
-    for (int64_t i = 0; i < k; ++i) {
-      for (int64_t c = 0; c < m; ++c) {
-        float acc = gwant.at(i, c);
-        for (int64_t r = 0; r < n; ++r) {
-          const volatile float p = x.at(r, i) * dy.at(r, c);
-          acc += p;
-        }
-        gwant.at(i, c) = acc;
-      }
-    }
-    EXPECT_TRUE(SameBits(g.span(), gwant.span()));
-    // dx = dy · wᵀ (w: k × m; k = 600: 37 strips of 16 rows of w and one of 8; m = 523: each
-    // strip's last 3 terms copied one by one), each way.
-    Tensor dy100 = Random(n, m, ++seed, 100.0f), dxwant(n, k);
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t i = 0; i < k; ++i) {
-        float acc = 0.0f;
-        for (int64_t t = 0; t < m; ++t) {
-          const volatile float p = dy100.at(r, t) * w.at(i, t);
-          acc += p;
-        }
-        dxwant.at(r, i) = acc;
-      }
-    }
-    for (TransposedBWay way : {TransposedBWay::kAuto, TransposedBWay::kStrips, TransposedBWay::kTransposeW}) {
-      Tensor dx(n, k), scratch;
-      ASSERT_TRUE(MatMulTransposedB(dy100, w, dx, &scratch, way).ok());
-      EXPECT_TRUE(SameBits(dx.span(), dxwant.span())) << "way " << static_cast<int>(way);
-    }
+    ExpectSerialBits(n, k, m, seed);
   }
   // The gradient's panels across the batch: 700 rows of x (three panels of terms) onto 300 × 523.
   Tensor x = Random(700, 300, ++seed, 100.0f), dy = Random(700, 523, ++seed, 0.01f);
   Tensor g = Random(300, 523, ++seed, 1.0f), gwant = g;
   ASSERT_TRUE(MatMulTransposedAAccumulate(x, dy, g).ok());
-  for (int64_t i = 0; i < 300; ++i) {
-    for (int64_t c = 0; c < 523; ++c) {
-      float acc = gwant.at(i, c);
-      for (int64_t r = 0; r < 700; ++r) {
-        const volatile float p = x.at(r, i) * dy.at(r, c);
-        acc += p;
-      }
-      gwant.at(i, c) = acc;
-    }
-  }
+  SerialTransposedAAccumulate(x, dy, gwant);
   EXPECT_TRUE(SameBits(g.span(), gwant.span()));
 }
 
