@@ -64,8 +64,8 @@ namespace rp {
 //   kTransposeW  w transposed whole into `scratch`, then MatMul;
 //   kAuto        kStrips where it runs, else kTransposeW. bench/runtime_bench.cc
 //                BM_MatMulTransposedB, one run: kStrips 26–37 G products/s from 16 rows of dy on
-//                (16–256 rows, w 256–2048 square), kTransposeW 0.9–44 (worst for few rows and a
-//                large w, best for many rows and a small w), the 8 × 8 tiles it replaced 4.5–31.
+//                (16–256 rows, w 256–2048 square), kTransposeW 0.9–34 (worst for few rows and a
+//                large w, best for many rows and a small w), the 8 × 8 tiles it replaced 4.6–24.
 enum class TransposedBWay : uint8_t { kAuto, kStrips, kTransposeW };
 [[nodiscard]] absl::Status MatMulTransposedB(ConstMatrixView dy, ConstMatrixView w, MatrixView dx,
                                              Tensor* scratch, TransposedBWay way = TransposedBWay::kAuto);
