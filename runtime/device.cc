@@ -334,17 +334,23 @@ absl::Status Cluster::Run(absl::FunctionRef<absl::Status(Device&)> body) {
       }
     }
   }
+  // The compute threads' stacks in one mapping, unmapped once they are all joined (StackRegion);
+  // where it cannot be mapped, each thread gets a stack of glibc's (a performance setting only).
+  absl::StatusOr<StackRegion> stacks = StackRegion::Map(n, kDeviceStackBytes);
   std::vector<Thread> threads;
   threads.reserve(n);
   for (size_t r = 0; r < n && !watchdog_->failed(); ++r) {
     Device* dev = devices_[r].get();
-    absl::StatusOr<Thread> t = Thread::Start(kDeviceStackBytes, [this, dev, &body] {
+    auto fn = [this, dev, &body] {
       ScopedStream scope(dev, Stream::kCompute);
       if (dev->rank() == 0) thread_policy_name_ = CurrentSchedPolicyName();
       dev->RecordFaultsAtStart();
       absl::Status s = CatchAll(dev->rank(), "compute", [&] { return body(*dev); });
       if (!s.ok()) watchdog_->Fail(s);
-    }, options_.thread_policy);
+    };
+    absl::StatusOr<Thread> t = stacks.ok()
+        ? Thread::StartOn(stacks->stack(r), std::move(fn), options_.thread_policy)
+        : Thread::Start(kDeviceStackBytes, std::move(fn), options_.thread_policy);
     if (!t.ok()) {
       failed_to_start(t.status(), r, "compute");
       break;

@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -62,11 +64,33 @@ absl::StatusOr<Thread> Thread::Start(size_t stack_bytes, std::function<void()> f
   if (int e = pthread_attr_init(&attr); e != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("thread attributes: ", std::strerror(e)));
   }
-  int e = pthread_attr_setstacksize(&attr, stack);
+  if (int e = pthread_attr_setstacksize(&attr, stack); e != 0) {
+    pthread_attr_destroy(&attr);
+    return absl::ResourceExhaustedError(absl::StrCat("thread stack of ", stack >> 10, " KiB: ", std::strerror(e)));
+  }
+  return Launch(&attr, stack, std::move(fn), policy);
+}
+
+absl::StatusOr<Thread> Thread::StartOn(std::span<std::byte> stack, std::function<void()> fn,
+                                       SchedPolicy policy) {
+  pthread_attr_t attr;
+  if (int e = pthread_attr_init(&attr); e != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("thread attributes: ", std::strerror(e)));
+  }
+  if (int e = pthread_attr_setstack(&attr, stack.data(), stack.size()); e != 0) {
+    pthread_attr_destroy(&attr);
+    return absl::InvalidArgumentError(absl::StrCat("thread stack of ", stack.size(), " bytes: ",
+                                                   std::strerror(e)));
+  }
+  return Launch(&attr, stack.size(), std::move(fn), policy);
+}
+
+absl::StatusOr<Thread> Thread::Launch(pthread_attr_t* attr, size_t stack, std::function<void()> fn,
+                                      SchedPolicy policy) {
   auto arg = std::make_unique<StartArgs>(StartArgs{.fn = std::move(fn), .policy = policy});
   Thread t;
-  if (e == 0) e = pthread_create(&t.handle_, &attr, &Trampoline, arg.get());
-  pthread_attr_destroy(&attr);
+  const int e = pthread_create(&t.handle_, attr, &Trampoline, arg.get());
+  pthread_attr_destroy(attr);
   if (e != 0) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot start a thread with a ", stack >> 10, " KiB stack: ", std::strerror(e),
@@ -75,6 +99,68 @@ absl::StatusOr<Thread> Thread::Start(size_t stack_bytes, std::function<void()> f
   arg.release();  // the thread owns it now
   t.started_ = true;
   return t;
+}
+
+absl::StatusOr<StackRegion> StackRegion::Map(size_t count, size_t stack_bytes) {
+  StackRegion r;
+  if (count == 0) return r;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t min_stack = static_cast<size_t>(PTHREAD_STACK_MIN);
+  size_t stack = std::max(stack_bytes, min_stack);
+  stack = (stack + page - 1) / page * page;
+  const size_t stride = stack + page;
+  if (count > std::numeric_limits<size_t>::max() / stride) {
+    return absl::ResourceExhaustedError(absl::StrCat(count, " thread stacks of ", stack >> 10,
+                                                     " KiB overflow the address space"));
+  }
+  void* base = mmap(nullptr, count * stride, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot map ", count, " thread stacks of ",
+                                                     stack >> 10, " KiB: ", std::strerror(errno)));
+  }
+  r.base_ = static_cast<std::byte*>(base);
+  r.count_ = count;
+  r.stride_ = stride;
+  r.guard_ = page;
+  for (size_t i = 0; i < count; ++i) {
+    if (mprotect(r.base_ + i * stride, page, PROT_NONE) != 0) {
+      // Past the system's map count (each guard splits the mapping); the destructor unmaps.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot place the guard page of thread stack ", i, " of ", count, ": ", std::strerror(errno),
+          errno == ENOMEM ? " (see /proc/sys/vm/max_map_count)" : ""));
+    }
+  }
+  return r;
+}
+
+std::span<std::byte> StackRegion::stack(size_t i) const {
+  return {base_ + i * stride_ + guard_, stride_ - guard_};
+}
+
+StackRegion::StackRegion(StackRegion&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)),
+      count_(std::exchange(other.count_, 0)),
+      stride_(std::exchange(other.stride_, 0)),
+      guard_(std::exchange(other.guard_, 0)) {}
+
+StackRegion& StackRegion::operator=(StackRegion&& other) noexcept {
+  if (this != &other) {
+    Unmap();
+    base_ = std::exchange(other.base_, nullptr);
+    count_ = std::exchange(other.count_, 0);
+    stride_ = std::exchange(other.stride_, 0);
+    guard_ = std::exchange(other.guard_, 0);
+  }
+  return *this;
+}
+
+StackRegion::~StackRegion() { Unmap(); }
+
+void StackRegion::Unmap() {
+  if (base_ != nullptr) munmap(base_, count_ * stride_);
+  base_ = nullptr;
+  count_ = 0;
 }
 
 Thread::Thread(Thread&& other) noexcept

@@ -48,16 +48,23 @@ absl::Status Watchdog::Cancelled(const WaitSite& site) const {
                                            status().message()));
 }
 
-bool Watchdog::WaitForFailure(std::chrono::nanoseconds max_wait) {
+bool Watchdog::WaitForFailure(std::chrono::nanoseconds max_wait, const std::atomic<bool>* stop) {
   const auto deadline = std::chrono::steady_clock::now() + max_wait;
   MutexLock lock(&mu_);
   while (status_.ok()) {
+    // Read under mu_: a Notify after the flag's store cannot fall between this check and the wait.
+    if (stop != nullptr && stop->load(std::memory_order_acquire)) return false;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
     cv_.WaitFor(&mu_, std::min<std::chrono::steady_clock::duration>(deadline - now,
                                                                      kPollInterval));
   }
   return true;
+}
+
+void Watchdog::Notify() {
+  MutexLock lock(&mu_);
+  cv_.SignalAll();
 }
 
 }  // namespace rp

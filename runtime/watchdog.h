@@ -77,9 +77,12 @@ class Watchdog {
     return absl::OkStatus();
   }
 
-  // Blocks until the run fails or `max_wait` passes (used by a device stopped by a fault).
+  // Blocks until the run fails, `max_wait` passes or, with `stop`, *stop is true after a Notify()
+  // (a device stopped by a fault; the executor's stall monitor, stopped when the run ends).
   // Returns true if the run failed.
-  bool WaitForFailure(std::chrono::nanoseconds max_wait);
+  bool WaitForFailure(std::chrono::nanoseconds max_wait, const std::atomic<bool>* stop = nullptr);
+  // Wakes every WaitForFailure to re-check its `stop` flag: store the flag first, then Notify.
+  void Notify();
 
  private:
   const std::chrono::nanoseconds timeout_;

@@ -292,7 +292,7 @@ void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
   uint64_t last = ~uint64_t{0};
   auto last_change = std::chrono::steady_clock::now();
   while (!done.load(std::memory_order_acquire)) {
-    if (cluster.watchdog().WaitForFailure(kMonitorPeriod)) {
+    if (cluster.watchdog().WaitForFailure(kMonitorPeriod, &done)) {
       const absl::Status s = cluster.watchdog().status();
       // The fabric first, with the failure itself (a communicator's abort would wrap it).
       fabric->Abort(s);
@@ -448,6 +448,7 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   const double wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   done.store(true, std::memory_order_release);
+  cluster->watchdog().Notify();  // the monitor stops now, not at its next period
   monitor.join();
   // A held-out evaluation still running: the run failed before the boundary that would join it
   // (the last step's evaluation is at its boundary). Its error does not replace the run's.

@@ -4,6 +4,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -174,6 +175,22 @@ TEST(Watchdog, StalledPeerFailsRunWithDeadlineExceededNamingSite) {
   // A failed cluster refuses to run again.
   EXPECT_EQ(cluster->Run([](Device&) { return absl::OkStatus(); }).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Watchdog, NotifyReleasesAWaitWhoseStopFlagIsSetButNeverHidesAFailure) {
+  Watchdog wd(std::chrono::hours(1));
+  std::atomic<bool> stop{false};
+  std::atomic<int> result{-1};
+  // Without the flag and the Notify this wait would last its hour (the test's timeout fails it).
+  std::thread waiter([&] { result = wd.WaitForFailure(std::chrono::hours(1), &stop) ? 1 : 0; });
+  stop.store(true, std::memory_order_release);
+  wd.Notify();
+  waiter.join();
+  EXPECT_EQ(result.load(), 0);
+  // A flag already set returns at once; a failure is reported whatever the flag says.
+  EXPECT_FALSE(wd.WaitForFailure(std::chrono::hours(1), &stop));
+  wd.Fail(absl::InternalError("rank 3: kernel failed"));
+  EXPECT_TRUE(wd.WaitForFailure(std::chrono::hours(1), &stop));
 }
 
 TEST(Cluster, FailureReleasesSleepingDevices) {

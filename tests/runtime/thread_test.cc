@@ -4,11 +4,16 @@
 #include "runtime/thread.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <limits>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/mutex.h"
 
@@ -48,6 +53,39 @@ TEST(Thread, RunsOnAStackOfTheRequestedSize) {
 
 // The private futex hash grows to 4 slots per thread (a power of two) and never shrinks; on a
 // kernel without PR_FUTEX_HASH the call says so and changes nothing.
+TEST(StackRegion, EachThreadRunsOnItsOwnStackAboveAGuardPage) {
+  constexpr size_t kThreads = 6, kStack = size_t{256} << 10;
+  absl::StatusOr<StackRegion> region = StackRegion::Map(kThreads, kStack);
+  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_EQ(region->count(), kThreads);
+  std::vector<uintptr_t> local(kThreads, 0);
+  std::vector<Thread> threads;
+  for (size_t i = 0; i < kThreads; ++i) {
+    absl::StatusOr<Thread> t = Thread::StartOn(region->stack(i), [&local, i] {
+      int on_stack = 0;
+      local[i] = reinterpret_cast<uintptr_t>(&on_stack);
+    });
+    ASSERT_TRUE(t.ok()) << t.status();
+    threads.push_back(*std::move(t));
+  }
+  for (Thread& t : threads) t.Join();
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (size_t i = 0; i < kThreads; ++i) {
+    const std::span<std::byte> s = region->stack(i);
+    EXPECT_EQ(s.size(), kStack);
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(s.data()), hi = lo + s.size();
+    EXPECT_TRUE(local[i] >= lo && local[i] < hi) << "thread " << i << " ran off its stack";
+    if (i + 1 < kThreads) {  // stacks do not overlap: a guard page lies between neighbours
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(region->stack(i + 1).data()), hi + page);
+    }
+  }
+  // The page below a stack faults when written (probed in a death-test child).
+  EXPECT_DEATH(*reinterpret_cast<volatile char*>(region->stack(2).data() - 1) = 1, "");
+  EXPECT_TRUE(StackRegion::Map(0, kStack).ok());
+  EXPECT_EQ(StackRegion::Map(std::numeric_limits<size_t>::max() / 4096, kStack).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST(Thread, ReserveFutexHashSizesThePrivateHash) {
   absl::StatusOr<int> slots = ReserveFutexHash(1000);
   if (absl::IsUnimplemented(slots.status())) GTEST_SKIP() << slots.status();
