@@ -335,8 +335,11 @@ absl::Status Cluster::Run(absl::FunctionRef<absl::Status(Device&)> body) {
     }
   }
   // The compute threads' stacks in one mapping, unmapped once they are all joined (StackRegion);
-  // where it cannot be mapped, each thread gets a stack of glibc's (a performance setting only).
-  absl::StatusOr<StackRegion> stacks = StackRegion::Map(n, kDeviceStackBytes);
+  // where it cannot be mapped, and under sanitizers (whose pthread_create may resize a stack it is
+  // given), each thread gets a stack of glibc's (a performance setting only).
+  absl::StatusOr<StackRegion> stacks =
+      kSanitizerBuild ? absl::UnimplementedError("sanitizer build: glibc's stacks")
+                      : StackRegion::Map(n, kDeviceStackBytes);
   std::vector<Thread> threads;
   threads.reserve(n);
   for (size_t r = 0; r < n && !watchdog_->failed(); ++r) {

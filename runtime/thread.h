@@ -93,7 +93,8 @@ const char* CurrentSchedPolicyName();
 // of its own and, at its exit, no madvise that frees its touched stack pages (a 512-device run's
 // threads spent ~30 ms of wall time in those at the end; all pages go in one munmap here). Address
 // space is reserved, not committed (MAP_NORESERVE): pages cost memory only once touched. The
-// region must outlive every thread started on it: join them before destroying it. Move-only.
+// region must outlive every thread started on it: join them before destroying it. Not for
+// sanitizer builds: TSan's pthread_create may resize a stack it is given (then EINVAL). Move-only.
 class StackRegion {
  public:
   StackRegion() = default;
