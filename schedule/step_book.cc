@@ -359,7 +359,8 @@ absl::Status Executor::Impl::CopyReplicaZero(int count) {
       for (int q = 0; q < ep; ++q) {
         for (int t = 0; t < tp; ++t) {
           RP_ASSIGN_OR_RETURN(auto st, MlpStage::Create(o.model, plan->partition,
-                                                        plan->Chunk(pp, ch).model_stage, t, q));
+                                                        plan->Chunk(pp, ch).model_stage, t, q,
+                                                        MlpStage::Buffers::kParamsOnly));
           set[static_cast<size_t>(k)].push_back(std::move(st));
         }
       }

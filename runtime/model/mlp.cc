@@ -37,7 +37,8 @@ MlpStage::~MlpStage() = default;
 
 absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const MlpConfig& config,
                                                            const ModelPartition& partition,
-                                                           int stage, int tp_rank, int ep_rank) {
+                                                           int stage, int tp_rank, int ep_rank,
+                                                           Buffers buffers) {
   RP_RETURN_IF_ERROR(ValidateMlpConfig(config));
   if (partition.num_stages() < 1 ||
       static_cast<int>(partition.layer_kind.size()) != config.num_layers() ||
@@ -64,6 +65,7 @@ absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const MlpConfig& conf
   st->ep_ = partition.ep;
   st->num_model_layers_ = config.num_layers();
   st->activation_ = config.activation;
+  st->params_only_ = buffers == Buffers::kParamsOnly;
   const int begin = partition.first_layer(stage), end = partition.end_layer(stage);
   if (begin >= end) {
     return absl::InvalidArgumentError(absl::StrFormat("stage %d has no layers", stage));
@@ -166,6 +168,12 @@ absl::Status MlpStage::BeginPass(Pass pass, int micro_batch, ConstMatrixView inp
         "columns",
         stage_, tp_rank_, micro_batch, forward ? "forward" : "backward", input.rows, input.cols,
         want_cols));
+  }
+  if (params_only_ && pass != Pass::kInfer) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "stage %d (tp rank %d) micro-batch %d: a stage built without gradients "
+        "(MlpStage::Buffers::kParamsOnly) runs inference passes only",
+        stage_, tp_rank_, micro_batch));
   }
   if (micro_batch < 0 && micro_batch != kInferKey) {
     return absl::InvalidArgumentError(

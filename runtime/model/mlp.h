@@ -181,11 +181,16 @@ class MlpStage {
     int64_t end_offset = 0;
   };
 
+  // What a stage holds besides its parameters. kParamsOnly: no gradient buffer (grads() is
+  // empty), so only kInfer passes run (others: FailedPrecondition) — an evaluation's copy of the
+  // weights, half the memory of a trainable shard (a 2048-wide model's copies were 2 × 268 MB).
+  enum class Buffers { kTrainable, kParamsOnly };
+
   // Errors: InvalidArgument for a bad config/partition, stage outside [0, num_stages), tp_rank
   // outside [0, tp) or ep_rank outside [0, ep) (naming the field).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<MlpStage>> Create(
       const MlpConfig& config, const ModelPartition& partition, int stage, int tp_rank,
-      int ep_rank = 0);
+      int ep_rank = 0, Buffers buffers = Buffers::kTrainable);
   ~MlpStage();
   MlpStage(const MlpStage&) = delete;
   MlpStage& operator=(const MlpStage&) = delete;
@@ -310,7 +315,8 @@ class MlpStage {
   int input_dim_ = 0, output_dim_ = 0;
   Activation activation_ = Activation::kRelu;
   std::vector<LayerInfo> layers_;
-  std::vector<float> params_, grads_;
+  std::vector<float> params_, grads_;  // grads_ empty for Buffers::kParamsOnly
+  bool params_only_ = false;
   std::vector<ParamRange> param_ranges_;
   std::vector<std::unique_ptr<MoeBlock>> moe_;  // per local layer; null for dense layers
   std::unordered_map<int, std::unique_ptr<MicroBatch>> states_;

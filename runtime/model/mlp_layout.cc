@@ -333,14 +333,15 @@ absl::Status MlpStage::LayOut(const MlpConfig& config, const ModelPartition& par
   RP_ASSIGN_OR_RETURN(layers_, StageLayers(config, partition, stage_, ep_rank_));
   const int64_t offset = layers_.back().end_offset;
   params_.assign(static_cast<size_t>(offset), 0.0f);
-  grads_.assign(static_cast<size_t>(offset), 0.0f);
+  if (!params_only_) grads_.assign(static_cast<size_t>(offset), 0.0f);
 
   // Weights, MoE blocks, gradient groups.
   for (const LayerInfo& info : layers_) {
     std::span<float> p(params_.data() + info.weight_offset,
                        static_cast<size_t>(info.end_offset - info.weight_offset));
     if (info.kind == ShardKind::kMoe) {
-      std::span<float> g(grads_.data() + info.weight_offset, p.size());
+      std::span<float> g = params_only_ ? std::span<float>()
+                                        : std::span<float>(grads_.data() + info.weight_offset, p.size());
       RP_ASSIGN_OR_RETURN(std::unique_ptr<MoeBlock> block,
                           MoeBlock::Create(config.moe, info.layer, info.in, config.activation, ep_,
                                            ep_rank_, config.seed, p, g));

@@ -152,7 +152,8 @@ absl::StatusOr<std::unique_ptr<MoeBlock>> MoeBlock::Create(const MoeConfig& conf
   auto block = std::unique_ptr<MoeBlock>(new MoeBlock());
   Layout& lay = block->layout_;
   lay = Layout{width, config.experts, config.top_k, config.expert_hidden, ep, ep_rank};
-  if (static_cast<int64_t>(params.size()) != lay.params() || grads.size() != params.size()) {
+  if (static_cast<int64_t>(params.size()) != lay.params() ||
+      (!grads.empty() && grads.size() != params.size())) {
     return absl::InvalidArgumentError(
         absl::StrFormat("MoE layer %d: params/grads hold %d/%d values, the shard has %d", layer,
                         params.size(), grads.size(), lay.params()));

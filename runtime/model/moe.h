@@ -181,7 +181,8 @@ class MoeBlock {
 
   // Initialises `params` (layout.params() values; He-uniform from a hash of (seed, layer, index
   // in the unsharded block), biases 0: every shard holds exactly its slice of the full block).
-  // `params` and `grads` must outlive the block and never move. Errors: InvalidArgument naming the
+  // `params` and `grads` must outlive the block and never move; `grads` empty for a block that
+  // runs forward only (its stage's MlpStage::Buffers::kParamsOnly). Errors: InvalidArgument naming the
   // field (experts not divisible by ep, ep_rank out of range, sizes).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<MoeBlock>> Create(
       const MoeConfig& config, int layer, int width, Activation activation, int ep, int ep_rank,

@@ -250,6 +250,27 @@ TEST(MlpStage, InferEqualsForwardAndStoresNothing) {
   EXPECT_TRUE(SameBits(a.span(), b.span()));
 }
 
+TEST(MlpStage, AParamsOnlyStageInfersLikeATrainableOneAndRefusesTraining) {
+  MlpConfig moe = SmallConfig();
+  moe.hidden = {16, 16, 16};  // layer 1 is 16 -> 16: a MoE block
+  moe.moe.layers = {1};
+  moe.moe.experts = 4;
+  moe.moe.expert_hidden = 5;
+  for (const MlpConfig& c : {SmallConfig(), moe}) {
+    auto p = *PartitionMlp(c, 1, 1);
+    auto trainable = MakeStage(c, p, 0, 0);
+    auto copy = MlpStage::Create(c, p, 0, 0, 0, MlpStage::Buffers::kParamsOnly);
+    ASSERT_TRUE(copy.ok()) << copy.status();
+    EXPECT_TRUE((*copy)->grads().empty());
+    ASSERT_TRUE(SameBits((*copy)->params(), trainable->params()));  // the same initial weights
+    const Tensor x = Random(6, 12, 13);
+    const Tensor a = *trainable->Infer(x, kNoAllReduce), b = *(*copy)->Infer(x, kNoAllReduce);
+    EXPECT_TRUE(SameBits(a.span(), b.span()));
+    EXPECT_EQ((*copy)->Forward(0, x, kNoAllReduce).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
 TEST(MlpStage, LayerHookReportsEveryLayerLastToFirst) {
   const MlpConfig c = SmallConfig();
   auto p = *PartitionMlp(c, 2, 1);
