@@ -112,7 +112,7 @@ void AddExpertParts(const RunConfig& cfg, const MlpConfig& mlp, double per_repli
   const double copies = cfg.schedule == schedule::ScheduleKind::kDualPipe ? 2 : 1;
   double experts = cfg.dp * copies * tp * shard * 4 * per_replica;
   if (cfg.reference) experts += tp * (ep * router + expert_floats) * 4 * (3 + states);
-  experts += eval_copies * ep * tp * shard * 4 * 2;  // the evaluation's copies (virtual clock)
+  experts += eval_copies * ep * tp * shard * 4;  // the evaluation's copies (virtual clock; weights only)
   // Blame the factor furthest above its default (4 experts of hidden 64).
   est.parts.push_back({"experts", E / 4 >= h / 64 ? "experts" : "expert_hidden", experts});
   // The reference trainer runs one micro-batch of each EP group at a time, its replicas in lockstep.
@@ -182,13 +182,13 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   const bool moe = mlp.moe.enabled();
   const double ep_replicas = moe ? std::max(1, cfg.ep) : 1;
   if (cfg.reference) model += ep_replicas * weights * 4 * (3 + states);
-  // Virtual clock: the held-out evaluation's copies of replica 0 (weights + gradients), one per EP
+  // Virtual clock: the held-out evaluation's copies of replica 0 (weights only), one per EP
   // rank, one per evaluation thread (schedule::EvaluationThreads; a real-clock run evaluates the
   // devices' own shards).
   const int64_t eval_samples = cfg.eval_samples > 0 ? std::min(cfg.eval_samples, cfg.test_size) : cfg.test_size;
   const double eval_copies =
       cfg.virtual_time ? schedule::EvaluationThreads(ep_replicas * weights * 4, eval_samples) : 0;
-  model += eval_copies * ep_replicas * weights * 4 * 2;
+  model += eval_copies * ep_replicas * weights * 4;
   est.parts.push_back({"model", cfg.dp > 64 ? "dp" : "hidden", model});
 
   const double in_flight = MicroBatchesInFlight(cfg);

@@ -397,8 +397,8 @@ std::vector<double> StragglerFactors(const FaultPlan& faults, int world);
 
 // Threads a virtual-clock run's held-out evaluation uses: one per host core (at most 4), no more
 // than its 512-row batches of `samples`, and only as many as keep the extra copies of replica 0
-// (weights and gradients: 2 × `replica_weight_bytes` each, one per thread but the first) within
-// kMaxExtraEvaluationBytes. The batches are independent and their sums are taken in batch order,
+// (weights only, MlpStage::Buffers::kParamsOnly: `replica_weight_bytes` each, one per thread but
+// the first) within kMaxExtraEvaluationBytes. The batches are independent and their sums are taken in batch order,
 // so the figures do not depend on the count. A real-clock run evaluates on one thread (a thread
 // of its own would take host time from the deadlines).
 inline constexpr double kMaxExtraEvaluationBytes = 256.0 * (1 << 20);

@@ -243,7 +243,7 @@ int EvaluationThreads(double replica_weight_bytes, int64_t samples) {
   const int64_t cores = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 4);
   const int64_t by_memory =
       replica_weight_bytes > 0
-          ? 1 + static_cast<int64_t>(kMaxExtraEvaluationBytes / (2 * replica_weight_bytes))
+          ? 1 + static_cast<int64_t>(kMaxExtraEvaluationBytes / replica_weight_bytes)
           : cores;
   return static_cast<int>(std::max<int64_t>(1, std::min({cores, batches, by_memory})));
 }

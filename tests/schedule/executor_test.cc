@@ -329,9 +329,10 @@ TEST(Executor, EvaluationThreadsFollowCoresBatchesAndMemory) {
   EXPECT_EQ(EvaluationThreads(1e6, 513), std::min(cores, 2));
   EXPECT_EQ(EvaluationThreads(1e6, 4096), cores);
   EXPECT_EQ(EvaluationThreads(1e6, 0), 1);
-  // Each extra thread copies weights and gradients: 2 x 100 MiB fits 256 MiB once, 2 x 200 never.
-  EXPECT_EQ(EvaluationThreads(100.0 * (1 << 20), 4096), std::min(cores, 2));
-  EXPECT_EQ(EvaluationThreads(200.0 * (1 << 20), 4096), 1);
+  // Each extra thread copies the weights: 100 MiB fits 256 MiB twice, 200 MiB once, 300 never.
+  EXPECT_EQ(EvaluationThreads(100.0 * (1 << 20), 4096), std::min(cores, 3));
+  EXPECT_EQ(EvaluationThreads(200.0 * (1 << 20), 4096), std::min(cores, 2));
+  EXPECT_EQ(EvaluationThreads(300.0 * (1 << 20), 4096), 1);
   ExecutorOptions o = MakeOptions({.kind = ScheduleKind::kOneFOneB, .dp = 1, .pp = 2, .tp = 1, .m = 2}, 1);
   o.eval_threads = -1;
   absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(o);
