@@ -22,8 +22,7 @@ absl::Status Invalid(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("executor: ", field, ": ", why));
 }
 
-// How often the stall monitor looks at the fabric's progress.
-constexpr std::chrono::milliseconds kMonitorPeriod{20};
+constexpr std::chrono::milliseconds kMonitorPeriod{20};  // the stall monitor's look at progress
 
 }  // namespace
 
