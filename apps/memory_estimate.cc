@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "apps/config.h"
+#include "apps/malloc_tunables.h"
 #include "apps/report.h"
 #include "runtime/model/dataset.h"
 #include "runtime/tracer.h"
@@ -43,6 +44,7 @@ constexpr double kPredictBytesPerInterval = 448;
 constexpr double kReportBytesPerTimelineInterval = 1024;
 // Resident memory an allocator arena keeps (see EstimateRunMemory).
 constexpr double kArenaBytes = 512.0 * 1024;
+constexpr double kHugePageBytes = 2.0 * 1024 * 1024;
 // Exporting a trace: per event, its JSON document while it is written (one at a time) and the
 // allocator's slack; once, the piece of text handed to the file (rp::Tracer::StreamChromeJson: the
 // text is not held whole). bench/outputs.sh, 2026-11-27: a 1024-device 40-step virtual run (a 155 MB
@@ -205,7 +207,12 @@ MemoryEstimate EstimateRunMemory(const RunConfig& cfg) {
   // parts by 2.3 MB at 8 devices and 5.3 MB at 32, under this bound of 16 × 512 KiB.
   const double threads = static_cast<double>(cfg.world_size()) * (cfg.virtual_time ? 1 : 2) + 1;  // + main
   const double arenas = std::min(threads, 8.0 * std::max(1u, std::thread::hardware_concurrency()));
-  est.parts.push_back({"allocator arenas", "dp", arenas * kArenaBytes});
+  // On transparent huge pages (apps/malloc_tunables.h) an arena's resident memory rounds up to
+  // whole 2 MiB ranges: at its top, and where a block glibc maps apart (main arena: its sbrk'd
+  // start) begins or ends — bounded here by two huge pages an arena. Measured 2026-11-29: a
+  // 2 × 2 × 2 run grew 32.5 MB against 15 MB before this term, 32 devices 38.7 MB against 29.7.
+  const double per_arena = kArenaBytes + (HeapOnHugePages() ? 2 * kHugePageBytes : 0);
+  est.parts.push_back({"allocator arenas", "dp", arenas * per_arena});
   return est;
 }
 

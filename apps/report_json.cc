@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_join.h"
 #include "apps/host.h"
+#include "apps/malloc_tunables.h"
 #include "apps/report.h"
 #include "schedule/cost_model.h"
 #include "schedule/metrics.h"
@@ -282,6 +283,7 @@ json HostJson(const schedule::RunResult& run, const HostUsage* host) {
   }
   const int world = static_cast<int>(std::max<size_t>(1, run.devices.size()));
   const ThreadLimit limit = MachineThreadLimit();
+  const MallocTunables tunables = MallocTunablesInEffect();
   json h = {{"clock", run.virtual_time ? "virtual" : "real"}, {"virtual_time", run.virtual_time},
             // No wall clock paces the virtual clock: no time scale (null).
             {"time_scale", run.virtual_time ? json(nullptr) : json(run.time_scale)},
@@ -292,6 +294,7 @@ json HostJson(const schedule::RunResult& run, const HostUsage* host) {
              run.wall_seconds > 0 ? static_cast<double>(run.fabric_messages) / run.wall_seconds : 0.0},
             {"threads_per_device", ThreadsPerDevice(run.virtual_time)},
             {"thread_policy", run.thread_policy},
+            {"malloc_tunables", {{"value", tunables.value}, {"source", tunables.source}}},
             {"first_step_populated_bytes", run.first_step_populated_bytes},
             {"thread_limit", {{"threads", limit.threads}, {"source", limit.source}}},
             {"max_run_devices", MaxRunDevices(run.virtual_time)},

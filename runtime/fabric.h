@@ -339,7 +339,7 @@ class Fabric {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const FabricOptions options_;
-  mutable Mutex mu_;
+  mutable Mutex mu_{MutexWait::kSpinThenSleep};
   FabricModel model_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Lp>> lps_;  // fixed after Create; fields guarded by mu_
   // A deque: channels are added while LPs wait on others (references must stay valid).

@@ -17,13 +17,32 @@
 #include <condition_variable>
 #include <mutex>
 
+#include <pthread.h>
+
 #include "absl/base/thread_annotations.h"
 
 namespace rp {
 
+// How a contended Lock waits. kSleep: glibc's default mutex, which sleeps on a futex at once.
+// kSpinThenSleep: glibc's adaptive mutex (PTHREAD_MUTEX_ADAPTIVE_NP), which first retries for a
+// bounded number of rounds (glibc's `glibc.mutex.spin_count` tunable, default 100) — for a lock
+// whose critical sections are short and whose holder is running on another core, as the fabric's
+// is: a 512-device virtual run sleeps on it ~3 000 fewer times (docs/fabric.md "Speed").
+enum class MutexWait : uint8_t { kSleep, kSpinThenSleep };
+
 class ABSL_LOCKABLE Mutex {
  public:
   Mutex() = default;
+  // libstdc++'s std::mutex is a pthread mutex with a trivial destructor; re-initialising its
+  // handle with another type leaves TSan's interception (pthread_mutex_*) as it is.
+  explicit Mutex(MutexWait wait) {
+    if (wait == MutexWait::kSleep) return;
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(mu_.native_handle(), &attr);
+    pthread_mutexattr_destroy(&attr);
+  }
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
