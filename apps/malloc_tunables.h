@@ -4,8 +4,8 @@
 // (a guest fault and the hypervisor's shadow-page fault) and a 512-device virtual run touches
 // about 41 000 of them: setup (model shards, optimizers, the data set), the first step's
 // population (runtime/heap.h), the evaluations. Backed by transparent huge pages, a 2 MiB range
-// costs about as much as one 4 KiB page did (measured: 0.26–0.34 µs per 4 KiB of a THP range
-// against 12.8–13.7 µs). glibc backs its heaps with THP only when told so at process start
+// costs about as much as one 4 KiB page did (a one-off loop touching 256 MiB, 2026-11-29: 0.26–0.34 µs
+// per 4 KiB of a THP range against 12.8–13.7 µs; whole runs in docs/fabric.md). glibc backs its heaps with THP only when told so at process start
 // (GLIBC_TUNABLES, read by the dynamic loader before main; no mallopt sets it), and only for the
 // part of a secondary arena's heap that is writable when the heap is made — hence a top pad of
 // 32 MiB, which also makes each heap's first growth that large (address space, not memory).
