@@ -2,6 +2,8 @@
 // has none (ringpipe re-executes itself once: the run completing shows it does not loop), the
 // report's host section says which are in effect and who set them, and a user's own
 // GLIBC_TUNABLES — the way to opt out — is left as it is.
+#include <sys/prctl.h>
+
 #include <filesystem>
 #include <string>
 
@@ -47,6 +49,22 @@ TEST(MallocTunables, SetWhenTheEnvironmentHasNoneKeptWhenGivenAndReported) {
   EXPECT_EQ(t["source"], "environment");
   EXPECT_EQ(t["value"], "");
   fs::remove_all(dir);
+}
+
+// The re-executed image was named "exe" (ps, top, pgrep and killall went by it): ringpipe
+// renames itself after its file. Here on this test's own process, its name set to "exe" first.
+TEST(MallocTunables, ARenamedProcessGetsItsFilesNameBack) {
+  char before[32] = {};
+  ASSERT_EQ(prctl(PR_GET_NAME, before, 0, 0, 0), 0);
+  ASSERT_EQ(prctl(PR_SET_NAME, "exe", 0, 0, 0), 0);
+  const bool restored = RestoreProcessName();
+  char after[32] = {};
+  ASSERT_EQ(prctl(PR_GET_NAME, after, 0, 0, 0), 0);
+  prctl(PR_SET_NAME, before, 0, 0, 0);
+  ASSERT_TRUE(restored);
+  const std::string file = fs::read_symlink("/proc/self/exe").filename().string();
+  EXPECT_EQ(std::string(after), file.substr(0, 15));
+  EXPECT_NE(std::string(after), "exe");
 }
 
 }  // namespace
