@@ -127,6 +127,13 @@ absl::Status Fabric::HandlerFailure(LpId receiver, ChannelId channel, int src_de
       ": ", what));
 }
 
+void Fabric::AbortOnHandlerFailure(const absl::Status& failure, LpId receiver) {
+  if (options_.on_handler_failure) {
+    options_.on_handler_failure(receiver, lps_[static_cast<size_t>(receiver)]->site, failure);
+  }
+  AbortLocked(failure);
+}
+
 void Fabric::CommitReady() {
   while (!pending_.empty() && pending_.top().key < tree_[1] &&
          !aborted_.load(std::memory_order_relaxed)) {
@@ -176,10 +183,10 @@ void Fabric::CommitReady() {
       try {
         c.handler(scope, p.channel, std::move(d));  // may post, signal (the loop re-checks)
       } catch (const std::exception& e) {
-        AbortLocked(HandlerFailure(c.dst, p.channel, from, e.what()));
+        AbortOnHandlerFailure(HandlerFailure(c.dst, p.channel, from, e.what()), c.dst);
         return;
       } catch (...) {
-        AbortLocked(HandlerFailure(c.dst, p.channel, from, "unknown exception"));
+        AbortOnHandlerFailure(HandlerFailure(c.dst, p.channel, from, "unknown exception"), c.dst);
         return;
       }
       continue;

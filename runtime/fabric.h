@@ -105,6 +105,12 @@ struct FabricOptions {
   // the handlers leave their payloads to another thread (comm/data_lane.h): fetching them here
   // would pull them away from that thread's cache.
   bool prefetch_payload = true;
+  // Optional: called under the fabric's lock when a handler throws, with its receiver, the wait
+  // site the receiver last named and the status the fabric then aborts with — before the abort
+  // releases anyone, so that a caller can attribute the failure to the receiver in commit order
+  // (the released threads' own reports arrive in host order). Must not call back into the fabric.
+  std::function<void(LpId receiver, const WaitSite& site, const absl::Status& status)>
+      on_handler_failure = {};
 };
 
 // A message's real data, carried with it from Post to its receiver (e.g. a ring segment's wire
@@ -316,6 +322,8 @@ class Fabric {
   // device D: <what>" (the receiver named by its LP id while it has no site).
   absl::Status HandlerFailure(LpId receiver, ChannelId channel, int src_device, const char* what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells FabricOptions::on_handler_failure, then aborts with `failure`.
+  void AbortOnHandlerFailure(const absl::Status& failure, LpId receiver) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint64_t> PostLocked(LpId lp, ChannelId channel, const FabricMessage& m,
                                       std::unique_ptr<FabricPayload> payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

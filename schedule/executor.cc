@@ -99,7 +99,14 @@ absl::Status Executor::Impl::MakeFabric(int world) {
                    .tie_rank = plan->tie_rank,
                    .on_commit = {},
                    // The gradient rings' data is read on the data lane's thread (MakeCommunicators).
-                   .prefetch_payload = !(o.virtual_time && o.data_lane)};
+                   .prefetch_payload = !(o.virtual_time && o.data_lane),
+                   // A handler's exception is its receiver's failure: noted in commit order,
+                   // before the abort releases the threads whose own reports come in host order.
+                   .on_handler_failure = [this](LpId receiver, const WaitSite& site,
+                                                const absl::Status& status) {
+                     ctx.NoteError({.rank = receiver / 2, .step = site.step, .op = -1,
+                                    .op_name = "message handler", .waiting = {}, .status = status});
+                   }};
   link_fault_seen.assign(plan->link_faults.size(), -1);
   if (Tracer* tracer = o.tracer; tracer != nullptr || !plan->link_faults.empty()) {
     // Port occupancy tracks: each committed message on its egress and ingress ports. And which link

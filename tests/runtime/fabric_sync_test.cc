@@ -122,9 +122,23 @@ TEST(Fabric, AbortReleasesADeadlockAndWaitsNameTheirPeers) {
 TEST(Fabric, AHandlerThatThrowsFailsItsReceiverNotTheCommittingThread) {
   for (const bool standard_exception : {true, false}) {
     // LP 2 (tie 0) holds back LP 0's messages until it advances: its Advance commits them.
-    auto f = Fabric::Create({.links = {}, .num_devices = 3, .tie_rank = {1, 2, 0}});
+    // on_handler_failure hears of it first, with the receiver, before anyone is released.
+    struct Told {
+      LpId receiver = -1;
+      int site_rank = -1;
+      absl::Status status;
+      bool aborted_already = false;
+      int calls = 0;
+    } told;
+    Fabric* fp = nullptr;
+    auto f = Fabric::Create({.links = {}, .num_devices = 3, .tie_rank = {1, 2, 0},
+                             .on_handler_failure = [&](LpId receiver, const WaitSite& site,
+                                                       const absl::Status& status) {
+                               told = {receiver, site.rank, status, fp->aborted(), told.calls + 1};
+                             }});
     ASSERT_TRUE(f.ok());
     Fabric& fabric = **f;
+    fp = &fabric;
     const ChannelId ch = fabric.AddChannel(0, 1);
     const ChannelId other = fabric.AddChannel(2, 0);
     int handled = 0;
@@ -148,6 +162,11 @@ TEST(Fabric, AHandlerThatThrowsFailsItsReceiverNotTheCommittingThread) {
               absl::StrCat("rank 7 in op 'dp all-reduce' waiting for peer 0 at step 3: exception in "
                            "the handler of a message on channel ", ch, " from device 0: ",
                            standard_exception ? "segment 2 of 4: bad length" : "unknown exception"));
+    EXPECT_EQ(told.calls, 1);
+    EXPECT_EQ(told.receiver, 1);
+    EXPECT_EQ(told.site_rank, 7);
+    EXPECT_EQ(told.status, s);
+    EXPECT_FALSE(told.aborted_already);
     // Every wait is released with it (the run fails there).
     EXPECT_EQ(fabric.Await(0, other, {.rank = 0, .op = "recv", .peer = 2}).status(), s);
   }
