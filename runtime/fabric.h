@@ -100,7 +100,7 @@ struct FabricOptions {
   std::vector<uint64_t> tie_rank;
   // Optional: called under the fabric's lock for every committed message (e.g. to trace port
   // occupancy). Must be quick and must not call back into the fabric.
-  std::function<void(const FabricMessage&, const MessageTiming&)> on_commit;
+  std::function<void(const FabricMessage&, const MessageTiming&)> on_commit = {};
   // Whether a commit fetches the first two lines of a payload it hands to a handler. False when
   // the handlers leave their payloads to another thread (comm/data_lane.h): fetching them here
   // would pull them away from that thread's cache.

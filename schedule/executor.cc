@@ -1,11 +1,11 @@
 // Executor: Create (validation, plan, fabric, runners) and Run (communicators, devices, the stall
-// monitor). See executor.h; the rest of the run lives in step_book.cc, run_result.cc and
-// run_failure.cc (executor_impl.h).
+// monitor). See executor.h; the rest in step_book.cc, run_result.cc, run_failure.cc (executor_impl.h).
 #include "schedule/executor.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -97,16 +97,9 @@ absl::Status Executor::Impl::MakeFabric(int world) {
                    .num_devices = world,
                    .faults = plan->link_faults,
                    .tie_rank = plan->tie_rank,
-                   .on_commit = {},
                    // The gradient rings' data is read on the data lane's thread (MakeCommunicators).
                    .prefetch_payload = !(o.virtual_time && o.data_lane),
-                   // A handler's exception is its receiver's failure: noted in commit order,
-                   // before the abort releases the threads whose own reports come in host order.
-                   .on_handler_failure = [this](LpId receiver, const WaitSite& site,
-                                                const absl::Status& status) {
-                     ctx.NoteError({.rank = receiver / 2, .step = site.step, .op = -1,
-                                    .op_name = "message handler", .waiting = {}, .status = status});
-                   }};
+                   .on_handler_failure = std::bind_front(&Impl::NoteHandlerFailure, this)};
   link_fault_seen.assign(plan->link_faults.size(), -1);
   if (Tracer* tracer = o.tracer; tracer != nullptr || !plan->link_faults.empty()) {
     // Port occupancy tracks: each committed message on its egress and ingress ports. And which link

@@ -164,6 +164,9 @@ class Executor::Impl {
   std::vector<int> RunningRanks(const std::vector<LpWait>& waits, std::string* detail) const;
   void NoteStallRecords(const absl::Status& stall, int first, const std::vector<int>& running,
                         const std::vector<LpWait>& waits, const std::map<int, int>& waits_for);
+  // A fabric handler threw (FabricOptions::on_handler_failure, under the fabric's lock): its
+  // receiver's failure, noted before the abort releases anyone.
+  void NoteHandlerFailure(LpId receiver, const WaitSite& site, const absl::Status& status);
 
  private:
   absl::Status MakeCommunicators();

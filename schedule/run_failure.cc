@@ -120,6 +120,14 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
   return s;
 }
 
+void Executor::Impl::NoteHandlerFailure(LpId receiver, const WaitSite& site, const absl::Status& status) {
+  // In commit order, before the abort releases the threads whose own reports (each wrapping this
+  // status) come in host order: RootError prefers the shortest record of the run's status, and
+  // among equals the first — this one, naming the receiver (LPs 2r and 2r + 1 are rank r's).
+  ctx.NoteError({.rank = receiver / 2, .step = site.step, .op = -1, .op_name = "message handler",
+                 .waiting = {}, .status = status});
+}
+
 void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
                                       const std::vector<int>& running,
                                       const std::vector<LpWait>& waits,
