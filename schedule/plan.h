@@ -170,6 +170,8 @@ struct ExecutionPlan {
   }
   static LpId ComputeLp(int rank) { return 2 * rank; }
   static LpId CommLp(int rank) { return 2 * rank + 1; }
+  // The rank whose compute or comm stream `lp` is (the inverse of ComputeLp and CommLp).
+  static int RankOfLp(LpId lp) { return lp / 2; }
   // Members of the three kinds of groups of a global rank, in ring order (global ranks).
   std::vector<int> PipelineGroup(int rank) const { return grid.PpGroup(rank); }
   std::vector<int> TpGroup(int rank) const { return grid.TpGroup(rank); }

@@ -34,7 +34,7 @@ std::vector<int> Executor::Impl::RunningRanks(const std::vector<LpWait>& waits, 
   const ParallelGrid& g = plan->grid;
   std::vector<int> running;
   for (const LpWait& w : waits) {
-    const int rank = w.lp / 2;
+    const int rank = ExecutionPlan::RankOfLp(w.lp);
     if (w.state != LpWait::State::kRunning ||
         std::find(running.begin(), running.end(), rank) != running.end()) {
       continue;
@@ -80,7 +80,7 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
   std::vector<Waiter> waiters;
   std::map<int, int> waits_for;
   for (const LpWait& w : waits) {
-    const int rank = w.lp / 2;
+    const int rank = ExecutionPlan::RankOfLp(w.lp);
     const int peer = AwaitedRank(g, w);
     if (peer < 0 || runs(rank)) continue;
     waiters.push_back({rank, peer, &w});
@@ -123,9 +123,9 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
 void Executor::Impl::NoteHandlerFailure(LpId receiver, const WaitSite& site, const absl::Status& status) {
   // In commit order, before the abort releases the threads whose own reports (each wrapping this
   // status) come in host order: RootError prefers the shortest record of the run's status, and
-  // among equals the first — this one, naming the receiver (LPs 2r and 2r + 1 are rank r's).
-  ctx.NoteError({.rank = receiver / 2, .step = site.step, .op = -1, .op_name = "message handler",
-                 .waiting = {}, .status = status});
+  // among equals the first — this one, naming the receiver's rank.
+  ctx.NoteError({.rank = ExecutionPlan::RankOfLp(receiver), .step = site.step, .op = -1,
+                 .op_name = "message handler", .waiting = {}, .status = status});
 }
 
 void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
@@ -143,7 +143,8 @@ void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
     if (auto it = waits_for.find(rank); it != waits_for.end()) e.waiting = {it->second};
     // The site of the wait the chain follows (a rank's two streams may wait for different peers).
     for (const LpWait& w : waits) {
-      if (!e.waiting.empty() && w.lp / 2 == rank && AwaitedRank(plan->grid, w) == e.waiting.front()) {
+      if (!e.waiting.empty() && ExecutionPlan::RankOfLp(w.lp) == rank &&
+          AwaitedRank(plan->grid, w) == e.waiting.front()) {
         e.op_name = w.site.op;
         e.step = w.site.step;
         break;
