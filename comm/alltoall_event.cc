@@ -363,10 +363,9 @@ void EventAllToAll::End(Fabric::Scope& scope, absl::Status status) {
 absl::Status EventAllToAll::Error(absl::Status s, const char* what, int peer, int step) const {
   return absl::Status(
       s.code(),
-      absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ",
-                   internal::OpName(OpKind::kAllToAllV), " #", call_->op_id, " ", what, " rank ",
-                   peer, " (device ", rc_.group().device(peer), ") at step ", step, ": ",
-                   s.message()));
+      absl::StrCat(internal::OpPrefix(r_, rc_.device(), OpKind::kAllToAllV, call_->op_id), " ",
+                   what, " rank ", peer, " (device ", rc_.group().device(peer), ") at step ",
+                   step, ": ", s.message()));
 }
 
 absl::Status EventAllToAll::Check(const internal::A2aMsg& w, int peer, int step, int32_t segment,

@@ -49,7 +49,7 @@ AllToAllRunner::~AllToAllRunner() {
       DrainAcks(p);  // best effort: the group already failed
       pending += rc_.a2a_in_flight_[static_cast<size_t>(p)];
     }
-    if (pending == 0 || !AnyOtherRankInOp()) break;
+    if (pending == 0 || !group_.AnyRankInOpBesides(r_)) break;
     if (std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::yield();
   }
@@ -148,38 +148,19 @@ absl::Status AllToAllRunner::Finish() {
   return absl::OkStatus();
 }
 
-std::string AllToAllRunner::Prefix() const {
-  return absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ", OpName(kind_), " #", op_id_);
-}
-
-bool AllToAllRunner::AnyOtherRankInOp() {
-  for (int k = 0; k < n_; ++k) {
-    if (k != r_ && group_.rank(k).in_op_.load(std::memory_order_seq_cst)) return true;
-  }
-  return false;
-}
+std::string AllToAllRunner::Prefix() const { return OpPrefix(r_, rc_.device(), kind_, op_id_); }
 
 // Formats `s` with this rank, op, peer and step (0 = the counts exchange); aborts the group
 // unless `s` is the echo of an earlier abort.
 absl::Status AllToAllRunner::Fail(const absl::Status& s, const char* what, int peer, int step) {
-  const std::string where = absl::StrCat(Prefix(), " ", what, " rank ", peer, " (device ",
-                                         group_.device(peer), ") at step ", step);
-  if (s.code() == absl::StatusCode::kCancelled) {
-    return absl::AbortedError(absl::StrCat(where, ": aborted because the group failed: ",
-                                           group_.abort_status().ToString()));
-  }
-  absl::Status out(s.code(), absl::StrCat(where, ": ", s.message()));
-  group_.Abort(out);
-  return out;
+  return group_.FailAt(s, absl::StrCat(Prefix(), " ", what, " rank ", peer, " (device ",
+                                       group_.device(peer), ") at step ", step));
 }
 
 // A failure of this rank's own (encoding): named and aborts the group.
 absl::Status AllToAllRunner::FailLocal(const absl::Status& s, const char* what, int peer,
                                        int step) {
-  absl::Status out(s.code(), absl::StrCat(Prefix(), " ", what, " rank ", peer, " at step ", step,
-                                          ": ", s.message()));
-  group_.Abort(out);
-  return out;
+  return group_.AbortAt(s, absl::StrCat(Prefix(), " ", what, " rank ", peer, " at step ", step));
 }
 
 absl::Status CheckHeader(const A2aMsg& w, uint64_t op_id, OpKind kind, Codec codec,

@@ -63,7 +63,6 @@ class AllToAllRunner {
 
  private:
   std::string Prefix() const;
-  bool AnyOtherRankInOp();
   absl::Status Fail(const absl::Status& s, const char* what, int peer, int step);
   absl::Status FailLocal(const absl::Status& s, const char* what, int peer, int step);
   // Checks a received message's header: the same call, and (segment, elems, block) as expected

@@ -21,6 +21,10 @@ const char* OpName(OpKind kind) {
   }
   return "op";
 }
+
+std::string OpPrefix(int rank, int device, OpKind kind, uint64_t op_id) {
+  return absl::StrCat("rank ", rank, " (device ", device, ") ", OpName(kind), " #", op_id);
+}
 }  // namespace internal
 
 namespace {
@@ -185,6 +189,29 @@ void Communicator::Abort(const absl::Status& status) {
 absl::Status Communicator::abort_status() const {
   MutexLock lock(&mu_);
   return abort_status_;
+}
+
+bool Communicator::AnyRankInOpBesides(int r) const {
+  for (int k = 0; k < size(); ++k) {
+    if (k != r && ranks_[static_cast<size_t>(k)]->in_op_.load(std::memory_order_seq_cst)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status Communicator::AbortAt(const absl::Status& s, absl::string_view where) {
+  absl::Status out(s.code(), absl::StrCat(where, ": ", s.message()));
+  Abort(out);
+  return out;
+}
+
+absl::Status Communicator::FailAt(const absl::Status& s, absl::string_view where) {
+  if (s.code() == absl::StatusCode::kCancelled) {
+    return absl::AbortedError(
+        absl::StrCat(where, ": aborted because the group failed: ", abort_status().ToString()));
+  }
+  return AbortAt(s, where);
 }
 
 OwningChannel<Buffer>* Communicator::GetP2P(int src, int dst) {

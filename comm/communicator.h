@@ -43,11 +43,13 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "comm/channel.h"
 #include "comm/codec.h"
 #include "runtime/clock.h"
@@ -222,6 +224,8 @@ enum class OpKind : uint8_t {
   kAllReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll, kAllToAllV
 };
 const char* OpName(OpKind kind);
+// "rank R (device D) <op> #N": how a collective's runner names itself in its errors.
+std::string OpPrefix(int rank, int device, OpKind kind, uint64_t op_id);
 
 // One ring message: a segment of a collective. Trivially copyable (see channel.h).
 struct WireMsg {
@@ -413,6 +417,15 @@ class Communicator {
   bool aborted() const { return aborted_.load(std::memory_order_seq_cst); }
   // The status that aborted the group (OK if none).
   absl::Status abort_status() const;
+  // ---- For the collectives' runners (comm/ring_runner.h, comm/alltoall_runner.h) ----
+  // Whether a rank other than `r` is inside a collective (and may still read lent buffers).
+  bool AnyRankInOpBesides(int r) const;
+  // A failure at `where` (the runner's prefix, what it did, with whom): `s` with `where` put in
+  // front of its message; aborts the group with it and returns it.
+  absl::Status AbortAt(const absl::Status& s, absl::string_view where);
+  // A failure met waiting on a peer: the echo of an earlier abort (Cancelled) becomes Aborted
+  // naming that abort, without a second abort; anything else is AbortAt.
+  absl::Status FailAt(const absl::Status& s, absl::string_view where);
   // Timed groups: the fabric channel of ring link r -> r + 1 (-1 for a group of one).
   ChannelId RingChannel(int r) const {
     return ring_fabric_.empty() ? ChannelId{-1} : ring_fabric_[static_cast<size_t>(r)];

@@ -30,7 +30,7 @@ RingRunner::~RingRunner() {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   while (true) {
     (void)DrainAcks();  // best effort: the group already failed
-    if (rc_.in_flight_ == 0 || !AnyOtherRankInOp()) break;
+    if (rc_.in_flight_ == 0 || !group_.AnyRankInOpBesides(r_)) break;
     if (std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::yield();
   }
@@ -192,34 +192,15 @@ float* RingRunner::Scratch(size_t elems) {
   return rc_.scratch_.data();
 }
 
-std::string RingRunner::Prefix() const {
-  return absl::StrCat("rank ", r_, " (device ", rc_.device(), ") ", OpName(kind_), " #", op_id_);
-}
-
-bool RingRunner::AnyOtherRankInOp() {
-  for (int k = 0; k < n_; ++k) {
-    if (k != r_ && group_.rank(k).in_op_.load(std::memory_order_seq_cst)) return true;
-  }
-  return false;
-}
+std::string RingRunner::Prefix() const { return OpPrefix(r_, rc_.device(), kind_, op_id_); }
 
 absl::Status RingRunner::Fail(const absl::Status& s, const char* what, int peer, int step) {
-  const std::string where = absl::StrCat(Prefix(), " ", what, " rank ", peer, " (device ",
-                                         group_.device(peer), ") at ring step ", step);
-  if (s.code() == absl::StatusCode::kCancelled) {
-    return absl::AbortedError(absl::StrCat(where, ": aborted because the group failed: ",
-                                           group_.abort_status().ToString()));
-  }
-  absl::Status out(s.code(), absl::StrCat(where, ": ", s.message()));
-  group_.Abort(out);
-  return out;
+  return group_.FailAt(s, absl::StrCat(Prefix(), " ", what, " rank ", peer, " (device ",
+                                       group_.device(peer), ") at ring step ", step));
 }
 
 absl::Status RingRunner::FailLocal(const absl::Status& s, const char* what, int step) {
-  absl::Status out(s.code(),
-                   absl::StrCat(Prefix(), " ", what, " at ring step ", step, ": ", s.message()));
-  group_.Abort(out);
-  return out;
+  return group_.AbortAt(s, absl::StrCat(Prefix(), " ", what, " at ring step ", step));
 }
 
 absl::Status RingRunner::OnAck(const Ack& a, bool count_in_flight) {

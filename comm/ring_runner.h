@@ -113,8 +113,6 @@ class RingRunner {
 
   std::string Prefix() const;
 
-  bool AnyOtherRankInOp();
-
   // Formats `s` with this rank, op, peer and step; aborts the group unless `s` is the echo of an
   // earlier abort.
   absl::Status Fail(const absl::Status& s, const char* what, int peer, int step);
