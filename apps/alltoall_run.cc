@@ -1,22 +1,16 @@
 // `ringpipe alltoall`'s engines (apps/alltoall.h): the untimed (host wall time) and timed (fabric,
 // emulated time) paths, and the closed form used as the timed path's oracle.
 #include <algorithm>
-#include <barrier>
-#include <chrono>
 #include <cmath>
-#include <functional>
-#include <limits>
+#include <memory>
 #include <span>
-#include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "apps/alltoall.h"
 #include "apps/rank_threads.h"
 #include "comm/alltoall.h"
 #include "comm/alltoall_timing.h"
 #include "comm/communicator.h"
-#include "runtime/fabric.h"
 #include "runtime/status_macros.h"
 #include "runtime/timing.h"
 
@@ -33,57 +27,41 @@ float InputValue(int src, int dst, uint64_t j) {
 // (< max|x| / 127).
 double Tolerance(comm::Codec codec) { return codec == comm::Codec::kInt8 ? 6.0 / 127 : 0; }
 
-struct Shared {
-  Shared(const Settings& s, uint64_t elements)
-      : n(s.ranks), count(elements), total(s.warmup + s.iters), status(static_cast<size_t>(n)),
-        wrong(static_cast<size_t>(n), 0), wire(static_cast<size_t>(n), 0),
-        time_ns(static_cast<size_t>(total), std::vector<double>(static_cast<size_t>(n), 0)) {}
-  int n;
-  uint64_t count;
-  int total;
-  std::vector<absl::Status> status;
-  std::vector<uint64_t> wrong, wire;
-  std::vector<std::vector<double>> time_ns;  // [iteration][rank], as allreduce's
-};
-
-struct Buffers {
-  Buffers(const Shared& sh, int r) : send(sh.count), recv(sh.count), rank(r) {
-    const uint64_t block = sh.count / static_cast<uint64_t>(sh.n);
-    for (uint64_t i = 0; i < sh.count; ++i) {
-      send[i] = InputValue(r, static_cast<int>(i / block), i % block);
+// Rank r's blocks: block p of `send_` goes to rank p, block s of `recv_` comes from rank s.
+class AllToAllRank : public RankEngine {
+ public:
+  AllToAllRank(const Settings& s, const comm::CollectiveOptions& options, uint64_t count, int r)
+      : s_(s), options_(options), send_(count), recv_(count), rank_(r) {
+    const uint64_t block = count / static_cast<uint64_t>(s.ranks);
+    for (uint64_t i = 0; i < count; ++i) {
+      send_[i] = InputValue(r, static_cast<int>(i / block), i % block);
     }
   }
-  std::vector<float> send, recv;
-  int rank;
+  absl::StatusOr<comm::CollectiveResult> Call(comm::RankComm& me, Nanos start) override {
+    absl::StatusOr<comm::AllToAll> op = comm::AllToAll::Create(&me, send_, recv_, options_);
+    if (!op.ok()) return op.status();
+    RP_RETURN_IF_ERROR(op->Run(start));
+    return op->result();
+  }
+  uint64_t Wrong() const override {
+    const double tol = Tolerance(s_.codec);
+    const uint64_t block = recv_.size() / static_cast<uint64_t>(s_.ranks);
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < recv_.size(); ++i) {
+      const double expect = InputValue(static_cast<int>(i / block), rank_, i % block);
+      if (!(std::fabs(static_cast<double>(recv_[i]) - expect) <= tol)) ++wrong;
+    }
+    return wrong;
+  }
+
+ private:
+  const Settings& s_;
+  const comm::CollectiveOptions options_;
+  std::vector<float> send_, recv_;
+  const int rank_;
 };
 
-void CountWrong(Shared& sh, const Buffers& b, double tol) {
-  const uint64_t block = sh.count / static_cast<uint64_t>(sh.n);
-  for (uint64_t i = 0; i < sh.count; ++i) {
-    const double expect = InputValue(static_cast<int>(i / block), b.rank, i % block);
-    if (!(std::fabs(static_cast<double>(b.recv[i]) - expect) <= tol)) ++sh.wrong[static_cast<size_t>(b.rank)];
-  }
-}
-
-absl::StatusOr<Row> Finish(const Settings& s, const Shared& sh) {
-  for (const absl::Status& st : sh.status) RP_RETURN_IF_ERROR(st);
-  std::vector<double> times;
-  for (int it = s.warmup; it < sh.total; ++it) {
-    const auto& t = sh.time_ns[static_cast<size_t>(it)];
-    times.push_back(*std::max_element(t.begin(), t.end()) / 1e3);
-  }
-  std::nth_element(times.begin(), times.begin() + static_cast<ptrdiff_t>(times.size() / 2), times.end());
-  Row row;
-  row.count = sh.count;
-  row.bytes = sh.count * sizeof(float);
-  row.time_us = times[times.size() / 2];
-  row.formula_us = std::numeric_limits<double>::quiet_NaN();
-  row.algbw = row.time_us > 0 ? static_cast<double>(row.bytes) / (row.time_us * 1e3) : 0;
-  row.busbw = row.algbw * (s.ranks - 1) / s.ranks;
-  for (uint64_t w : sh.wrong) row.wrong += w;
-  row.wire_bytes_per_rank = *std::max_element(sh.wire.begin(), sh.wire.end());
-  return row;
-}
+double BusBwFactor(int n) { return static_cast<double>(n - 1) / n; }
 
 }  // namespace
 
@@ -125,82 +103,23 @@ absl::StatusOr<Row> RunUntimed(const Settings& s, uint64_t bytes, uint64_t segme
   co.devices = Iota(s.ranks);
   RP_ASSIGN_OR_RETURN(auto comm, comm::Communicator::Create(co));
   const comm::CollectiveOptions options{.codec = s.codec, .segment_bytes = segment};
-  Shared sh(s, CountFor(bytes, s.ranks));
-  using Steady = std::chrono::steady_clock;
-  std::vector<std::vector<Steady::time_point>> starts(static_cast<size_t>(sh.total),
-                                                      std::vector<Steady::time_point>(static_cast<size_t>(s.ranks)));
-  std::vector<std::vector<Steady::time_point>> ends = starts;
-  std::barrier sync(s.ranks);
-  RunThreads(s.ranks, [&](int r) {
-    Buffers b(sh, r);
-    for (int it = 0; it < sh.total; ++it) {
-      sync.arrive_and_wait();
-      starts[static_cast<size_t>(it)][static_cast<size_t>(r)] = Steady::now();
-      auto op = comm::AllToAll::Create(&comm->rank(r), b.send, b.recv, options);
-      absl::Status st = op.ok() ? op->Run() : op.status();
-      ends[static_cast<size_t>(it)][static_cast<size_t>(r)] = Steady::now();
-      if (!st.ok()) {
-        sh.status[static_cast<size_t>(r)] = st;
-        comm->Abort(st);
-        sync.arrive_and_drop();
-        return;
-      }
-      sh.wire[static_cast<size_t>(r)] = op->result().wire_bytes;
-    }
-    CountWrong(sh, b, Tolerance(s.codec));
+  const uint64_t count = CountFor(bytes, s.ranks);
+  RowState sh(s, count);
+  RunWallIterations(sh, *comm, [&](int r) {
+    return std::make_unique<AllToAllRank>(s, options, count, r);
   });
-  for (int it = 0; it < sh.total; ++it) {
-    const auto& st = starts[static_cast<size_t>(it)];
-    const Steady::time_point t0 = *std::min_element(st.begin(), st.end());
-    for (int r = 0; r < s.ranks; ++r) {
-      sh.time_ns[static_cast<size_t>(it)][static_cast<size_t>(r)] =
-          std::chrono::duration<double, std::nano>(ends[static_cast<size_t>(it)][static_cast<size_t>(r)] - t0).count();
-    }
-  }
-  return Finish(s, sh);
+  return FinishRow(s, sh, BusBwFactor(s.ranks));
 }
 
 absl::StatusOr<Row> RunTimed(const Settings& s, uint64_t bytes, uint64_t segment, const LinkSpec& spec) {
   const int n = s.ranks;
-  std::vector<uint64_t> tie(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) tie[static_cast<size_t>(r)] = static_cast<uint64_t>(r);
-  RP_ASSIGN_OR_RETURN(auto fabric, Fabric::Create({.links = spec, .num_devices = n, .faults = {}, .tie_rank = tie,
-                                                   .on_commit = {}}));
-  comm::CommunicatorOptions co;
-  co.devices = Iota(n);
-  co.fabric = fabric.get();  // outlives the communicator: declared first, destroyed last
-  co.lps.assign(co.devices.begin(), co.devices.end());
-  RP_ASSIGN_OR_RETURN(auto comm, comm::Communicator::Create(co));
   const comm::CollectiveOptions options{.codec = s.codec, .segment_bytes = segment};
-  const RendezvousId next_iteration = fabric->AddRendezvous(n);
-  Shared sh(s, CountFor(bytes, n));
-  RunThreads(n, [&](int r) {
-    Buffers b(sh, r);
-    Nanos start{0};  // every iteration starts at the same modeled time on every rank
-    for (int it = 0; it < sh.total; ++it) {
-      auto op = comm::AllToAll::Create(&comm->rank(r), b.send, b.recv, options);
-      absl::Status st = op.ok() ? op->Run(start) : op.status();
-      if (!st.ok()) {
-        sh.status[static_cast<size_t>(r)] = st;
-        comm->Abort(st);
-        fabric->Abort(st);
-        return;
-      }
-      const Nanos end = op->result().end;
-      sh.time_ns[static_cast<size_t>(it)][static_cast<size_t>(r)] = static_cast<double>((end - start).count());
-      sh.wire[static_cast<size_t>(r)] = op->result().wire_bytes;
-      auto next = fabric->Arrive(r, next_iteration, end, {.rank = r, .op = "next iteration"},
-                                 [](Nanos latest) -> absl::StatusOr<Nanos> { return latest; });
-      if (!next.ok()) {
-        sh.status[static_cast<size_t>(r)] = next.status();
-        return;
-      }
-      start = *next;
-    }
-    fabric->Finish(r);
-    CountWrong(sh, b, Tolerance(s.codec));
-  });
-  RP_ASSIGN_OR_RETURN(Row row, Finish(s, sh));
+  const uint64_t count = CountFor(bytes, n);
+  RowState sh(s, count);
+  RP_RETURN_IF_ERROR(RunModeledIterations(sh, spec, [&](int r) {
+    return std::make_unique<AllToAllRank>(s, options, count, r);
+  }));
+  RP_ASSIGN_OR_RETURN(Row row, FinishRow(s, sh, BusBwFactor(n)));
   // The oracle applies when every pair is one link class (one node, or one device per node).
   const bool one_node = n <= spec.devices_per_node;
   const bool all_nodes = spec.devices_per_node == 1;
