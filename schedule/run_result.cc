@@ -102,7 +102,11 @@ absl::Status CompareWithReference(const absl::StatusOr<std::vector<double>>& ref
     StepRecord& r = res.steps[k];
     r.reference_loss = (*reference)[k];
     r.loss_rel_diff = std::fabs(r.loss - r.reference_loss) / std::max(std::fabs(r.reference_loss), 1e-30);
-    res.max_loss_rel_diff = std::max(res.max_loss_rel_diff, r.loss_rel_diff);
+    // A non-finite loss on either side (the reference diverged alone) is the maximum: std::max
+    // would drop a NaN.
+    if (std::isnan(r.loss_rel_diff) || r.loss_rel_diff > res.max_loss_rel_diff) {
+      if (!std::isnan(res.max_loss_rel_diff)) res.max_loss_rel_diff = r.loss_rel_diff;
+    }
   }
   return absl::OkStatus();
 }

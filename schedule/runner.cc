@@ -4,6 +4,7 @@
 #include "schedule/runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <stdexcept>
 
@@ -114,6 +115,24 @@ void DeviceRunner::AccountActivations() {
         .IgnoreError();  // counts only what it allocated: cannot underflow
   }
   act_accounted_ = now;
+}
+
+absl::Status DeviceRunner::Loss(int step, int mb, MlpStage* stage, Tensor* out) {
+  const float grad_scale = 1.0f / static_cast<float>(ctx_->layout.global_batch());
+  RP_ASSIGN_OR_RETURN(Batch b, ctx_->data->TrainMicroBatch(ctx_->layout, step, coord_.dp, mb));
+  Tensor dl(out->rows(), out->cols());
+  RP_ASSIGN_OR_RETURN(LossStats ls, SoftmaxCrossEntropy(*out, b.labels, grad_scale, dl));
+  // Without a collective on the way (dp 1, tp 1) nothing else sees a diverged model: its values
+  // left fp32's range, as the collectives' codecs report it (OutOfRange).
+  if (!std::isfinite(ls.loss_sum)) {
+    return absl::OutOfRangeError(absl::StrCat("the loss of micro-batch ", mb, " is ", ls.loss_sum,
+                                              ": its logits left fp32's range"));
+  }
+  loss_sum_[static_cast<size_t>(mb)] += ls.loss_sum;
+  correct_[static_cast<size_t>(mb)] += ls.correct;
+  dlogits_[mb] = std::move(dl);
+  stage->Donate(std::move(*out));  // the logits go no further
+  return absl::OkStatus();
 }
 
 absl::Status DeviceRunner::Body(Device& dev,

@@ -256,6 +256,9 @@ class DeviceRunner {
   absl::StatusOr<Pending> TakeInput(int step, const Op& op, int k, int mb);
   absl::StatusOr<Pending> TakeOutputGrad(int step, const Op& op, int k, int mb);
   Part ForwardPart(int step, int op_index, const Op& op, int chunk, int mb, Pending* in, Tensor* out);
+  // The last model stage's loss on micro-batch `mb`'s logits `out` (runner.cc): its gradient kept
+  // for the backward, its sums for the step's record, the logits back to the stage's pool.
+  absl::Status Loss(int step, int mb, MlpStage* stage, Tensor* out);
   Part BackwardPart(int step, int op_index, const Op& op, OpKind kind, int chunk, int mb,
                     Pending* dy, Tensor* dx);
   // The EP all-to-all of exchange `x` starting at modeled `start` (wall0: its measured start):

@@ -61,7 +61,6 @@ DeviceRunner::Part DeviceRunner::ForwardPart(int step, int op_index, const Op& o
   const int K = ctx_->options->program.num_model_stages();
   const int k = plan.Chunk(coord_.pp, chunk).model_stage;
   MlpStage* stage = stages_[static_cast<size_t>(chunk)].get();
-  const float grad_scale = 1.0f / static_cast<float>(ctx_->layout.global_batch());
   const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
   return Part{
       .pass = 0, .chunk = chunk, .base = plan.Chunk(coord_.pp, chunk).op_cost[0],
@@ -71,15 +70,7 @@ DeviceRunner::Part DeviceRunner::ForwardPart(int step, int op_index, const Op& o
           (void)InjectedFault(step, op_index, op, *fault);  // throws
         }
         RP_ASSIGN_OR_RETURN(*out, stage->Forward(mb, in->value, tp, ep));
-        if (k != K - 1) return absl::OkStatus();
-        RP_ASSIGN_OR_RETURN(Batch b, ctx_->data->TrainMicroBatch(ctx_->layout, step, coord_.dp, mb));
-        Tensor dl(out->rows(), out->cols());
-        RP_ASSIGN_OR_RETURN(LossStats ls, SoftmaxCrossEntropy(*out, b.labels, grad_scale, dl));
-        loss_sum_[static_cast<size_t>(mb)] += ls.loss_sum;
-        correct_[static_cast<size_t>(mb)] += ls.correct;
-        dlogits_[mb] = std::move(dl);
-        stage->Donate(std::move(*out));  // the logits go no further
-        return absl::OkStatus();
+        return k == K - 1 ? Loss(step, mb, stage, out) : absl::OkStatus();
       }};
 }
 

@@ -457,6 +457,30 @@ TEST(Hardening, ValuesThatDriveTheModelOutOfFp32) {
   const json rep = json::parse(ReadFile(report));
   EXPECT_EQ(rep["status"], "failed");
   EXPECT_EQ(rep["failure"]["code"], "OUT_OF_RANGE");
+
+  // With no collective on the way (dp 1, tp 1) the losses went nan and the run exited 0, its report
+  // claiming a max. rel. diff of 0 against the reference. The last stage's loss fails it now, as
+  // the codecs do, naming its rank, step and op; the steps before it stay committed.
+  for (const std::string pp : {"1", "2"}) {
+    const fs::path diverged = dir / ("pp" + pp + ".json");
+    const Result d = RunBinary("run --dp=1 --tp=1 --pp=" + pp + " --lr=1e6 --steps=5 --virtual_time --report_json=" +
+                                   diverged.string(),
+                               dir);
+    EXPECT_EQ(d.exit_code, kExitFault) << d.err;
+    const std::string last = pp == "1" ? "rank 0 (dp 0, pp 0, tp 0)" : "rank 1 (dp 0, pp 1, tp 0)";
+    EXPECT_NE(d.err.find(last + " step 2 op F0: the loss of micro-batch 0 is nan: its logits left fp32's range"),
+              std::string::npos)
+        << d.err;
+    EXPECT_NE(d.err.find("\nringpipe run: a value left the range of its number format: the training diverged; try a "
+                         "smaller --lr (now 1e+06)\n"),
+              std::string::npos)
+        << d.err;
+    ASSERT_TRUE(fs::exists(diverged));
+    const json f = json::parse(ReadFile(diverged));
+    EXPECT_EQ(f["status"], "failed");
+    EXPECT_EQ(f["failure"]["code"], "OUT_OF_RANGE");
+    EXPECT_EQ(f["failure"]["committed_steps"], 2);
+  }
   fs::remove_all(dir);
 }
 

@@ -437,16 +437,19 @@ TEST(MoeRun, AFaultInARunWithExpertsOnSomeStagesIsReported) {
   fs::remove_all(dir);
 }
 
-// The same model with FP32 rows: the NaN reaches a DP all-reduce first (its ring refuses the
-// sum), and the EP all-to-alls waiting on that replica are released by the abort. A released wait
-// can reach the watchdog before the failure itself (the ring runs in whichever thread commits):
-// the report still heads with the failure that caused the others, not with a consequence.
+// The same model with FP32 rows and FP16 gradients: a gradient past FP16's range reaches a DP
+// all-reduce first (its ring refuses to encode it), and the EP all-to-alls waiting on that replica
+// are released by the abort. A released wait can reach the watchdog before the failure itself (the
+// ring runs in whichever thread commits): the report still heads with the failure that caused the
+// others, not with a consequence. (With FP32 gradients the model's first non-finite value is now
+// the last stage's loss at step 2, on a device thread: no ring fails first.)
 TEST(MoeRun, TheReportHeadsWithTheFailureNotAWaitItReleased) {
   const fs::path dir = TempDir("ep_root");
   const Result r = RunBinary("run --virtual_time --steps=3 --dp=4 --pp=2 --tp=1 --moe_layers=all --ep=2 --experts=2 "
-                             "--top_k=2 --hidden=64x9", dir);
+                             "--top_k=2 --hidden=64x9 --codec=fp16", dir);
   EXPECT_EQ(r.exit_code, 3) << r.err;
-  const std::regex head(R"(ringpipe run: rank \d+ step 2 gradient bucket \d+ \(DP all-reduce\): .* overflows fp32)");
+  const std::regex head(
+      R"(ringpipe run: rank \d+ step 1 gradient bucket \d+ \(DP all-reduce\): .* is outside the fp16 range)");
   EXPECT_TRUE(std::regex_search(r.err, head)) << r.err;
   EXPECT_EQ(r.err.find("aborted because"), std::string::npos) << r.err;
   fs::remove_all(dir);
