@@ -392,6 +392,12 @@ PlanOptions PlanOptionsFor(const ExecutorOptions& options);
 // per-step jitter draws are added per step).
 PredictOptions PredictOptionsFor(const ExecutorOptions& options);
 
+// Each step's loss beside the single-device reference's (`reference`: one loss a step, or the
+// reference's failure): its |loss − reference| / reference, and their maximum — a NaN (one side
+// diverged alone) is the maximum, not dropped — into `res`.
+absl::Status CompareWithReference(const absl::StatusOr<std::vector<double>>& reference,
+                                  RunResult& res);
+
 // Per global rank, the product of the straggler factors `faults` names (empty if none).
 std::vector<double> StragglerFactors(const FaultPlan& faults, int world);
 

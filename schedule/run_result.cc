@@ -88,9 +88,6 @@ size_t Executor::Impl::MedianStep() const {
   return idx[idx.size() / 2];
 }
 
-namespace {
-
-// The single-device reference's loss beside each step's (FP32 hybrid training gives its curve).
 absl::Status CompareWithReference(const absl::StatusOr<std::vector<double>>& reference, RunResult& res) {
   if (!reference.ok()) return reference.status();
   if (reference->size() != res.steps.size()) {
@@ -110,8 +107,6 @@ absl::Status CompareWithReference(const absl::StatusOr<std::vector<double>>& ref
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 // Device r's report of the run: its figures on the median step `med` (measured, emulated, predicted),
 // its real and modeled bytes by kind, and its host figures (`lat`: both its lateness histograms).

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -117,6 +118,26 @@ INSTANTIATE_TEST_SUITE_P(Codecs, ExecutorCodec, ::testing::ValuesIn(comm::kAllCo
                          [](const ::testing::TestParamInfo<comm::Codec>& p) {
                            return std::string(comm::CodecName(p.param));
                          });
+
+// The reference comparison's maximum keeps a NaN (the reference, or the run, diverged alone):
+// std::max(0, NaN) is 0, so a diverged reference read as a perfect match.
+TEST(Executor, ReferenceComparisonKeepsANonFiniteDifference) {
+  RunResult res;
+  res.steps.resize(3);
+  for (size_t k = 0; k < 3; ++k) res.steps[k].loss = 1.0 + static_cast<double>(k);
+  ASSERT_TRUE(CompareWithReference(std::vector<double>{1.0, 1.0, 3.0}, res).ok());
+  EXPECT_EQ(res.steps[1].loss_rel_diff, 1.0);
+  EXPECT_EQ(res.max_loss_rel_diff, 1.0);
+  for (const std::vector<double>& ref :
+       {std::vector<double>{1.0, std::nan(""), 3.0}, std::vector<double>{std::nan(""), 4.0, 3.0},
+        std::vector<double>{1.0, 2.0, std::numeric_limits<double>::infinity()}}) {
+    ASSERT_TRUE(CompareWithReference(ref, res).ok());
+    EXPECT_TRUE(std::isnan(res.max_loss_rel_diff)) << ref[0] << " " << ref[1] << " " << ref[2];
+  }
+  EXPECT_EQ(CompareWithReference(std::vector<double>{1.0}, res).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(CompareWithReference(absl::CancelledError("reference: run failed"), res).code(),
+            absl::StatusCode::kCancelled);
+}
 
 TEST(Executor, RejectsBadOptionsNamingTheField) {
   ExecutorOptions good = MakeOptions({}, 1);
