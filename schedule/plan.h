@@ -34,7 +34,8 @@
 //                replica's two copies in direction order (as the dense buckets' mirror group,
 //                GradGroup).
 //   modeled size the bytes the fabric times: p2p messages carry their op's bytes; a pass's TP
-//                all-reduces share the program's kTpAllReduce bytes of that pass equally; a chunk's
+//                all-reduces share the program's kTpAllReduce bytes of that pass equally (a pass
+//                with none in the real model gets one at its end: ChunkPlan::modeled_tp_tail); a chunk's
 //                gradients weigh the program's kAllReduce bytes of that chunk (the described model's
 //                sizes with the FLOPs cost model, the real ones otherwise), shared over its layers by
 //                parameter count.
@@ -108,6 +109,12 @@ struct ChunkPlan {
   std::array<std::vector<uint64_t>, kNumPasses> step_weight;
   // Modeled FP32 elements of each TP all-reduce of a pass (its kTpAllReduce steps in order).
   std::array<std::vector<uint64_t>, kNumPasses> tp_elements;
+  // The pass ends with a TP all-reduce the real model does not have: the program gives the pass
+  // TP bytes (the FLOPs cost model's described transformer: 2 all-reduces per layer each way)
+  // but the real stage's pass has no TP point (every layer replicated, as around MoE blocks, or
+  // only the model's first column-parallel layer in a backward). Its one kTpAllReduce step, last
+  // in `steps`, carries all those bytes over no real elements, so they are not dropped.
+  std::array<bool, kNumPasses> modeled_tp_tail{};
   std::vector<BucketPlan> buckets;  // in launch order (reverse layer order)
   // Op index (in the rank's list) after which its gradients are final: its last B, W, or F&B whose
   // backward part is this chunk.

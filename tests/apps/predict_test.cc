@@ -182,6 +182,34 @@ TEST(PredictCommand, FlopsCostModelIsNamedInTheReport) {
   fs::remove_all(dir);
 }
 
+// The FLOPs model's TP all-reduces are the described transformer's, 2 of b·s·h bf16 values per layer
+// each way, whatever TP points the small real MLP has: s3-3d's real stage 0 has none in its backward
+// (the model's first layer needs no input gradient), s3-4d's MoE blocks leave their stages none at
+// all (every layer replicated). Each device's ring of 2 sends once the pass's bytes: 8 layers × 2 ×
+// 1024 × 1024 × 2 B = 32 MiB per pass, × (F + B) × 4 micro-batches = 256 MiB a step, on every stage;
+// the run's emulated timeline times the same messages as the prediction.
+TEST(PredictCommand, TheFlopsModelsTpBytesDoNotDependOnTheRealModelsTpPoints) {
+  const fs::path dir = TempDir("flops_tp");
+  const fs::path report = dir / "report.json";
+  const double per_step = 8.0 * 2 * 1024 * 1024 * 2 * 2 * 4;
+  for (const std::string flags : {"predict --preset=s3-3d", "predict --preset=s3-4d --ep=1",
+                                  "predict --preset=s3-4d", "run --preset=s3-4d --virtual_time --steps=1"}) {
+    const Result r = RunBinary(flags + " --report_json=" + report.string(), dir);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
+    const json j = ReadJson(report);
+    const char* timeline = flags.starts_with("run") ? "emulated" : "predicted";
+    ASSERT_EQ(j["devices"].size(), 8u) << flags;
+    for (const json& d : j["devices"]) {
+      EXPECT_EQ(d[timeline]["modeled_tp_bytes"].get<double>(), per_step) << flags << " rank " << d["rank"];
+    }
+    if (flags.starts_with("run")) {
+      EXPECT_EQ(j["step_time_ms"]["emulated"].get<double>(), j["step_time_ms"]["predicted"].get<double>());
+    }
+    fs::remove(report);
+  }
+  fs::remove_all(dir);
+}
+
 // Each rank stores the activations of the stages its schedule's placement gives it: a V (zb-v) puts
 // stages r and 2p − 1 − r on rank r, the loop (interleaved) r and r + p — read off one stage per rank.
 TEST(PredictCommand, StoredActivationsFollowTheSchedulesPlacement) {
