@@ -205,10 +205,12 @@ void SetOutputs(const ParsedArgs& args, const std::vector<Axis>& axes, const std
 void WarnUnkeptScales(const std::vector<Point>& points) {
   std::vector<std::string> unkept;
   size_t ran = 0;
+  bool forced = false;  // a scale the user gave, rather than one auto measured
   for (const Point& p : points) {
     if (!std::isfinite(p.fidelity_host)) continue;
     ++ran;
     if (std::abs(p.fidelity_host) > kHostFidelityTarget) {
+      forced = forced || !p.cfg.time_scale_auto();
       // A scale it would likely keep, as `run`'s warning names one (this said only "a larger --time_scale").
       const double keeps = schedule::SuggestTimeScale(p.time_scale, p.fidelity_host, kHostFidelityTarget);
       unkept.push_back(keeps > kMaxTimeScale
@@ -221,9 +223,12 @@ void WarnUnkeptScales(const std::vector<Point>& points) {
   if (!unkept.empty()) {
     std::fprintf(stderr,
                  "ringpipe sweep: warning: the host did not keep the time scale at %zu of %zu points that ran "
-                 "(|fidelity.host| > %g %%): %s; their measured columns are the host's, not the model's (or omit "
-                 "--time_scale: auto measures one)\n",
-                 unkept.size(), ran, 100 * kHostFidelityTarget, absl::StrJoin(unkept, ", ").c_str());
+                 "(|fidelity.host| > %g %%): %s; their measured columns are the host's, not the model's %s\n",
+                 unkept.size(), ran, 100 * kHostFidelityTarget, absl::StrJoin(unkept, ", ").c_str(),
+                 // Auto's scale came from a short trial: the host got busier during the point.
+                 forced ? "(or omit --time_scale: auto measures one)"
+                        : "(auto measured each scale in a short trial before its point; the host was busier during "
+                          "the point: rerun on a quieter host, or force a larger --time_scale)");
   }
 }
 

@@ -212,6 +212,8 @@ TEST(SweepCommand, PointsWhoseTimeScaleTheHostDidNotKeepAreNamedInAWarning) {
   EXPECT_NE(r.err.find("warning: the host did not keep the time scale at 2 of 2 points that ran"), std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("microbatches=1 (time scale 0.0001: +"), std::string::npos) << r.err;
+  // A forced scale: auto is the way out (an auto scale the host did not keep is told to rerun instead).
+  EXPECT_NE(r.err.find("(or omit --time_scale: auto measures one)"), std::string::npos) << r.err;
   // Each point with a scale it would likely keep, as `run`'s warning names one (it said only "a larger
   // --time_scale, or auto, keeps up").
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(microbatches=1 \(time scale 0\.0001: \+[0-9.]+ %; [0-9.e+]+ would likely keep up\))")))
