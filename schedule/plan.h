@@ -113,7 +113,7 @@ struct ChunkPlan {
   // TP bytes (the FLOPs cost model's described transformer: 2 all-reduces per layer each way)
   // but the real stage's pass has no TP point (every layer replicated, as around MoE blocks, or
   // only the model's first column-parallel layer in a backward). Its one kTpAllReduce step, last
-  // in `steps`, carries all those bytes over no real elements, so they are not dropped.
+  // in `steps`, carries all those bytes (its real values: one zero per TP rank), so they are not dropped.
   std::array<bool, kNumPasses> modeled_tp_tail{};
   std::vector<BucketPlan> buckets;  // in launch order (reverse layer order)
   // Op index (in the rank's list) after which its gradients are final: its last B, W, or F&B whose

@@ -305,6 +305,9 @@ class DeviceRunner {
   size_t reserve_intervals_ = 0;  // the count TakeIntervals took: the next step's likely count
   uint64_t populated_bytes_ = 0;
   int tp_calls_ = 0;  // TP all-reduces so far in the current op
+  // What a pass's modeled-only TP all-reduce reduces (ChunkPlan::modeled_tp_tail): one zero per TP
+  // rank, so no rank's chunk of the ring is empty.
+  std::vector<float> tp_tail_;
   // Event-driven TP all-reduces: the gate the compute thread awaits, the result handed over.
   GateId tp_gate_ = -1;
   GateId abort_gate_ = -1;  // never signalled: a wait on it ends with the run's abort

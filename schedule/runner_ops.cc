@@ -184,10 +184,11 @@ class DeviceRunner::PassRun {
     Advance(-1);
     RP_RETURN_IF_ERROR(launch_error_);
     if (chunk_.modeled_tp_tail[static_cast<size_t>(part_.pass)] && si_ + 1 == steps_.size()) {
-      // The program's TP bytes of a pass whose real layers have no TP point (plan.h): no real
-      // elements, the modeled ones timed as any TP all-reduce.
+      // The program's TP bytes of a pass whose real layers have no TP point (plan.h): zeros for
+      // real values, the modeled elements timed as any TP all-reduce's.
+      r_.tp_tail_.assign(static_cast<size_t>(o_.grid.tp), 0.0f);
       kernel_work_.Resume();  // Enter pauses it, Leave resumes it
-      RP_RETURN_IF_ERROR(Tp({}));
+      RP_RETURN_IF_ERROR(Tp(r_.tp_tail_));
       kernel_work_.Pause();
     }
     if (si_ != steps_.size()) {
