@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -115,6 +116,18 @@ absl::Status CheckWritableDir(const std::string& flag, const std::string& path, 
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     return Bad(flag, path, absl::StrCat("directory '", OneLine(dir.string()), "': ", Errno(errno)));
   }
+  // access() is not proof: root passes it everywhere, and /proc, /sys or a read-only mount then
+  // refuse the file only at the commit, after the work (exit 1). Creating a file proves it; the
+  // signals wait until it is removed, so none is left behind.
+  std::string probe = (dir / ".ringpipe-probe-XXXXXX").string();
+  BlockCleanupSignals blocked;
+  const int fd = ::mkostemp(probe.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never through a symlink
+  if (fd < 0) {
+    return Bad(flag, path, absl::StrCat("directory '", OneLine(dir.string()), "': cannot create a file there: ",
+                                        Errno(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
   return absl::OkStatus();
 }
 
