@@ -185,7 +185,9 @@ absl::Status ApplyConfigText(RunConfig& cfg, const std::string& path, const std:
     auto error = [&, line = line](const std::string& msg) {
       return absl::InvalidArgumentError(absl::StrCat(OneLine(path), ":", line, ": ", msg));
     };
-    if (key == "config") return error("config: a config file cannot name another config file");
+    // null or "" names no file: a report's `config` section (ConfigToJson) loads unchanged.
+    const bool names_no_file = key == "config" && (doc[key].is_null() || doc[key] == "");
+    if (key == "config" && !names_no_file) return error("config: a config file cannot name another config file");
     if (FindField(key) == nullptr) {
       if (key == "fault" || key == "straggler" || key == "jitter") {
         return error(absl::StrCat(key, ": a flag of `ringpipe run` only, not a config key (give it as --", key, ")"));
@@ -195,6 +197,7 @@ absl::Status ApplyConfigText(RunConfig& cfg, const std::string& path, const std:
     if (auto [it, inserted] = first_line.emplace(key, line); !inserted) {
       return error(absl::StrCat(key, ": duplicate key (first at line ", it->second, ")"));
     }
+    if (names_no_file) continue;
     if (absl::Status st = SetField(cfg, key, doc[key]); !st.ok()) return error(std::string(st.message()));
     if (key_lines != nullptr) key_lines->emplace_back(key, line);
   }

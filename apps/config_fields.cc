@@ -145,6 +145,9 @@ absl::Status SetField(RunConfig& cfg, absl::string_view name, const json& value)
 json ConfigToJson(const RunConfig& cfg) {
   json out = json::object();
   for (const ConfigField& f : Fields()) out[f.name] = f.get(cfg);
+  // The fields hold the config file's values already: naming the file again would make the echo
+  // unloadable as a config file (a file names no other file), and reading it twice adds nothing.
+  out["config"] = nullptr;
   return out;
 }
 

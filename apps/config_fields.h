@@ -179,7 +179,8 @@ absl::StatusOr<nlohmann::json> FlagTextToJson(const ConfigField& field, absl::st
 // type/value.
 [[nodiscard]] absl::Status SetField(RunConfig& cfg, absl::string_view name, const nlohmann::json& value);
 
-// The config as JSON (every field by its name; the "config" section of the report).
+// The config as JSON (every field by its name; the "config" section of the report), loadable as a
+// config file unchanged: its "config" is null, since the other fields already hold the file's values.
 nlohmann::json ConfigToJson(const RunConfig& cfg);
 
 // The flags of the config fields whose scope has none of `exclude`'s bits, with `--help` defaults

@@ -381,6 +381,8 @@ LazyJson BuildLazyReport(const RunConfig& cfg, const Plan& plan, const schedule:
   r["schema"] = kReportSchema;
   r["mode"] = run != nullptr ? "run" : "predict";
   r["config"] = ConfigToJson(cfg);
+  // Where the config came from, beside it: the section's own "config" is null so that it loads back.
+  r["config_file"] = cfg.config_file.empty() ? json(nullptr) : json(cfg.config_file);
   DescribeSetup(cfg, plan, r);
   r["t1_ms"] = Ms(pred.single_device_time);
   if (r.contains("moe")) {

@@ -97,8 +97,9 @@ std::string Setup(const json& r, bool run) {
   const json& cfg = Get(r, "config");
   const json& lay = Get(r, "layout");
   const json& sch = Get(r, "schedule");
+  const json& file = Get(r, "config_file");
   absl::StrAppend(&out, "ringpipe ", run ? "run" : "predict", " — preset ", cfg.value("preset", ""),
-                  cfg.value("config", "").empty() ? "" : absl::StrCat(", config ", cfg.value("config", "")), "\n");
+                  file.is_string() ? absl::StrCat(", config ", file.get<std::string>()) : "", "\n");
   absl::StrAppend(&out, "  layout     ", lay.value("description", ""), " = ", lay.value("world", 0), " devices\n");
   absl::StrAppend(&out, "  schedule   ", sch.value("name", ""), ", ", sch.value("microbatches", 0),
                   " micro-batches per replica",

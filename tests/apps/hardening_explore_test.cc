@@ -71,5 +71,48 @@ TEST(HardeningExplore, OutputsWhereNoFileCanBeCreatedAreRefusedBeforeTheWork) {
   fs::remove_all(dir);
 }
 
+// A report's `config` section said `"config": ""`, which the loader refused ("a config file cannot name
+// another config file"): it is null now, and a file's null or "" names no file.
+TEST(HardeningExplore, AReportsConfigSectionLoadsBackAsAConfigFileUnchanged) {
+  const fs::path dir = TempDir("roundtrip");
+  const fs::path cfg = dir / "c.json", report = dir / "r.json", back = dir / "back.json";
+  WriteFile(cfg, R"({"preset": "s1", "microbatches": 4})");
+  Result r = RunBinary("predict --config=" + cfg.string() + " --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  const json first = json::parse(ReadFile(report))["config"];
+  EXPECT_TRUE(first["config"].is_null()) << first["config"];
+  EXPECT_EQ(first["microbatches"], 4);
+  WriteFile(back, first.dump(1));
+  // The run is reproduced, its report_json included: the report is replaced by the same config.
+  r = RunBinary("predict --config=" + back.string(), dir);
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  EXPECT_EQ(json::parse(ReadFile(report))["config"], first);
+
+  const fs::path run_report = dir / "run.json";
+  r = RunBinary(std::string("run ") + kSmallRun + " --report_json=" + run_report.string(), dir);
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  WriteFile(back, json::parse(ReadFile(run_report))["config"].dump());
+  r = RunBinary("run --config=" + back.string(), dir);
+  EXPECT_EQ(r.exit_code, kExitOk) << r.err;
+
+  const fs::path sweep_dir = dir / "sw";
+  ASSERT_EQ(RunBinary("sweep --predict_only --axis=dp=1,2 --out_dir=" + sweep_dir.string(), dir).exit_code, kExitOk);
+  WriteFile(back, json::parse(ReadFile(sweep_dir / "sweep.json"))["points"][1]["config"].dump());
+  r = RunBinary("predict --config=" + back.string(), dir);
+  EXPECT_EQ(r.exit_code, kExitOk) << r.err;
+
+  for (const char* none : {R"({"config": null, "dp": 1})", R"({"config": "", "dp": 1})"}) {
+    WriteFile(back, none);
+    r = RunBinary("predict --config=" + back.string(), dir);
+    EXPECT_EQ(r.exit_code, kExitOk) << none << "\n" << r.err;
+  }
+  WriteFile(back, "{\n\"config\": \"c.json\"}");
+  ExpectBadInput(RunBinary("predict --config=" + back.string(), dir),
+                 "back.json:2: config: a config file cannot name another config file", "names a file");
+  WriteFile(back, "{\n\"config\": null,\n\"config\": null}");
+  ExpectBadInput(RunBinary("predict --config=" + back.string(), dir), "back.json:3: config: duplicate key", "twice");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
