@@ -154,6 +154,11 @@ std::optional<std::string> ErrorField(const absl::Status& status) {
 
 absl::Status ApplyConfigText(RunConfig& cfg, const std::string& path, const std::string& text,
                              std::vector<std::pair<std::string, int>>* key_lines) {
+  // nlohmann's lexer takes a NUL for the end of the input: what follows it was silently ignored.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(OneLine(path), ":", LineOf(text, nul),
+                                                   ": malformed JSON: a NUL byte at byte offset ", nul));
+  }
   const KeyScan scan = ScanKeys(text);
   if (scan.max_depth > kMaxJsonDepth) {
     return absl::InvalidArgumentError(absl::StrCat(OneLine(path), ":", LineOf(text, scan.deepest_at),

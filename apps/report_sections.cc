@@ -1,6 +1,7 @@
 #include "apps/report_sections.h"
 
 #include <array>
+#include <cstring>
 #include <istream>
 #include <streambuf>
 #include <utility>
@@ -30,6 +31,14 @@ class ChunkBuffer : public std::streambuf {
     absl::StatusOr<size_t> n = read_(buffer_.data(), buffer_.size());
     if (!n.ok()) status_ = n.status();
     if (!n.ok() || *n == 0) return traits_type::eof();
+    // nlohmann's lexer takes a NUL for the end of the input: what follows it was silently ignored.
+    if (const void* nul = std::memchr(buffer_.data(), '\0', *n); nul != nullptr) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(
+          "is not JSON: a NUL byte at byte offset ", offset_ + static_cast<size_t>(static_cast<const char*>(nul) -
+                                                                                    buffer_.data())));
+      return traits_type::eof();
+    }
+    offset_ += *n;
     setg(buffer_.data(), buffer_.data(), buffer_.data() + *n);
     return traits_type::to_int_type(*gptr());
   }
@@ -37,6 +46,7 @@ class ChunkBuffer : public std::streambuf {
  private:
   const ReadChunk& read_;
   std::array<char, 65536> buffer_;
+  size_t offset_ = 0;  // of buffer_'s first byte in the text
   absl::Status status_;
 };
 

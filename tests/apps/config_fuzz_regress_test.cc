@@ -114,8 +114,9 @@ const BadSeed kBadSeeds[] = {
     // so this file's other unknown key (line 36) comes first; the -only seed has the escaped key alone.
     {"regress-escaped-key.json", "36: intra: unknown key"},
     {"regress-escaped-key-only.json", "2: \\x00reference: unknown key"},
-    // nlohmann ends a // comment at a NUL byte too: the key after it was reported at line 0.
-    {"regress-nul-ends-comment.json", "2: layerz: unknown key"},
+    // nlohmann ends a // comment at a NUL byte too: the key after it was reported at line 0. Any NUL
+    // byte is now refused first (nlohmann ends the whole text at one: what followed was ignored).
+    {"regress-nul-ends-comment.json", "2: malformed JSON: a NUL byte at byte offset 37"},
     // Valid-looking sizes the plan builder could not hold (crafted with the fuzzer binary): the
     // weights (operator new aborted), the schedule program (out of memory in `predict`), one
     // micro-batch's activations.

@@ -114,5 +114,34 @@ TEST(HardeningExplore, AReportsConfigSectionLoadsBackAsAConfigFileUnchanged) {
   fs::remove_all(dir);
 }
 
+// nlohmann's lexer ends the input at a NUL byte: what followed it was silently ignored (or misread).
+TEST(HardeningExplore, ANulByteInAConfigOrAReportIsRefusedNamingItsOffset) {
+  const fs::path dir = TempDir("nul");
+  const fs::path cfg = dir / "k.json", report = dir / "r.json", svg = dir / "r.svg";
+  const std::string good = R"({"virtual_time":true,"steps":1})";
+  WriteFile(cfg, good + std::string(1, '\0') + R"({{{{ garbage "dp": 99)");
+  ExpectBadInput(RunBinary("predict --config=" + cfg.string() + " --report_json=" + report.string(), dir),
+                 "k.json:1: malformed JSON: a NUL byte at byte offset 31", "config");
+  EXPECT_FALSE(fs::exists(report));
+  WriteFile(cfg, good + "\n" + std::string(1, '\0') + R"({"dp":99})");
+  ExpectBadInput(RunBinary("sweep --predict_only --config=" + cfg.string() + " --axis=pp=1,2 --out_dir=" +
+                               (dir / "sw").string(),
+                           dir),
+                 "k.json:2: malformed JSON: a NUL byte at byte offset 32", "sweep config");
+  EXPECT_FALSE(fs::exists(dir / "sw"));
+
+  Result r = RunBinary("timeline --predict_only --out=" + svg.string() + " --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  const std::string text = ReadFile(report);
+  WriteFile(report, text + std::string(1, '\0') + "garbage");
+  const fs::path svg2 = dir / "r2.svg";
+  ExpectBadInput(RunBinary("timeline --from_report=" + report.string() + " --out=" + svg2.string(), dir),
+                 "--from_report: '" + report.string() + "' is not JSON: a NUL byte at byte offset " +
+                     std::to_string(text.size()),
+                 "report");
+  EXPECT_FALSE(fs::exists(svg2));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
