@@ -119,6 +119,9 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
     plan.op_faults.push_back(f);
   }
   const std::string straggler = args.Text("straggler");
+  // The config's straggler (--straggler_rank / --straggler_factor), if it has one, is already in the
+  // plan (BuildPlan). A rank named twice would reach the executor, whose refusal names no flag.
+  const size_t from_config = plan.stragglers.size();
   for (absl::string_view item : absl::StrSplit(straggler, ',', absl::SkipWhitespace())) {
     const std::vector<std::string> rf = absl::StrSplit(item, ':');
     Straggler s;
@@ -131,6 +134,16 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
     }
     // +inf is left to CheckFaultFactors, which says what it does to the modeled times.
     if (!(s.factor >= 1)) return BadFault("straggler", std::string(item), "FACTOR must be a number >= 1");
+    for (size_t i = 0; i < plan.stragglers.size(); ++i) {
+      const Straggler& other = plan.stragglers[i];
+      if (other.rank != s.rank) continue;
+      if (i < from_config) {
+        return BadFault("straggler", std::string(item),
+                        absl::StrCat("rank ", s.rank, " is also the config's straggler (straggler_rank ", s.rank,
+                                     ", straggler_factor ", other.factor, "); name each rank once"));
+      }
+      return BadFault("straggler", std::string(item), absl::StrCat("rank ", s.rank, " named twice"));
+    }
     plan.stragglers.push_back(s);
   }
   const std::string jitter = args.Text("jitter");
@@ -150,9 +163,10 @@ absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, 
 }
 
 // What the fault flags add to the slowest op beyond the config's own straggler (which the config's
-// checks count already), checked against the config's limits: the slowest rank's straggler factors
-// (the config's and --straggler's, multiplied as the executor does) over the config's, times the
-// largest --jitter draw (*op_factor). Values out of range are left to the executor's validation.
+// checks count already), checked against the config's limits: the slowest rank's straggler factor
+// (the config's or --straggler's: ParseFaultFlags refuses a rank both name, as the executor would)
+// over the config's, times the largest --jitter draw (*op_factor). Values out of range are left to
+// the executor's validation.
 absl::Status CheckFaultFlagFactors(const RunConfig& cfg, const ParsedArgs& args, const FaultPlan& faults,
                                    double* op_factor) {
   const char* op_field = "straggler";

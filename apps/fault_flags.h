@@ -25,7 +25,9 @@ namespace rp::apps {
 // The three flags' specs (--fault, --straggler, --jitter), for a subcommand's flag list.
 std::vector<FlagSpec> FaultFlags();
 
-// Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag and the item).
+// Parses --fault / --straggler / --jitter into `plan` (InvalidArgument naming the flag and the item),
+// whose stragglers on entry are the config's (straggler_rank / straggler_factor): a rank --straggler
+// names twice, or that is also the config's straggler, is refused.
 // Every range is checked here but whether an op index exists in the rank's program, which
 // Executor::Create says ("executor: faults: op fault ..."; FaultFlagStatus names it --fault).
 absl::Status ParseFaultFlags(const ParsedArgs& args, int world_size, int steps, FaultPlan& plan);

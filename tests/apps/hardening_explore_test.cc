@@ -143,5 +143,28 @@ TEST(HardeningExplore, ANulByteInAConfigOrAReportIsRefusedNamingItsOffset) {
   fs::remove_all(dir);
 }
 
+// A rank --straggler names twice, or that is also the config's straggler, reached the executor, whose
+// "executor: faults: straggler rank N named twice" named no flag.
+TEST(HardeningExplore, StragglerConflictsNameTheFlags) {
+  const fs::path dir = TempDir("straggler");
+  const fs::path report = dir / "r.json";
+  const std::string run = std::string("run ") + kSmallRun + " --report_json=" + report.string();
+  ExpectBadInput(RunBinary(run + " --straggler=0:2,0:3", dir), "--straggler: '0:3': rank 0 named twice", "twice");
+  ExpectBadInput(RunBinary(run + " --straggler=1:2 --straggler_rank=1 --straggler_factor=1.5", dir),
+                 "--straggler: '1:2': rank 1 is also the config's straggler (straggler_rank 1, straggler_factor 1.5)",
+                 "config's");
+  ExpectBadInput(RunBinary(std::string("timeline ") + kSmallRun + " --out=" + (dir / "t.svg").string() +
+                               " --straggler=0:2 --straggler_factor=2",
+                           dir),
+                 "--straggler: '0:2': rank 0 is also the config's straggler", "default rank");
+  EXPECT_TRUE(fs::is_empty(dir));
+  // Different ranks, or a config factor of 1 (no straggler), still run.
+  Result r = RunBinary(run + " --straggler=0:2,1:3", dir);
+  EXPECT_EQ(r.exit_code, kExitOk) << r.err;
+  r = RunBinary(run + " --straggler=0:2 --straggler_rank=0 --straggler_factor=1", dir);
+  EXPECT_EQ(r.exit_code, kExitOk) << r.err;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
