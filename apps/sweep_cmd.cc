@@ -90,6 +90,13 @@ absl::StatusOr<std::vector<Axis>> ReadAxes(const ParsedArgs& args) {
   for (const auto& [name, value] : args.occurrences) {
     if (name != "axis") continue;
     RP_ASSIGN_OR_RETURN(Axis a, sweep::ParseAxis(value));
+    // The axis's value wins over the flag's at every point: the flag was silently dropped.
+    for (const std::string& f : a.fields) {
+      if (args.Has(f)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", f, ": also the axis --axis=", a.name(), ", which sets it at every point (drop one)"));
+      }
+    }
     for (const Axis& other : axes) {
       for (const std::string& f : a.fields) {
         if (std::find(other.fields.begin(), other.fields.end(), f) != other.fields.end()) {

@@ -166,5 +166,19 @@ TEST(HardeningExplore, StragglerConflictsNameTheFlags) {
   fs::remove_all(dir);
 }
 
+// A flag on an axis's field was silently dropped (the axis wins at every point).
+TEST(HardeningExplore, SweepRefusesAFlagOnAnAxissField) {
+  const fs::path dir = TempDir("sweep");
+  const std::string out = " --out_dir=" + (dir / "sw").string();
+  ExpectBadInput(RunBinary("sweep --predict_only --axis=dp=2 --dp=4" + out, dir), "--dp: also the axis --axis=dp",
+                 "dp");
+  ExpectBadInput(RunBinary("sweep --predict_only --preset=s1 --axis=preset=s1,s2" + out, dir),
+                 "--preset: also the axis --axis=preset", "preset");
+  ExpectBadInput(RunBinary("sweep --predict_only --forward_ms=3 --axis=pp:forward_ms=1:2,2:1" + out, dir),
+                 "--forward_ms: also the axis --axis=pp:forward_ms", "linked");
+  EXPECT_FALSE(fs::exists(dir / "sw"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps

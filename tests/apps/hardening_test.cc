@@ -140,7 +140,7 @@ TEST(Hardening, RunsThatWouldNotFitInMemoryAreBadInputAndInvalidSweepPoints) {
                  "--expert_hidden: the run would allocate about", "MoE experts");
   // A sweep point that would not fit is an invalid point; the others run.
   const fs::path out = dir / "out";
-  const Result r = RunBinary("sweep --preset=s1 --steps=1 --reference=false --virtual_time --train_size=4096 "
+  const Result r = RunBinary("sweep --preset=s1 --steps=1 --reference=false --virtual_time "
                              "--axis=train_size=4096,8000000 --out_dir=" + out.string(), dir);
   ::unsetenv("RINGPIPE_MEMORY_LIMIT_BYTES");
   EXPECT_EQ(r.exit_code, kExitSomePointsFailed) << r.err;
