@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,22 +31,36 @@ inline absl::Status Bad(absl::string_view field, absl::string_view why) {
 
 // --- JSON value readers: the type, and whether the member can hold the value (ranges are validation's) ---
 
+// Whether `v` is an integer: a JSON integer, or a finite number without a fraction (2.0, 1e300).
+inline bool IsIntegral(const json& v) {
+  return v.is_number_integer() ||
+         (v.is_number_float() && std::isfinite(v.get<double>()) && std::floor(v.get<double>()) == v.get<double>());
+}
+
 template <typename T>
 absl::StatusOr<T> AsInt(absl::string_view f, const json& v) {
-  const bool integral = v.is_number_integer() ||
-                        (v.is_number_float() && std::isfinite(v.get<double>()) &&
-                         std::floor(v.get<double>()) == v.get<double>());
-  if (!integral) return Bad(f, absl::StrCat("expected an integer, got ", ShortDump(v)));
+  if (!IsIntegral(v)) return Bad(f, absl::StrCat("expected an integer, got ", ShortDump(v)));
   const double d = v.get<double>();
-  const bool fits = v.is_number_unsigned()
-                        ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                        : (d >= static_cast<double>(std::numeric_limits<T>::min()) &&
-                           d <= static_cast<double>(std::numeric_limits<T>::max()));
+  // A float's bound is 2^digits, the first value past T's max: the max itself is not a double for 64
+  // bits (it rounds up to 2^63, which the cast below could not hold).
+  const bool fits = v.is_number_unsigned()  ? std::in_range<T>(v.get<uint64_t>())
+                    : v.is_number_integer() ? std::in_range<T>(v.get<int64_t>())
+                                            : d >= static_cast<double>(std::numeric_limits<T>::min()) &&
+                                                  d < std::ldexp(1.0, std::numeric_limits<T>::digits);
   if (!fits) return Bad(f, absl::StrCat("must be in ", std::numeric_limits<T>::min(), "..",
                                         std::numeric_limits<T>::max(), ", got ", ShortDump(v)));
   if (v.is_number_unsigned()) return static_cast<T>(v.get<uint64_t>());
   if (v.is_number_integer()) return static_cast<T>(v.get<int64_t>());
   return static_cast<T>(d);
+}
+
+// AsInt for a field of range lo..hi (validation checks it): an integer the member cannot hold is out
+// of that range, and said so — not as T's range, which is no field's ({"dp": 1e300}).
+template <typename T>
+absl::StatusOr<T> AsIntIn(absl::string_view f, const json& v, int64_t lo, int64_t hi) {
+  absl::StatusOr<T> x = AsInt<T>(f, v);
+  if (!x.ok() && IsIntegral(v)) return Bad(f, absl::StrCat("must be in ", lo, "..", hi, ", got ", ShortDump(v)));
+  return x;
 }
 
 inline absl::StatusOr<double> AsDouble(absl::string_view f, const json& v) {
@@ -153,13 +168,7 @@ ConfigField IntF(const char* name, M m, int64_t lo, int64_t hi, const char* help
   using T = std::remove_reference_t<decltype(m(std::declval<RunConfig&>()))>;
   return {name, Grammar::kInt, scope, lo, hi, help, nullptr,
           [=](RunConfig& c, const json& v) -> absl::Status {
-            absl::StatusOr<T> x = AsInt<T>(name, v);
-            // An integer the member cannot hold is out of the field's range: say that range.
-            if (!x.ok() && lo <= hi && AsInt<int64_t>(name, v).ok()) {
-              return Bad(name, absl::StrCat("must be in ", lo, "..", hi, ", got ", ShortDump(v)));
-            }
-            RP_RETURN_IF_ERROR(x.status());
-            m(c) = *x;
+            RP_ASSIGN_OR_RETURN(m(c), AsIntIn<T>(name, v, lo, hi));
             return absl::OkStatus();
           },
           [=](const RunConfig& c) { return json(Member(m)(c)); }};

@@ -148,7 +148,7 @@ std::vector<ConfigField>* BuildFieldTable() {
                 "shared NIC; else a divisor of devices_per_node.",
                 "one per device",
                 [](RunConfig& c, const json& v) -> absl::Status {
-                  RP_ASSIGN_OR_RETURN(c.nics_per_node, AsInt<int>("nics_per_node", v));
+                  RP_ASSIGN_OR_RETURN(c.nics_per_node, AsIntIn<int>("nics_per_node", v, 0, kMaxDevices));
                   return absl::OkStatus();
                 },
                 [](const RunConfig& c) { return json(c.nics_per_node); }});

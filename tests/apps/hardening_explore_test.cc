@@ -180,5 +180,28 @@ TEST(HardeningExplore, SweepRefusesAFlagOnAnAxissField) {
   fs::remove_all(dir);
 }
 
+// An integer beyond 64 bits was reported against int's range, not the field's.
+TEST(HardeningExplore, ConfigIntegersBeyondSixtyFourBitsReportTheFieldsRange) {
+  const fs::path dir = TempDir("ints");
+  const fs::path cfg = dir / "c.json";
+  const struct {
+    const char* text;
+    const char* what;
+  } kCases[] = {
+      {R"({"dp": 9223372036854775808})", "c.json:1: dp: must be in 1..1048576, got 9223372036854775808"},
+      {R"({"dp": 18446744073709551616})", "c.json:1: dp: must be in 1..1048576, got 1.8446744073709552e+19"},
+      {R"({"dp": 1e300})", "c.json:1: dp: must be in 1..1048576, got 1e+300"},
+      {R"({"dp": -9223372036854775809})", "c.json:1: dp: must be in 1..1048576, got -9.223372036854776e+18"},
+      {R"({"nics_per_node": 1e300})", "c.json:1: nics_per_node: must be in 0..1048576, got 1e+300"},
+      {R"({"seed": 1e300})", "c.json:1: seed: must be in 0..9223372036854775807, got 1e+300"},
+      {R"({"seed": 9223372036854775808.0})", "c.json:1: seed: must be in 0..9223372036854775807"},
+  };
+  for (const auto& c : kCases) {
+    WriteFile(cfg, c.text);
+    ExpectBadInput(RunBinary("predict --config=" + cfg.string(), dir), c.what, c.text);
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
