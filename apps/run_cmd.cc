@@ -82,7 +82,11 @@ void WriteFailedRun(const RunConfig& cfg, const Plan& plan, const schedule::RunF
   if (absl::Status st = outputs.Commit(); !st.ok()) {
     std::fprintf(stderr, "ringpipe run: %s\n", std::string(st.message()).c_str());
   } else {
-    std::fprintf(stderr, "ringpipe run: the failed run's report and trace were written (status \"failed\")\n");
+    // Named as written: no trace without --trace, no report without --report_json.
+    const char* written = cfg.trace.empty()         ? "report was"
+                          : cfg.report_json.empty() ? "trace was"
+                                                    : "report and trace were";
+    std::fprintf(stderr, "ringpipe run: the failed run's %s written (status \"failed\")\n", written);
   }
 }
 

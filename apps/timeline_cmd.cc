@@ -154,13 +154,14 @@ int RunReport(const ParsedArgs& args, const RunConfig& cfg, const Plan& plan, Ou
       host.time_scale_choice = FailedRunClockJson(cfg, *clock, fit, f->steps);
       FailedTimeline failed =
           FailedTimelineOutputs(cfg, plan, *f, host, args.Has("title") ? args.Text("title") : "");
-      if (!cfg.report_json.empty()) outputs.Set("report_json", std::move(failed.report_json));
-      if (!failed.svg.empty()) outputs.Set("out", std::move(failed.svg));
+      const bool chart = !failed.svg.empty(), report = !cfg.report_json.empty();
+      if (report) outputs.Set("report_json", std::move(failed.report_json));
+      if (chart) outputs.Set("out", std::move(failed.svg));
       if (absl::Status st = outputs.Commit(); !st.ok()) {
         std::fprintf(stderr, "ringpipe timeline: %s\n", std::string(st.message()).c_str());
-      } else {
-        std::fprintf(stderr,
-                     "ringpipe timeline: the failed run's chart and report were written (status \"failed\")\n");
+      } else if (chart || report) {  // named as written: no report without --report_json
+        std::fprintf(stderr, "ringpipe timeline: the failed run's %s written (status \"failed\")\n",
+                     chart && report ? "chart and report were" : chart ? "chart was" : "report was");
       }
     }
     return Fail(kExitFault, std::string(run.status().message()));

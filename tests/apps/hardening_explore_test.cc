@@ -203,5 +203,26 @@ TEST(HardeningExplore, ConfigIntegersBeyondSixtyFourBitsReportTheFieldsRange) {
   fs::remove_all(dir);
 }
 
+// The line after a failed run named a trace (or a report) that was not asked for.
+TEST(HardeningExplore, AFailedRunNamesOnlyTheOutputsItWrote) {
+  const fs::path dir = TempDir("failed");
+  const fs::path report = dir / "r.json", trace = dir / "t.json", svg = dir / "t.svg";
+  const std::string run = std::string("run ") + kSmallRun + " --fault=throw:rank=0,step=0,op=0";
+  Result r = RunBinary(run + " --report_json=" + report.string(), dir);
+  EXPECT_EQ(r.exit_code, kExitFault) << r.err;
+  EXPECT_NE(r.err.find("the failed run's report was written"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("trace"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(report));
+  EXPECT_FALSE(fs::exists(trace));
+  r = RunBinary(run + " --trace=" + trace.string(), dir);
+  EXPECT_EQ(r.exit_code, kExitFault) << r.err;
+  EXPECT_NE(r.err.find("the failed run's trace was written"), std::string::npos) << r.err;
+  r = RunBinary(std::string("timeline ") + kSmallRun + " --fault=throw:rank=0,step=0,op=0 --out=" + svg.string(), dir);
+  EXPECT_EQ(r.exit_code, kExitFault) << r.err;
+  EXPECT_NE(r.err.find("the failed run's chart was written"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(svg));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
