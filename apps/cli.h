@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
+
 namespace rp::apps {
 
 // Exit codes of the binary (README, docs/config.md).
@@ -20,6 +22,11 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitFault = 3;
 // `ringpipe sweep`: some points were invalid or failed; every output was still written.
 inline constexpr int kExitSomePointsFailed = 4;
+
+// Writes `text` to standard output (through stdio). A write the system refuses keeps its reason for
+// FinishStdout: stdio loses it, since a text longer than stdio's buffer is written at once and, when
+// that write fails, nothing is left for the final flush to fail on. Main thread only.
+void WriteStdout(absl::string_view text);
 
 // Flushes standard output. If anything written to it was lost (a full disk, a closed pipe, /dev/full),
 // prints "ringpipe SUBCOMMAND: standard output: <errno text>" to stderr and returns kExitFailed when

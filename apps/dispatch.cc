@@ -16,6 +16,9 @@
 namespace rp::apps {
 namespace {
 
+// The reason of the first write to standard output that failed (WriteStdout); 0: none failed.
+int first_stdout_errno = 0;
+
 // Help as the first argument: the help arguments of every subcommand, and the word `help`
 // (`ringpipe help run`).
 bool IsHelp(const std::string& arg) { return IsHelpArgument(arg) || arg == "help"; }
@@ -29,7 +32,11 @@ void PrintTopHelp(const std::vector<Subcommand>& subs, std::FILE* stream) {
                          "arguments wins over the others, valid or not).\n"
                          "Exit codes: 0 ok, 1 failed (an output could not be written, a check failed), 2 bad "
                          "input, 3 the emulated run failed at run time, 4 a sweep with failed points.\n");
-  std::fputs(text.c_str(), stream);
+  if (stream == stdout) {
+    WriteStdout(text);
+  } else {
+    std::fputs(text.c_str(), stream);
+  }
 }
 
 int Fail(const std::string& msg) {
@@ -39,11 +46,19 @@ int Fail(const std::string& msg) {
 
 }  // namespace
 
+void WriteStdout(absl::string_view text) {
+  errno = 0;
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() && first_stdout_errno == 0) {
+    first_stdout_errno = errno;
+  }
+}
+
 int FinishStdout(const std::string& subcommand, int code) {
   errno = 0;
   const bool lost = std::fflush(stdout) != 0 || std::ferror(stdout) != 0;
   if (!lost) return code;
-  const int err = errno;
+  // The flush's reason, else that of the write that failed before (an empty buffer flushes "fine").
+  const int err = errno != 0 ? errno : first_stdout_errno;
   std::fprintf(stderr, "ringpipe%s%s: standard output: %s\n", subcommand.empty() ? "" : " ", subcommand.c_str(),
                err != 0 ? std::strerror(err) : "write error");
   return code == kExitOk ? kExitFailed : code;
@@ -92,7 +107,7 @@ int RunMain(const std::vector<std::string>& argv) {
       return kExitBadInput;
     }
     if (help || args->help) {
-      std::printf("ringpipe %s: %s\n\nflags:\n%s", s.name, s.summary, FlagsHelp(specs).c_str());
+      WriteStdout(absl::StrCat("ringpipe ", s.name, ": ", s.summary, "\n\nflags:\n", FlagsHelp(specs)));
       return FinishStdout(s.name, kExitOk);
     }
     return FinishStdout(s.name, s.run(*args));

@@ -47,7 +47,7 @@ int Run(const ParsedArgs& args) {
     outputs.SetStreamed("report_json", [&report](TextSink sink) { return report.Stream(2, sink, ReportStreamThreads()); });
   }
   if (absl::Status st = outputs.Commit(); !st.ok()) return fail(kExitFailed, st);
-  std::fputs(text.c_str(), stdout);
+  WriteStdout(text);
   return kExitOk;
 }
 

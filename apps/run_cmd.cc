@@ -238,7 +238,7 @@ int Run(const ParsedArgs& args) {
     outputs.SetStreamed("trace", [&tracer](TextSink sink) { return tracer.StreamChromeJson(sink); });
   }
   if (absl::Status st = outputs.Commit(); !st.ok()) return Fail(kExitFailed, st);
-  std::fputs(text.c_str(), stdout);
+  WriteStdout(text);
   return kExitOk;
 }
 

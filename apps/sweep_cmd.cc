@@ -288,7 +288,7 @@ int Run(const ParsedArgs& args) {
     std::fprintf(stderr, "ringpipe sweep: %s\n", std::string(st.message()).c_str());
     return kExitFailed;
   }
-  std::fputs(sweep::Table(*axes, *points, predict_only).c_str(), stdout);
+  WriteStdout(sweep::Table(*axes, *points, predict_only));
   std::printf("# wrote %s/{sweep.csv, sweep.json, overview.svg, step_time.svg, speedup.svg, bubble.svg, "
               "exposed_comm.svg, peak_memory.svg, wire_bytes.svg}\n",
               OneLine(out_dir).c_str());

@@ -224,5 +224,19 @@ TEST(HardeningExplore, AFailedRunNamesOnlyTheOutputsItWrote) {
   fs::remove_all(dir);
 }
 
+// `run` printed "standard output: write error": its text is longer than stdio's buffer, written at once,
+// and the final flush had nothing left to fail on and no reason to give.
+TEST(HardeningExplore, AFailedWriteToStandardOutputGivesTheSystemsReason) {
+  const fs::path dir = TempDir("stdout");
+  const std::string sweep = "sweep --predict_only --axis=dp=1,2 --out_dir=" + (dir / "sw").string();
+  for (const std::string& args : {std::string("run ") + kSmallRun, std::string("run --help"),
+                                  std::string("predict --preset=s1"), sweep}) {
+    const Result r = RunBinary(args + " > /dev/full", dir);
+    EXPECT_EQ(r.exit_code, kExitFailed) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("standard output: No space left on device"), std::string::npos) << args << "\n" << r.err;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
