@@ -87,6 +87,14 @@ absl::StatusOr<std::string> Str(const json& j, const char* key, const std::strin
 
 namespace {
 
+// The op kinds a report writes (docs/report.md, `timeline`); an absent kind is a compute op's.
+bool IsOpKind(const std::string& kind) {
+  for (const char* k : {"", "compute", "tp_allreduce", "ep_alltoall", "grad_allreduce", "wait"}) {
+    if (kind == k) return true;
+  }
+  return false;
+}
+
 svg::BarClass ClassOf(const std::string& kind, const std::string& op) {
   if (kind == "tp_allreduce") return svg::BarClass::kTpComm;
   if (kind == "ep_alltoall") return svg::BarClass::kEpComm;
@@ -112,6 +120,11 @@ absl::StatusOr<svg::GanttBar> OpBar(const json& op, const std::string& where, in
   }
   RP_ASSIGN_OR_RETURN(const std::string kind, Str(op, "kind", where));
   RP_ASSIGN_OR_RETURN(const std::string name, Str(op, "op", where));
+  // An unknown kind fell through to the optimizer's class: drawn, and wrong.
+  if (!IsOpKind(kind)) {
+    return BadField(where + ".kind", absl::StrCat("expected compute, tp_allreduce, ep_alltoall, grad_allreduce or "
+                                                  "wait, got \"", kind, "\""));
+  }
   b.cls = ClassOf(kind, name);
   RP_ASSIGN_OR_RETURN(const int64_t mb, Int(op, "mb", where, 0, kMaxMicrobatches - 1, -1));
   RP_ASSIGN_OR_RETURN(const int64_t chunk, Int(op, "chunk", where, 0, kMaxChunks - 1, -1));

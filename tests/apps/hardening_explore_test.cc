@@ -238,5 +238,23 @@ TEST(HardeningExplore, AFailedWriteToStandardOutputGivesTheSystemsReason) {
   fs::remove_all(dir);
 }
 
+// An unknown op kind in a report read back was drawn as an optimizer bar.
+TEST(HardeningExplore, TimelineFromReportRefusesAnUnknownOpKind) {
+  const fs::path dir = TempDir("kind");
+  const fs::path report = dir / "r.json", svg = dir / "r.svg", bad = dir / "bad.json", svg2 = dir / "bad.svg";
+  Result r = RunBinary("timeline --predict_only --out=" + svg.string() + " --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  json j = json::parse(ReadFile(report));
+  ASSERT_TRUE(j["timeline"]["predicted"]["devices"][0]["ops"][1].is_object());
+  j["timeline"]["predicted"]["devices"][0]["ops"][1]["kind"] = "bogus";
+  WriteFile(bad, j.dump());
+  ExpectBadInput(RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg2.string(), dir),
+                 "timeline.predicted.devices[0].ops[1].kind: expected compute, tp_allreduce, ep_alltoall, "
+                 "grad_allreduce or wait, got \"bogus\"",
+                 "kind");
+  EXPECT_FALSE(fs::exists(svg2));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
