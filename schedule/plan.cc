@@ -167,8 +167,7 @@ absl::StatusOr<ChunkPlan> BuildChunk(const PlanOptions& o, const ModelPartition&
       c.total_weight[up] += w;
     }
     const uint64_t elements = (sizes.tp_bytes[up] + 3) / 4;
-    if (ars == 0 && elements > 0 && part.tp > 1 && !c.steps[up].empty()) {
-      // The program times TP bytes the real pass has no point for: one all-reduce at its end.
+    if (ars == 0 && elements > 0 && part.tp > 1 && !c.steps[up].empty()) {  // ChunkPlan::modeled_tp_tail
       c.steps[up].push_back({PassStep::Kind::kTpAllReduce, c.steps[up].back().local_layer, false});
       c.step_weight[up].push_back(0);
       c.modeled_tp_tail[up] = true;
