@@ -121,8 +121,10 @@ inline absl::StatusOr<std::vector<int>> AsWidthList(absl::string_view f, const j
   return out;
 }
 
-// A byte count: a JSON integer, or a string in the bytes grammar ("64K"); one size, not a list.
-inline absl::StatusOr<uint64_t> AsBytes(absl::string_view f, const json& v) {
+// A byte count: a JSON integer, or a string in the bytes grammar ("64K"); one size, not a list. An
+// integer below 0 or beyond 64 bits is out of the field's documented `range` (kSegmentBytesRange), and
+// said so — not as int64's range ({"segment_bytes": 1e300}).
+inline absl::StatusOr<uint64_t> AsBytes(absl::string_view f, const json& v, absl::string_view range) {
   if (v.is_string()) {
     RP_ASSIGN_OR_RETURN(std::vector<uint64_t> list, ParseByteList(f, v.get_ref<const std::string&>()));
     if (list.size() != 1) {
@@ -131,10 +133,13 @@ inline absl::StatusOr<uint64_t> AsBytes(absl::string_view f, const json& v) {
     }
     return list[0];
   }
-  if (v.is_array() && v.size() == 1) return AsBytes(f, v[0]);
-  RP_ASSIGN_OR_RETURN(int64_t x, AsInt<int64_t>(f, v));
-  if (x < 0) return Bad(f, absl::StrCat("must be >= 0, got ", x));
-  return static_cast<uint64_t>(x);
+  if (v.is_array() && v.size() == 1) return AsBytes(f, v[0], range);
+  absl::StatusOr<int64_t> x = AsInt<int64_t>(f, v);
+  if ((!x.ok() && IsIntegral(v)) || (x.ok() && *x < 0)) {
+    return Bad(f, absl::StrCat("must be ", range, ", got ", ShortDump(v)));
+  }
+  RP_RETURN_IF_ERROR(x.status());
+  return static_cast<uint64_t>(*x);
 }
 
 // moe_layers (apps/moe_config.h): its text, a list of layer indices (joined with commas) or one index.

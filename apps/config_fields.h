@@ -44,6 +44,11 @@ using FlopsModel = schedule::TransformerModel;
 // MaxRunDevices: one thread per device on the virtual clock, two on the real clock).
 inline constexpr int kMaxPredictDevices = 1 << 20;
 
+// The documented ranges of the byte-count fields, as their errors say them (the file's reader for a
+// value no byte count can be, ValidateConfig for the rest).
+inline constexpr char kSegmentBytesRange[] = "0 (one message per chunk) or a multiple of 4 in [4, 1G]";
+inline constexpr char kEpRowBytesRange[] = "0 (derived) or a multiple of 4 up to 1G";
+
 struct RunConfig {
   std::string preset = "default";  // which preset the config started from (echoed in the report)
   std::string config_file;         // "" if none

@@ -127,7 +127,7 @@ std::vector<ConfigField>* BuildFieldTable() {
                 "per chunk or block (a modeled chunk over 1 GiB: 1 GiB messages).",
                 "0 (one message per chunk)",
                 [](RunConfig& c, const json& v) -> absl::Status {
-                  RP_ASSIGN_OR_RETURN(c.segment_bytes, AsBytes("segment_bytes", v));
+                  RP_ASSIGN_OR_RETURN(c.segment_bytes, AsBytes("segment_bytes", v, kSegmentBytesRange));
                   return absl::OkStatus();
                 },
                 [](const RunConfig& c) { return json(c.segment_bytes); }});
@@ -247,7 +247,7 @@ std::vector<ConfigField>* BuildFieldTable() {
                 "bf16).",
                 "0 (derived)",
                 [](RunConfig& c, const json& v) -> absl::Status {
-                  RP_ASSIGN_OR_RETURN(c.ep_row_bytes, AsBytes("ep_row_bytes", v));
+                  RP_ASSIGN_OR_RETURN(c.ep_row_bytes, AsBytes("ep_row_bytes", v, kEpRowBytesRange));
                   return absl::OkStatus();
                 },
                 [](const RunConfig& c) { return json(c.ep_row_bytes); }});

@@ -318,8 +318,7 @@ absl::Status ValidateConfig(const RunConfig& cfg, bool for_run) {
   // Exactly the range comm's collectives take (0 here: one message per chunk).
   if (cfg.segment_bytes != 0 &&
       !comm::ValidateCollectiveOptions({.codec = cfg.codec, .segment_bytes = cfg.segment_bytes}).ok()) {
-    return FieldError("segment_bytes", absl::StrCat("must be 0 (one message per chunk) or a multiple of 4 in "
-                                                    "[4, 1G], got ", cfg.segment_bytes));
+    return FieldError("segment_bytes", absl::StrCat("must be ", kSegmentBytesRange, ", got ", cfg.segment_bytes));
   }
   RP_RETURN_IF_ERROR(CheckCollectives(cfg));
   RP_ASSIGN_OR_RETURN(const LinkSpec links, ResolveLinks(cfg));

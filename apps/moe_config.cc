@@ -86,8 +86,7 @@ absl::Status CheckValues(const RunConfig& cfg) {
     }
   }
   if (cfg.ep_row_bytes % 4 != 0 || cfg.ep_row_bytes > kMaxRowBytes) {
-    return FieldError("ep_row_bytes", absl::StrCat("must be 0 (derived) or a multiple of 4 up to 1G, got ",
-                                                   cfg.ep_row_bytes));
+    return FieldError("ep_row_bytes", absl::StrCat("must be ", kEpRowBytesRange, ", got ", cfg.ep_row_bytes));
   }
   return absl::OkStatus();
 }

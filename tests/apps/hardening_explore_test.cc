@@ -203,6 +203,36 @@ TEST(HardeningExplore, ConfigIntegersBeyondSixtyFourBitsReportTheFieldsRange) {
   fs::remove_all(dir);
 }
 
+// The byte-count fields were left out of that fix: `{"segment_bytes": 1e300}` still said int64's range.
+TEST(HardeningExplore, ConfigByteCountsBeyondSixtyFourBitsReportTheFieldsRange) {
+  const fs::path dir = TempDir("bytes");
+  const fs::path cfg = dir / "c.json", report = dir / "r.json";
+  const std::string seg = "segment_bytes: must be 0 (one message per chunk) or a multiple of 4 in [4, 1G], got ";
+  const std::string row = "ep_row_bytes: must be 0 (derived) or a multiple of 4 up to 1G, got ";
+  const struct {
+    const char* text;
+    std::string what;
+  } kCases[] = {
+      {R"({"segment_bytes": 1e300})", "c.json:1: " + seg + "1e+300"},
+      {R"({"segment_bytes": 9223372036854775808})", "c.json:1: " + seg + "9223372036854775808"},
+      {R"({"segment_bytes": 18446744073709551616})", "c.json:1: " + seg + "1.8446744073709552e+19"},
+      {R"({"segment_bytes": [1e300]})", "c.json:1: " + seg + "1e+300"},
+      {R"({"segment_bytes": -1})", "c.json:1: " + seg + "-1"},
+      {R"({"segment_bytes": 6})", "c.json:1: " + seg + "6"},  // validation's message, the same range
+      {R"({"ep_row_bytes": 1e300})", "c.json:1: " + row + "1e+300"},
+      {R"({"ep_row_bytes": 9223372036854775808})", "c.json:1: " + row + "9223372036854775808"},
+      {R"({"ep_row_bytes": -9223372036854775809})", "c.json:1: " + row + "-9.223372036854776e+18"},
+      {R"({"ep_row_bytes": 6})", "c.json:1: " + row + "6"},
+  };
+  for (const auto& c : kCases) {
+    WriteFile(cfg, c.text);
+    ExpectBadInput(RunBinary("predict --config=" + cfg.string() + " --report_json=" + report.string(), dir), c.what,
+                   c.text);
+    EXPECT_FALSE(fs::exists(report)) << c.text;
+  }
+  fs::remove_all(dir);
+}
+
 // The line after a failed run named a trace (or a report) that was not asked for.
 TEST(HardeningExplore, AFailedRunNamesOnlyTheOutputsItWrote) {
   const fs::path dir = TempDir("failed");
