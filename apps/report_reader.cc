@@ -262,11 +262,20 @@ absl::StatusOr<TimelineReport> FromSections(const json& report, size_t max_bars,
   size_t bars = 0;
   if (const json& m = Get(t, "measured"); !m.is_null()) {
     RP_ASSIGN_OR_RETURN(const int64_t step, Int(m, "step", "timeline.measured", 0, kMaxSteps, 0));
-    // "median": false when the run kept only the last step's intervals (docs/report.md).
+    // "median": false when the run kept only the last step's intervals (docs/report.md); absent: true.
     const json& median = Get(m, "median");
+    if (!median.is_null() && !median.is_boolean()) {
+      return BadField("timeline.measured.median", absl::StrCat("expected true or false, got ", ShortDump(median)));
+    }
     const bool is_median = !median.is_boolean() || median.get<bool>();
     // On the virtual clock the measured rows are the emulated times: no thread read a wall clock.
-    const bool virtual_clock = Get(m, "clock") == json("virtual");
+    // Absent: the real clock's. A number or another name was accepted and drawn as the real clock's.
+    const json& clock = Get(m, "clock");
+    if (!clock.is_null() && clock != json("virtual") && clock != json("real")) {
+      return BadField("timeline.measured.clock",
+                      absl::StrCat("expected \"virtual\" or \"real\", got ", ShortDump(clock)));
+    }
+    const bool virtual_clock = clock == json("virtual");
     RP_ASSIGN_OR_RETURN(svg::GanttPanel panel,
                         Panel(absl::StrFormat("measured — step %d (%s): %s", step,
                                               is_median ? "the median step" : "the last step, not the median",

@@ -286,5 +286,43 @@ TEST(HardeningExplore, TimelineFromReportRefusesAnUnknownOpKind) {
   fs::remove_all(dir);
 }
 
+// `timeline.measured.clock: 5` (or `median: 5`) was accepted and drawn as the real clock's (the median).
+TEST(HardeningExplore, TimelineFromReportRefusesAnIllTypedClockOrMedian) {
+  const fs::path dir = TempDir("clock");
+  const fs::path report = dir / "r.json", bad = dir / "bad.json", svg = dir / "bad.svg";
+  Result r = RunBinary(std::string("run ") + kSmallRun + " --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  const json good = json::parse(ReadFile(report));
+  ASSERT_EQ(good["timeline"]["measured"]["clock"], "virtual");
+  const struct {
+    const char* key;
+    json value;
+    const char* what;
+  } kCases[] = {
+      {"clock", 5, R"(timeline.measured.clock: expected "virtual" or "real", got 5)"},
+      {"clock", "wall", R"(timeline.measured.clock: expected "virtual" or "real", got "wall")"},
+      {"clock", json::array(), R"(timeline.measured.clock: expected "virtual" or "real", got [])"},
+      {"median", 5, "timeline.measured.median: expected true or false, got 5"},
+      {"median", "true", R"(timeline.measured.median: expected true or false, got "true")"},
+  };
+  for (const auto& c : kCases) {
+    json j = good;
+    j["timeline"]["measured"][c.key] = c.value;
+    WriteFile(bad, j.dump());
+    ExpectBadInput(RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir), c.what,
+                   c.what);
+    EXPECT_FALSE(fs::exists(svg)) << c.what;
+  }
+  // Absent, both are still read (the real clock's rows; the median step).
+  json j = good;
+  j["timeline"]["measured"].erase("clock");
+  j["timeline"]["measured"].erase("median");
+  WriteFile(bad, j.dump());
+  r = RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir);
+  EXPECT_EQ(r.exit_code, kExitOk) << r.err;
+  EXPECT_NE(ReadFile(svg).find("wall clock on the device threads"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
