@@ -64,7 +64,8 @@ struct TimelineReport {
 // than 4194304 ops to draw ...") or too deep, a report of another
 // schema, or one with no timeline to draw: "is not JSON: ...", "has \"schema\": \"ringpipe-report/1\"; ...",
 // "has no \"timeline\" section ...", "\"timeline\" holds neither measured nor predicted devices", or a bad
-// value: "<path>: <reason>" with a path that starts with "timeline.", "layout." or "schedule.".
+// value: "<path>: <reason>" with a path that starts with "timeline.", "layout." or "schedule.", or a key
+// given twice in any object: "<path>: duplicate key" ("timeline.measured.clock: duplicate key").
 // Reads up to `size` bytes of the text into `buf`: how many, 0 at its end; an error ends the read and
 // is returned by ReadTimelineReport as it is (e.g. InputFile::Read's "--from_report: 'r.json': larger
 // than N bytes").

@@ -1,5 +1,6 @@
 #include "apps/report_sections.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <istream>
@@ -7,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "apps/config.h"
 #include "apps/flags.h"
@@ -69,10 +72,12 @@ constexpr size_t kMaxWhyBytes = 200;
 // size in DOM. Kept: the top-level "schema", "layout", "schedule", "timeline" but its "emulated"
 // rows (not drawn), and "host" but its "faults" (the chart's title names a run's faults); every other value is parsed and dropped. The op lists of the panels' devices
 // (timeline.<panel>.devices[i].ops, i < kMaxRows) are not kept: each element is built alone (charged
-// while it is built), turned into a bar (OpBar) and dropped.
+// while it is built), turned into a bar (OpBar) and dropped. A key given twice in an object, kept or
+// not, stops the parse (kDuplicateKey, duplicate(): its path), as a config file's does: the last one
+// silently won. The keys of the objects open are charged while they are open.
 class SectionParser {
  public:
-  enum class Error { kNone, kNotJson, kTooDeep, kTooLarge };
+  enum class Error { kNone, kNotJson, kTooDeep, kTooLarge, kDuplicateKey };
   SectionParser(size_t max_bars, ParsedSections* out) : max_bars_(max_bars), out_(out) {}
   Error error() const { return error_; }
 
@@ -92,23 +97,21 @@ class SectionParser {
   bool end_array() { return Close(); }
   bool key(json::string_t& k) {
     Frame& top = stack_.back();
+    const size_t key_bytes = kMemberBytes + LongTextBytes(k);
+    if (!top.keys.insert(k).second) {
+      duplicate_ = Path() + PathKey(k, stack_.size() == 1);
+      return Fail(Error::kDuplicateKey);
+    }
+    top.key_bytes += key_bytes;
+    if (!Charge(key_bytes)) return false;
+    top.key = std::move(k);
     if (top.value == nullptr) return true;
     // The root's members: only the sections drawn; the timeline's: not the emulated rows.
-    top.skip = (stack_.size() == 1 && k != "timeline" && k != "layout" && k != "schedule" && k != "schema" &&
-                k != "host") ||
-               (top.role == Role::kTimeline && k == "emulated") || (top.role == Role::kHost && k != "faults");
-    // A key given again replaces its value (as in a DOM): the bars of the value it replaces go.
-    if (top.role == Role::kRoot && k == "timeline") {
-      for (size_t p = 0; p < kPanelKeys.size(); ++p) ClearPanel(p);
-    } else if (top.role == Role::kTimeline && PanelOf(k) >= 0) {
-      ClearPanel(static_cast<size_t>(PanelOf(k)));
-    } else if (top.role == Role::kPanel && k == "devices") {
-      ClearPanel(static_cast<size_t>(top.panel));
-    } else if (top.role == Role::kDevice && k == "ops") {
-      ClearDevice(static_cast<size_t>(top.panel), top.device);
-    }
-    top.key = std::move(k);
-    return top.skip || Charge(kMemberBytes + LongTextBytes(top.key));
+    top.skip = (stack_.size() == 1 && top.key != "timeline" && top.key != "layout" && top.key != "schedule" &&
+                top.key != "schema" && top.key != "host") ||
+               (top.role == Role::kTimeline && top.key == "emulated") ||
+               (top.role == Role::kHost && top.key != "faults");
+    return top.skip || Charge(key_bytes);
   }
   bool parse_error(size_t /*position*/, const std::string& /*token*/, const nlohmann::detail::exception& e) {
     // nlohmann's words without their "[json.exception.parse_error.101] " tag: where and why.
@@ -119,6 +122,8 @@ class SectionParser {
   }
   // Why the text is not JSON (kNotJson), as nlohmann says it.
   const std::string& why() const { return why_; }
+  // The path of the key given twice (kDuplicateKey): "timeline.measured.clock", "layout[\"a b\"]".
+  const std::string& duplicate() const { return duplicate_; }
 
  private:
   // Where a container sits: the sections' path down to an op list, an element of one (kOp), or
@@ -130,6 +135,10 @@ class SectionParser {
     json* value = nullptr;
     std::string key;
     bool skip = false;
+    bool object = false;
+    size_t elements = 0;                      // an array's, so far
+    absl::flat_hash_set<std::string> keys;    // an object's, so far
+    size_t key_bytes = 0;                     // charged for `keys`
     Role role = Role::kOther;
     int panel = -1;     // kPanel .. kOps: the kPanelKeys index
     int device = -1;    // kDevice, kOps: the index in "devices"
@@ -142,6 +151,23 @@ class SectionParser {
     }
     return -1;
   }
+  // `key` as a step of a JSON path: ".clock" ("clock" first), or quoted when it is not a plain name.
+  static std::string PathKey(const std::string& key, bool first) {
+    const bool plain = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+      return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    if (plain) return absl::StrCat(first ? "" : ".", key);
+    return absl::StrCat("[", ShortDump(json(key)), "]");
+  }
+  // The path of the value being parsed, down to the innermost open container.
+  std::string Path() const {
+    std::string path;
+    for (size_t i = 1; i < stack_.size(); ++i) {
+      const Frame& parent = stack_[i - 1];
+      absl::StrAppend(&path, parent.object ? PathKey(parent.key, i == 1) : absl::StrCat("[", parent.elements - 1, "]"));
+    }
+    return path;
+  }
   bool Fail(Error e) {
     if (error_ == Error::kNone) error_ = e;
     return false;
@@ -149,22 +175,6 @@ class SectionParser {
   bool Charge(size_t bytes) {
     parsed_bytes_ += bytes;
     return parsed_bytes_ <= kMaxParsedBytes || Fail(Error::kTooLarge);
-  }
-  void ClearPanel(size_t p) {
-    StreamedOps& s = out_->panels[p];
-    bars_ -= s.bars.size();
-    s = StreamedOps{};
-  }
-  void ClearDevice(size_t p, int device) {
-    StreamedOps& s = out_->panels[p];
-    while (!s.bars.empty() && s.bars.back().row == device) {
-      s.bars.pop_back();
-      --bars_;
-    }
-    if (s.error_device == device) {
-      s.error_device = -1;
-      s.error = absl::OkStatus();
-    }
   }
   // The role of a container opened in `parent` (its value kept): the path to the op lists.
   static Role RoleIn(const Frame& parent, bool object) {
@@ -206,7 +216,11 @@ class SectionParser {
     top.value->push_back(nullptr);
     return &top.value->back();
   }
+  void CountElement() {
+    if (!stack_.empty() && !stack_.back().object) ++stack_.back().elements;
+  }
   bool Value(json v, size_t bytes) {
+    CountElement();
     bool ok = true;
     json* slot = Slot(bytes, ok);
     if (slot != nullptr && ok) *slot = std::move(v);
@@ -215,11 +229,13 @@ class SectionParser {
   }
   bool Open(json container) {
     if (stack_.size() + 1 > static_cast<size_t>(kMaxJsonDepth)) return Fail(Error::kTooDeep);
+    CountElement();
     bool ok = true;
     json* slot = Slot(kContainerBytes, ok);
     if (!ok) return false;
     Frame f;
     f.value = slot;
+    f.object = container.is_object();
     if (slot != nullptr) {
       f.role = stack_.empty() ? (container.is_object() ? Role::kRoot : Role::kOther)
                               : RoleIn(stack_.back(), container.is_object());
@@ -240,6 +256,7 @@ class SectionParser {
   }
   bool Close() {
     const Role role = stack_.back().role;
+    parsed_bytes_ -= stack_.back().key_bytes;  // the key set goes
     stack_.pop_back();
     if (role == Role::kOp) ToBar(stack_.back());
     return true;
@@ -276,6 +293,7 @@ class SectionParser {
   size_t bars_ = 0;          // over the panels
   Error error_ = Error::kNone;
   std::string why_;
+  std::string duplicate_;
 };
 
 }  // namespace
@@ -303,6 +321,8 @@ absl::StatusOr<ParsedSections> ParseSections(const ReadChunk& read, size_t max_b
     }
     case SectionParser::Error::kTooDeep:
       return absl::InvalidArgumentError(absl::StrCat("is not a report: nested deeper than ", kMaxJsonDepth, " levels"));
+    case SectionParser::Error::kDuplicateKey:
+      return absl::InvalidArgumentError(absl::StrCat(OneLine(sections.duplicate()), ": duplicate key"));
     case SectionParser::Error::kTooLarge:
       return absl::InvalidArgumentError(
           absl::StrCat("holds more than the ", kMaxParsedBytes >> 20, " MiB this reader keeps of the sections it draws "

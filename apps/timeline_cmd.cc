@@ -93,10 +93,12 @@ int ReadFromReport(const ParsedArgs& args, const std::string& out, OutputFiles& 
   });
   if (!read_status.ok()) return Fail(kExitBadInput, std::string(read_status.message()));
   if (!timeline.ok()) {
-    // A bad value is named by its path in the report ("timeline.predicted.devices[3].ops[2].end_ms: ...").
+    // A bad value is named by its path in the report ("timeline.predicted.devices[3].ops[2].end_ms: ..."),
+    // as is a key given twice ("schema: duplicate key").
     const absl::string_view why = timeline.status().message();
     const bool field = absl::StartsWith(why, "timeline.") || absl::StartsWith(why, "layout.") ||
-                       absl::StartsWith(why, "schedule.");
+                       absl::StartsWith(why, "schedule.") || absl::StartsWith(why, "host.") ||
+                       absl::EndsWith(why, ": duplicate key");
     return Fail(kExitBadInput, absl::StrCat("--from_report: '", OneLine(from), field ? "': " : "' ", why));
   }
   return kExitOk;

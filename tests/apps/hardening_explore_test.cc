@@ -324,5 +324,39 @@ TEST(HardeningExplore, TimelineFromReportRefusesAnIllTypedClockOrMedian) {
   fs::remove_all(dir);
 }
 
+// A key given twice in a report read back was accepted, the last one winning; a config file refuses it.
+TEST(HardeningExplore, TimelineFromReportRefusesADuplicateKey) {
+  const fs::path dir = TempDir("dup");
+  const fs::path report = dir / "r.json", bad = dir / "bad.json", svg = dir / "bad.svg";
+  Result r = RunBinary(std::string("run ") + kSmallRun + " --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  const std::string text = ReadFile(report);
+  // Each case inserts a member before the first `at` after the sections `after` (found in turn),
+  // repeating the key that follows it.
+  const struct {
+    std::vector<std::string> after;
+    const char* at;
+    const char* insert;
+    const char* what;
+  } kCases[] = {
+      {{}, "\"schema\"", R"("schema": "ringpipe-report/2", )", "bad.json': schema: duplicate key"},
+      {{"\"timeline\": {", "\"measured\": {"}, "\"clock\"", R"("clock": "real", )", "bad.json': timeline.measured.clock: duplicate key"},
+      {{"\"timeline\": {", "\"predicted\": {"}, "\"start_ms\"", R"("start_ms": 0, )",
+       "bad.json': timeline.predicted.devices[0].ops[0].start_ms: duplicate key"},
+      {{}, "\"devices\"", R"("odd key": 1, "odd key": 2, )", R"(bad.json': ["odd key"]: duplicate key)"},
+  };
+  for (const auto& c : kCases) {
+    size_t at = 0;
+    for (const std::string& section : c.after) at = text.find(section, at);
+    at = text.find(c.at, at);
+    ASSERT_NE(at, std::string::npos) << c.at;
+    WriteFile(bad, text.substr(0, at) + c.insert + text.substr(at));
+    ExpectBadInput(RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir), c.what,
+                   c.what);
+    EXPECT_FALSE(fs::exists(svg)) << c.what;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rp::apps
