@@ -163,9 +163,17 @@ void Executor::Impl::NoteStallRecords(const absl::Status& stall, int first,
 
 namespace {
 
+// A status that only echoes an earlier failure: a wait the abort released (Cancelled, Aborted), or
+// a collective or send begun on a communicator already aborted (comm's "communicator aborted
+// earlier", FailedPrecondition, which carries the abort's status in its message).
+bool IsConsequence(const absl::Status& s) {
+  return absl::IsCancelled(s) || absl::IsAborted(s) ||
+         (absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "communicator aborted earlier: "));
+}
+
 // The record that carries the run's first failure: same code and its message contains the
 // watchdog's (followers wrap it too, in longer messages: take the first, then the shortest); else
-// the first that is not a consequence (cancelled, aborted); else the first.
+// the first that is not a consequence (IsConsequence); else the first.
 const ErrorRecord* RootError(const std::vector<ErrorRecord>& errs, const absl::Status& run) {
   const ErrorRecord* root = nullptr;
   for (const ErrorRecord& e : errs) {
@@ -176,7 +184,7 @@ const ErrorRecord* RootError(const std::vector<ErrorRecord>& errs, const absl::S
   }
   if (root != nullptr) return root;
   for (const ErrorRecord& e : errs) {
-    if (!absl::IsCancelled(e.status) && !absl::IsAborted(e.status)) return &e;
+    if (!IsConsequence(e.status)) return &e;
   }
   return errs.empty() ? nullptr : &errs.front();
 }
@@ -236,18 +244,18 @@ size_t CarriedTail(const absl::Status& c, const absl::Status& e) {
 }
 
 // The failure that heads the report: the first one a device reported, unless that was a
-// consequence — a wait released because another failure aborted the fabric (Aborted, Cancelled),
-// whose message carries that failure — which can reach the watchdog before the thread that failed
+// consequence (IsConsequence: a wait released because another failure aborted the fabric, or an op
+// begun on an aborted communicator), whose message carries that failure — which can reach the watchdog before the thread that failed
 // does (a collective run by handlers fails in whichever thread commits; on a real clock a
 // collective that fails aborts its group and the fabric at once, before its thread reports); then
 // the failure it carries, as its rank recorded it (the record carried most fully: the failure may
 // have been carried before its rank's runner named it).
 absl::Status HeadStatus(const std::vector<ErrorRecord>& errs, const absl::Status& first) {
-  if (!absl::IsAborted(first) && !absl::IsCancelled(first)) return first;
+  if (!IsConsequence(first)) return first;
   const ErrorRecord* best = nullptr;
   size_t best_tail = 0;
   for (const ErrorRecord& e : errs) {
-    if (absl::IsCancelled(e.status) || absl::IsAborted(e.status) || e.status.message().empty()) continue;
+    if (IsConsequence(e.status) || e.status.message().empty()) continue;
     if (absl::StrContains(first.message(), e.status.message())) return e.status;
     if (const size_t tail = CarriedTail(first, e.status); tail > best_tail) {
       best = &e;
