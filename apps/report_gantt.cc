@@ -82,6 +82,8 @@ std::string RenderGantt(const schedule::Program& program, const schedule::Parall
       const int64_t start = (wall ? iv.wall_start : iv.start).count();
       const int64_t end = (wall ? iv.wall_end : iv.end).count();
       const int64_t transfer = (wall ? iv.wall_transfer : iv.transfer).count();
+      // A measured wait's host lateness comes after its transfer and stays idle.
+      const int64_t wait_end = end - (wall ? iv.wall_late.count() : 0);
       // Nothing happened: as the report's timeline (apps/report_json.cc), no bar — a one-replica DP
       // all-reduce ends where it starts and was drawn as a gradient all-reduce.
       if (end <= start) continue;
@@ -102,12 +104,12 @@ std::string RenderGantt(const schedule::Program& program, const schedule::Parall
         case schedule::IntervalKind::kTpAllReduce: compute.push_back({start, end, 'T', -1}); break;
         case schedule::IntervalKind::kEpAllToAll:
           // Its transfer; its peer wait (the EP straggler) stays idle.
-          if (transfer > 0) compute.push_back({std::max(start, end - transfer), end, 'A', -1});
+          if (transfer > 0) compute.push_back({std::max(start, wait_end - transfer), wait_end, 'A', -1});
           break;
         case schedule::IntervalKind::kRecv:
         case schedule::IntervalKind::kGradWait:
           // Only the transfer part is exposed communication; peer wait stays idle.
-          if (transfer > 0) compute.push_back({std::max(start, end - transfer), end, '-', -1});
+          if (transfer > 0) compute.push_back({std::max(start, wait_end - transfer), wait_end, '-', -1});
           break;
         case schedule::IntervalKind::kGradAllReduce: comm.push_back({start, end, '=', -1}); break;
         case schedule::IntervalKind::kSend: break;

@@ -43,7 +43,10 @@ json Figures(const schedule::TimelineFigures& f) {
           {"exposed_comm_ms", f.exposed_comm_ms}, {"peer_wait_ms", f.peer_wait_ms},
           {"overlap", f.overlap},
           // The EP all-to-alls' share of exposed_comm_ms and peer_wait_ms (the same step's).
-          {"ep_peer_wait_ms", f.ep_peer_wait_ms}, {"ep_exposed_comm_ms", f.ep_exposed_comm_ms}};
+          {"ep_peer_wait_ms", f.ep_peer_wait_ms}, {"ep_exposed_comm_ms", f.ep_exposed_comm_ms},
+          // Measured: waits past their data's modeled arrival (the host woke the device late); in
+          // neither exposed_comm_ms nor peer_wait_ms. 0 on the emulated and predicted timelines.
+          {"host_late_ms", f.host_late_ms}};
 }
 
 // Modeled bytes per step and modeled peak activations, added to a timeline's figures.
@@ -67,14 +70,16 @@ json PipelineJson(const schedule::PipelineFigures& p) {
 }
 
 // One interval as a timeline entry (docs/report.md "timeline"), or null when it draws nothing:
-// compute ops, TP and gradient all-reduces, and the transfer part of waits (exposed communication).
+// compute ops, TP and gradient all-reduces, and the transfer part of waits (exposed communication;
+// a measured wait's host lateness, after its transfer, is idle).
 json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const schedule::OpInterval& iv,
                    bool wall) {
   const schedule::Op* op =
       iv.op >= 0 && static_cast<size_t>(iv.op) < list.size() ? &list[static_cast<size_t>(iv.op)] : nullptr;
   Nanos start = wall ? iv.wall_start : iv.start;
-  const Nanos end = wall ? iv.wall_end : iv.end;
+  Nanos end = wall ? iv.wall_end : iv.end;
   const Nanos transfer = wall ? iv.wall_transfer : iv.transfer;
+  const Nanos late = wall ? iv.wall_late : Nanos(0);
   const char* kind = "compute";
   const char* name = op != nullptr ? schedule::OpKindName(op->kind) : "";
   int mb = op != nullptr ? op->micro_batch : -1;
@@ -94,11 +99,13 @@ json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const 
     case schedule::IntervalKind::kSend: return nullptr;
     case schedule::IntervalKind::kRecv:
     case schedule::IntervalKind::kGradWait:
+      end -= late;
       start = std::max(start, end - transfer);  // peer wait is bubble, not communication
       kind = "wait";
       break;
     case schedule::IntervalKind::kTpAllReduce: kind = "tp_allreduce"; break;
     case schedule::IntervalKind::kEpAllToAll:
+      end -= late;
       start = std::max(start, end - transfer);  // its peer wait (the EP straggler) is bubble
       kind = "ep_alltoall";
       break;

@@ -295,7 +295,7 @@ std::string Devices(const json& r, const DeviceList& devs, bool run, size_t max_
                                         "busy ms", "bubble", "exposed comm ms", "peer wait ms", "overlap",
                                         "peak act", "wire"));
   const size_t rows = std::min(devs.size, max_rows);
-  double max_bubble = 0, max_exposed = 0, real_act = 0, real_wire = 0;
+  double max_bubble = 0, max_exposed = 0, real_act = 0, real_wire = 0, max_late = 0, sum_late = 0;
   EpMaxima ep;
   for (size_t i = 0; i < devs.size; ++i) {
     const json d = i < rows ? devs.at(i) : devs.digest(i);
@@ -305,6 +305,10 @@ std::string Devices(const json& r, const DeviceList& devs, bool run, size_t max_
     max_exposed = std::max(max_exposed, D(src, "exposed_comm_ms"));
     real_act = std::max(real_act, D(Get(d, "real"), "peak_activation_bytes"));
     real_wire = std::max(real_wire, D(Get(d, "real"), "wire_bytes"));
+    if (run) {
+      max_late = std::max(max_late, D(d, "host_late_ms"));
+      sum_late += D(d, "host_late_ms");
+    }
     ep.Add(d, run);
   }
   if (Get(r, "moe").is_object() && Get(r, "moe").value("ep", 1) > 1) absl::StrAppend(&out, ep.Line(run));
@@ -312,6 +316,12 @@ std::string Devices(const json& r, const DeviceList& devs, bool run, size_t max_
     absl::StrAppend(&out, "  ... ", devs.size - rows, " more devices (all in --report_json); over all ",
                     devs.size, ": max bubble ", Fmt("%.3f", max_bubble), ", max exposed comm ",
                     Fmt("%.3f", max_exposed), " ms\n");
+  }
+  if (run && !Get(r, "host").value("virtual_time", false) && devs.size > 0) {
+    absl::StrAppend(&out, "  host lateness up to ", Fmt("%.3f", max_late), " ms per step on a device (mean ",
+                    Fmt("%.3f", sum_late / static_cast<double>(devs.size)),
+                    "): waits past their data's modeled arrival, the host waking a device late (bubble; not in "
+                    "exposed comm or peer wait)\n");
   }
   if (run) {
     absl::StrAppend(&out, "  real buffers (", Get(r, "bytes").value("real", ""), "): peak activations up to ",

@@ -207,10 +207,17 @@ void CheckDpBytes(const schedule::ExecutorOptions& o, const schedule::RunResult&
 void CheckFigures(const schedule::ExecutorOptions& o, const schedule::RunResult& r, Checker& ck) {
   for (const schedule::DeviceReport& dr : r.devices) {
     for (const schedule::TimelineFigures* f : {&dr.measured, &dr.emulated, &dr.predicted}) {
-      if (!(f->overlap >= 0 && f->overlap <= 1) || f->exposed_comm_ms < 0 || f->peer_wait_ms < 0 || f->busy_ms < 0) {
-        return ck.Fail("rank %d: overlap %g, exposed %g ms, peer wait %g ms, busy %g ms", dr.rank, f->overlap,
-                       f->exposed_comm_ms, f->peer_wait_ms, f->busy_ms);
+      if (!(f->overlap >= 0 && f->overlap <= 1) || f->exposed_comm_ms < 0 || f->peer_wait_ms < 0 || f->busy_ms < 0 ||
+          f->host_late_ms < 0) {
+        return ck.Fail("rank %d: overlap %g, exposed %g ms, peer wait %g ms, busy %g ms, host late %g ms", dr.rank,
+                       f->overlap, f->exposed_comm_ms, f->peer_wait_ms, f->busy_ms, f->host_late_ms);
       }
+    }
+    // Lateness is a measured figure: none on the modeled timelines, none on a virtual clock.
+    if (dr.emulated.host_late_ms != 0 || dr.predicted.host_late_ms != 0 ||
+        (o.virtual_time && dr.measured.host_late_ms != 0)) {
+      return ck.Fail("rank %d: host lateness %g / %g / %g ms (measured / emulated / predicted)", dr.rank,
+                     dr.measured.host_late_ms, dr.emulated.host_late_ms, dr.predicted.host_late_ms);
     }
   }
   if (!o.virtual_time) return;

@@ -31,7 +31,7 @@ TimelineFigures FiguresOf(const DeviceMetrics& m) {
           .bubble_ideal = m.bubble_ideal, .comm_ms = ToMillis(m.comm),
           .exposed_comm_ms = ToMillis(m.exposed_comm), .peer_wait_ms = ToMillis(m.peer_wait),
           .overlap = m.overlap, .ep_exposed_comm_ms = ToMillis(m.ep_exposed_comm),
-          .ep_peer_wait_ms = ToMillis(m.ep_peer_wait)};
+          .ep_peer_wait_ms = ToMillis(m.ep_peer_wait), .host_late_ms = ToMillis(m.host_late)};
 }
 
 std::vector<double> StragglerFactors(const FaultPlan& faults, int world) {

@@ -227,6 +227,9 @@ struct TimelineFigures {
   double overlap = 1;
   double ep_exposed_comm_ms = 0;  // the EP all-to-alls' share of exposed_comm_ms
   double ep_peer_wait_ms = 0;     // and of peer_wait_ms
+  // Measured only: waits' wall time past their data's modeled arrival, the host waking the device
+  // late (schedule/metrics.h "host late"); in neither exposed_comm_ms nor peer_wait_ms.
+  double host_late_ms = 0;
 };
 TimelineFigures FiguresOf(const DeviceMetrics& m);
 

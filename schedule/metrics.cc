@@ -41,6 +41,22 @@ WaitSplit SplitWait(Nanos start, Nanos end, Nanos ready) {
   return {.transfer = end - split, .peer = split - start};
 }
 
+WaitSplit SplitMeasuredWait(Nanos start, Nanos end, Nanos ready, Nanos arrival) {
+  if (end <= start) return {};
+  const Nanos due = std::clamp(arrival, start, end);
+  WaitSplit w = SplitWait(start, due, ready);
+  w.late = end - due;
+  return w;
+}
+
+WaitSplit SplitBySpans(Nanos start, Nanos end, std::span<const WaitSpan> spans, Nanos done) {
+  if (end <= start) return {};
+  const Nanos due = std::clamp(done, start, end);
+  WaitSplit w = SplitBySpans(start, due, spans);
+  w.late = end - due;
+  return w;
+}
+
 WaitSplit SplitBySpans(Nanos start, Nanos end, std::span<const WaitSpan> spans) {
   WaitSplit out;
   if (end <= start) return out;
@@ -80,6 +96,7 @@ DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_t
       case IntervalKind::kGradWait:
         m.exposed_comm += wall ? op.wall_transfer : op.transfer;
         m.peer_wait += wall ? op.wall_peer : op.peer;
+        if (wall) m.host_late += op.wall_late;
         m.comm += op.comm;
         break;
       case IntervalKind::kGradAllReduce: m.comm += op.comm; break;

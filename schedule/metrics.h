@@ -26,6 +26,12 @@
 //   exposed      Σ transfer parts of the compute stream's waits (receives, TP all-reduces, EP
 //                all-to-alls, the optimizer's wait)
 //   peer wait    Σ their peer-wait parts (part of the bubble, never communication)
+//   host late    measured only: Σ their parts past the data's modeled arrival (a receive's message,
+//                a collective's modeled end): on a real clock the device slept until that instant,
+//                so the rest is the host waking it late — neither communication nor a peer's
+//                delay. Part of the bubble; 0 on the emulated and predicted timelines and on a
+//                virtual clock. The compute op after such a wait still ends at its deadline, so
+//                measured busy falls short of the modeled compute by about as much.
 //   comm         Σ comm over receives, TP and DP all-reduces, EP all-to-alls (emulated: the
 //                measured figure uses the same — how long the fabric took to move the data is a
 //                model quantity)
@@ -76,6 +82,7 @@ struct OpInterval {
   Nanos wall_end{0};
   Nanos wall_transfer{0};
   Nanos wall_peer{0};
+  Nanos wall_late{0};  // the wait's wall time past its data's modeled arrival ("host late")
 };
 
 struct DeviceMetrics {
@@ -97,6 +104,8 @@ struct DeviceMetrics {
   // The EP all-to-alls' share of exposed_comm and peer_wait (kEpAllToAll intervals).
   Nanos ep_exposed_comm{0};
   Nanos ep_peer_wait{0};
+  // Measured only (see "host late"): waits past their data's modeled arrival.
+  Nanos host_late{0};
 };
 
 // The metrics of one device's step of length `step_time` on `timeline`.
@@ -115,17 +124,25 @@ struct PipelineFigures {
 PipelineFigures ComputePipelineFigures(std::span<DeviceMetrics> devices);
 
 // Splits a wait [start, end) for data that was ready at its sender at `ready`: the part before
-// `ready` is peer wait, the rest transfer. Returns {transfer, peer}.
+// `ready` is peer wait, the rest transfer. Returns {transfer, peer} (late stays 0).
 struct WaitSplit {
   Nanos transfer{0};
   Nanos peer{0};
+  Nanos late{0};  // measured splits: the part past the data's modeled arrival
 };
 WaitSplit SplitWait(Nanos start, Nanos end, Nanos ready);
+// A measured wait [start, end) whose data was ready at `ready` and modeled to arrive at `arrival`
+// (both on the wait's axis): peer wait before `ready`, transfer up to `arrival`, late after it.
+// transfer + peer + late = end − start.
+WaitSplit SplitMeasuredWait(Nanos start, Nanos end, Nanos ready, Nanos arrival);
 
 // WaitSpan (runtime/time.h): a stretch of a collective's wait.
 // Splits the wait [start, end) against a comm stream's spans (absolute times): the overlap with
 // peer spans is peer wait, the rest (transfer spans, reduction tails) transfer.
 WaitSplit SplitBySpans(Nanos start, Nanos end, std::span<const WaitSpan> spans);
+// The same for a measured wait whose collective's modeled end is `done`: the part past `done` is
+// late, the rest split by the spans.
+WaitSplit SplitBySpans(Nanos start, Nanos end, std::span<const WaitSpan> spans, Nanos done);
 
 // T1 as defined above. InvalidArgument if the cost model has neither 1 nor pp entries.
 [[nodiscard]] absl::StatusOr<Nanos> SingleDeviceTime(const Program& prog, const GridShape& grid,

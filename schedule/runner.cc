@@ -100,6 +100,7 @@ void DeviceRunner::Record(OpInterval iv) {
     iv.wall_end = iv.end;
     iv.wall_transfer = iv.transfer;
     iv.wall_peer = iv.peer;
+    iv.wall_late = Nanos(0);
   }
   step_.intervals.push_back(iv);
 }

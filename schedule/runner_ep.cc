@@ -62,11 +62,11 @@ absl::StatusOr<Nanos> DeviceRunner::EpAllToAll(int step, int op_index, const Op&
   for (size_t i = 0; i < recv_elems.size(); ++i) x.recv_counts[i] = recv_elems[i] / width;
   waiting_.clear();
   const Nanos wall1 = WallNow();
-  const WaitSplit w = SplitWallBySpans(wall0, wall1, r.spans, step_start_);
+  const WaitSplit w = SplitWallBySpans(wall0, wall1, r.spans, step_start_, r.end);
   Record({.kind = IntervalKind::kEpAllToAll, .op = op_index, .detail = ep_calls_++,
           .start = start - step_start_, .end = r.end - step_start_, .transfer = r.transfer,
           .peer = r.peer_wait, .comm = r.transfer, .wall_start = wall0, .wall_end = wall1,
-          .wall_transfer = w.transfer, .wall_peer = w.peer});
+          .wall_transfer = w.transfer, .wall_peer = w.peer, .wall_late = w.late});
   dev_->Trace({.name = x.kind == EpExchange::Kind::kDispatch ? "EpDispatch" : "EpCombine",
                .kind = rp::OpKind::kCollective, .micro_batch = op.micro_batch, .step = step,
                .bytes = r.modeled_bytes},

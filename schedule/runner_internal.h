@@ -39,10 +39,11 @@ inline absl::Status WithSite(const absl::Status& s, const Coord& c, int rank, in
 
 // The measured split of a wait [wall_start, wall_end) on the step's measured axis against modeled
 // spans mapped onto it (modeled t sits at t − step_start): the wait is moved onto the modeled
-// axis instead of the spans onto the measured one (the same integer overlaps, no copy).
+// axis instead of the spans onto the measured one (the same integer overlaps, no copy). The part
+// past the collective's modeled end `done` is the host's lateness (WaitSplit::late).
 inline WaitSplit SplitWallBySpans(Nanos wall_start, Nanos wall_end,
-                                  std::span<const WaitSpan> spans, Nanos step_start) {
-  return SplitBySpans(wall_start + step_start, wall_end + step_start, spans);
+                                  std::span<const WaitSpan> spans, Nanos step_start, Nanos done) {
+  return SplitBySpans(wall_start + step_start, wall_end + step_start, spans, done);
 }
 
 }  // namespace rp::schedule::runner_internal

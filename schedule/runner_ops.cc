@@ -270,12 +270,12 @@ class DeviceRunner::PassRun {
     RP_ASSIGN_OR_RETURN(comm::CollectiveResult res, r_.TpAllReduce(step_, buffer, co, cursor_));
     r_.waiting_.clear();
     const Nanos wall1 = r_.WallNow();
-    const WaitSplit w = SplitWallBySpans(wall0, wall1, res.spans, r_.step_start_);
+    const WaitSplit w = SplitWallBySpans(wall0, wall1, res.spans, r_.step_start_, res.end);
     r_.Record({.kind = IntervalKind::kTpAllReduce, .op = op_index_, .detail = r_.tp_calls_,
                .start = cursor_ - r_.step_start_, .end = res.end - r_.step_start_,
                .transfer = res.transfer + res.reduce, .peer = res.peer_wait,
                .comm = res.transfer + res.reduce, .wall_start = wall0, .wall_end = wall1,
-               .wall_transfer = w.transfer, .wall_peer = w.peer});
+               .wall_transfer = w.transfer, .wall_peer = w.peer, .wall_late = w.late});
     r_.dev_->Trace({.name = "TpAllReduce", .kind = rp::OpKind::kCollective,
                     .micro_batch = op_.micro_batch, .step = step_, .bytes = res.modeled_bytes},
                    trace_w0, r_.dev_->WallNow(), cursor_, res.end);
@@ -388,11 +388,11 @@ absl::Status DeviceRunner::Recv(int step, int op_index, const Op& op) {
   (grad ? grads_ : acts_)[{op.micro_batch, k}] = Pending{std::move(t), arrival};
   const Nanos wall1 = WallNow();
   const WaitSplit e = SplitWait(reached, end, r->timing.ready);
-  const WaitSplit w = SplitWait(wall0, wall1, WallOf(r->timing.ready));
+  const WaitSplit w = SplitMeasuredWait(wall0, wall1, WallOf(r->timing.ready), WallOf(end));
   Record({.kind = IntervalKind::kRecv, .op = op_index, .start = reached - step_start_,
           .end = end - step_start_, .transfer = e.transfer, .peer = e.peer,
           .comm = arrival - r->timing.ready, .wall_start = wall0, .wall_end = wall1,
-          .wall_transfer = w.transfer, .wall_peer = w.peer});
+          .wall_transfer = w.transfer, .wall_peer = w.peer, .wall_late = w.late});
   dev_->Trace({.name = OpKindName(op.kind), .kind = rp::OpKind::kRecv, .micro_batch = op.micro_batch,
                .step = step, .peer = peer_rank, .bytes = op.bytes},
               w0, dev_->WallNow(), reached, end, FlowId(peer_rank, r->ticket));
@@ -446,10 +446,11 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
                                     .step = step}));
   const Nanos wall1 = WallNow();
   const WaitSplit e = SplitBySpans(reached, ar_end, spans);
-  const WaitSplit w = SplitWallBySpans(wall0, wall1, spans, step_start_);
+  const WaitSplit w = SplitWallBySpans(wall0, wall1, spans, step_start_, ar_end);
   Record({.kind = IntervalKind::kGradWait, .op = op_index, .start = reached - step_start_,
           .end = ar_end - step_start_, .transfer = e.transfer, .peer = e.peer,
-          .wall_start = wall0, .wall_end = wall1, .wall_transfer = w.transfer, .wall_peer = w.peer});
+          .wall_start = wall0, .wall_end = wall1, .wall_transfer = w.transfer, .wall_peer = w.peer,
+          .wall_late = w.late});
   const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
   const OpInfo info{.name = "Opt", .step = step};
   const Nanos start = dev_->cursor();

@@ -1,7 +1,8 @@
 // The report's accounting through the binary, on the virtual clock: modeled reductions are
 // communication (comm_ms), not peer wait, against the closed form of docs/collectives.md; the
 // headline step is one actual step — the one the per-device figures, the timeline and the EP
-// bytes are of — on every timeline; the thread count of a run shorter than the sampling period.
+// bytes are of — on every timeline; the thread count of a run shorter than the sampling period; and
+// the host's lateness, a measured figure of its own (a real-clock run too).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -208,6 +209,33 @@ TEST(ReportAccounting, EpWaitsAreAShareOfTheMedianStepsWaits) {
     EXPECT_EQ(d["ep_peer_wait_ms"], d["emulated"]["ep_peer_wait_ms"]) << "virtual clock: measured = emulated";
   }
   EXPECT_TRUE(any_ep);
+}
+
+// The host's lateness is a measured figure of its own, named on every timeline: on a real clock
+// each device's host_late_ms is >= 0 and the text says where it went; on the modeled timelines and
+// on the virtual clock it is 0 and the text has no such line.
+TEST(ReportAccounting, HostLatenessIsMeasuredOnlyAndNamed) {
+  for (const bool virtual_time : {false, true}) {
+    const fs::path dir = TempDir(virtual_time ? "late_virtual" : "late_real");
+    const fs::path report = dir / "r.json";
+    const BinaryResult r = RunBinary(
+        absl::StrCat("run --steps=3 --time_scale=0.2 --virtual_time=", virtual_time ? "true" : "false",
+                     " --report_json=", report.string()),
+        dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream f(report);
+    const json j = json::parse(f);
+    ASSERT_EQ(j["devices"].size(), 8u);
+    for (const json& d : j["devices"]) {
+      ASSERT_TRUE(d["host_late_ms"].is_number()) << d;
+      EXPECT_GE(d["host_late_ms"].get<double>(), 0.0);
+      if (virtual_time) EXPECT_EQ(d["host_late_ms"].get<double>(), 0.0);
+      EXPECT_EQ(d["emulated"]["host_late_ms"].get<double>(), 0.0);
+      EXPECT_EQ(d["predicted"]["host_late_ms"].get<double>(), 0.0);
+    }
+    EXPECT_EQ(r.out.find("  host lateness up to ") != std::string::npos, !virtual_time) << r.out;
+    fs::remove_all(dir);
+  }
 }
 
 }  // namespace

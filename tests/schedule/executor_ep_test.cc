@@ -3,7 +3,9 @@
 // group. Emulated == predicted to the nanosecond on the virtual clock (with the run's own routing);
 // a skewed router makes a straggler that shows as peer wait, predicted and emulated alike; FP32
 // training is bit-identical to the single-device reference; bad EP options name their field.
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "runtime/model/reference_trainer.h"
 #include "schedule/executor.h"
 #include "schedule/generators.h"
+#include "schedule/metrics.h"
 #include "tests/schedule/ep_helpers.h"
 
 namespace rp::schedule {
@@ -283,6 +286,49 @@ TEST(ExecutorEp, RealClockRunCompletes) {
     EXPECT_EQ(st.replica_divergence, 0.0);
     EXPECT_FALSE(st.routing.empty());
     EXPECT_GT(st.measured_ms, 0.0);
+  }
+}
+
+// On a real clock every measured wait of the compute stream (receives, TP all-reduces, EP
+// all-to-alls, the optimizer's wait) splits into peer wait, transfer and the host's lateness, which
+// is exactly its wall time past its data's modeled arrival (the interval's emulated end, on the same
+// step-relative axis); the device's measured host_late_ms is their sum, the modeled timelines have
+// none, and the virtual clock has none either.
+TEST(ExecutorEp, RealClockWaitsSplitOffTheHostsLateness) {
+  for (const bool virtual_time : {false, true}) {
+    ExecutorOptions o = MakeOptions({.dp = 2, .pp = 2, .tp = 2, .ep = 2, .top_k = 2}, 2);
+    o.virtual_time = virtual_time;
+    o.time_scale = 0.1;
+    absl::StatusOr<RunResult> r = CreateAndRun(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->timeline_step, r->median_step);
+    std::map<IntervalKind, int> waits;
+    for (size_t rank = 0; rank < r->timelines.size(); ++rank) {
+      Nanos late{0};
+      for (const OpInterval& iv : r->timelines[rank]) {
+        if (iv.kind != IntervalKind::kRecv && iv.kind != IntervalKind::kTpAllReduce &&
+            iv.kind != IntervalKind::kEpAllToAll && iv.kind != IntervalKind::kGradWait) {
+          EXPECT_EQ(iv.wall_late, Nanos(0));
+          continue;
+        }
+        ++waits[iv.kind];
+        const std::string where = absl::StrCat("rank ", rank, " ", IntervalKindName(iv.kind), " op ", iv.op);
+        const Nanos wall = std::max(Nanos(0), iv.wall_end - iv.wall_start);
+        EXPECT_EQ(iv.wall_peer + iv.wall_transfer + iv.wall_late, wall) << where;
+        EXPECT_EQ(iv.wall_late, iv.wall_end - std::clamp(iv.end, iv.wall_start, iv.wall_end)) << where;
+        EXPECT_GE(iv.wall_late, Nanos(0)) << where;
+        if (virtual_time) EXPECT_EQ(iv.wall_late, Nanos(0)) << where;
+        late += iv.wall_late;
+      }
+      const DeviceReport& d = r->devices[rank];
+      EXPECT_NEAR(d.measured.host_late_ms, ToMillis(late), 1e-9) << "rank " << rank;
+      EXPECT_EQ(d.emulated.host_late_ms, 0.0);
+      EXPECT_EQ(d.predicted.host_late_ms, 0.0);
+    }
+    for (const IntervalKind k : {IntervalKind::kRecv, IntervalKind::kTpAllReduce,
+                                 IntervalKind::kEpAllToAll, IntervalKind::kGradWait}) {
+      EXPECT_GT(waits[k], 0) << IntervalKindName(k);
+    }
   }
 }
 

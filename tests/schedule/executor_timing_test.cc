@@ -162,6 +162,52 @@ TEST(Metrics, ClosedForms) {
   EXPECT_EQ(w.transfer, FromMillis(20));
 }
 
+// A measured wait splits three ways: peer wait before its data's ready time, transfer up to its
+// modeled arrival, and the host's lateness after it (the device slept until the arrival and woke
+// late). The lateness is its own measured figure: in neither exposed communication nor peer wait,
+// and none on the emulated timeline.
+TEST(Metrics, MeasuredWaitsSplitOffTheHostsLateness) {
+  // Reached at 50, data ready at 60, modeled to arrive at 80, woken at 90.
+  WaitSplit w = SplitMeasuredWait(FromMillis(50), FromMillis(90), FromMillis(60), FromMillis(80));
+  EXPECT_EQ(w.peer, FromMillis(10));
+  EXPECT_EQ(w.transfer, FromMillis(20));
+  EXPECT_EQ(w.late, FromMillis(10));
+  // Reached after the modeled arrival (the device itself was late): all of the wait is lateness.
+  w = SplitMeasuredWait(FromMillis(85), FromMillis(90), FromMillis(60), FromMillis(80));
+  EXPECT_EQ(w.peer + w.transfer, Nanos(0));
+  EXPECT_EQ(w.late, FromMillis(5));
+  // On time: no lateness, the split of SplitWait.
+  w = SplitMeasuredWait(FromMillis(50), FromMillis(80), FromMillis(60), FromMillis(80));
+  EXPECT_EQ(w.late, Nanos(0));
+  EXPECT_EQ(w.transfer, FromMillis(20));
+  // A collective: peer span 50–60, transfer 60–80 (its modeled end), woken at 95.
+  const std::vector<WaitSpan> spans = {{FromMillis(50), FromMillis(60), true},
+                                       {FromMillis(60), FromMillis(80), false}};
+  w = SplitBySpans(FromMillis(50), FromMillis(95), spans, FromMillis(80));
+  EXPECT_EQ(w.peer, FromMillis(10));
+  EXPECT_EQ(w.transfer, FromMillis(20));
+  EXPECT_EQ(w.late, FromMillis(15));
+
+  const std::vector<OpInterval> ops = {
+      {.kind = IntervalKind::kCompute, .start = FromMillis(0), .end = FromMillis(50),
+       .wall_start = FromMillis(0), .wall_end = FromMillis(50)},
+      {.kind = IntervalKind::kRecv, .start = FromMillis(50), .end = FromMillis(80),
+       .transfer = FromMillis(20), .peer = FromMillis(10), .comm = FromMillis(25),
+       .wall_start = FromMillis(50), .wall_end = FromMillis(90), .wall_transfer = FromMillis(20),
+       .wall_peer = FromMillis(10), .wall_late = FromMillis(10)},
+      {.kind = IntervalKind::kTpAllReduce, .start = FromMillis(80), .end = FromMillis(85),
+       .transfer = FromMillis(5), .comm = FromMillis(5), .wall_start = FromMillis(90),
+       .wall_end = FromMillis(97), .wall_transfer = FromMillis(4), .wall_late = FromMillis(3)},
+  };
+  const DeviceMetrics measured = ComputeDeviceMetrics(ops, FromMillis(100), Timeline::kMeasured);
+  EXPECT_EQ(measured.host_late, FromMillis(13));
+  EXPECT_EQ(measured.exposed_comm, FromMillis(24));
+  EXPECT_EQ(measured.peer_wait, FromMillis(10));
+  const DeviceMetrics emulated = ComputeDeviceMetrics(ops, FromMillis(100), Timeline::kEmulated);
+  EXPECT_EQ(emulated.host_late, Nanos(0));
+  EXPECT_EQ(emulated.exposed_comm, FromMillis(25));
+}
+
 // The measured timeline (virtual clock) equals the predictor's interval by interval, and the tracer
 // gets one compute event per F/B/optimizer of every rank and step.
 TEST(Executor, TimelineMatchesPredictionAndIsTraced) {
