@@ -113,6 +113,9 @@ class DataLane {
   // one, else the lowest consequence, else OK.
   [[nodiscard]] absl::Status WaitFor(uint64_t seq);
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+  // The worker thread's kernel id (0 until it starts): a stall monitor's look at whether the host
+  // runs it (runtime/thread_probe.h). Any thread.
+  int worker_thread_id() const { return worker_tid_.load(std::memory_order_relaxed); }
 
  private:
   void Loop();
@@ -145,6 +148,7 @@ class DataLane {
   };
   std::map<int, DeviceError> errors_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> completed_{0};
+  std::atomic<int> worker_tid_{0};  // before thread_: set by the worker it starts
   std::thread thread_;
 };
 

@@ -22,8 +22,6 @@ absl::Status Invalid(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("executor: ", field, ": ", why));
 }
 
-constexpr std::chrono::milliseconds kMonitorPeriod{20};  // the stall monitor's look at progress
-
 }  // namespace
 
 TimelineFigures FiguresOf(const DeviceMetrics& m) {
@@ -283,39 +281,6 @@ absl::Status Executor::Impl::MakeCommunicators() {
   return absl::OkStatus();
 }
 
-// The stall monitor's loop (its own thread, until `done`): a failure anywhere aborts every
-// communicator and the fabric, so no device stays blocked; no progress for the watchdog timeout
-// (while nobody sleeps on a real clock and no host work of ours runs: a step boundary's
-// bookkeeping, a compute kernel) is a stall, reported with who waits for whom.
-void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
-  uint64_t last = ~uint64_t{0};
-  auto last_change = std::chrono::steady_clock::now();
-  while (!done.load(std::memory_order_acquire)) {
-    if (cluster.watchdog().WaitForFailure(kMonitorPeriod, &done)) {
-      const absl::Status s = cluster.watchdog().status();
-      // The fabric first, with the failure itself (a communicator's abort would wrap it).
-      fabric->Abort(s);
-      for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads, &ctx.eps}) {
-        for (auto& c : *v) {
-          // An expert group id of a stage with no MoE block has no communicator.
-          if (c != nullptr) c->Abort(s);
-        }
-      }
-      return;
-    }
-    const uint64_t progress =
-        fabric->progress() + static_cast<uint64_t>(ctx.ops_done.load(std::memory_order_relaxed));
-    const auto now = std::chrono::steady_clock::now();
-    if (progress != last || ctx.clock_sleepers.load(std::memory_order_relaxed) > 0 ||
-        ctx.host_work.load(std::memory_order_relaxed) > 0) {
-      last = progress;
-      last_change = now;
-    } else if (now - last_change >= o.watchdog_timeout) {
-      cluster.watchdog().Fail(StallStatus(now - last_change));
-    }
-  }
-}
-
 absl::Status Executor::Impl::SizeFirstStepWarmUp(int world) {
   // What a device touches first in step 0: its real activations (its peak of the real model's
   // stored activations over its program), the optimizer's commit backup of weights
@@ -443,12 +408,14 @@ absl::StatusOr<RunResult> Executor::Impl::Run() {
   if (real_clock_) real_clock_->ResetEpoch();
   const auto w0 = std::chrono::steady_clock::now();
   absl::Status run = cluster->Run([this](Device& dev) { return RunDevice(dev); });
-  ctx.lane.reset();  // before the buffers its items name (a failed run may leave some)
   const double wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   done.store(true, std::memory_order_release);
   cluster->watchdog().Notify();  // the monitor stops now, not at its next period
   monitor.join();
+  // After the monitor (it reads the lane's progress), before the buffers its items name (a failed
+  // run may leave some).
+  ctx.lane.reset();
   // A held-out evaluation still running: the run failed before the boundary that would join it
   // (the last step's evaluation is at its boundary). Its error does not replace the run's.
   const absl::Status evaluation = JoinEvaluation();

@@ -1,15 +1,21 @@
 // RunFailure (executor_impl.h): what failed first, whom it waited for and where those waits end;
 // uncommitted optimizer updates rolled back. And the stall the monitor reports.
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/thread_probe.h"
 #include "schedule/executor_impl.h"
 
 namespace rp::schedule {
 namespace {
+
+constexpr std::chrono::milliseconds kMonitorPeriod{20};  // the stall monitor's look at progress
 
 std::string RankName(const ParallelGrid& g, int rank) {
   const Coord c = g.CoordOf(rank);
@@ -54,6 +60,63 @@ std::vector<int> Executor::Impl::RunningRanks(const std::vector<LpWait>& waits, 
     }
   }
   return running;
+}
+
+// The stall monitor's loop (its own thread, until `done`): a failure anywhere aborts every
+// communicator and the fabric, so no device stays blocked; no progress for the watchdog timeout
+// (while nobody sleeps on a real clock and no host work of ours runs: a step boundary's
+// bookkeeping, a compute kernel) is a stall, reported with who waits for whom. Time counts as
+// "no progress" only while the host runs what the run waits for (runtime/thread_probe.h
+// QuietClock): a look in which a device running without progress was runnable and got no CPU —
+// descheduled on a busy host, or the whole process stopped — is the host's time, not the run's.
+void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
+  uint64_t last = ~uint64_t{0};
+  auto prev = std::chrono::steady_clock::now();
+  QuietClock quiet;
+  std::vector<std::pair<int, HostThreadState>> running;
+  while (!done.load(std::memory_order_acquire)) {
+    if (cluster.watchdog().WaitForFailure(kMonitorPeriod, &done)) {
+      const absl::Status s = cluster.watchdog().status();
+      // The fabric first, with the failure itself (a communicator's abort would wrap it).
+      fabric->Abort(s);
+      for (auto* v : {&ctx.pipes_act, &ctx.pipes_grad, &ctx.tps, &ctx.grads, &ctx.eps}) {
+        for (auto& c : *v) {
+          // An expert group id of a stage with no MoE block has no communicator.
+          if (c != nullptr) c->Abort(s);
+        }
+      }
+      return;
+    }
+    // The data lane's items are host work of ours too (a 256-replica run's reductions, slowed by a
+    // busy host, outlasted a 50 ms timeout while every device waited for them).
+    const uint64_t progress = fabric->progress() +
+                              static_cast<uint64_t>(ctx.ops_done.load(std::memory_order_relaxed)) +
+                              (ctx.lane != nullptr ? ctx.lane->completed() : 0);
+    const auto now = std::chrono::steady_clock::now();
+    const std::chrono::nanoseconds elapsed = now - prev;
+    prev = now;
+    if (progress != last || ctx.clock_sleepers.load(std::memory_order_relaxed) > 0 ||
+        ctx.host_work.load(std::memory_order_relaxed) > 0) {
+      last = progress;
+      quiet.Progress();
+      continue;
+    }
+    // The threads the run may wait for, as the host sees them: the device threads running without
+    // progress (compute streams: a comm stream's thread is not probed, its time counts) and the
+    // data lane's worker (id -1), whose reductions a device's optimizer may be waiting for.
+    running.clear();
+    for (const LpWait& w : fabric->Waits()) {
+      if (w.state != LpWait::State::kRunning || w.lp % 2 != 0) continue;
+      const int rank = ExecutionPlan::RankOfLp(w.lp);
+      running.emplace_back(rank, ReadHostThreadState(runners[static_cast<size_t>(rank)]->host_thread_id()));
+    }
+    // (An idle worker sleeps: not runnable, it excuses nothing.)
+    if (ctx.lane != nullptr) {
+      running.emplace_back(-1, ReadHostThreadState(ctx.lane->worker_thread_id()));
+    }
+    quiet.Look(elapsed, running);
+    if (quiet.quiet() >= o.watchdog_timeout) cluster.watchdog().Fail(StallStatus(quiet.quiet()));
+  }
 }
 
 absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {

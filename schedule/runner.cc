@@ -12,6 +12,7 @@
 #include "runtime/heap.h"
 #include "runtime/model/kernels.h"
 #include "runtime/status_macros.h"
+#include "runtime/thread_probe.h"
 #include "runtime/timing.h"
 
 namespace rp::schedule {
@@ -139,6 +140,7 @@ absl::Status DeviceRunner::Loss(int step, int mb, MlpStage* stage, Tensor* out) 
 absl::Status DeviceRunner::Body(Device& dev,
                                 absl::FunctionRef<absl::StatusOr<Nanos>(Nanos)> on_step_boundary) {
   dev_ = &dev;
+  host_tid_.store(CurrentThreadId(), std::memory_order_relaxed);
   const ExecutorOptions& o = *ctx_->options;
   const LpId lp = ExecutionPlan::ComputeLp(rank_);
   for (int step = 0; step <= o.steps; ++step) {

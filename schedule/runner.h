@@ -201,6 +201,9 @@ class DeviceRunner {
     int op = -1;  // -1: between ops (the step barrier, the step's start)
   };
   Position position() const;
+  // The kernel id of the thread running Body (0 before it starts), for the stall monitor's look at
+  // what the host does with it (runtime/thread_probe.h). Any thread.
+  int host_thread_id() const { return host_tid_.load(std::memory_order_relaxed); }
   // Commit protocol: the state before this device's last optimizer update and its step.
   int backup_step() const { return backup_step_; }
   // Bytes of its first-step block the kernel made resident (RunContext::warm_heap_bytes).
@@ -325,6 +328,7 @@ class DeviceRunner {
   int cur_step_ = -1, cur_op_ = -1;
   // (cur_step_ + 1) << 32 | (cur_op_ + 1), stored relaxed by the compute thread (SetPosition).
   std::atomic<uint64_t> position_{0};
+  std::atomic<int> host_tid_{0};
   void SetPosition(int step, int op);
   std::vector<int> waiting_;
   int backup_step_ = -1;
