@@ -108,7 +108,10 @@ void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
     for (const LpWait& w : fabric->Waits()) {
       if (w.state != LpWait::State::kRunning || w.lp % 2 != 0) continue;
       const int rank = ExecutionPlan::RankOfLp(w.lp);
-      running.emplace_back(rank, ReadHostThreadState(runners[static_cast<size_t>(rank)]->host_thread_id()));
+      const int tid = runners[static_cast<size_t>(rank)]->host_thread_id();
+      // A device thread not started yet: the host has not run it (thousands start on a busy host).
+      running.emplace_back(rank, tid != 0 ? ReadHostThreadState(tid)
+                                          : HostThreadState{.known = true, .runnable = true});
     }
     // (An idle worker sleeps: not runnable, it excuses nothing.)
     if (ctx.lane != nullptr) {
