@@ -38,6 +38,7 @@ absl::StatusOr<nlohmann::json> ValueJson(const std::string& axis, const std::str
 struct Metrics {
   double step_ms = kNaN, speedup = kNaN, efficiency = kNaN, bubble = kNaN, exposed_ms = kNaN;
   double peer_wait_ms = kNaN;
+  double host_late_ms = kNaN;  // a run's only (docs/report.md host_late_ms): the host waking devices late
   // The pipeline's largest bubbles, ms (docs/schedules.md "Makespan and per-rank span"): with the
   // flush (makespan − busy) and in the per-rank span (what zero-bubble papers quote; ZB-H2 and ZB-V
   // close this one, not the other).

@@ -22,7 +22,7 @@ const std::vector<std::string>& CsvColumns() {
       "speedup_measured", "speedup_predicted", "efficiency_measured", "efficiency_predicted",
       "bubble_measured", "bubble_predicted", "makespan_bubble_ms_measured", "makespan_bubble_ms_predicted",
       "span_bubble_ms_measured", "span_bubble_ms_predicted", "exposed_comm_ms_measured", "exposed_comm_ms_predicted",
-      "peer_wait_ms_measured", "peer_wait_ms_predicted",
+      "peer_wait_ms_measured", "peer_wait_ms_predicted", "host_late_ms_measured",
       "modeled_peak_activation_bytes_measured", "modeled_peak_activation_bytes_predicted",
       "modeled_wire_bytes_measured", "modeled_wire_bytes_predicted",
       "real_peak_activation_bytes", "real_wire_bytes", "wall_seconds"};
@@ -54,6 +54,7 @@ json MetricsJson(const Metrics& m) {
           {"span_bubble_ms", JNum(m.span_bubble_ms)},
           {"exposed_comm_ms", JNum(m.exposed_ms)},
           {"peer_wait_ms", JNum(m.peer_wait_ms)},
+          {"host_late_ms", JNum(m.host_late_ms)},  // a run's only: null in `predicted`
           {"modeled_peak_activation_bytes", JNum(m.peak_bytes)},
           {"modeled_wire_bytes", JNum(m.wire_bytes)}};
 }
@@ -90,7 +91,8 @@ std::string BuildCsv(const std::vector<Point>& points) {
                      p.measured.bubble, p.predicted.bubble, p.measured.makespan_bubble_ms,
                      p.predicted.makespan_bubble_ms, p.measured.span_bubble_ms, p.predicted.span_bubble_ms,
                      p.measured.exposed_ms, p.predicted.exposed_ms,
-                     p.measured.peer_wait_ms, p.predicted.peer_wait_ms, p.measured.peak_bytes, p.predicted.peak_bytes,
+                     p.measured.peer_wait_ms, p.predicted.peer_wait_ms, p.measured.host_late_ms,
+                     p.measured.peak_bytes, p.predicted.peak_bytes,
                      p.measured.wire_bytes, p.predicted.wire_bytes, p.real_peak_bytes, p.real_wire_bytes,
                      p.wall_seconds}) {
       row.push_back(CsvNum(x));

@@ -149,13 +149,14 @@ Metrics FromRun(const schedule::RunResult& run, int steps, double& real_peak, do
   m.step_ms = run.measured_step_ms;
   m.speedup = run.speedup;
   m.efficiency = run.efficiency;
-  double bubble = 0, exposed = 0, peer = 0, peak = 0, wire = 0;
+  double bubble = 0, exposed = 0, peer = 0, late = 0, peak = 0, wire = 0;
   real_peak = real_wire = 0;
   const double per_step = std::max(1, steps);
   for (const schedule::DeviceReport& d : run.devices) {
     bubble += d.measured.bubble_total;
     exposed += d.measured.exposed_comm_ms;
     peer += d.measured.peer_wait_ms;
+    late += d.measured.host_late_ms;
     peak = std::max(peak, static_cast<double>(d.modeled_peak_activation_bytes));
     // Per step, the EP all-to-alls' of the median step (they follow its routing), as the report.
     wire = std::max(wire, static_cast<double>(d.modeled_wire_bytes - d.modeled_ep_bytes) / per_step +
@@ -168,6 +169,7 @@ Metrics FromRun(const schedule::RunResult& run, int steps, double& real_peak, do
   m.bubble = bubble / n;
   m.exposed_ms = exposed / n;
   m.peer_wait_ms = peer / n;
+  m.host_late_ms = late / n;
   m.makespan_bubble_ms = ToMillis(run.measured_pipeline.makespan_bubble);
   m.span_bubble_ms = ToMillis(run.measured_pipeline.span_bubble);
   m.peak_bytes = peak;

@@ -106,7 +106,8 @@ TEST(RunCommand, FaultSpecsMayBeSpacedOut) {
 const char* const kFigureKeys[] = {"busy_ms",         "bubble_total",      "bubble_ideal",
                                    "comm_ms",         "exposed_comm_ms",   "peer_wait_ms",
                                    "overlap",         "modeled_wire_bytes", "modeled_p2p_bytes",
-                                   "modeled_tp_bytes", "modeled_dp_bytes",  "modeled_peak_activation_bytes"};
+                                   "modeled_tp_bytes", "modeled_dp_bytes",  "modeled_peak_activation_bytes",
+                                   "host_late_ms"};
 
 // Every key holding bytes says which model it is about: modeled_* (what the fabric times) or under
 // "real" (the real MLP's buffers).

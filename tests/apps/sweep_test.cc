@@ -112,7 +112,8 @@ TEST(SweepCommand, EveryCsvColumnIsInTheJsonWithTheSameValue) {
         const std::string side = col.substr(cut + 1), key = col.substr(0, cut);
         v = p[side][key == "step_ms" || key == "speedup" || key == "efficiency" || key == "bubble" ||
                             key == "makespan_bubble_ms" || key == "span_bubble_ms" ||
-                            key == "exposed_comm_ms" || key == "peer_wait_ms" || key == "modeled_peak_activation_bytes" ||
+                            key == "exposed_comm_ms" || key == "peer_wait_ms" || key == "host_late_ms" ||
+                            key == "modeled_peak_activation_bytes" ||
                             key == "modeled_wire_bytes"
                         ? key
                         : "<unknown " + key + ">"];
