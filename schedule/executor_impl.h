@@ -158,8 +158,9 @@ class Executor::Impl {
   std::vector<GateId> failure_gates;
   Watchdog* failure_watchdog = nullptr;  // the run's (OrderFailures)
   void Monitor(Cluster& cluster, const std::atomic<bool>& done);  // the stall monitor thread
-  // The stall the monitor found: a DeadlineExceeded naming who waits for whom.
-  absl::Status StallStatus(std::chrono::nanoseconds quiet);
+  // The stall the monitor found: a DeadlineExceeded naming who waits for whom, after `quiet`
+  // without progress (and `excused` more the host did not run a thread it waited for: QuietClock).
+  absl::Status StallStatus(std::chrono::nanoseconds quiet, std::chrono::nanoseconds excused);
   // The ranks with a stream running without progress (StallStatus), and in *detail what the first runs.
   std::vector<int> RunningRanks(const std::vector<LpWait>& waits, std::string* detail) const;
   void NoteStallRecords(const absl::Status& stall, int first, const std::vector<int>& running,

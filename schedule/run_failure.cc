@@ -118,11 +118,13 @@ void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
       running.emplace_back(-1, ReadHostThreadState(ctx.lane->worker_thread_id()));
     }
     quiet.Look(elapsed, running);
-    if (quiet.quiet() >= o.watchdog_timeout) cluster.watchdog().Fail(StallStatus(quiet.quiet()));
+    if (quiet.quiet() >= o.watchdog_timeout) {
+      cluster.watchdog().Fail(StallStatus(quiet.quiet(), quiet.excused()));
+    }
   }
 }
 
-absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
+absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet, std::chrono::nanoseconds excused) {
   const ParallelGrid& g = plan->grid;
   const std::vector<LpWait> waits = fabric->Waits();
   // Ranks with a stream running without progress: stalled or dead devices. The conservative rule
@@ -176,8 +178,12 @@ absl::Status Executor::Impl::StallStatus(std::chrono::nanoseconds quiet) {
   const absl::Status s = absl::DeadlineExceededError(absl::StrCat(
       "watchdog: no device made progress for ",
       std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count(), " ms (timeout ",
-      std::chrono::duration_cast<std::chrono::milliseconds>(o.watchdog_timeout).count(),
-      " ms): ", lines.empty() ? "no device waits on a message" : absl::StrJoin(lines, "; "),
+      std::chrono::duration_cast<std::chrono::milliseconds>(o.watchdog_timeout).count(), " ms",
+      excused.count() > 0
+          ? absl::StrCat("; not counted: ", std::chrono::duration_cast<std::chrono::milliseconds>(excused).count(),
+                         " ms in which the host did not run a thread the run waited for")
+          : std::string(),
+      "): ", lines.empty() ? "no device waits on a message" : absl::StrJoin(lines, "; "),
       running.empty() ? ""
                       : absl::StrCat("; running without progress: ", RankName(g, running.front()),
                                      running_detail),
