@@ -59,15 +59,21 @@ void QuietClock::Progress() {
 
 bool QuietClock::Look(std::chrono::nanoseconds elapsed,
                       std::span<const std::pair<int, HostThreadState>> running) {
-  bool starved = false;
+  bool starved = false, ran = false;
   for (const auto& [id, s] : running) {
     if (!s.known) continue;
     const auto seen = cpu_seen_.find(id);
-    // Without an earlier look, a runnable thread's share of this one is unknown: excused once.
-    if (s.runnable && (seen == cpu_seen_.end() || s.cpu - seen->second < min_cpu_)) starved = true;
+    if (seen != cpu_seen_.end() && s.cpu - seen->second >= min_cpu_) {
+      ran = true;
+    } else if (s.runnable) {
+      // Runnable and no CPU since the last look (without one, its share is unknown: excused once).
+      starved = true;
+    }
     cpu_seen_[id] = s.cpu;
   }
-  if (starved) {
+  // Threads of ours that ran without progress (a livelock) make it count even while they starve
+  // another: only a look in which the host ran none of them is the host's time.
+  if (starved && !ran) {
     excused_ += elapsed;
     return false;
   }

@@ -8,9 +8,10 @@
 //
 // QuietClock accumulates the monitor's "no progress" time over its looks, except the looks in
 // which a thread the run waits for (one running without progress) was runnable and got less than
-// `min_cpu` of CPU since the previous look: the host owed it the CPU (a descheduled thread, a
-// stopped process, an overloaded host), so that time is not the run's. A thread that is blocked
-// (a hung device) or that ran and still made no progress (a livelock) lets the time count.
+// `min_cpu` of CPU since the previous look while none of them got more: the host owed it the CPU
+// (a descheduled thread, a stopped process, an overloaded host), so that time is not the run's.
+// Blocked threads (a hung device) let the time count; so does any of them that ran and still made
+// no progress (a livelock), even while it starves another.
 //
 // Example (the executor's stall monitor, every look without progress):
 //   quiet_clock.Look(elapsed, {{rank, rp::ReadHostThreadState(tid)}});

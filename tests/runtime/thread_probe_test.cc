@@ -113,6 +113,18 @@ TEST(QuietClock, AThreadSpinningWithoutProgressCounts) {
   EXPECT_EQ(q.excused(), milliseconds(20));
 }
 
+// Two threads spinning without progress starve a third: the spinners' time counts (a livelock is
+// found even though one of the threads it waits for got no CPU).
+TEST(QuietClock, ALivelockStarvingAnotherThreadCounts) {
+  QuietClock q;
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<std::pair<int, HostThreadState>> running = {
+        {1, Runnable(20 * i)}, {2, Runnable(20 * i)}, {3, Runnable(0)}};
+    EXPECT_EQ(q.Look(milliseconds(20), running), i > 0) << i;
+  }
+  EXPECT_EQ(q.quiet(), milliseconds(60));
+}
+
 // Without /proc (or a thread gone) nothing is known: the time counts, as it did before the probe.
 TEST(QuietClock, UnknownThreadsCount) {
   QuietClock q;
