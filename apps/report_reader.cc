@@ -303,7 +303,18 @@ absl::StatusOr<TimelineReport> FromSections(const json& report, size_t max_bars,
   out.title = absl::StrCat("ringpipe timeline — ", description, ", ", name, ", ", microbatches, " micro-batches");
   // Which devices the rows are: the first replica (dp = 0), or only its first ranks when the replica
   // has more than the report's rows (at most 64).
+  // Absent: an older report (the title then says nothing about which devices the rows are).
   const json& ranks = Get(t, "ranks");
+  if (!ranks.is_null() && !ranks.is_array()) {
+    return BadField("timeline.ranks", absl::StrCat("expected a list of ranks, got ", ShortDump(ranks)));
+  }
+  for (size_t i = 0; ranks.is_array() && i < ranks.size(); ++i) {
+    const json& r = ranks[i];
+    if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= world) {
+      return BadField(absl::StrCat("timeline.ranks[", i, "]"),
+                      absl::StrCat("expected a rank in 0..", world - 1, ", got ", ShortDump(r)));
+    }
+  }
   const int64_t drawn = ranks.is_array() ? static_cast<int64_t>(ranks.size()) : 0;
   const int64_t replica = pp > 0 && tp > 0 ? pp * tp : 0;
   if (drawn > 0 && replica > drawn) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "apps/cli.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -321,6 +322,43 @@ TEST(HardeningExplore, TimelineFromReportRefusesAnIllTypedClockOrMedian) {
   r = RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir);
   EXPECT_EQ(r.exit_code, kExitOk) << r.err;
   EXPECT_NE(ReadFile(svg).find("wall clock on the device threads"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// timeline.ranks (which devices the rows are, for the title) of the wrong type was ignored: now refused,
+// naming the element; absent (an older report) it is still read.
+TEST(HardeningExplore, TimelineFromReportRefusesIllTypedRanks) {
+  const fs::path dir = TempDir("ranks");
+  const fs::path report = dir / "r.json", bad = dir / "bad.json", svg = dir / "bad.svg";
+  Result r = RunBinary(std::string("run ") + kSmallRun + " --report_json=" + report.string(), dir);
+  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
+  const json good = json::parse(ReadFile(report));
+  const int world = good["layout"]["world"].get<int>();
+  const struct {
+    json value;
+    std::string what;
+  } kCases[] = {
+      {"abc", R"(timeline.ranks: expected a list of ranks, got "abc")"},
+      {3, "timeline.ranks: expected a list of ranks, got 3"},
+      {json::array({0, "x"}), absl::StrCat(R"(timeline.ranks[1]: expected a rank in 0..)", world - 1, R"(, got "x")")},
+      {json::array({0.5}), absl::StrCat("timeline.ranks[0]: expected a rank in 0..", world - 1, ", got 0.5")},
+      {json::array({0, -1}), absl::StrCat("timeline.ranks[1]: expected a rank in 0..", world - 1, ", got -1")},
+      {json::array({world}), absl::StrCat("timeline.ranks[0]: expected a rank in 0..", world - 1, ", got ", world)},
+  };
+  for (const auto& c : kCases) {
+    json j = good;
+    j["timeline"]["ranks"] = c.value;
+    WriteFile(bad, j.dump());
+    ExpectBadInput(RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir), c.what,
+                   c.what);
+    EXPECT_FALSE(fs::exists(svg)) << c.what;
+  }
+  json j = good;
+  j["timeline"].erase("ranks");
+  WriteFile(bad, j.dump());
+  r = RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir);
+  EXPECT_EQ(r.exit_code, kExitOk) << r.err;
+  EXPECT_TRUE(fs::exists(svg));
   fs::remove_all(dir);
 }
 
