@@ -229,7 +229,9 @@ TEST(ReportAccounting, HostLatenessIsMeasuredOnlyAndNamed) {
     for (const json& d : j["devices"]) {
       ASSERT_TRUE(d["host_late_ms"].is_number()) << d;
       EXPECT_GE(d["host_late_ms"].get<double>(), 0.0);
-      if (virtual_time) EXPECT_EQ(d["host_late_ms"].get<double>(), 0.0);
+      if (virtual_time) {
+        EXPECT_EQ(d["host_late_ms"].get<double>(), 0.0);
+      }
       EXPECT_EQ(d["emulated"]["host_late_ms"].get<double>(), 0.0);
       EXPECT_EQ(d["predicted"]["host_late_ms"].get<double>(), 0.0);
     }

@@ -216,8 +216,10 @@ TEST(SweepCommand, PointsWhoseTimeScaleTheHostDidNotKeepAreNamedInAWarning) {
   // A forced scale: auto is the way out (an auto scale the host did not keep is told to rerun instead).
   EXPECT_NE(r.err.find("(or omit --time_scale: auto measures one)"), std::string::npos) << r.err;
   // Each point with a scale it would likely keep, as `run`'s warning names one (it said only "a larger
-  // --time_scale, or auto, keeps up").
-  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(microbatches=1 \(time scale 0\.0001: \+[0-9.]+ %; [0-9.e+]+ would likely keep up\))")))
+  // --time_scale, or auto, keeps up") — or, when the miss is so large that the estimate passes the
+  // largest scale (CI once ran this point's step in 34 ms of wall, +9.8e6 %), that none up to it would.
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(microbatches=1 \(time scale 0\.0001: \+[0-9.]+ %; (no scale up to )?[0-9.e+]+ would likely keep up\))")))
       << r.err;
   const Result v = RunBinary(small + "--virtual_time=true --out_dir=" + (dir / "virtual").string(), dir);
   EXPECT_EQ(v.exit_code, 0) << v.err;

@@ -317,7 +317,9 @@ TEST(ExecutorEp, RealClockWaitsSplitOffTheHostsLateness) {
         EXPECT_EQ(iv.wall_peer + iv.wall_transfer + iv.wall_late, wall) << where;
         EXPECT_EQ(iv.wall_late, iv.wall_end - std::clamp(iv.end, iv.wall_start, iv.wall_end)) << where;
         EXPECT_GE(iv.wall_late, Nanos(0)) << where;
-        if (virtual_time) EXPECT_EQ(iv.wall_late, Nanos(0)) << where;
+        if (virtual_time) {
+          EXPECT_EQ(iv.wall_late, Nanos(0)) << where;
+        }
         late += iv.wall_late;
       }
       const DeviceReport& d = r->devices[rank];
