@@ -67,8 +67,8 @@ std::vector<int> Executor::Impl::RunningRanks(const std::vector<LpWait>& waits, 
 // (while nobody sleeps on a real clock and no host work of ours runs: a step boundary's
 // bookkeeping, a compute kernel) is a stall, reported with who waits for whom. Time counts as
 // "no progress" only while the host runs what the run waits for (runtime/thread_probe.h
-// QuietClock): a look in which a device running without progress was runnable and got no CPU —
-// descheduled on a busy host, or the whole process stopped — is the host's time, not the run's.
+// QuietClock): a look in which one of those threads was runnable and got no CPU while none of them
+// used any — descheduled on a busy host, or the whole process stopped — is the host's time.
 void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
   uint64_t last = ~uint64_t{0};
   auto prev = std::chrono::steady_clock::now();
