@@ -287,13 +287,29 @@ TEST(HardeningExplore, TimelineFromReportRefusesAnUnknownOpKind) {
   fs::remove_all(dir);
 }
 
+// The report of kSmallRun written into `dir` (null, the test failed, if the run did not succeed).
+json SmallRunReport(const fs::path& dir) {
+  const fs::path report = dir / "r.json";
+  const Result r = RunBinary(std::string("run ") + kSmallRun + " --report_json=" + report.string(), dir);
+  EXPECT_EQ(r.exit_code, kExitOk) << r.err;
+  return r.exit_code == kExitOk ? json::parse(ReadFile(report)) : json();
+}
+
+// `timeline --from_report` of `edited` (written into `dir`): refused with one line holding `what`,
+// and no chart written.
+void ExpectTimelineRefuses(const fs::path& dir, const json& edited, const std::string& what) {
+  const fs::path bad = dir / "bad.json", svg = dir / "bad.svg";
+  WriteFile(bad, edited.dump());
+  ExpectBadInput(RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir), what, what);
+  EXPECT_FALSE(fs::exists(svg)) << what;
+}
+
 // `timeline.measured.clock: 5` (or `median: 5`) was accepted and drawn as the real clock's (the median).
 TEST(HardeningExplore, TimelineFromReportRefusesAnIllTypedClockOrMedian) {
   const fs::path dir = TempDir("clock");
-  const fs::path report = dir / "r.json", bad = dir / "bad.json", svg = dir / "bad.svg";
-  Result r = RunBinary(std::string("run ") + kSmallRun + " --report_json=" + report.string(), dir);
-  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
-  const json good = json::parse(ReadFile(report));
+  const fs::path bad = dir / "bad.json", svg = dir / "bad.svg";
+  const json good = SmallRunReport(dir);
+  ASSERT_FALSE(good.is_null());
   ASSERT_EQ(good["timeline"]["measured"]["clock"], "virtual");
   const struct {
     const char* key;
@@ -309,17 +325,14 @@ TEST(HardeningExplore, TimelineFromReportRefusesAnIllTypedClockOrMedian) {
   for (const auto& c : kCases) {
     json j = good;
     j["timeline"]["measured"][c.key] = c.value;
-    WriteFile(bad, j.dump());
-    ExpectBadInput(RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir), c.what,
-                   c.what);
-    EXPECT_FALSE(fs::exists(svg)) << c.what;
+    ExpectTimelineRefuses(dir, j, c.what);
   }
   // Absent, both are still read (the real clock's rows; the median step).
   json j = good;
   j["timeline"]["measured"].erase("clock");
   j["timeline"]["measured"].erase("median");
   WriteFile(bad, j.dump());
-  r = RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir);
+  const Result r = RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir);
   EXPECT_EQ(r.exit_code, kExitOk) << r.err;
   EXPECT_NE(ReadFile(svg).find("wall clock on the device threads"), std::string::npos);
   fs::remove_all(dir);
@@ -329,10 +342,9 @@ TEST(HardeningExplore, TimelineFromReportRefusesAnIllTypedClockOrMedian) {
 // naming the element; absent (an older report) it is still read.
 TEST(HardeningExplore, TimelineFromReportRefusesIllTypedRanks) {
   const fs::path dir = TempDir("ranks");
-  const fs::path report = dir / "r.json", bad = dir / "bad.json", svg = dir / "bad.svg";
-  Result r = RunBinary(std::string("run ") + kSmallRun + " --report_json=" + report.string(), dir);
-  ASSERT_EQ(r.exit_code, kExitOk) << r.err;
-  const json good = json::parse(ReadFile(report));
+  const fs::path bad = dir / "bad.json", svg = dir / "bad.svg";
+  const json good = SmallRunReport(dir);
+  ASSERT_FALSE(good.is_null());
   const int world = good["layout"]["world"].get<int>();
   const struct {
     json value;
@@ -348,15 +360,12 @@ TEST(HardeningExplore, TimelineFromReportRefusesIllTypedRanks) {
   for (const auto& c : kCases) {
     json j = good;
     j["timeline"]["ranks"] = c.value;
-    WriteFile(bad, j.dump());
-    ExpectBadInput(RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir), c.what,
-                   c.what);
-    EXPECT_FALSE(fs::exists(svg)) << c.what;
+    ExpectTimelineRefuses(dir, j, c.what);
   }
   json j = good;
   j["timeline"].erase("ranks");
   WriteFile(bad, j.dump());
-  r = RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir);
+  const Result r = RunBinary("timeline --from_report=" + bad.string() + " --out=" + svg.string(), dir);
   EXPECT_EQ(r.exit_code, kExitOk) << r.err;
   EXPECT_TRUE(fs::exists(svg));
   fs::remove_all(dir);
