@@ -82,7 +82,8 @@ std::string RenderGantt(const schedule::Program& program, const schedule::Parall
       const int64_t start = (wall ? iv.wall_start : iv.start).count();
       const int64_t end = (wall ? iv.wall_end : iv.end).count();
       const int64_t transfer = (wall ? iv.wall_transfer : iv.transfer).count();
-      // A measured wait's host lateness comes after its transfer and stays idle.
+      // A measured interval's host lateness (after a wait's transfer, after a compute op's work)
+      // stays idle.
       const int64_t wait_end = end - (wall ? iv.wall_late.count() : 0);
       // Nothing happened: as the report's timeline (apps/report_json.cc), no bar — a one-replica DP
       // all-reduce ends where it starts and was drawn as a gradient all-reduce.
@@ -94,14 +95,14 @@ std::string RenderGantt(const schedule::Program& program, const schedule::Parall
           if (op == nullptr) break;
           Bar bar = ComputeBar(*op, iv.detail);
           bar.start = start;
-          bar.end = end;
+          bar.end = wait_end;
           if (labelled == std::pair<int, int>{iv.op, iv.detail}) bar.micro_batch = -1;  // not the first piece
           labelled = {iv.op, iv.detail};
           compute.push_back(bar);
           break;
         }
-        case schedule::IntervalKind::kOptimizer: compute.push_back({start, end, 'O', -1}); break;
-        case schedule::IntervalKind::kTpAllReduce: compute.push_back({start, end, 'T', -1}); break;
+        case schedule::IntervalKind::kOptimizer: compute.push_back({start, wait_end, 'O', -1}); break;
+        case schedule::IntervalKind::kTpAllReduce: compute.push_back({start, wait_end, 'T', -1}); break;
         case schedule::IntervalKind::kEpAllToAll:
           // Its transfer; its peer wait (the EP straggler) stays idle.
           if (transfer > 0) compute.push_back({std::max(start, wait_end - transfer), wait_end, 'A', -1});

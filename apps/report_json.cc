@@ -70,8 +70,8 @@ json PipelineJson(const schedule::PipelineFigures& p) {
 }
 
 // One interval as a timeline entry (docs/report.md "timeline"), or null when it draws nothing:
-// compute ops, TP and gradient all-reduces, and the transfer part of waits (exposed communication;
-// a measured wait's host lateness, after its transfer, is idle).
+// compute ops, TP and gradient all-reduces, and the transfer part of waits (exposed communication).
+// A measured interval's host lateness (after a wait's transfer, after a compute op's work) is idle.
 json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const schedule::OpInterval& iv,
                    bool wall) {
   const schedule::Op* op =
@@ -86,6 +86,7 @@ json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const 
   int chunk = op != nullptr ? op->chunk : -1;
   switch (iv.kind) {
     case schedule::IntervalKind::kCompute:
+      end -= late;
       if (op != nullptr && op->kind == schedule::OpKind::kForwardBackward) {
         // The two parts of an F&B: its forward, then its backward (detail 1).
         name = iv.detail == 1 ? "B" : "F";
@@ -95,7 +96,10 @@ json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const 
         }
       }
       break;
-    case schedule::IntervalKind::kOptimizer: name = "Opt"; break;
+    case schedule::IntervalKind::kOptimizer:
+      end -= late;
+      name = "Opt";
+      break;
     case schedule::IntervalKind::kSend: return nullptr;
     case schedule::IntervalKind::kRecv:
     case schedule::IntervalKind::kGradWait:
@@ -103,7 +107,10 @@ json TimelineEntry(const std::vector<schedule::Op>& list, int num_chunks, const 
       start = std::max(start, end - transfer);  // peer wait is bubble, not communication
       kind = "wait";
       break;
-    case schedule::IntervalKind::kTpAllReduce: kind = "tp_allreduce"; break;
+    case schedule::IntervalKind::kTpAllReduce:
+      end -= late;
+      kind = "tp_allreduce";
+      break;
     case schedule::IntervalKind::kEpAllToAll:
       end -= late;
       start = std::max(start, end - transfer);  // its peer wait (the EP straggler) is bubble

@@ -320,8 +320,8 @@ std::string Devices(const json& r, const DeviceList& devs, bool run, size_t max_
   if (run && !Get(r, "host").value("virtual_time", false) && devs.size > 0) {
     absl::StrAppend(&out, "  host lateness up to ", Fmt("%.3f", max_late), " ms per step on a device (mean ",
                     Fmt("%.3f", sum_late / static_cast<double>(devs.size)),
-                    "): waits past their data's modeled arrival, the host waking a device late (bubble; not in "
-                    "exposed comm or peer wait)\n");
+                    "): the host waking a device late, past its data's modeled arrival or its compute's modeled end "
+                    "(bubble; not in busy, exposed comm or peer wait)\n");
   }
   if (run) {
     absl::StrAppend(&out, "  real buffers (", Get(r, "bytes").value("real", ""), "): peak activations up to ",

@@ -76,17 +76,23 @@ DeviceMetrics ComputeDeviceMetrics(std::span<const OpInterval> ops, Nanos step_t
   bool any_compute = false;
   for (const OpInterval& op : ops) {
     const Nanos len = std::max(Nanos(0), wall ? op.wall_end - op.wall_start : op.end - op.start);
+    // A compute op's wall_late: the host woke it late at its end, after its work (idle, not busy).
+    const Nanos late = wall ? std::min(op.wall_late, len) : Nanos(0);
     switch (op.kind) {
       case IntervalKind::kCompute: {
-        m.busy += len;
-        m.pipeline_busy += len;
-        const Nanos a = wall ? op.wall_start : op.start, b = wall ? op.wall_end : op.end;
+        m.busy += len - late;
+        m.pipeline_busy += len - late;
+        m.host_late += late;
+        const Nanos a = wall ? op.wall_start : op.start, b = wall ? op.wall_end - late : op.end;
         m.pipeline_start = any_compute ? std::min(m.pipeline_start, a) : a;
         m.pipeline_end = any_compute ? std::max(m.pipeline_end, b) : b;
         any_compute = true;
         break;
       }
-      case IntervalKind::kOptimizer: m.busy += len; break;
+      case IntervalKind::kOptimizer:
+        m.busy += len - late;
+        m.host_late += late;
+        break;
       case IntervalKind::kEpAllToAll:
         m.ep_exposed_comm += wall ? op.wall_transfer : op.transfer;
         m.ep_peer_wait += wall ? op.wall_peer : op.peer;

@@ -18,7 +18,7 @@
 // dependency). `comm` is the communication time an interval accounts for: a receive's message
 // flight (arrival − its ready time at the sender), a collective's transfer + reduce time.
 // Definitions (per timeline):
-//   busy         Σ compute and optimizer durations
+//   busy         Σ compute and optimizer durations (measured: less their host lateness)
 //   pipeline     the compute intervals alone: pipeline_busy = Σ their durations, span = the
 //                device's first one's start to its last one's end (the per-rank span zero-bubble
 //                papers quote); the makespan of a step is the last pipeline end over devices
@@ -29,9 +29,12 @@
 //   host late    measured only: Σ their parts past the data's modeled arrival (a receive's message,
 //                a collective's modeled end): on a real clock the device slept until that instant,
 //                so the rest is the host waking it late — neither communication nor a peer's
-//                delay. Part of the bubble; 0 on the emulated and predicted timelines and on a
-//                virtual clock. The compute op after such a wait still ends at its deadline, so
-//                measured busy falls short of the modeled compute by about as much.
+//                delay; likewise the part of a compute or optimizer interval past both its modeled
+//                end and its real work's return (the host waking it late at its end; an overrun's
+//                extra work stays busy). Part of the bubble; 0 on the emulated and predicted
+//                timelines and on a virtual clock. The compute op after a late wake-up still ends
+//                at its deadline, so measured busy falls short of the modeled compute by about
+//                as much.
 //   comm         Σ comm over receives, TP and DP all-reduces, EP all-to-alls (emulated: the
 //                measured figure uses the same — how long the fabric took to move the data is a
 //                model quantity)
@@ -82,7 +85,9 @@ struct OpInterval {
   Nanos wall_end{0};
   Nanos wall_transfer{0};
   Nanos wall_peer{0};
-  Nanos wall_late{0};  // the wait's wall time past its data's modeled arrival ("host late")
+  // "host late": a wait's wall time past its data's modeled arrival; a compute or optimizer
+  // interval's past both its modeled end and its real work's return.
+  Nanos wall_late{0};
 };
 
 struct DeviceMetrics {
@@ -104,7 +109,8 @@ struct DeviceMetrics {
   // The EP all-to-alls' share of exposed_comm and peer_wait (kEpAllToAll intervals).
   Nanos ep_exposed_comm{0};
   Nanos ep_peer_wait{0};
-  // Measured only (see "host late"): waits past their data's modeled arrival.
+  // Measured only (see "host late"): waits past their data's modeled arrival, compute ends
+  // woken late.
   Nanos host_late{0};
 };
 

@@ -95,6 +95,13 @@ absl::Status DeviceRunner::Sleep(Nanos until, const WaitSite& site) {
   return s;
 }
 
+absl::StatusOr<Nanos> DeviceRunner::SleepAfterWork(Nanos until, const WaitSite& site) {
+  if (ctx_->real_clock == nullptr) return Nanos(0);
+  const Nanos begin = WallNow();
+  RP_RETURN_IF_ERROR(Sleep(until, site));
+  return std::max(Nanos(0), WallNow() - std::max(begin, WallOf(until)));
+}
+
 void DeviceRunner::Record(OpInterval iv) {
   if (ctx_->real_clock == nullptr) {  // virtual clock: measured = emulated
     iv.wall_start = iv.start;

@@ -284,6 +284,10 @@ class DeviceRunner {
   Nanos WallNow() const;
   Nanos WallOf(Nanos modeled) const;  // a modeled instant on the measured axis of the step
   absl::Status Sleep(Nanos until, const WaitSite& site);
+  // Sleep at the end of a compute op or segment whose real work just returned: also returns the
+  // host's lateness in waking it (measured axis), the wall time past both `until` and the sleep's
+  // start (a kernel that overran was working, not late); 0 on the virtual clock.
+  absl::StatusOr<Nanos> SleepAfterWork(Nanos until, const WaitSite& site);
   void Record(OpInterval iv);
   void AccountActivations();
 

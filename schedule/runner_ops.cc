@@ -1,5 +1,6 @@
 // DeviceRunner's op functions: compute passes (layer by layer, TP all-reduces, bucket launches),
-// p2p sends and receives and the optimizer step (buckets: runner_buckets.cc). See runner.h.
+// p2p sends and receives (buckets: runner_buckets.cc; the optimizer step: runner_optimizer.cc).
+// See runner.h.
 #include <algorithm>
 #include <exception>
 
@@ -198,11 +199,12 @@ class DeviceRunner::PassRun {
     return absl::OkStatus();
   }
 
-  // Records the compute segment from the last exchange (or the part's start) to the cursor.
-  void CloseSegment(Nanos wall_end) {
+  // Records the compute segment from the last exchange (or the part's start) to the cursor; `late`:
+  // the host's lateness in waking it at its end (SleepAfterWork), idle rather than busy.
+  void CloseSegment(Nanos wall_end, Nanos late) {
     r_.Record({.kind = IntervalKind::kCompute, .op = op_index_, .detail = part_.detail,
                .start = segment_start_ - r_.step_start_, .end = cursor_ - r_.step_start_,
-               .wall_start = segment_wall_, .wall_end = wall_end});
+               .wall_start = segment_wall_, .wall_end = wall_end, .wall_late = late});
   }
 
  private:
@@ -239,9 +241,10 @@ class DeviceRunner::PassRun {
     }
     kernel_time_ += ClockNow() - kernel_clock_;
     kernel_work_.Pause();  // a wait on peers
-    RP_RETURN_IF_ERROR(r_.Sleep(cursor_, {.rank = r_.rank_, .op = what, .step = step_}));
+    RP_ASSIGN_OR_RETURN(const Nanos late,
+                        r_.SleepAfterWork(cursor_, {.rank = r_.rank_, .op = what, .step = step_}));
     const Nanos wall0 = r_.WallNow();
-    CloseSegment(wall0);
+    CloseSegment(wall0, late);
     return wall0;
   }
 
@@ -329,9 +332,10 @@ absl::Status DeviceRunner::RunParts(int step, int op_index, const Op& op, Nanos 
     prev_share = share;
     PassRun run(*this, step, op_index, op, part, durations_, &cursor, &kernel_time);
     RP_RETURN_IF_ERROR(run.Run(parts.size() > 1));
-    RP_RETURN_IF_ERROR(Sleep(cursor, {.rank = rank_, .op = info.name, .step = step}));
+    RP_ASSIGN_OR_RETURN(const Nanos late,
+                        SleepAfterWork(cursor, {.rank = rank_, .op = info.name, .step = step}));
     if (&part == &parts.back()) RP_RETURN_IF_ERROR(dev_->EndCompute(info, c, cursor, kernel_time));
-    run.CloseSegment(WallNow());
+    run.CloseSegment(WallNow(), late);
   }
   return absl::OkStatus();
 }
@@ -397,102 +401,6 @@ absl::Status DeviceRunner::Recv(int step, int op_index, const Op& op) {
                .step = step, .peer = peer_rank, .bytes = op.bytes},
               w0, dev_->WallNow(), reached, end, FlowId(peer_rank, r->ticket));
   return absl::OkStatus();
-}
-
-absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
-  const ExecutionPlan& plan = *ctx_->plan;
-  const RankPlan& rp = plan.ranks[static_cast<size_t>(coord_.pp)];
-  const LpId lp = ExecutionPlan::ComputeLp(rank_);
-  // Buckets not launched inside the backward (without overlap: all of them) start now.
-  for (size_t o = 0; o < rp.bucket_order.size(); ++o) {
-    if (!launched_[o]) {
-      RP_RETURN_IF_ERROR(LaunchBucket(step, rp.bucket_order[o].first, rp.bucket_order[o].second,
-                                      dev_->cursor()));
-    }
-  }
-  const Nanos reached = dev_->cursor();
-  const Nanos wall0 = WallNow();
-  Nanos ar_end = reached;
-  std::vector<WaitSpan> spans;
-  for (size_t o = 0; o < gates_.size(); ++o) {
-    RP_ASSIGN_OR_RETURN(const Nanos end,
-                        ctx_->fabric->AwaitGate(lp, gates_[o],
-                                                {.rank = rank_, .op = "Opt (awaits its gradient buckets)",
-                                                 .step = step}));
-    ctx_->fabric->ResetGate(gates_[o]);
-    ar_end = std::max(ar_end, end);
-    BucketRecord& b = buckets_[o];
-    spans.insert(spans.end(), b.spans.begin(), b.spans.end());
-    if (!ctx_->comm_streams.empty() && b.end > b.start) {  // no comm thread traced it
-      dev_->TraceComm({.name = "AllReduce", .kind = rp::OpKind::kCollective, .step = step,
-                       .bytes = b.modeled_bytes},
-                      b.trace_wall_start, b.trace_wall_end, b.start, b.end);
-    }
-    Record({.kind = IntervalKind::kGradAllReduce, .op = op_index, .detail = static_cast<int32_t>(o),
-            .start = b.start - step_start_, .end = b.end - step_start_,
-            .comm = b.transfer + b.reduce, .wall_start = b.wall_start_m, .wall_end = b.wall_end_m});
-  }
-  if (ctx_->lane != nullptr) {  // the buckets' data, reduced off the fabric's lock
-    uint64_t seq = 0;
-    for (const BucketRecord& b : buckets_) seq = std::max(seq, b.lane_seq);
-    int bucket = -1;
-    if (const absl::Status s = ctx_->lane->WaitFor(seq, ctx_->plan->grid.DeviceOf(rank_), &bucket);
-        !s.ok()) {
-      return LaneDataError(step, bucket, s);
-    }
-  }
-  dev_->AdvanceCursor(ar_end);
-  RP_RETURN_IF_ERROR(Sleep(ar_end, {.rank = rank_, .op = "Opt (awaits its gradient buckets)",
-                                    .step = step}));
-  const Nanos wall1 = WallNow();
-  const WaitSplit e = SplitBySpans(reached, ar_end, spans);
-  const WaitSplit w = SplitWallBySpans(wall0, wall1, spans, step_start_, ar_end);
-  Record({.kind = IntervalKind::kGradWait, .op = op_index, .start = reached - step_start_,
-          .end = ar_end - step_start_, .transfer = e.transfer, .peer = e.peer,
-          .wall_start = wall0, .wall_end = wall1, .wall_transfer = w.transfer, .wall_peer = w.peer,
-          .wall_late = w.late});
-  const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
-  const OpInfo info{.name = "Opt", .step = step};
-  const Nanos start = dev_->cursor();
-  const Nanos opt_wall0 = WallNow();
-  BeforeComputeOp(ar_end);
-  absl::StatusOr<Nanos> end = dev_->Compute(info, plan.OptimizerCost(coord_.pp),
-                                            ar_end, [&]() -> absl::Status {
-    const HostWork work(&ctx_->host_work);  // the update: host work of ours, not a stall
-    // Commit protocol: keep the state before the update until the step is committed.
-    backup_params_.resize(stages_.size());
-    backup_opt_.resize(stages_.size());
-    for (size_t ch = 0; ch < stages_.size(); ++ch) {
-      const std::span<const float> params = std::as_const(*stages_[ch]).params();
-      backup_params_[ch].assign(params.begin(), params.end());
-      if (backup_opt_[ch]) {
-        *backup_opt_[ch] = *optimizers_[ch];
-      } else {
-        backup_opt_[ch] = std::make_unique<Optimizer>(*optimizers_[ch]);
-      }
-    }
-    backup_step_ = step;
-    if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
-      (void)InjectedFault(step, op_index, op, *fault);  // throws
-    }
-    for (size_t ch = 0; ch < stages_.size(); ++ch) {
-      RP_RETURN_IF_ERROR(optimizers_[ch]->Step(stages_[ch]->params(), stages_[ch]->grads()));
-    }
-    return absl::OkStatus();
-  });
-  if (!end.ok()) return WithSite(end.status(), coord_, rank_, step, op, -1);
-  Record({.kind = IntervalKind::kOptimizer, .op = op_index, .start = start - step_start_,
-          .end = *end - step_start_, .wall_start = opt_wall0, .wall_end = WallNow()});
-  return absl::OkStatus();
-}
-
-void DeviceRunner::Rollback() {
-  for (size_t ch = 0; ch < stages_.size(); ++ch) {
-    const std::span<float> w = stages_[ch]->params();
-    std::copy(backup_params_[ch].begin(), backup_params_[ch].end(), w.begin());
-    *optimizers_[ch] = *backup_opt_[ch];
-  }
-  backup_step_ = -1;
 }
 
 }  // namespace rp::schedule

@@ -292,9 +292,11 @@ TEST(ExecutorEp, RealClockRunCompletes) {
 // On a real clock every measured wait of the compute stream (receives, TP all-reduces, EP
 // all-to-alls, the optimizer's wait) splits into peer wait, transfer and the host's lateness, which
 // is exactly its wall time past its data's modeled arrival (the interval's emulated end, on the same
-// step-relative axis); the device's measured host_late_ms is their sum, the modeled timelines have
+// step-relative axis). A compute segment's or optimizer's lateness (its end woken late) is at most
+// its wall time past its emulated end, and leaves its busy time. The device's measured host_late_ms
+// is the sum of both kinds, its busy_ms the compute less their lateness; the modeled timelines have
 // none, and the virtual clock has none either.
-TEST(ExecutorEp, RealClockWaitsSplitOffTheHostsLateness) {
+TEST(ExecutorEp, RealClockWaitsAndComputeEndsSplitOffTheHostsLateness) {
   for (const bool virtual_time : {false, true}) {
     ExecutorOptions o = MakeOptions({.dp = 2, .pp = 2, .tp = 2, .ep = 2, .top_k = 2}, 2);
     o.virtual_time = virtual_time;
@@ -304,16 +306,26 @@ TEST(ExecutorEp, RealClockWaitsSplitOffTheHostsLateness) {
     ASSERT_EQ(r->timeline_step, r->median_step);
     std::map<IntervalKind, int> waits;
     for (size_t rank = 0; rank < r->timelines.size(); ++rank) {
-      Nanos late{0};
+      Nanos late{0}, busy{0};
       for (const OpInterval& iv : r->timelines[rank]) {
+        const std::string where = absl::StrCat("rank ", rank, " ", IntervalKindName(iv.kind), " op ", iv.op);
+        const Nanos wall = std::max(Nanos(0), iv.wall_end - iv.wall_start);
+        if (iv.kind == IntervalKind::kCompute || iv.kind == IntervalKind::kOptimizer) {
+          EXPECT_GE(iv.wall_late, Nanos(0)) << where;
+          EXPECT_LE(iv.wall_late, std::max(Nanos(0), iv.wall_end - std::max(iv.end, iv.wall_start))) << where;
+          if (virtual_time) {
+            EXPECT_EQ(iv.wall_late, Nanos(0)) << where;
+          }
+          late += iv.wall_late;
+          busy += wall - iv.wall_late;
+          continue;
+        }
         if (iv.kind != IntervalKind::kRecv && iv.kind != IntervalKind::kTpAllReduce &&
             iv.kind != IntervalKind::kEpAllToAll && iv.kind != IntervalKind::kGradWait) {
           EXPECT_EQ(iv.wall_late, Nanos(0));
           continue;
         }
         ++waits[iv.kind];
-        const std::string where = absl::StrCat("rank ", rank, " ", IntervalKindName(iv.kind), " op ", iv.op);
-        const Nanos wall = std::max(Nanos(0), iv.wall_end - iv.wall_start);
         EXPECT_EQ(iv.wall_peer + iv.wall_transfer + iv.wall_late, wall) << where;
         EXPECT_EQ(iv.wall_late, iv.wall_end - std::clamp(iv.end, iv.wall_start, iv.wall_end)) << where;
         EXPECT_GE(iv.wall_late, Nanos(0)) << where;
@@ -324,6 +336,7 @@ TEST(ExecutorEp, RealClockWaitsSplitOffTheHostsLateness) {
       }
       const DeviceReport& d = r->devices[rank];
       EXPECT_NEAR(d.measured.host_late_ms, ToMillis(late), 1e-9) << "rank " << rank;
+      EXPECT_NEAR(d.measured.busy_ms, ToMillis(busy), 1e-9) << "rank " << rank;
       EXPECT_EQ(d.emulated.host_late_ms, 0.0);
       EXPECT_EQ(d.predicted.host_late_ms, 0.0);
     }

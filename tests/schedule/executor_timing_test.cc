@@ -166,7 +166,7 @@ TEST(Metrics, ClosedForms) {
 // modeled arrival, and the host's lateness after it (the device slept until the arrival and woke
 // late). The lateness is its own measured figure: in neither exposed communication nor peer wait,
 // and none on the emulated timeline.
-TEST(Metrics, MeasuredWaitsSplitOffTheHostsLateness) {
+TEST(Metrics, MeasuredWaitsAndComputeEndsSplitOffTheHostsLateness) {
   // Reached at 50, data ready at 60, modeled to arrive at 80, woken at 90.
   WaitSplit w = SplitMeasuredWait(FromMillis(50), FromMillis(90), FromMillis(60), FromMillis(80));
   EXPECT_EQ(w.peer, FromMillis(10));
@@ -188,9 +188,10 @@ TEST(Metrics, MeasuredWaitsSplitOffTheHostsLateness) {
   EXPECT_EQ(w.transfer, FromMillis(20));
   EXPECT_EQ(w.late, FromMillis(15));
 
+  // A compute op woken 2 ms late at its end, and an optimizer 1 ms late: idle, not busy.
   const std::vector<OpInterval> ops = {
       {.kind = IntervalKind::kCompute, .start = FromMillis(0), .end = FromMillis(50),
-       .wall_start = FromMillis(0), .wall_end = FromMillis(50)},
+       .wall_start = FromMillis(0), .wall_end = FromMillis(52), .wall_late = FromMillis(2)},
       {.kind = IntervalKind::kRecv, .start = FromMillis(50), .end = FromMillis(80),
        .transfer = FromMillis(20), .peer = FromMillis(10), .comm = FromMillis(25),
        .wall_start = FromMillis(50), .wall_end = FromMillis(90), .wall_transfer = FromMillis(20),
@@ -198,14 +199,21 @@ TEST(Metrics, MeasuredWaitsSplitOffTheHostsLateness) {
       {.kind = IntervalKind::kTpAllReduce, .start = FromMillis(80), .end = FromMillis(85),
        .transfer = FromMillis(5), .comm = FromMillis(5), .wall_start = FromMillis(90),
        .wall_end = FromMillis(97), .wall_transfer = FromMillis(4), .wall_late = FromMillis(3)},
+      {.kind = IntervalKind::kOptimizer, .start = FromMillis(85), .end = FromMillis(95),
+       .wall_start = FromMillis(97), .wall_end = FromMillis(99), .wall_late = FromMillis(1)},
   };
   const DeviceMetrics measured = ComputeDeviceMetrics(ops, FromMillis(100), Timeline::kMeasured);
-  EXPECT_EQ(measured.host_late, FromMillis(13));
+  EXPECT_EQ(measured.host_late, FromMillis(16));
   EXPECT_EQ(measured.exposed_comm, FromMillis(24));
   EXPECT_EQ(measured.peer_wait, FromMillis(10));
+  EXPECT_EQ(measured.busy, FromMillis(51));
+  EXPECT_EQ(measured.pipeline_busy, FromMillis(50));
+  EXPECT_EQ(measured.pipeline_end, FromMillis(50));
+  EXPECT_EQ(measured.bubble, FromMillis(49));
   const DeviceMetrics emulated = ComputeDeviceMetrics(ops, FromMillis(100), Timeline::kEmulated);
   EXPECT_EQ(emulated.host_late, Nanos(0));
   EXPECT_EQ(emulated.exposed_comm, FromMillis(25));
+  EXPECT_EQ(emulated.busy, FromMillis(60));
 }
 
 // The measured timeline (virtual clock) equals the predictor's interval by interval, and the tracer
