@@ -327,6 +327,7 @@ absl::Status Executor::Impl::RunDevice(Device& dev) {
     // its very status), so the report's root is found among equal records as before.
     AwaitFailureTurn(r.rank(), dev.cursor(), s);
   }
+  ctx.devices_done.fetch_add(1, std::memory_order_relaxed);
   return s;
 }
 

@@ -95,8 +95,11 @@ void Executor::Impl::Monitor(Cluster& cluster, const std::atomic<bool>& done) {
     const auto now = std::chrono::steady_clock::now();
     const std::chrono::nanoseconds elapsed = now - prev;
     prev = now;
+    // Every device done: what is left is the cluster joining threads, however long the host takes
+    // (a 256-replica run under load, timeout 10 ms, failed after committing all its steps).
     if (progress != last || ctx.clock_sleepers.load(std::memory_order_relaxed) > 0 ||
-        ctx.host_work.load(std::memory_order_relaxed) > 0) {
+        ctx.host_work.load(std::memory_order_relaxed) > 0 ||
+        ctx.devices_done.load(std::memory_order_relaxed) == plan->grid.world_size()) {
       last = progress;
       quiet.Progress();
       continue;

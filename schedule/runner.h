@@ -139,6 +139,9 @@ struct RunContext {
   // at once, for that step's first touches to reuse (runtime/heap.h). Empty: none.
   std::vector<size_t> warm_heap_bytes;
   std::atomic<int64_t> ops_done{0};  // progress for the stall monitor
+  // Device threads whose body has returned: once all have, nothing is left to stall (the monitor
+  // stops counting while the cluster tears down).
+  std::atomic<int> devices_done{0};
   std::atomic<int> clock_sleepers{0};  // device threads waiting on a real clock right now
   // Host work of ours that runs right now and ends by itself: a step boundary's bookkeeping and
   // held-out evaluation (every device waits at the rendezvous for it) and the devices' compute
