@@ -231,6 +231,30 @@ absl::StatusOr<std::string> FaultsTitle(const json& report) {
                       report_internal::Shown(absl::StrJoin(named, "; ")));
 }
 
+// The measured panel of a report's timeline section `m` ("timeline.measured").
+absl::StatusOr<svg::GanttPanel> MeasuredPanel(const json& m, const Layout& layout, size_t max_bars, size_t& bars,
+                                              StreamedOps* streamed) {
+  RP_ASSIGN_OR_RETURN(const int64_t step, Int(m, "step", "timeline.measured", 0, kMaxSteps, 0));
+  // "median": false when the run kept only the last step's intervals (docs/report.md); absent: true.
+  const json& median = Get(m, "median");
+  if (!median.is_null() && !median.is_boolean()) {
+    return BadField("timeline.measured.median", absl::StrCat("expected true or false, got ", ShortDump(median)));
+  }
+  const bool is_median = !median.is_boolean() || median.get<bool>();
+  // On the virtual clock the measured rows are the emulated times: no thread read a wall clock.
+  // Absent: the real clock's. A number or another name was accepted and drawn as the real clock's.
+  const json& clock = Get(m, "clock");
+  if (!clock.is_null() && clock != json("virtual") && clock != json("real")) {
+    return BadField("timeline.measured.clock", absl::StrCat("expected \"virtual\" or \"real\", got ", ShortDump(clock)));
+  }
+  const bool virtual_clock = clock == json("virtual");
+  return Panel(absl::StrFormat("measured — step %d (%s): %s", step,
+                               is_median ? "the median step" : "the last step, not the median",
+                               virtual_clock ? "the virtual clock's modeled times (= emulated)"
+                                             : "wall clock on the device threads / time scale"),
+               m, "timeline.measured", layout, max_bars, bars, streamed);
+}
+
 // The timeline of a report's DOM; `streamed` (by report_internal::kPanelKeys; null for a report built
 // in memory) the op lists streamed out of it.
 absl::StatusOr<TimelineReport> FromSections(const json& report, size_t max_bars,
@@ -261,28 +285,8 @@ absl::StatusOr<TimelineReport> FromSections(const json& report, size_t max_bars,
   TimelineReport out;
   size_t bars = 0;
   if (const json& m = Get(t, "measured"); !m.is_null()) {
-    RP_ASSIGN_OR_RETURN(const int64_t step, Int(m, "step", "timeline.measured", 0, kMaxSteps, 0));
-    // "median": false when the run kept only the last step's intervals (docs/report.md); absent: true.
-    const json& median = Get(m, "median");
-    if (!median.is_null() && !median.is_boolean()) {
-      return BadField("timeline.measured.median", absl::StrCat("expected true or false, got ", ShortDump(median)));
-    }
-    const bool is_median = !median.is_boolean() || median.get<bool>();
-    // On the virtual clock the measured rows are the emulated times: no thread read a wall clock.
-    // Absent: the real clock's. A number or another name was accepted and drawn as the real clock's.
-    const json& clock = Get(m, "clock");
-    if (!clock.is_null() && clock != json("virtual") && clock != json("real")) {
-      return BadField("timeline.measured.clock",
-                      absl::StrCat("expected \"virtual\" or \"real\", got ", ShortDump(clock)));
-    }
-    const bool virtual_clock = clock == json("virtual");
     RP_ASSIGN_OR_RETURN(svg::GanttPanel panel,
-                        Panel(absl::StrFormat("measured — step %d (%s): %s", step,
-                                              is_median ? "the median step" : "the last step, not the median",
-                                              virtual_clock ? "the virtual clock's modeled times (= emulated)"
-                                                            : "wall clock on the device threads / time scale"),
-                              m, "timeline.measured", layout, max_bars, bars,
-                              streamed != nullptr ? &(*streamed)[0] : nullptr));
+                        MeasuredPanel(m, layout, max_bars, bars, streamed != nullptr ? &(*streamed)[0] : nullptr));
     out.panels.push_back(std::move(panel));
     out.measured_step_ms = out.panels.back().span_ms;
   }

@@ -53,6 +53,25 @@ struct Fold {
   int period = 0;  // replicas played when it folds: 1, ep with EP exchanges, or a multiple
 };
 
+// Whether a NIC carries devices of two replicas.
+bool ReplicasShareANic(const ExecutionPlan& plan) {
+  const ParallelGrid& g = plan.grid;
+  const LinkSpec& links = plan.options.links;
+  const int nics = links.nics_per_node == 0 ? links.devices_per_node : links.nics_per_node;
+  std::vector<int> replica_of_nic;  // by NIC index; -1: no device seen on it yet
+  for (int r = 0; r < g.world_size(); ++r) {
+    const int dev = g.DeviceOf(r);
+    const size_t nic = static_cast<size_t>((dev / links.devices_per_node) * nics +
+                                           (dev % links.devices_per_node) * nics / links.devices_per_node);
+    if (nic >= replica_of_nic.size()) replica_of_nic.resize(std::max(nic + 1, 2 * replica_of_nic.size()), -1);
+    int& replica = replica_of_nic[nic];
+    const int dp = g.CoordOf(r).dp;
+    if (replica >= 0 && replica != dp) return true;
+    replica = dp;
+  }
+  return false;
+}
+
 // Whether the DP replicas fold (see "Replica folding"): every replica has the timeline of replica
 // d mod period — period a multiple of ep with EP exchanges, whose all-to-alls couple an EP group's
 // replicas — when the layout repeats every `period` replicas (the link class of every hop a rank's
@@ -83,20 +102,7 @@ Fold FoldOf(const ExecutionPlan& plan, const PredictOptions& opts) {
       }
     }
   }
-  // A NIC shared by two replicas couples them.
-  const LinkSpec& links = plan.options.links;
-  const int nics = links.nics_per_node == 0 ? links.devices_per_node : links.nics_per_node;
-  std::vector<int> replica_of_nic;  // by NIC index; -1: no device seen on it yet
-  for (int r = 0; r < g.world_size(); ++r) {
-    const int dev = g.DeviceOf(r);
-    const size_t nic = static_cast<size_t>((dev / links.devices_per_node) * nics +
-                                           (dev % links.devices_per_node) * nics / links.devices_per_node);
-    if (nic >= replica_of_nic.size()) replica_of_nic.resize(std::max(nic + 1, 2 * replica_of_nic.size()), -1);
-    int& replica = replica_of_nic[nic];
-    const int dp = g.CoordOf(r).dp;
-    if (replica >= 0 && replica != dp) return {FoldBlocker::kLayout};
-    replica = dp;
-  }
+  if (ReplicasShareANic(plan)) return {FoldBlocker::kLayout};  // it couples them
   // Every rank's node, once: a check compares about 2·(1 + pp + tp + ep) link classes a rank
   // (ParallelGrid::ClassOf's, from these nodes), 27 M of them for 2^20 devices without EP.
   std::vector<int> node(static_cast<size_t>(g.world_size()));

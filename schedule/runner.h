@@ -235,6 +235,11 @@ class DeviceRunner {
   absl::Status Send(int step, int op_index, const Op& op);
   absl::Status Recv(int step, int op_index, const Op& op);
   absl::Status OptimizerStep(int step, int op_index, const Op& op);
+  // The optimizer's wait for its gradient buckets (those not launched inside the backward start
+  // here); returns the modeled time their all-reduces ended.
+  absl::StatusOr<Nanos> AwaitGradientBuckets(int step, int op_index);
+  // The update under the commit protocol: the state before it kept until the step commits.
+  absl::Status UpdateWithBackup(int step, int op_index, const Op& op);
   absl::Status LaneDataError(int step, int bucket, const absl::Status& s);
   absl::Status InjectedFault(int step, int op_index, const Op& op, const OpFault& fault);
   // Before a compute op that starts when its inputs are `ready`: raises the compute LP's bound to

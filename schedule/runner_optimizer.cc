@@ -12,7 +12,7 @@ namespace rp::schedule {
 
 using namespace runner_internal;  // NOLINT: this file's helpers
 
-absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
+absl::StatusOr<Nanos> DeviceRunner::AwaitGradientBuckets(int step, int op_index) {
   const ExecutionPlan& plan = *ctx_->plan;
   const RankPlan& rp = plan.ranks[static_cast<size_t>(coord_.pp)];
   const LpId lp = ExecutionPlan::ComputeLp(rank_);
@@ -64,38 +64,45 @@ absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
           .end = ar_end - step_start_, .transfer = e.transfer, .peer = e.peer,
           .wall_start = wall0, .wall_end = wall1, .wall_transfer = w.transfer, .wall_peer = w.peer,
           .wall_late = w.late});
+  return ar_end;
+}
+
+absl::Status DeviceRunner::UpdateWithBackup(int step, int op_index, const Op& op) {
+  const HostWork work(&ctx_->host_work);  // the update: host work of ours, not a stall
+  // Commit protocol: keep the state before the update until the step is committed.
+  backup_params_.resize(stages_.size());
+  backup_opt_.resize(stages_.size());
+  for (size_t ch = 0; ch < stages_.size(); ++ch) {
+    const std::span<const float> params = std::as_const(*stages_[ch]).params();
+    backup_params_[ch].assign(params.begin(), params.end());
+    if (backup_opt_[ch]) {
+      *backup_opt_[ch] = *optimizers_[ch];
+    } else {
+      backup_opt_[ch] = std::make_unique<Optimizer>(*optimizers_[ch]);
+    }
+  }
+  backup_step_ = step;
   const OpFault* fault = ctx_->injector->OpFaultAt(rank_, step, op_index);
+  if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
+    (void)InjectedFault(step, op_index, op, *fault);  // throws
+  }
+  for (size_t ch = 0; ch < stages_.size(); ++ch) {
+    RP_RETURN_IF_ERROR(optimizers_[ch]->Step(stages_[ch]->params(), stages_[ch]->grads()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceRunner::OptimizerStep(int step, int op_index, const Op& op) {
+  RP_ASSIGN_OR_RETURN(const Nanos ar_end, AwaitGradientBuckets(step, op_index));
   const OpInfo info{.name = "Opt", .step = step};
   const Nanos start = dev_->cursor();
   const Nanos opt_wall0 = WallNow();
   BeforeComputeOp(ar_end);
   // Device::Compute's steps, with the wake-up at the end's lateness split off (SleepAfterWork).
   const absl::StatusOr<Device::ComputeOp> c =
-      dev_->BeginCompute(info, plan.OptimizerCost(coord_.pp), ar_end);
+      dev_->BeginCompute(info, ctx_->plan->OptimizerCost(coord_.pp), ar_end);
   if (!c.ok()) return WithSite(c.status(), coord_, rank_, step, op, -1);
-  const absl::Status update = [&]() -> absl::Status {
-    const HostWork work(&ctx_->host_work);  // the update: host work of ours, not a stall
-    // Commit protocol: keep the state before the update until the step is committed.
-    backup_params_.resize(stages_.size());
-    backup_opt_.resize(stages_.size());
-    for (size_t ch = 0; ch < stages_.size(); ++ch) {
-      const std::span<const float> params = std::as_const(*stages_[ch]).params();
-      backup_params_[ch].assign(params.begin(), params.end());
-      if (backup_opt_[ch]) {
-        *backup_opt_[ch] = *optimizers_[ch];
-      } else {
-        backup_opt_[ch] = std::make_unique<Optimizer>(*optimizers_[ch]);
-      }
-    }
-    backup_step_ = step;
-    if (fault != nullptr && fault->kind == OpFaultKind::kThrow) {
-      (void)InjectedFault(step, op_index, op, *fault);  // throws
-    }
-    for (size_t ch = 0; ch < stages_.size(); ++ch) {
-      RP_RETURN_IF_ERROR(optimizers_[ch]->Step(stages_[ch]->params(), stages_[ch]->grads()));
-    }
-    return absl::OkStatus();
-  }();
+  const absl::Status update = UpdateWithBackup(step, op_index, op);
   if (!update.ok()) return WithSite(update, coord_, rank_, step, op, -1);
   const Nanos end = c->start + c->duration;
   const Nanos kernel_time = ctx_->real_clock ? ctx_->clock->Now() - c->clock_start : Nanos(0);
